@@ -1,0 +1,208 @@
+// model.h: the GPT-2 model's shape (GPTConfig, named presets) and the layout of
+// its parameters in ONE flat buffer, described by a table of tensors (name,
+// shape, offset, weight-decay flag). Sharding, checkpoints, communication and the
+// optimizer all work on ranges of this buffer, on the CPU and on the GPU alike.
+//
+// Layout (per-layer contiguous, so a layer -- or a pipeline stage of layers --
+// is one range):
+//   wte (Vp, C) | wpe (maxT, C) | layer 0 | layer 1 | ... | ln_f.weight (C) | ln_f.bias (C)
+//   layer l = ln_1.w (C) ln_1.b (C) attn.qkv.w (3C, C) attn.qkv.b (3C)
+//             attn.proj.w (C, C) attn.proj.b (C) ln_2.w (C) ln_2.b (C)
+//             mlp.fc.w (4C, C) mlp.fc.b (4C) mlp.proj.w (C, 4C) mlp.proj.b (C)
+// Every tensor starts at a multiple of PARAM_ALIGN elements (gaps are zero and
+// stay zero under AdamW). llm.c's model file stores the same tensors in
+// "all layers of one kind together" order; modelfile.h converts.
+#ifndef LLMC_MODEL_H
+#define LLMC_MODEL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "utils.h"
+
+#define PARAM_ALIGN 64        // elements; keeps every tensor 256-byte aligned
+#define VOCAB_PAD_MULTIPLE 128
+
+typedef struct {
+    int max_seq_len;        // maxT: rows of wpe
+    int vocab_size;         // V: real tokens
+    int padded_vocab_size;  // Vp: V rounded up to VOCAB_PAD_MULTIPLE (rows of wte)
+    int num_layers;         // L
+    int num_heads;          // NH
+    int channels;           // C
+} GPTConfig;
+
+// The kinds of tensor in a layer, in layout order. Kinds below PER_LAYER_KINDS
+// repeat per layer; the others appear once.
+typedef enum {
+    PK_LN1W, PK_LN1B, PK_QKVW, PK_QKVB, PK_ATTPROJW, PK_ATTPROJB,
+    PK_LN2W, PK_LN2B, PK_FCW, PK_FCB, PK_FCPROJW, PK_FCPROJB,
+    PER_LAYER_KINDS,
+    PK_WTE = PER_LAYER_KINDS, PK_WPE, PK_LNFW, PK_LNFB,
+    NUM_PARAM_KINDS
+} ParamKind;
+
+typedef struct {
+    char name[48];      // Hugging Face style name, e.g. "h.3.attn.c_attn.weight"
+    ParamKind kind;
+    int layer;          // -1 for wte, wpe, ln_f
+    int ndim;           // 1 or 2
+    int64_t shape[2];   // rows, cols (cols = 1 for 1-D)
+    int64_t numel;
+    int64_t offset;     // elements from the start of the flat buffer
+    int decay;          // 1: weight decay applies (2-D tensors only)
+} ParamTensor;
+
+typedef struct {
+    GPTConfig cfg;
+    int num_tensors;            // 4 + 12 * L
+    ParamTensor *tensors;       // in layout order
+    int64_t num_params;         // sum of numel (logical parameter count)
+    int64_t num_elements;       // length of the flat buffer, alignment gaps included
+    int64_t layer_begin0;       // offset of layer 0; layer l spans [layer_offset(l), layer_offset(l+1))
+    int64_t layer_stride;       // elements per layer (all layers have the same size)
+} ParamLayout;
+
+// ---------------------------------------------------------------------------
+// configs
+
+static inline int pad_vocab(int V) { return (int)round_up_i64(V, VOCAB_PAD_MULTIPLE); }
+
+// Named presets; returns 0 if name is not one. d12 = GPT-2 124M, d24 = 350M,
+// d36 = 774M, d48 = 1558M.
+static inline int gpt_config_preset(const char *name, GPTConfig *cfg) {
+    static const struct { const char *name; int L, C, NH; } presets[] = {
+        {"d12", 12, 768, 12}, {"d24", 24, 1024, 16}, {"d36", 36, 1280, 20}, {"d48", 48, 1600, 25},
+    };
+    for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) {
+        if (strcmp(name, presets[i].name) == 0) {
+            cfg->num_layers = presets[i].L;
+            cfg->channels = presets[i].C;
+            cfg->num_heads = presets[i].NH;
+            cfg->max_seq_len = 1024;
+            cfg->vocab_size = 50257;
+            cfg->padded_vocab_size = pad_vocab(50257);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+// Validates a config; returns NULL if fine, else a static message.
+static inline const char *gpt_config_problem(const GPTConfig *c) {
+    if (c->num_layers < 1) return "n-layer must be >= 1";
+    if (c->channels < 1) return "n-embd must be >= 1";
+    if (c->num_heads < 1) return "n-head must be >= 1";
+    if (c->channels % c->num_heads != 0) return "n-embd must be a multiple of n-head";
+    if (c->vocab_size < 2) return "vocab-size must be >= 2";
+    if (c->padded_vocab_size < c->vocab_size) return "padded vocab smaller than vocab";
+    if (c->max_seq_len < 1) return "max-seq-len must be >= 1";
+    return NULL;
+}
+
+// ---------------------------------------------------------------------------
+// parameter table
+
+static inline void param_kind_shape(const GPTConfig *c, ParamKind k, int64_t shape[2]) {
+    int64_t C = c->channels;
+    switch (k) {
+        case PK_WTE: shape[0] = c->padded_vocab_size; shape[1] = C; return;
+        case PK_WPE: shape[0] = c->max_seq_len; shape[1] = C; return;
+        case PK_QKVW: shape[0] = 3 * C; shape[1] = C; return;
+        case PK_QKVB: shape[0] = 3 * C; shape[1] = 1; return;
+        case PK_ATTPROJW: shape[0] = C; shape[1] = C; return;
+        case PK_FCW: shape[0] = 4 * C; shape[1] = C; return;
+        case PK_FCB: shape[0] = 4 * C; shape[1] = 1; return;
+        case PK_FCPROJW: shape[0] = C; shape[1] = 4 * C; return;
+        default: shape[0] = C; shape[1] = 1; return;  // layernorm weights/biases, C-sized biases
+    }
+}
+
+static inline const char *param_kind_suffix(ParamKind k) {
+    static const char *suffix[NUM_PARAM_KINDS] = {
+        "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+        "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+        "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias",
+        "wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias",
+    };
+    return suffix[k];
+}
+
+static inline void param_layout_add(ParamLayout *pl, ParamKind k, int layer, int64_t *cursor) {
+    ParamTensor *t = &pl->tensors[pl->num_tensors++];
+    memset(t, 0, sizeof(*t));
+    t->kind = k;
+    t->layer = layer;
+    param_kind_shape(&pl->cfg, k, t->shape);
+    t->ndim = t->shape[1] == 1 ? 1 : 2;
+    t->numel = t->shape[0] * t->shape[1];
+    t->decay = t->ndim == 2;
+    t->offset = *cursor;
+    if (layer >= 0) snprintf(t->name, sizeof(t->name), "h.%d.%s", layer, param_kind_suffix(k));
+    else snprintf(t->name, sizeof(t->name), "%s", param_kind_suffix(k));
+    *cursor = round_up_i64(*cursor + t->numel, PARAM_ALIGN);
+    pl->num_params += t->numel;
+}
+
+static inline void param_layout_init(ParamLayout *pl, const GPTConfig *cfg) {
+    memset(pl, 0, sizeof(*pl));
+    pl->cfg = *cfg;
+    pl->tensors = (ParamTensor *)mallocCheck(sizeof(ParamTensor) * (size_t)(4 + PER_LAYER_KINDS * cfg->num_layers));
+    int64_t cursor = 0;
+    param_layout_add(pl, PK_WTE, -1, &cursor);
+    param_layout_add(pl, PK_WPE, -1, &cursor);
+    pl->layer_begin0 = cursor;
+    for (int l = 0; l < cfg->num_layers; l++) {
+        for (int k = 0; k < PER_LAYER_KINDS; k++) param_layout_add(pl, (ParamKind)k, l, &cursor);
+        if (l == 0) pl->layer_stride = cursor - pl->layer_begin0;
+    }
+    param_layout_add(pl, PK_LNFW, -1, &cursor);
+    param_layout_add(pl, PK_LNFB, -1, &cursor);
+    pl->num_elements = cursor;
+}
+
+static inline void param_layout_free(ParamLayout *pl) {
+    free(pl->tensors);
+    pl->tensors = NULL;
+}
+
+// The tensor of a kind: layer >= 0 for per-layer kinds, ignored otherwise.
+static inline const ParamTensor *param_tensor(const ParamLayout *pl, ParamKind k, int layer) {
+    int idx;
+    if (k == PK_WTE) idx = 0;
+    else if (k == PK_WPE) idx = 1;
+    else if (k == PK_LNFW) idx = pl->num_tensors - 2;
+    else if (k == PK_LNFB) idx = pl->num_tensors - 1;
+    else idx = 2 + layer * PER_LAYER_KINDS + (int)k;
+    return &pl->tensors[idx];
+}
+
+static inline int64_t layer_offset(const ParamLayout *pl, int layer) {
+    return pl->layer_begin0 + (int64_t)layer * pl->layer_stride;
+}
+
+// Pointers to one layer's tensors inside a flat buffer (parameters or gradients).
+typedef struct {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} LayerTensors;
+
+static inline LayerTensors layer_tensors(const ParamLayout *pl, float *base, int l) {
+    LayerTensors t;
+    float **slots[PER_LAYER_KINDS] = {&t.ln1w, &t.ln1b, &t.qkvw, &t.qkvb, &t.attprojw, &t.attprojb,
+                                      &t.ln2w, &t.ln2b, &t.fcw, &t.fcb, &t.fcprojw, &t.fcprojb};
+    for (int k = 0; k < PER_LAYER_KINDS; k++) *slots[k] = base + param_tensor(pl, (ParamKind)k, l)->offset;
+    return t;
+}
+
+// ---------------------------------------------------------------------------
+// FLOP accounting (model FLOPs, as in the PaLM paper's MFU): per token,
+// 6 * (matmul parameters, classifier over the real vocabulary included, wpe and
+// layernorms excluded) + 12 * L * C * T for attention scores and values.
+static inline double gpt_flops_per_token(const GPTConfig *c, int T) {
+    double C = c->channels, L = c->num_layers;
+    double matmul_params = L * (12.0 * C * C) + (double)c->vocab_size * C;
+    return 6.0 * matmul_params + 12.0 * L * C * T;
+}
+
+#endif  // LLMC_MODEL_H

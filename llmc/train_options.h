@@ -1,0 +1,87 @@
+// train_options.h: the trainers' flags. One table (TRAIN_FLAGS) is shared by
+// train_gpt.c and train_gpt.cu, so both accept the same flags and print the same
+// --help. Cross-flag checks that do not need the data live in
+// train_options_validate(); ones that need the model config are in the trainer.
+#ifndef LLMC_TRAIN_OPTIONS_H
+#define LLMC_TRAIN_OPTIONS_H
+
+#include <stddef.h>
+
+#include "args.h"
+
+typedef struct {
+    char data_train[FLAG_STR_MAX];
+    char data_val[FLAG_STR_MAX];
+    char model[FLAG_STR_MAX];
+    int n_layer, n_embd, n_head, vocab_size, max_seq_len;
+    int batch_size, seq_len;
+    long long total_batch_tokens;
+    int steps;
+    float lr, min_lr_frac;
+    int warmup_steps;
+    char lr_schedule[FLAG_STR_MAX];
+    float decay_frac;
+    float weight_decay, grad_clip, beta1, beta2, eps;
+    long long seed;
+    int eval_every, eval_batches;
+    int sample_every, sample_tokens;
+    float temperature;
+    char tokenizer[FLAG_STR_MAX];
+    char log_json[FLAG_STR_MAX];
+    char out_dir[FLAG_STR_MAX];
+    char save_model[FLAG_STR_MAX];
+    int log_every;
+    char matmul[FLAG_STR_MAX];
+    float peak_tflops;
+} TrainOptions;
+
+#define TO(field) offsetof(TrainOptions, field)
+static const FlagSpec TRAIN_FLAGS[] = {
+    {"data-train", FLAG_STRING, TO(data_train), "", NULL, 0, 0, "glob of training token shards (llm.c format)"},
+    {"data-val", FLAG_STRING, TO(data_val), "", NULL, 0, 0, "glob of validation token shards"},
+    {"model", FLAG_STRING, TO(model), "d12", NULL, 0, 0, "preset d12|d24|d36|d48, or an llm.c model file to start from"},
+    {"n-layer", FLAG_INT, TO(n_layer), "0", NULL, 0, 4096, "layers (0: from --model)"},
+    {"n-embd", FLAG_INT, TO(n_embd), "0", NULL, 0, 65536, "channels (0: from --model)"},
+    {"n-head", FLAG_INT, TO(n_head), "0", NULL, 0, 4096, "attention heads (0: from --model)"},
+    {"vocab-size", FLAG_INT, TO(vocab_size), "0", NULL, 0, 1 << 24, "vocabulary size (0: from --model)"},
+    {"max-seq-len", FLAG_INT, TO(max_seq_len), "0", NULL, 0, 1 << 20, "maximum sequence length (0: from --model)"},
+    {"batch-size", FLAG_INT, TO(batch_size), "4", NULL, 1, 1 << 20, "micro-batch size B (sequences per rank per micro-step)"},
+    {"seq-len", FLAG_INT, TO(seq_len), "64", NULL, 1, 1 << 20, "sequence length T"},
+    {"total-batch-tokens", FLAG_INT64, TO(total_batch_tokens), "0", NULL, 0, 1e15,
+     "tokens per optimizer step over all ranks; a multiple of B*T*ranks (0: B*T*ranks)"},
+    {"steps", FLAG_INT, TO(steps), "20", NULL, 0, 1e9, "optimizer steps"},
+    {"lr", FLAG_FLOAT, TO(lr), "3e-4", NULL, 0, 10, "peak learning rate"},
+    {"min-lr-frac", FLAG_FLOAT, TO(min_lr_frac), "0", NULL, 0, 1, "final learning rate as a fraction of --lr"},
+    {"warmup-steps", FLAG_INT, TO(warmup_steps), "0", NULL, 0, 1e9, "linear warmup steps"},
+    {"lr-schedule", FLAG_CHOICE, TO(lr_schedule), "cosine", "constant|cosine|linear|wsd", 0, 0, "learning-rate schedule after warmup"},
+    {"decay-frac", FLAG_FLOAT, TO(decay_frac), "0.2", NULL, 0, 1, "wsd: fraction of the steps spent decaying"},
+    {"weight-decay", FLAG_FLOAT, TO(weight_decay), "0", NULL, 0, 10, "AdamW decoupled weight decay (2-D weights only)"},
+    {"grad-clip", FLAG_FLOAT, TO(grad_clip), "1.0", NULL, 0, 1e9, "clip the global gradient norm to this (0: off)"},
+    {"beta1", FLAG_FLOAT, TO(beta1), "0.9", NULL, 0, 0.999999, "AdamW beta1"},
+    {"beta2", FLAG_FLOAT, TO(beta2), "0.95", NULL, 0, 0.999999, "AdamW beta2"},
+    {"eps", FLAG_FLOAT, TO(eps), "1e-8", NULL, 0, 1, "AdamW epsilon"},
+    {"seed", FLAG_INT64, TO(seed), "1337", NULL, 0, 9.2e18, "random seed (weights init, sampling)"},
+    {"eval-every", FLAG_INT, TO(eval_every), "0", NULL, 0, 1e9, "validation loss every N steps (0: off)"},
+    {"eval-batches", FLAG_INT, TO(eval_batches), "8", NULL, 1, 1e9, "micro-batches per validation"},
+    {"sample-every", FLAG_INT, TO(sample_every), "0", NULL, 0, 1e9, "print a text sample every N steps (0: off)"},
+    {"sample-tokens", FLAG_INT, TO(sample_tokens), "64", NULL, 1, 1 << 20, "tokens per sample"},
+    {"temperature", FLAG_FLOAT, TO(temperature), "1.0", NULL, 0.01, 100, "sampling temperature"},
+    {"tokenizer", FLAG_STRING, TO(tokenizer), "", NULL, 0, 0, "tokenizer file for decoding samples (none: byte-level)"},
+    {"log-json", FLAG_STRING, TO(log_json), "", NULL, 0, 0, "write one JSON object per step/eval to this file"},
+    {"out-dir", FLAG_STRING, TO(out_dir), "", NULL, 0, 0, "directory for the final model (model_final.bin)"},
+    {"save-model", FLAG_STRING, TO(save_model), "", NULL, 0, 0, "write the final weights to this llm.c model file"},
+    {"log-every", FLAG_INT, TO(log_every), "1", NULL, 1, 1e9, "print a step line every N steps"},
+    {"matmul", FLAG_CHOICE, TO(matmul), "auto", "auto|blas|native", 0, 0, "CPU matmul backend (auto: BLAS if built with it)"},
+    {"peak-tflops", FLAG_FLOAT, TO(peak_tflops), "0", NULL, 0, 1e6,
+     "peak FLOP/s for MFU, in TFLOP/s (0: measured sgemm on the CPU, bf16 datasheet on the GPU)"},
+};
+#undef TO
+
+static inline void train_options_parse(int argc, char **argv, TrainOptions *o, const char *summary) {
+    memset(o, 0, sizeof(*o));
+    flags_parse(argc, argv, TRAIN_FLAGS, FLAGS_COUNT(TRAIN_FLAGS), o, summary);
+    if (o->data_train[0] == '\0') die_usage("--data-train is required (see --help)");
+    if (o->min_lr_frac > 1) die_usage("--min-lr-frac must be <= 1");
+}
+
+#endif  // LLMC_TRAIN_OPTIONS_H

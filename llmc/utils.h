@@ -1,0 +1,115 @@
+// utils.h: error handling shared by every host program: fatal errors that name
+// file:line, checked allocation and checked file I/O, and a monotonic clock.
+// Convention: a user error (bad flag, bad file) exits with status 2 and one line
+// on stderr; an internal error (allocation, I/O failure) exits with status 1.
+#ifndef LLMC_UTILS_H
+#define LLMC_UTILS_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define EXIT_USAGE 2  // bad flag, bad value, bad input file
+
+// die_usage: a one-line user-facing error (no file:line, the message names the
+// flag or file), exit status 2.
+static inline void die_usage(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static inline void die_usage(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(EXIT_USAGE);
+}
+
+// die_at: an internal failure, reported with the source location.
+static inline void die_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 3, 4)));
+static inline void die_at(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "error at %s:%d: ", file, line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(EXIT_FAILURE);
+}
+#define DIE(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
+#define CHECK(cond, ...) do { if (!(cond)) die_at(__FILE__, __LINE__, __VA_ARGS__); } while (0)
+
+static inline void *malloc_check_at(size_t size, const char *file, int line) {
+    void *p = malloc(size > 0 ? size : 1);
+    if (p == NULL) die_at(file, line, "out of memory allocating %zu bytes", size);
+    return p;
+}
+#define mallocCheck(size) malloc_check_at((size), __FILE__, __LINE__)
+
+static inline void *calloc_check_at(size_t n, size_t size, const char *file, int line) {
+    void *p = calloc(n > 0 ? n : 1, size > 0 ? size : 1);
+    if (p == NULL) die_at(file, line, "out of memory allocating %zu x %zu bytes", n, size);
+    return p;
+}
+#define callocCheck(n, size) calloc_check_at((n), (size), __FILE__, __LINE__)
+
+// 64-byte aligned allocation for vectorised kernels.
+static inline void *aligned_malloc_check_at(size_t size, const char *file, int line) {
+    void *p = NULL;
+    size_t rounded = (size + 63) / 64 * 64;
+    if (posix_memalign(&p, 64, rounded > 0 ? rounded : 64) != 0) {
+        die_at(file, line, "out of memory allocating %zu bytes", size);
+    }
+    return p;
+}
+#define alignedMallocCheck(size) aligned_malloc_check_at((size), __FILE__, __LINE__)
+
+// Files opened by the user's flags: failure is a usage error naming the file.
+static inline FILE *fopen_check_at(const char *path, const char *mode, const char *file, int line) {
+    FILE *f = fopen(path, mode);
+    if (f == NULL) {
+        (void)file; (void)line;
+        die_usage("cannot open '%s' (mode %s)", path, mode);
+    }
+    return f;
+}
+#define fopenCheck(path, mode) fopen_check_at((path), (mode), __FILE__, __LINE__)
+
+// Reads exactly n items or dies naming the file: a short read means truncation.
+static inline void fread_exact_at(void *ptr, size_t size, size_t n, FILE *f, const char *path,
+                                  const char *file, int line) {
+    size_t got = fread(ptr, size, n, f);
+    if (got != n) {
+        (void)file; (void)line;
+        die_usage("'%s' is truncated or unreadable (wanted %zu items of %zu bytes, got %zu)", path, n,
+                  size, got);
+    }
+}
+#define freadExact(ptr, size, n, f, path) fread_exact_at((ptr), (size), (n), (f), (path), __FILE__, __LINE__)
+
+static inline void fwrite_exact_at(const void *ptr, size_t size, size_t n, FILE *f, const char *path,
+                                   const char *file, int line) {
+    if (fwrite(ptr, size, n, f) != n) die_at(file, line, "write to '%s' failed", path);
+}
+#define fwriteExact(ptr, size, n, f, path) fwrite_exact_at((ptr), (size), (n), (f), (path), __FILE__, __LINE__)
+
+static inline void fclose_check_at(FILE *f, const char *path, const char *file, int line) {
+    if (fclose(f) != 0) die_at(file, line, "closing '%s' failed", path);
+}
+#define fcloseCheck(f, path) fclose_check_at((f), (path), __FILE__, __LINE__)
+
+// Seconds on a monotonic clock.
+static inline double wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline int64_t ceil_div_i64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t round_up_i64(int64_t a, int64_t b) { return ceil_div_i64(a, b) * b; }
+
+#endif  // LLMC_UTILS_H
