@@ -29,10 +29,11 @@ ifneq ($(SANITIZER),)
 endif
 
 # --- feature detection (each is one test compile, cached per make run) ---
+HASH := \#
 try_cc = $(shell printf '$(1)' | $(CC) -x c - -o /dev/null $(2) >/dev/null 2>&1 && echo yes)
 
 ifneq ($(NO_OMP),1)
-  HAVE_OMP := $(call try_cc,\#include <omp.h>\nint main(void){return omp_get_max_threads()<0;},-fopenmp)
+  HAVE_OMP := $(call try_cc,$(HASH)include <omp.h>\nint main(void){return omp_get_max_threads()<0;},-fopenmp)
 endif
 ifeq ($(HAVE_OMP),yes)
   CFLAGS_BASE += -fopenmp
@@ -41,7 +42,8 @@ endif
 
 BLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
 ifneq ($(NO_BLAS),1)
-  HAVE_BLAS := $(call try_cc,\#include <cblas.h>\nint main(void){float a=1,b=1,c=0;cblas_sgemm(CblasRowMajor,CblasNoTrans,CblasNoTrans,1,1,1,1.f,&a,1,&b,1,0.f,&c,1);return c!=1.f;},-I$(BLAS_INC) -lopenblas)
+  BLAS_PROBE := $(HASH)include <cblas.h>\nint main(void){float a=1;return cblas_sdot(1, &a, 1, &a, 1) != 1.f;}
+  HAVE_BLAS := $(call try_cc,$(BLAS_PROBE),-I$(BLAS_INC) -lopenblas)
 endif
 ifeq ($(HAVE_BLAS),yes)
   CFLAGS_BASE += -DLLMC_BLAS -I$(BLAS_INC)
@@ -52,7 +54,7 @@ ifneq ($(NO_MPI),1)
   MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
   MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
   ifneq ($(MPI_LIBS),)
-    HAVE_MPI := $(call try_cc,\#include <mpi.h>\nint main(void){return MPI_Init(0,0);},$(MPI_CFLAGS) $(MPI_LIBS))
+    HAVE_MPI := $(call try_cc,$(HASH)include <mpi.h>\nint main(void){return MPI_Init(0,0);},$(MPI_CFLAGS) $(MPI_LIBS))
   endif
 endif
 ifeq ($(HAVE_MPI),yes)
@@ -61,7 +63,7 @@ ifeq ($(HAVE_MPI),yes)
 endif
 
 ifneq ($(NO_ZSTD),1)
-  HAVE_ZSTD := $(call try_cc,\#include <zstd.h>\nint main(void){return ZSTD_versionNumber()==0;},-lzstd)
+  HAVE_ZSTD := $(call try_cc,$(HASH)include <zstd.h>\nint main(void){return ZSTD_versionNumber()==0;},-lzstd)
 endif
 ifeq ($(HAVE_ZSTD),yes)
   CFLAGS_BASE += -DLLMC_ZSTD
@@ -83,10 +85,10 @@ all: $(PROGRAMS) $(TEST_BINS)
 # The release binaries live at the top level (./train_gpt); sanitizer and debug
 # builds live under their build directory only.
 ifeq ($(BUILD),build)
-train_gpt: $(BUILD)/train_gpt
+$(PROGRAMS): %: $(BUILD)/%
 	cp $< $@
 else
-train_gpt: $(BUILD)/train_gpt
+$(PROGRAMS): %: $(BUILD)/%
 endif
 
 $(BUILD)/%: %.c
@@ -100,7 +102,7 @@ $(BUILD)/tests/%: tests/%.c
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)
 
 # make test: build everything, run every test, print "N passed, N failed".
-test: $(BUILD)/train_gpt $(TEST_BINS)
+test: $(addprefix $(BUILD)/,$(PROGRAMS)) $(TEST_BINS)
 	BUILD=$(BUILD) HAVE_MPI=$(HAVE_MPI) bash tests/run_tests.sh
 
 debug:
