@@ -1,0 +1,303 @@
+// cpu_layers.h: fp32 forward and backward of every GPT-2 layer on the CPU,
+// parallelised with OpenMP; matmuls go through cpu_matmul.h. These kernels are
+// the correctness reference for the CUDA kernels in llmc/*.cuh.
+// Notation: B batch, T time, C channels, NH heads, hs = C / NH, V vocabulary,
+// N = B * T rows. All tensors are row-major and contiguous unless a leading
+// dimension says otherwise. Backward functions ACCUMULATE (+=) into parameter
+// gradients and into dinp where documented.
+#ifndef LLMC_CPU_LAYERS_H
+#define LLMC_CPU_LAYERS_H
+
+#include <math.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cpu_matmul.h"
+
+static inline int omp_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+static inline int omp_thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+// ---------------------------------------------------------------------------
+// embeddings
+
+// out (B,T,C) = wte[inp[b,t]] + wpe[t]
+static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C) {
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            float *o = out + ((size_t)b * T + t) * C;
+            const float *we = wte + (size_t)inp[b * T + t] * C;
+            const float *pe = wpe + (size_t)t * C;
+            for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
+        }
+    }
+}
+
+// dwte[inp[b,t]] += dout[b,t]; dwpe[t] += sum_b dout[b,t]. Parallel over channel
+// chunks so that repeated tokens never race.
+static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C) {
+    const int chunk = 64;
+    int nchunks = (C + chunk - 1) / chunk;
+#pragma omp parallel for
+    for (int ch = 0; ch < nchunks; ch++) {
+        int c0 = ch * chunk, c1 = c0 + chunk < C ? c0 + chunk : C;
+        for (int b = 0; b < B; b++) {
+            for (int t = 0; t < T; t++) {
+                const float *d = dout + ((size_t)b * T + t) * C;
+                float *dw = dwte + (size_t)inp[b * T + t] * C;
+                float *dp = dwpe + (size_t)t * C;
+                for (int c = c0; c < c1; c++) { dw[c] += d[c]; dp[c] += d[c]; }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// layernorm (eps 1e-5)
+
+// out (N,C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N).
+static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                              const float *bias, int N, int C) {
+#pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C;
+        float m = 0.0f;
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= C;
+        float v = 0.0f;
+        for (int c = 0; c < C; c++) { float d = x[c] - m; v += d * d; }
+        v /= C;
+        float s = 1.0f / sqrtf(v + 1e-5f);
+        float *o = out + (size_t)i * C;
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+        mean[i] = m;
+        rstd[i] = s;
+    }
+}
+
+// Sums rows of a (N, C) matrix into out (C) (+=), parallel over column chunks.
+static void column_sum_accumulate(float *out, const float *a, int N, int C) {
+    const int chunk = 64;
+    int nchunks = (C + chunk - 1) / chunk;
+#pragma omp parallel for
+    for (int ch = 0; ch < nchunks; ch++) {
+        int c0 = ch * chunk, c1 = c0 + chunk < C ? c0 + chunk : C;
+        float acc[64];
+        memset(acc, 0, sizeof(acc));
+        for (int i = 0; i < N; i++) {
+            const float *row = a + (size_t)i * C;
+            for (int c = c0; c < c1; c++) acc[c - c0] += row[c];
+        }
+        for (int c = c0; c < c1; c++) out[c] += acc[c - c0];
+    }
+}
+
+// dinp (N,C) += d/dinp; dweight (C) += ...; dbias (C) += ... .
+static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                               const float *weight, const float *mean, const float *rstd, int N, int C) {
+#pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        const float *d = dout + (size_t)i * C;
+        const float *x = inp + (size_t)i * C;
+        float m = mean[i], s = rstd[i];
+        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * s;
+            float dnorm = weight[c] * d[c];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
+        dnorm_mean /= C;
+        dnorm_norm_mean /= C;
+        float *di = dinp + (size_t)i * C;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * s;
+            float dnorm = weight[c] * d[c];
+            di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+    }
+    // parameter gradients: column reductions, parallel over channel chunks
+    const int chunk = 64;
+    int nchunks = (C + chunk - 1) / chunk;
+#pragma omp parallel for
+    for (int ch = 0; ch < nchunks; ch++) {
+        int c0 = ch * chunk, c1 = c0 + chunk < C ? c0 + chunk : C;
+        float dw[64], db[64];
+        memset(dw, 0, sizeof(dw));
+        memset(db, 0, sizeof(db));
+        for (int i = 0; i < N; i++) {
+            const float *d = dout + (size_t)i * C;
+            const float *x = inp + (size_t)i * C;
+            float m = mean[i], s = rstd[i];
+            for (int c = c0; c < c1; c++) {
+                dw[c - c0] += (x[c] - m) * s * d[c];
+                db[c - c0] += d[c];
+            }
+        }
+        for (int c = c0; c < c1; c++) { dweight[c] += dw[c - c0]; dbias[c] += db[c - c0]; }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// linear layers: out (N,OC) = inp (N,IC) @ weight(OC,IC)^T + bias (OC)
+
+// out = (residual ? residual : 0) + bias + inp @ weight^T. With a residual
+// this fuses the residual add into the matmul (beta = 1).
+static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
+                           const float *residual, int N, int IC, int OC) {
+#pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        float *o = out + (size_t)i * OC;
+        const float *r = residual ? residual + (size_t)i * OC : NULL;
+        for (int j = 0; j < OC; j++) o[j] = (bias ? bias[j] : 0.0f) + (r ? r[j] : 0.0f);
+    }
+    matmul(0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, 1.0f, out, OC);
+}
+
+// dinp (N,IC) = dout @ weight (overwritten, or += when accumulate_dinp);
+// dweight (OC,IC) += dout^T @ inp; dbias (OC) += column sums of dout.
+static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                            const float *weight, int N, int IC, int OC, int accumulate_dinp) {
+    matmul(0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, accumulate_dinp ? 1.0f : 0.0f, dinp, IC);
+    matmul(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+    if (dbias) column_sum_accumulate(dbias, dout, N, OC);
+}
+
+// ---------------------------------------------------------------------------
+// causal self-attention; qkv (B,T,3C) holds q | k | v, head h at [h*hs, (h+1)*hs)
+
+// out (B,T,C); att (B,NH,T,T) saves the softmax probabilities (zero above the diagonal).
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t C3 = 3 * (size_t)C;
+#pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+            const float *k = q + C;
+            const float *v = q + 2 * C;
+            float *p = att + ((size_t)b * NH + h) * T * T;
+            // p (T,T) = q @ k^T, lower triangle only used
+            matmul(0, 1, T, T, hs, scale, q, (int)C3, k, (int)C3, 0.0f, p, T);
+            for (int t = 0; t < T; t++) {
+                float *row = p + (size_t)t * T;
+                float mx = -INFINITY;
+                for (int u = 0; u <= t; u++) mx = row[u] > mx ? row[u] : mx;
+                float sum = 0.0f;
+                for (int u = 0; u <= t; u++) { row[u] = expf(row[u] - mx); sum += row[u]; }
+                float inv = 1.0f / sum;
+                for (int u = 0; u <= t; u++) row[u] *= inv;
+                for (int u = t + 1; u < T; u++) row[u] = 0.0f;
+            }
+            // out (T,hs) = p @ v
+            matmul(0, 0, T, hs, T, 1.0f, p, T, v, (int)C3, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
+        }
+    }
+}
+
+// dqkv (B,T,3C) overwritten; scratch: omp_threads() * T * T floats.
+static void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
+                               int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t C3 = 3 * (size_t)C;
+#pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+            const float *k = q + C, *v = q + 2 * C;
+            float *dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs;
+            float *dk = dq + C, *dv = dq + 2 * C;
+            const float *p = att + ((size_t)b * NH + h) * T * T;
+            const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
+            float *ds = scratch + (size_t)omp_thread_id() * T * T;
+            // dp (T,T) = dO @ v^T
+            matmul(0, 1, T, T, hs, 1.0f, dO, C, v, (int)C3, 0.0f, ds, T);
+            // ds = p * (dp - sum_u p*dp), causal part only
+            for (int t = 0; t < T; t++) {
+                float *row = ds + (size_t)t * T;
+                const float *prow = p + (size_t)t * T;
+                float dot = 0.0f;
+                for (int u = 0; u <= t; u++) dot += prow[u] * row[u];
+                for (int u = 0; u <= t; u++) row[u] = prow[u] * (row[u] - dot);
+                for (int u = t + 1; u < T; u++) row[u] = 0.0f;
+            }
+            matmul(0, 0, T, hs, T, scale, ds, T, k, (int)C3, 0.0f, dq, (int)C3);   // dq = ds @ k * scale
+            matmul(1, 0, T, hs, T, scale, ds, T, q, (int)C3, 0.0f, dk, (int)C3);   // dk = ds^T @ q * scale
+            matmul(1, 0, T, hs, T, 1.0f, p, T, dO, C, 0.0f, dv, (int)C3);          // dv = p^T @ dO
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// GELU, tanh approximation
+
+#define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrt(2 / pi)
+
+static void gelu_forward(float *out, const float *inp, size_t n) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float cube = 0.044715f * x * x * x;
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + cube)));
+    }
+}
+
+// dinout (n): on entry d/d(gelu output), on exit d/d(gelu input).
+static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float cube = 0.044715f * x * x * x;
+        float arg = GELU_SCALING_FACTOR * (x + cube);
+        float th = tanhf(arg);
+        float sech2 = 1.0f - th * th;
+        float local = 0.5f * (1.0f + th) + x * 0.5f * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
+        dinout[i] *= local;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// classifier: logits (N,V) = x (N,C) @ wte[:V]^T, softmax cross-entropy, and
+// (when dloss != 0) its backward in place: logits <- dloss * (softmax - onehot).
+// Only the V real rows of wte are touched; padded rows never enter.
+
+// losses (N) per position; returns their sum. targets may be NULL (no loss).
+static double softmax_crossentropy(float *logits, float *losses, const int *targets, int N, int V, float dloss) {
+    double total = 0.0;
+#pragma omp parallel for reduction(+ : total)
+    for (int i = 0; i < N; i++) {
+        float *row = logits + (size_t)i * V;
+        float mx = -INFINITY;
+        for (int v = 0; v < V; v++) mx = row[v] > mx ? row[v] : mx;
+        float sum = 0.0f;
+        for (int v = 0; v < V; v++) sum += expf(row[v] - mx);
+        float lse = mx + logf(sum);
+        if (!targets) continue;
+        int y = targets[i];
+        losses[i] = lse - row[y];
+        total += losses[i];
+        if (dloss != 0.0f) {
+            for (int v = 0; v < V; v++) row[v] = expf(row[v] - lse) * dloss;
+            row[y] -= dloss;
+        }
+    }
+    return total;
+}
+
+#endif  // LLMC_CPU_LAYERS_H

@@ -1,0 +1,67 @@
+// optimizer.h: AdamW (decoupled weight decay on 2-D tensors only, bias
+// correction) and the global gradient norm, on ranges of the flat parameter
+// buffer. ZeRO shards are ranges too: a rank updates [begin, end) with its own
+// optimizer state, indexed from begin. The update follows torch.optim.AdamW's
+// arithmetic order so the CPU trainer matches PyTorch to rounding.
+#ifndef LLMC_OPTIMIZER_H
+#define LLMC_OPTIMIZER_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "model.h"
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    int step;  // 1-based step number, for bias correction
+} AdamWConfig;
+
+// Sum of squares of g[0..n) in double. Deterministic for a given thread count.
+static double sum_of_squares(const float *g, int64_t n) {
+    double total = 0.0;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+    for (int64_t i = 0; i < n; i++) total += (double)g[i] * (double)g[i];
+    return total;
+}
+
+// Clip coefficient as torch.nn.utils.clip_grad_norm_: min(1, clip / (norm + 1e-6)); clip 0 = off.
+static inline float grad_clip_scale(float norm, float clip) {
+    if (clip <= 0.0f) return 1.0f;
+    float s = clip / (norm + 1e-6f);
+    return s < 1.0f ? s : 1.0f;
+}
+
+// One AdamW step on params[begin, end). grads are indexed like params (or, if
+// grads_local, from begin); m and v are indexed from begin. grad_scale
+// multiplies every gradient (the clip coefficient).
+static void adamw_update_range(const ParamLayout *pl, float *params, const float *grads, int grads_local,
+                               float *m, float *v, int64_t begin, int64_t end, const AdamWConfig *cfg,
+                               float grad_scale) {
+    float bc1 = 1.0f - powf(cfg->beta1, (float)cfg->step);
+    float bc2_sqrt = sqrtf(1.0f - powf(cfg->beta2, (float)cfg->step));
+    float step_size = cfg->lr / bc1;
+    for (int ti = 0; ti < pl->num_tensors; ti++) {
+        const ParamTensor *t = &pl->tensors[ti];
+        // the tensor plus its alignment gap, clipped to [begin, end)
+        int64_t t_end = ti + 1 < pl->num_tensors ? pl->tensors[ti + 1].offset : pl->num_elements;
+        int64_t lo = t->offset > begin ? t->offset : begin;
+        int64_t hi = t_end < end ? t_end : end;
+        if (lo >= hi) continue;
+        float decay = t->decay ? 1.0f - cfg->lr * cfg->weight_decay : 1.0f;
+        const float *g = grads_local ? grads - begin : grads;
+        float *mm = m - begin, *vv = v - begin;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = lo; i < hi; i++) {
+            float gi = g[i] * grad_scale;
+            float p = params[i] * decay;
+            float mi = mm[i] + (1.0f - cfg->beta1) * (gi - mm[i]);
+            float vi = cfg->beta2 * vv[i] + (1.0f - cfg->beta2) * gi * gi;
+            mm[i] = mi;
+            vv[i] = vi;
+            float denom = sqrtf(vi) / bc2_sqrt + cfg->eps;
+            params[i] = p - step_size * (mi / denom);
+        }
+    }
+}
+
+#endif  // LLMC_OPTIMIZER_H
