@@ -13,7 +13,7 @@
 
 #include "cpu_layers.h"
 #include "model.h"
-#include "rand.h"
+#include "model_init.h"
 
 typedef struct {
     void *ctx;
@@ -70,38 +70,6 @@ static void gpt_init(GPT *m, const GPTConfig *cfg) {
     m->grads = (float *)alignedMallocCheck(sizeof(float) * (size_t)m->layout.num_elements);
     memset(m->params, 0, sizeof(float) * (size_t)m->layout.num_elements);
     memset(m->grads, 0, sizeof(float) * (size_t)m->layout.num_elements);
-}
-
-// GPT-2 initialisation: matmul weights and embeddings normal(0, 0.02), the two
-// residual projections scaled by 1/sqrt(2L), biases 0, LayerNorm weights 1.
-// Tensors are drawn in layout order from one stream, so any program that
-// follows the layout gets the same weights from the same seed.
-static void gpt_init_random(GPT *m, uint64_t seed) {
-    Rng rng;
-    rng_seed(&rng, seed);
-    const ParamLayout *pl = &m->layout;
-    float resid_std = 0.02f / sqrtf(2.0f * (float)m->cfg.num_layers);
-    memset(m->params, 0, sizeof(float) * (size_t)pl->num_elements);
-    for (int i = 0; i < pl->num_tensors; i++) {
-        const ParamTensor *t = &pl->tensors[i];
-        float *p = m->params + t->offset;
-        switch (t->kind) {
-            case PK_LN1W: case PK_LN2W: case PK_LNFW:
-                for (int64_t j = 0; j < t->numel; j++) p[j] = 1.0f;
-                break;
-            case PK_ATTPROJW: case PK_FCPROJW:
-                rng_normal_fill(&rng, p, t->numel, resid_std);
-                break;
-            case PK_WTE:  // padded rows stay zero
-                rng_normal_fill(&rng, p, (int64_t)m->cfg.vocab_size * m->cfg.channels, 0.02f);
-                break;
-            case PK_WPE: case PK_QKVW: case PK_FCW:
-                rng_normal_fill(&rng, p, t->numel, 0.02f);
-                break;
-            default:  // biases
-                break;
-        }
-    }
 }
 
 static void gpt_activations_free(GPTActivations *a) {
