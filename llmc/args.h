@@ -70,7 +70,7 @@ static inline void flag_set(const FlagSpec *f, void *opts, const char *value) {
             }
             if (!ok) die_usage("--%s: '%s' is not one of %s", f->name, value, f->choices);
         }
-        /* fall through: store the string */
+        /* fall through */  // store the string
         case FLAG_STRING:
             if (strlen(value) >= FLAG_STR_MAX) die_usage("--%s: value is too long", f->name);
             snprintf(field, FLAG_STR_MAX, "%s", value);
