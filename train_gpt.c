@@ -1,0 +1,196 @@
+// train_gpt.c: the CPU trainer. fp32 GPT-2 forward and backward (llmc/gpt_cpu.h),
+// AdamW with global-norm clipping and a learning-rate schedule, gradient
+// accumulation to a total batch in tokens, validation and sampling, llm.c model
+// files in and out. It is the correctness reference for the GPU trainer
+// (train_gpt.cu), which takes the same flags (llmc/train_options.h) and writes
+// the same logs (llmc/logger.h).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "llmc/dataloader.h"
+#include "llmc/gpt_cpu.h"
+#include "llmc/logger.h"
+#include "llmc/modelfile.h"
+#include "llmc/optimizer.h"
+#include "llmc/sampler.h"
+#include "llmc/schedule.h"
+#include "llmc/train_options.h"
+
+static const char *SUMMARY =
+    "Train a GPT-2 on the CPU (fp32, OpenMP). Data: llm.c token shards (see ./tokenize).\n"
+    "Example: ./train_gpt --data-train 'data/default/*train*.bin' --model d12 --steps 100";
+
+// The model shape: a preset, or the header of a model file, then any explicit
+// overrides (which a model file must agree with).
+static GPTConfig build_config(const TrainOptions *o, int *from_file) {
+    GPTConfig cfg;
+    *from_file = !gpt_config_preset(o->model, &cfg);
+    if (*from_file) {
+        if (access(o->model, R_OK) != 0) die_usage("--model: '%s' is neither a preset (d12|d24|d36|d48) nor a readable file", o->model);
+        modelfile_read_config(o->model, &cfg);
+    }
+    struct { int value; int *field; const char *flag; } overrides[] = {
+        {o->n_layer, &cfg.num_layers, "--n-layer"}, {o->n_embd, &cfg.channels, "--n-embd"},
+        {o->n_head, &cfg.num_heads, "--n-head"}, {o->vocab_size, &cfg.vocab_size, "--vocab-size"},
+        {o->max_seq_len, &cfg.max_seq_len, "--max-seq-len"},
+    };
+    for (size_t i = 0; i < sizeof(overrides) / sizeof(overrides[0]); i++) {
+        if (overrides[i].value == 0) continue;
+        if (*from_file && overrides[i].value != *overrides[i].field)
+            die_usage("%s %d disagrees with the model file '%s' (%d)", overrides[i].flag, overrides[i].value, o->model,
+                      *overrides[i].field);
+        *overrides[i].field = overrides[i].value;
+    }
+    if (!*from_file) cfg.padded_vocab_size = pad_vocab(cfg.vocab_size);
+    const char *problem = gpt_config_problem(&cfg);
+    if (problem) die_usage("bad model shape: %s", problem);
+    return cfg;
+}
+
+// Mean loss over eval_batches batches of the validation data (from its start).
+static float evaluate(GPT *m, DataLoader *val, int *x, int *y, int B, int T, int batches) {
+    dataloader_reset(val);
+    double total = 0.0;
+    for (int i = 0; i < batches; i++) {
+        dataloader_next(val, x, y);
+        total += gpt_forward(m, x, y, B, T, 0.0f);
+    }
+    return (float)(total / batches);
+}
+
+// Generates n tokens from the end-of-text token (the last id) and prints them:
+// as bytes for a byte-level vocabulary (ids < 256), otherwise as ids.
+static void print_sample(GPT *m, int T, int n, float temperature, Rng *rng) {
+    int V = m->cfg.vocab_size;
+    int *ctx = (int *)callocCheck((size_t)T, sizeof(int));
+    int len = 1;
+    ctx[0] = V - 1;
+    printf("---- sample ----\n");
+    for (int i = 0; i < n; i++) {
+        gpt_forward(m, ctx, NULL, 1, T, 0.0f);  // causal: positions >= len do not affect len-1
+        int next = sample_token(m->acts.logits + (size_t)(len - 1) * V, V, temperature, rng);
+        if (next < 256 && V <= 257) putchar(next);
+        else printf("<%d>", next);
+        if (len == T) { memmove(ctx, ctx + 1, sizeof(int) * (size_t)(T - 1)); len--; }
+        ctx[len++] = next;
+    }
+    printf("\n----------------\n");
+    fflush(stdout);
+    free(ctx);
+}
+
+static void make_dir(const char *path) {
+    if (mkdir(path, 0755) != 0 && access(path, W_OK) != 0) die_usage("--out-dir: cannot create '%s'", path);
+}
+
+int main(int argc, char **argv) {
+    TrainOptions o;
+    train_options_parse(argc, argv, &o, SUMMARY);
+    matmul_set_backend(o.matmul);
+    const int rank = 0, world = 1;
+
+    int from_file;
+    GPTConfig cfg = build_config(&o, &from_file);
+    int B = o.batch_size, T = o.seq_len;
+    if (T > cfg.max_seq_len) die_usage("--seq-len %d exceeds the model's max-seq-len %d", T, cfg.max_seq_len);
+    long long micro_tokens = (long long)B * T * world;
+    long long total_tokens = o.total_batch_tokens ? o.total_batch_tokens : micro_tokens;
+    if (total_tokens % micro_tokens != 0)
+        die_usage("--total-batch-tokens %lld is not a multiple of batch-size x seq-len x ranks = %lld", total_tokens,
+                  micro_tokens);
+    int accum = (int)(total_tokens / micro_tokens);
+    if (o.eval_every > 0 && o.data_val[0] == '\0') die_usage("--eval-every needs --data-val");
+
+    GPT model;
+    gpt_init(&model, &cfg);
+    if (from_file) modelfile_load(o.model, &model.layout, model.params);
+    else gpt2_init_params(&model.layout, model.params, (uint64_t)o.seed);
+
+    DataLoader train_loader, val_loader;
+    dataloader_init(&train_loader, o.data_train, B, T, rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 4);
+    int have_val = o.data_val[0] != '\0';
+    if (have_val) dataloader_init(&val_loader, o.data_val, B, T, rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 2);
+
+    int64_t nelem = model.layout.num_elements;
+    float *adam_m = (float *)alignedMallocCheck(sizeof(float) * (size_t)nelem);
+    float *adam_v = (float *)alignedMallocCheck(sizeof(float) * (size_t)nelem);
+    memset(adam_m, 0, sizeof(float) * (size_t)nelem);
+    memset(adam_v, 0, sizeof(float) * (size_t)nelem);
+    int *x = (int *)mallocCheck(sizeof(int) * (size_t)B * T);
+    int *y = (int *)mallocCheck(sizeof(int) * (size_t)B * T);
+    gpt_alloc_activations(&model, B, T);
+
+    double peak_gflops = o.peak_tflops > 0 ? o.peak_tflops * 1e3 : matmul_measure_gflops(1024, 3);
+    double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)total_tokens;
+    printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d | %.2fM parameters%s%s\n", cfg.num_layers,
+           cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len,
+           model.layout.num_params / 1e6, from_file ? " | from " : "", from_file ? o.model : "");
+    printf("batch: B=%d T=%d x %d ranks x %d accumulation = %lld tokens/step | %d steps\n", B, T, world, accum,
+           total_tokens, o.steps);
+    printf("data: %lld train tokens in %d shards%s\n", (long long)train_loader.num_tokens, train_loader.num_shards,
+           have_val ? " | validation data given" : "");
+    printf("memory: params %.1f MB, grads %.1f MB, AdamW %.1f MB, activations %.1f MB\n", nelem * 4 / 1e6,
+           nelem * 4 / 1e6, nelem * 8 / 1e6, model.acts.num_floats * 4 / 1e6);
+    printf("compute: %d threads, matmul %s, peak %.1f GFLOP/s (%s), %.2f GFLOP/step\n", omp_threads(),
+           matmul_backend_name(), peak_gflops, o.peak_tflops > 0 ? "--peak-tflops" : "measured sgemm",
+           flops_per_step * 1e-9);
+    fflush(stdout);
+
+    Logger log;
+    logger_open(&log, o.log_json, rank == 0);
+    LrSchedule sched = {lr_schedule_kind(o.lr_schedule), o.lr, o.min_lr_frac, o.decay_frac, o.warmup_steps, o.steps};
+    Rng sample_rng;
+    rng_seed(&sample_rng, (uint64_t)o.seed ^ 0x5a5a5a5aULL);
+    float dloss = 1.0f / (float)((double)B * T * accum * world);
+
+    for (int step = 0; step <= o.steps; step++) {
+        int last = step == o.steps;
+        if (have_val && o.eval_every > 0 && (step % o.eval_every == 0 || last))
+            logger_eval(&log, step, evaluate(&model, &val_loader, x, y, B, T, o.eval_batches));
+        if (o.sample_every > 0 && (step % o.sample_every == 0 || last) && rank == 0)
+            print_sample(&model, T, o.sample_tokens, o.temperature, &sample_rng);
+        if (last) break;
+
+        double t0 = wall_seconds();
+        gpt_zero_grad(&model);
+        double loss = 0.0;
+        for (int micro = 0; micro < accum; micro++) {
+            dataloader_next(&train_loader, x, y);
+            loss += gpt_forward(&model, x, y, B, T, dloss);
+            gpt_backward(&model);
+        }
+        loss /= accum;
+        float norm = (float)sqrt(sum_of_squares(model.grads, nelem));
+        float lr = lr_at_step(&sched, step);
+        AdamWConfig ac = {lr, o.beta1, o.beta2, o.eps, o.weight_decay, step + 1};
+        adamw_update_range(&model.layout, model.params, model.grads, 0, adam_m, adam_v, 0, nelem, &ac,
+                           grad_clip_scale(norm, o.grad_clip));
+        double ms = (wall_seconds() - t0) * 1e3;
+        if ((step + 1) % o.log_every == 0 || step + 1 == o.steps) {
+            StepRecord r = {step, o.steps, (float)loss, lr, norm, total_tokens, ms,
+                            flops_per_step / (ms * 1e-3) / (peak_gflops * 1e9)};
+            logger_step(&log, &r);
+        }
+    }
+
+    if (o.out_dir[0]) {
+        make_dir(o.out_dir);
+        char path[FILENAME_MAX];
+        snprintf(path, sizeof(path), "%s/model_final.bin", o.out_dir);
+        modelfile_save(path, &model.layout, model.params);
+        printf("saved %s\n", path);
+    }
+    if (o.save_model[0]) {
+        modelfile_save(o.save_model, &model.layout, model.params);
+        printf("saved %s\n", o.save_model);
+    }
+    logger_close(&log);
+    dataloader_free(&train_loader);
+    if (have_val) dataloader_free(&val_loader);
+    free(adam_m);
+    free(adam_v);
+    free(x);
+    free(y);
+    gpt_free(&model);
+    return 0;
+}
