@@ -281,7 +281,8 @@ static inline void dataloader_restore(DataLoader *dl, const DataLoaderState *s) 
                   s->B, s->T, s->world, s->shuffle, (unsigned long long)s->seed, (long long)s->num_samples, dl->B,
                   dl->T, dl->world, dl->shuffle, (unsigned long long)dl->seed, (long long)dl->num_samples,
                   dl->pattern);
-    if (s->epoch < 0 || s->batch < 0 || s->batch >= dl->batches_per_epoch)
+    if (s->epoch < 0 || s->epoch > INT64_MAX / dl->batches_per_epoch - 1 || s->batch < 0 ||
+        s->batch >= dl->batches_per_epoch)
         die_usage("data loader state: batch %lld of epoch %lld is outside an epoch of %lld batches",
                   (long long)s->batch, (long long)s->epoch, (long long)dl->batches_per_epoch);
     dl_seek(dl, s->epoch * dl->batches_per_epoch + s->batch);
