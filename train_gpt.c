@@ -80,7 +80,9 @@ static void print_sample(GPT *m, int T, int n, float temperature, Rng *rng) {
 }
 
 static void make_dir(const char *path) {
-    if (mkdir(path, 0755) != 0 && access(path, W_OK) != 0) die_usage("--out-dir: cannot create '%s'", path);
+    struct stat st;
+    if (mkdir(path, 0755) != 0 && (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)))
+        die_usage("--out-dir: cannot create directory '%s'", path);
 }
 
 int main(int argc, char **argv) {
