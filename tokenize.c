@@ -40,7 +40,7 @@ static const FlagSpec FLAGS[] = {
     {"gpt2", FLAG_STRING, offsetof(Options, gpt2), "", NULL, 0, 0,
      "tokenizer: DIR holding encoder.json + vocab.bpe (GPT-2's, or one written by --train-vocab)"},
     {"bytes", FLAG_BOOL, offsetof(Options, bytes), "0", NULL, 0, 1,
-     "tokenizer: bytes (ids 0..255, EOT 256, vocab 257), no files needed"},
+     "tokenizer: bytes (ids 0..255, EOT 256, vocab 257), no files needed; bare --bytes means 1"},
     {"raw", FLAG_STRING, offsetof(Options, raw), "", NULL, 0, 0,
      "IN OUT (two values): write the ids of text file IN to OUT as raw little-endian uint16 (uint32 if the vocab needs it), nothing added"},
     {"out-dir", FLAG_STRING, offsetof(Options, out_dir), "", NULL, 0, 0,
@@ -55,7 +55,7 @@ static const FlagSpec FLAGS[] = {
     {"threads", FLAG_INT, offsetof(Options, threads), "1", NULL, 1, 256, "encoding threads (output is the same for any count)"},
     {"train-vocab", FLAG_INT, offsetof(Options, train_vocab), "0", NULL, 0, 1 << 24,
      "learn a BPE vocabulary of N tokens (256 bytes + merges + EOT) from the input, write it to --out-dir"},
-    {"bench", FLAG_BOOL, offsetof(Options, bench), "0", NULL, 0, 1, "print the encoding speed (MB/s)"},
+    {"bench", FLAG_BOOL, offsetof(Options, bench), "0", NULL, 0, 1, "print the encoding speed (MB/s) of --raw; bare --bench means 1"},
 };
 
 static const char *SUMMARY =

@@ -29,7 +29,8 @@
 #define TOKENIZER_EOT_STRING "<|endoftext|>"
 #define TOKENIZER_MAX_TOKEN_BYTES 255      // llm.c's .bin stores a uint8 length
 #define TOKENIZER_CACHE_MAX_WORD 256       // longer pre-tokens bypass the word cache
-#define TOKENIZER_CACHE_MAX_ENTRIES (1u << 22)
+#define TOKENIZER_CACHE_MAX_ENTRIES (1u << 22)  // a full word cache is emptied and refilled
+#define TOKENIZER_CACHE_MAX_IDS (1u << 26)
 
 // ---------------------------------------------------------------------------
 // growable uint32 vector
@@ -537,7 +538,7 @@ static inline void tokenizer_encode(const Tokenizer *t, WordCache *c, const uint
             uint64_t h = tok_hash_bytes(s + i, len);
             BytesMapEntry *e = bytesmap_find(&c->words, s + i, len, h);
             if (!e) {
-                if (c->words.count >= TOKENIZER_CACHE_MAX_ENTRIES) {
+                if (c->words.count >= TOKENIZER_CACHE_MAX_ENTRIES || c->pool.len >= TOKENIZER_CACHE_MAX_IDS) {
                     bytesmap_clear(&c->words);
                     c->pool.len = 0;
                 }
