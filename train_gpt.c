@@ -14,6 +14,7 @@
 #include "llmc/optimizer.h"
 #include "llmc/sampler.h"
 #include "llmc/schedule.h"
+#include "llmc/tokenizer.h"
 #include "llmc/train_options.h"
 
 static const char *SUMMARY =
@@ -58,18 +59,22 @@ static float evaluate(GPT *m, DataLoader *val, int *x, int *y, int B, int T, int
     return (float)(total / batches);
 }
 
-// Generates n tokens from the end-of-text token (the last id) and prints them:
-// as bytes for a byte-level vocabulary (ids < 256), otherwise as ids.
-static void print_sample(GPT *m, int T, int n, float temperature, Rng *rng) {
+// Generates n tokens after the end-of-text token and prints them, decoded by
+// the tokenizer when one is given, else as bytes for a byte-level vocabulary
+// (ids < 256), else as <id>.
+static void print_sample(GPT *m, const Tokenizer *tok, int T, int n, float temperature, Rng *rng) {
     int V = m->cfg.vocab_size;
     int *ctx = (int *)callocCheck((size_t)T, sizeof(int));
     int len = 1;
-    ctx[0] = V - 1;
+    ctx[0] = tok ? (int)tokenizer_eot(tok) : V - 1;
     printf("---- sample ----\n");
     for (int i = 0; i < n; i++) {
         gpt_forward(m, ctx, NULL, 1, T, 0.0f);  // causal: positions >= len do not affect len-1
         int next = sample_token(m->acts.logits + (size_t)(len - 1) * V, V, temperature, rng);
-        if (next < 256 && V <= 257) putchar(next);
+        size_t nbytes;
+        const char *bytes = tok && next < (int)tokenizer_vocab_size(tok) ? tokenizer_decode(tok, (uint32_t)next, &nbytes) : NULL;
+        if (bytes) fwrite(bytes, 1, nbytes, stdout);
+        else if (next < 256 && V <= 257) putchar(next);
         else printf("<%d>", next);
         if (len == T) { memmove(ctx, ctx + 1, sizeof(int) * (size_t)(T - 1)); len--; }
         ctx[len++] = next;
@@ -118,6 +123,14 @@ int main(int argc, char **argv) {
     float *adam_v = (float *)alignedMallocCheck(sizeof(float) * (size_t)nelem);
     memset(adam_m, 0, sizeof(float) * (size_t)nelem);
     memset(adam_v, 0, sizeof(float) * (size_t)nelem);
+    Tokenizer tokenizer;
+    int have_tokenizer = o.tokenizer[0] != '\0';
+    if (have_tokenizer) {
+        tokenizer_load(&tokenizer, o.tokenizer);
+        if ((int)tokenizer_vocab_size(&tokenizer) > cfg.vocab_size)
+            die_usage("--tokenizer '%s' has %u tokens, more than the model's vocabulary %d", o.tokenizer,
+                      tokenizer_vocab_size(&tokenizer), cfg.vocab_size);
+    }
     int *x = (int *)mallocCheck(sizeof(int) * (size_t)B * T);
     int *y = (int *)mallocCheck(sizeof(int) * (size_t)B * T);
     gpt_alloc_activations(&model, B, T);
@@ -150,7 +163,7 @@ int main(int argc, char **argv) {
         if (have_val && o.eval_every > 0 && (step % o.eval_every == 0 || last))
             logger_eval(&log, step, evaluate(&model, &val_loader, x, y, B, T, o.eval_batches));
         if (o.sample_every > 0 && (step % o.sample_every == 0 || last) && rank == 0)
-            print_sample(&model, T, o.sample_tokens, o.temperature, &sample_rng);
+            print_sample(&model, have_tokenizer ? &tokenizer : NULL, T, o.sample_tokens, o.temperature, &sample_rng);
         if (last) break;
 
         double t0 = wall_seconds();
@@ -187,6 +200,7 @@ int main(int argc, char **argv) {
         printf("saved %s\n", o.save_model);
     }
     logger_close(&log);
+    if (have_tokenizer) tokenizer_free(&tokenizer);
     dataloader_free(&train_loader);
     if (have_val) dataloader_free(&val_loader);
     free(adam_m);
