@@ -79,7 +79,7 @@ PROGRAMS := train_gpt tokenize
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
-.PHONY: all test debug run bench clean
+.PHONY: all test test-all debug run bench clean
 all: $(PROGRAMS) $(TEST_BINS)
 
 # The release binaries live at the top level (./train_gpt); sanitizer and debug
@@ -104,6 +104,10 @@ $(BUILD)/tests/%: tests/%.c
 # make test: build everything, run every test, print "N passed, N failed".
 test: $(addprefix $(BUILD)/,$(PROGRAMS)) $(TEST_BINS)
 	BUILD=$(BUILD) HAVE_MPI=$(HAVE_MPI) bash tests/run_tests.sh
+
+# CI's command: the suite in a normal, an ASan and a UBSan build, one tally.
+test-all:
+	bash tests/run_all.sh
 
 debug:
 	$(MAKE) DEBUG=1 BUILD=build-debug build-debug/train_gpt
