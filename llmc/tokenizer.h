@@ -843,6 +843,7 @@ static inline void tokenizer_load_bin(Tokenizer *t, const char *path) {
     size_t pos = sizeof(h);
     for (uint32_t i = 0; i < V; i++) {
         if (pos >= len || pos + 1 + buf[pos] > len) die_usage("'%s' is truncated at token %u", path, i);
+        if (buf[pos] == 0) die_usage("'%s': token %u has length 0", path, i);
         lens[i] = buf[pos];
         toks[i] = buf + pos + 1;
         pos += 1 + lens[i];

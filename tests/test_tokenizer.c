@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "llmc/rand.h"
@@ -119,6 +120,68 @@ static void test_bin_roundtrip(const Tokenizer *t, const char *what) {
     test_result(same_decode_tables(t, &b) && !b.can_encode, "%s: llm.c tokenizer .bin round trip", what);
     tokenizer_free(&b);
     unlink(path);
+}
+
+// tokenizer_load(path) in a child process must exit 2 with one stderr line naming path.
+static void expect_load_exit2(const char *path, const char *what) {
+    char err_path[] = "/tmp/test_tokenizer_err_XXXXXX";
+    int fd = mkstemp(err_path);
+    CHECK(fd >= 0, "mkstemp");
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        dup2(fd, 2);
+        Tokenizer t;
+        tokenizer_load(&t, path);
+        _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    size_t n;
+    char *err = (char *)tokenizer_read_file(err_path, &n);
+    int lines = 0;
+    for (size_t i = 0; i < n; i++) lines += err[i] == '\n';
+    if (n > 0 && err[n - 1] == '\n') err[n - 1] = '\0';
+    test_result(WIFEXITED(status) && WEXITSTATUS(status) == 2 && lines == 1 && strstr(err, path) != NULL,
+                "bad tokenizer file (%s): exit 2, one line naming it (%.200s)", what, err);
+    free(err);
+    close(fd);
+    unlink(err_path);
+}
+
+static void test_bad_bin(void) {
+    char path[] = "/tmp/test_tokenizer_bad_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    close(fd);
+    // 1030 bytes (then padding): header, tokens "a" "b" "c"
+    struct { uint32_t header[256]; uint8_t tokens[6]; } file = {{TOKENIZER_BIN_MAGIC, 2, 3, 2}, {1, 'a', 1, 'b', 1, 'c'}};
+    static const struct { int field; uint32_t value; size_t size; const char *what; } cases[] = {
+        {0, 12345, 1030, "bad magic"},      {1, 3, 1030, "version 3"},
+        {3, 3, 1030, "eot >= vocab size"}, {2, 4, 1030, "truncated token table"},
+        {2, 3, 100, "truncated header"},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        uint32_t saved = file.header[cases[c].field];
+        file.header[cases[c].field] = cases[c].value;
+        FILE *f = fopenCheck(path, "wb");
+        fwriteExact(&file, 1, cases[c].size, f, path);
+        fcloseCheck(f, path);
+        expect_load_exit2(path, cases[c].what);
+        file.header[cases[c].field] = saved;
+    }
+    FILE *f = fopenCheck(path, "wb");
+    fwriteExact(&file, 1, 1030, f, path);
+    fcloseCheck(f, path);
+    Tokenizer t;
+    tokenizer_load(&t, path);
+    size_t len;
+    const char *b = tokenizer_decode(&t, 1, &len);
+    test_result(t.vocab_size == 3 && t.eot == 2 && len == 1 && b[0] == 'b', "hand-made llm.c tokenizer .bin loads");
+    tokenizer_free(&t);
+    unlink(path);
+    expect_load_exit2("/nonexistent/tokenizer.bin", "missing file");
 }
 
 // A corpus of many short lines: shakespeare's start when present, else words
@@ -249,6 +312,7 @@ static void test_gpt2(void) {
 int main(void) {
     test_pretokenize();
     test_bytes_tokenizer();
+    test_bad_bin();
     test_trainer();
     test_gpt2();
     return test_exit_code();
