@@ -71,7 +71,7 @@ static int split_args(int argc, char **argv, char **flag_argv, const char **inpu
     *n_inputs = 0;
     for (int a = 1; a < argc; a++) {
         const char *arg = argv[a];
-        if (strncmp(arg, "--", 2) != 0 || strcmp(arg, "--") == 0) {
+        if (strncmp(arg, "--", 2) != 0) {
             if (strcmp(arg, "-h") == 0) flag_argv[nf++] = argv[a];
             else inputs[(*n_inputs)++] = arg;
             continue;

@@ -3,7 +3,8 @@
 # ids on every fixture (SKIP without ../shared/data), --threads 2 output equals
 # 1 thread, --train-vocab writes a vocabulary that compresses its corpus, shard
 # layout (val split, shard size, EOT before each document, --doc-sep, stdin,
-# zstd), and every bad input exits 2 with one stderr line naming the file or flag.
+# zstd, uint32 ids above 65536 tokens), and every bad input exits 2 with one
+# stderr line naming the file or flag.
 set -u
 cd "$(dirname "$0")/.."
 BIN=${BUILD:-build}/tokenize
@@ -83,6 +84,25 @@ printf 'hi' | "$BIN" --bytes --out-dir "$dir/stdin" >"$dir/out" 2>&1
 # two input files are two documents (16 bytes + EOT each); the val shard takes them whole here
 "$BIN" --bytes --val-tokens 100 --out-dir "$dir/two" "$dir/fort.txt" "$dir/fort.txt" >"$dir/out" 2>&1
 [ "$(header_ints "$dir/two/data_val_000000.bin" 2>/dev/null)" = "20240520 1 34" ] && pass two_files_two_documents || fail two_files_two_documents "$(head -c 300 "$dir/out")"
+
+# --- a vocabulary above 65536 tokens (bytes + 65300 unused tokens + EOT): uint32 ids
+mkdir -p "$dir/big"
+awk 'BEGIN { n = 0; printf "{";
+    for (b = 0; b < 256; b++) {
+        cp = ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174) ? b : 256 + n++;
+        printf "%s\"%s\": %d", (b ? ", " : ""), (cp == 34 ? "\\\"" : cp == 92 ? "\\\\" : sprintf("\\u%04x", cp)), b }
+    for (i = 0; i < 65300; i++) printf ", \"tok%d\": %d", i, 256 + i;
+    printf ", \"<|endoftext|>\": %d}", 256 + 65300 }' >"$dir/big/encoder.json"
+echo '#version: 0.2' >"$dir/big/vocab.bpe"
+if "$BIN" --gpt2 "$dir/big" --raw "$dir/fort.txt" "$dir/big.u32" >"$dir/out" 2>&1 &&
+    "$BIN" --gpt2 "$dir/big" --out-dir "$dir/bigsh" "$dir/fort.txt" >>"$dir/out" 2>&1; then
+    ids=$(od -A n -t u4 "$dir/big.u32" | tr -s ' \n' ' ' | sed 's/^ //;s/ $//')
+    first=$(od -A n -t u4 -j 1024 -N 8 "$dir/bigsh/data_train_000001.bin" | tr -s ' ' | sed 's/^ //')
+    got="$(header_ints "$dir/bigsh/data_train_000001.bin")|$first|${ids%% *}|$(wc -c <"$dir/big.u32")"
+    [ "$got" = "20240801 7 17|65556 97|97|64" ] && pass vocab_above_65536_uint32 || fail vocab_above_65536_uint32 "$got"
+else
+    fail vocab_above_65536_uint32 "$(head -c 300 "$dir/out")"
+fi
 
 # --- zstd shards (needs a build with libzstd)
 if "$BIN" --bytes --zstd 3 --out-dir "$dir/z" "$dir/corpus.txt" >"$dir/out" 2>&1; then
