@@ -799,7 +799,7 @@ static inline void tokenizer_load_gpt2(Tokenizer *t, const char *dir) {
         line_no++;
         if (line_len > 0 && line[line_len - 1] == '\r') line_len--;
         if (line_len > 0 && !(line_no == 1 && strncmp(line, "#version", 8) == 0)) {
-            char *sp = memchr(line, ' ', line_len);
+            char *sp = (char *)memchr(line, ' ', line_len);
             if (!sp || sp == line || sp + 1 == line + line_len || memchr(sp + 1, ' ', (size_t)(line + line_len - sp - 1)))
                 die_usage("'%s' line %ld: expected two tokens separated by one space", path, line_no);
             long la = gpt2_unicode_to_bytes((const uint8_t *)line, (size_t)(sp - line), joined);
