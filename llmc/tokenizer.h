@@ -485,7 +485,10 @@ static inline void bpe_consider(const Tokenizer *t, WordCache *c, size_t *heap_n
     if (pos < 0 || c->next[pos] < 0) return;
     int32_t nx = c->next[pos];
     const PairEntry *e = pairmap_find(&t->merge_map, c->ids[pos], c->ids[nx]);
-    if (e) bpe_heap_push(c->heap, heap_n, (BpeCandidate){e->val[0], (uint32_t)pos, c->ids[pos], c->ids[nx]});
+    if (e) {
+        BpeCandidate cand = {e->val[0], (uint32_t)pos, c->ids[pos], c->ids[nx]};
+        bpe_heap_push(c->heap, heap_n, cand);
+    }
 }
 
 // Appends the BPE ids of word p[0..n) to out: repeatedly joins the adjacent pair
@@ -579,7 +582,11 @@ static inline void tokenizer_encode_many(const Tokenizer *t, const uint8_t *cons
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-        for (size_t i = 0; i < k; i++) tokenizer_encode(t, &cache, texts[i], lens[i], &outs[i]);
+        for (size_t i = 0; i < k; i++) {
+            U32Vec local = outs[i];  // a private copy: neighbouring outs[] share cache lines
+            tokenizer_encode(t, &cache, texts[i], lens[i], &local);
+            outs[i] = local;
+        }
         wordcache_free(&cache);
     }
 }
@@ -814,7 +821,8 @@ static inline void tokenizer_load_gpt2(Tokenizer *t, const char *dir) {
                 merges = (BpeMerge *)realloc(merges, cap * sizeof(BpeMerge));
                 CHECK(merges != NULL, "out of memory");
             }
-            merges[n++] = (BpeMerge){ea->val[0], eb->val[0], ej->val[0]};
+            BpeMerge m = {ea->val[0], eb->val[0], ej->val[0]};
+            merges[n++] = m;
         }
         line = eol ? eol + 1 : line + strlen(line);
     }
@@ -1021,7 +1029,10 @@ static inline void train_pair_add(TrainPairs *p, uint32_t a, uint32_t b, int64_t
 static inline void train_pairs_commit(TrainPairs *p) {
     for (size_t i = 0; i < p->touched.len; i++) {
         uint32_t id = p->touched.data[i];
-        if (p->count[id] != p->old[id] && p->count[id] > 0) train_heap_push(p, (TrainHeapItem){p->count[id], id});
+        if (p->count[id] != p->old[id] && p->count[id] > 0) {
+            TrainHeapItem it = {p->count[id], id};
+            train_heap_push(p, it);
+        }
         p->old[id] = -1;
     }
     p->touched.len = 0;
@@ -1086,7 +1097,8 @@ static inline void tokenizer_train(Tokenizer *t, const uint8_t *const *texts, co
         if (tlen[a] + tlen[b] > TOKENIZER_MAX_TOKEN_BYTES) continue;
         uint32_t id = 256 + n;
         tlen[id] = tlen[a] + tlen[b];
-        merges[n++] = (BpeMerge){a, b, id};
+        BpeMerge m = {a, b, id};
+        merges[n++] = m;
         U32Vec where = P.where[pr];
         memset(&P.where[pr], 0, sizeof(U32Vec));
         for (size_t wi = 0; wi < where.len; wi++) {
