@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "llmc/comm.h"
 #include "llmc/dataloader.h"
 #include "llmc/gpt_cpu.h"
 #include "llmc/logger.h"
@@ -16,6 +17,7 @@
 #include "llmc/schedule.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_options.h"
+#include "llmc/zero_cpu.h"
 
 static const char *SUMMARY =
     "Train a GPT-2 on the CPU (fp32, OpenMP). Data: llm.c token shards (see ./tokenize).\n"
@@ -48,39 +50,49 @@ static GPTConfig build_config(const TrainOptions *o, int *from_file) {
     return cfg;
 }
 
-// Mean loss over eval_batches batches of the validation data (from its start).
-static float evaluate(GPT *m, DataLoader *val, int *x, int *y, int B, int T, int batches) {
+// Mean loss over eval_batches batches of the validation data (from its start),
+// each data rank on its own samples, averaged over the ranks.
+static float evaluate(GPT *m, DataLoader *val, int *x, int *y, int B, int T, int batches, CommGroup *dp) {
     dataloader_reset(val);
     double total = 0.0;
     for (int i = 0; i < batches; i++) {
         dataloader_next(val, x, y);
         total += gpt_forward(m, x, y, B, T, 0.0f);
     }
-    return (float)(total / batches);
+    return (float)comm_mean(dp, total / batches);
 }
 
 // Generates n tokens after the end-of-text token and prints them, decoded by
 // the tokenizer when one is given, else as bytes for a byte-level vocabulary
-// (ids < 256), else as <id>.
-static void print_sample(GPT *m, const Tokenizer *tok, int T, int n, float temperature, Rng *rng) {
+// (ids < 256), else as <id>. Every rank runs it (ZeRO-3 gathers weights
+// collectively); only the one with show prints.
+static void print_sample(GPT *m, const Tokenizer *tok, int T, int n, float temperature, Rng *rng, int show) {
     int V = m->cfg.vocab_size;
     int *ctx = (int *)callocCheck((size_t)T, sizeof(int));
     int len = 1;
     ctx[0] = tok ? (int)tokenizer_eot(tok) : V - 1;
-    printf("---- sample ----\n");
+    FILE *out = show ? stdout : NULL;
+    if (out) fprintf(out, "---- sample ----\n");
     for (int i = 0; i < n; i++) {
         gpt_forward(m, ctx, NULL, 1, T, 0.0f);  // causal: positions >= len do not affect len-1
         int next = sample_token(m->acts.logits + (size_t)(len - 1) * V, V, temperature, rng);
         size_t nbytes;
         const char *bytes = tok && next < (int)tokenizer_vocab_size(tok) ? tokenizer_decode(tok, (uint32_t)next, &nbytes) : NULL;
-        if (bytes) fwrite(bytes, 1, nbytes, stdout);
-        else if (next < 256 && V <= 257) putchar(next);
-        else printf("<%d>", next);
+        if (!out) {
+        } else if (bytes) {
+            fwrite(bytes, 1, nbytes, out);
+        } else if (next < 256 && V <= 257) {
+            fputc(next, out);
+        } else {
+            fprintf(out, "<%d>", next);
+        }
         if (len == T) { memmove(ctx, ctx + 1, sizeof(int) * (size_t)(T - 1)); len--; }
         ctx[len++] = next;
     }
-    printf("\n----------------\n");
-    fflush(stdout);
+    if (out) {
+        fprintf(out, "\n----------------\n");
+        fflush(out);
+    }
     free(ctx);
 }
 
@@ -94,7 +106,11 @@ int main(int argc, char **argv) {
     TrainOptions o;
     train_options_parse(argc, argv, &o, SUMMARY);
     matmul_set_backend(o.matmul);
-    const int rank = 0, world = 1;
+    if (strcmp(o.comm, "nccl") == 0) die_usage("--comm nccl: the CPU trainer communicates over MPI (--comm mpi)");
+    Comm comm;
+    comm_init(&comm, &argc, &argv, 1, 1, o.comm_timeout);
+    CommGroup *dp = comm_group(&comm, COMM_DATA);
+    const int rank = comm.rank, world = dp->size;  // data-parallel ranks; only rank 0 logs and writes files
 
     int from_file;
     GPTConfig cfg = build_config(&o, &from_file);
@@ -114,15 +130,13 @@ int main(int argc, char **argv) {
     else gpt2_init_params(&model.layout, model.params, (uint64_t)o.seed);
 
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, o.data_train, B, T, rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 4);
+    dataloader_init(&train_loader, o.data_train, B, T, dp->rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 4);
     int have_val = o.data_val[0] != '\0';
-    if (have_val) dataloader_init(&val_loader, o.data_val, B, T, rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 2);
+    if (have_val)
+        dataloader_init(&val_loader, o.data_val, B, T, dp->rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 2);
 
-    int64_t nelem = model.layout.num_elements;
-    float *adam_m = (float *)alignedMallocCheck(sizeof(float) * (size_t)nelem);
-    float *adam_v = (float *)alignedMallocCheck(sizeof(float) * (size_t)nelem);
-    memset(adam_m, 0, sizeof(float) * (size_t)nelem);
-    memset(adam_v, 0, sizeof(float) * (size_t)nelem);
+    Zero zero;  // gradient reduction, sharded AdamW state (and gradients, weights)
+    zero_init(&zero, &model, &comm, o.zero, o.bucket_mb);
     Tokenizer tokenizer;
     int have_tokenizer = o.tokenizer[0] != '\0';
     if (have_tokenizer) {
@@ -137,6 +151,8 @@ int main(int argc, char **argv) {
 
     double peak_gflops = o.peak_tflops > 0 ? o.peak_tflops * 1e3 : matmul_measure_gflops(1024, 3);
     double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)total_tokens;
+    ZeroMemory zm = zero_cpu_memory(&zero);
+    if (rank == 0) {
     printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d | %.2fM parameters%s%s\n", cfg.num_layers,
            cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len,
            model.layout.num_params / 1e6, from_file ? " | from " : "", from_file ? o.model : "");
@@ -144,12 +160,19 @@ int main(int argc, char **argv) {
            total_tokens, o.steps);
     printf("data: %lld train tokens in %d shards%s\n", (long long)train_loader.num_tokens, train_loader.num_shards,
            have_val ? " | validation data given" : "");
-    printf("memory: params %.1f MB, grads %.1f MB, AdamW %.1f MB, activations %.1f MB\n", nelem * 4 / 1e6,
-           nelem * 4 / 1e6, nelem * 8 / 1e6, model.acts.num_floats * 4 / 1e6);
+    printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d | ZeRO-%d | bucket %.1f MB | "
+           "comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp, comm.tp,
+           comm.pp, o.zero, zero.bucket_elems * 4 / 1e6, o.comm_timeout);
+    printf("memory per rank (ZeRO-%d: N = %lld elements, shard S = %lld): params %.3f MB (4 B x %s) + grads %.3f MB "
+           "(4 B x %s) + AdamW m,v %.3f MB (8 B x %s; the fp32 params are the master copy) = %.3f MB | activations "
+           "%.1f MB\n", o.zero, (long long)zero.map.num_elements, (long long)zero.map.shard, zm.params / 1e6,
+           o.zero >= 3 ? "S" : "N", zm.grads / 1e6, o.zero >= 2 ? "S" : "N", zm.optimizer / 1e6,
+           o.zero >= 1 ? "S" : "N", (zm.params + zm.grads + zm.optimizer) / 1e6, model.acts.num_floats * 4 / 1e6);
     printf("compute: %d threads, matmul %s, peak %.1f GFLOP/s (%s), %.2f GFLOP/step\n", omp_threads(),
            matmul_backend_name(), peak_gflops, o.peak_tflops > 0 ? "--peak-tflops" : "measured sgemm",
            flops_per_step * 1e-9);
     fflush(stdout);
+    }
 
     Logger log;
     logger_open(&log, o.log_json, rank == 0);
@@ -161,25 +184,26 @@ int main(int argc, char **argv) {
     for (int step = 0; step <= o.steps; step++) {
         int last = step == o.steps;
         if (have_val && o.eval_every > 0 && (step % o.eval_every == 0 || last))
-            logger_eval(&log, step, evaluate(&model, &val_loader, x, y, B, T, o.eval_batches));
-        if (o.sample_every > 0 && (step % o.sample_every == 0 || last) && rank == 0)
-            print_sample(&model, have_tokenizer ? &tokenizer : NULL, T, o.sample_tokens, o.temperature, &sample_rng);
+            logger_eval(&log, step, evaluate(&model, &val_loader, x, y, B, T, o.eval_batches, dp));
+        if (o.sample_every > 0 && (step % o.sample_every == 0 || last))
+            print_sample(&model, have_tokenizer ? &tokenizer : NULL, T, o.sample_tokens, o.temperature, &sample_rng,
+                         rank == 0);
         if (last) break;
 
         double t0 = wall_seconds();
-        gpt_zero_grad(&model);
+        zero_begin_step(&zero);
         double loss = 0.0;
         for (int micro = 0; micro < accum; micro++) {
             dataloader_next(&train_loader, x, y);
+            zero_begin_micro(&zero, micro, accum);
             loss += gpt_forward(&model, x, y, B, T, dloss);
-            gpt_backward(&model);
+            gpt_backward(&model);  // its hooks start the gradient reductions
         }
-        loss /= accum;
-        float norm = (float)sqrt(sum_of_squares(model.grads, nelem));
+        loss = comm_mean(dp, loss / accum);
+        float norm = zero_finish_grads(&zero);
         float lr = lr_at_step(&sched, step);
         AdamWConfig ac = {lr, o.beta1, o.beta2, o.eps, o.weight_decay, step + 1};
-        adamw_update_range(&model.layout, model.params, model.grads, 0, adam_m, adam_v, 0, nelem, &ac,
-                           grad_clip_scale(norm, o.grad_clip));
+        zero_optimizer_step(&zero, &ac, grad_clip_scale(norm, o.grad_clip));
         double ms = (wall_seconds() - t0) * 1e3;
         if ((step + 1) % o.log_every == 0 || step + 1 == o.steps) {
             StepRecord r = {step, o.steps, (float)loss, lr, norm, total_tokens, ms,
@@ -188,14 +212,15 @@ int main(int argc, char **argv) {
         }
     }
 
-    if (o.out_dir[0]) {
+    if (o.out_dir[0] || o.save_model[0]) zero_gather_params(&zero);
+    if (o.out_dir[0] && rank == 0) {
         make_dir(o.out_dir);
         char path[FILENAME_MAX];
         snprintf(path, sizeof(path), "%s/model_final.bin", o.out_dir);
         modelfile_save(path, &model.layout, model.params);
         printf("saved %s\n", path);
     }
-    if (o.save_model[0]) {
+    if (o.save_model[0] && rank == 0) {
         modelfile_save(o.save_model, &model.layout, model.params);
         printf("saved %s\n", o.save_model);
     }
@@ -203,10 +228,10 @@ int main(int argc, char **argv) {
     if (have_tokenizer) tokenizer_free(&tokenizer);
     dataloader_free(&train_loader);
     if (have_val) dataloader_free(&val_loader);
-    free(adam_m);
-    free(adam_v);
     free(x);
     free(y);
+    zero_free(&zero);
     gpt_free(&model);
+    comm_finalize(&comm);
     return 0;
 }

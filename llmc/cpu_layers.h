@@ -15,6 +15,7 @@
 #endif
 
 #include "cpu_matmul.h"
+#include "cpu_vec.h"
 
 static inline int omp_threads(void) {
 #ifdef _OPENMP
@@ -196,10 +197,8 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
             matmul(0, 1, T, T, hs, scale, q, (int)C3, k, (int)C3, 0.0f, p, T);
             for (int t = 0; t < T; t++) {
                 float *row = p + (size_t)t * T;
-                float mx = -INFINITY;
-                for (int u = 0; u <= t; u++) mx = row[u] > mx ? row[u] : mx;
-                float sum = 0.0f;
-                for (int u = 0; u <= t; u++) { row[u] = expf(row[u] - mx); sum += row[u]; }
+                float mx = vec_max(row, t + 1);
+                float sum = vec_exp_sum(row, t + 1, mx, 1.0f, 1);
                 float inv = 1.0f / sum;
                 for (int u = 0; u <= t; u++) row[u] *= inv;
                 for (int u = t + 1; u < T; u++) row[u] = 0.0f;
@@ -232,8 +231,7 @@ static void attention_backward(float *dqkv, float *scratch, const float *dout, c
             for (int t = 0; t < T; t++) {
                 float *row = ds + (size_t)t * T;
                 const float *prow = p + (size_t)t * T;
-                float dot = 0.0f;
-                for (int u = 0; u <= t; u++) dot += prow[u] * row[u];
+                float dot = vec_dot(prow, row, t + 1);
                 for (int u = 0; u <= t; u++) row[u] = prow[u] * (row[u] - dot);
                 for (int u = t + 1; u < T; u++) row[u] = 0.0f;
             }
@@ -249,26 +247,42 @@ static void attention_backward(float *dqkv, float *scratch, const float *dout, c
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrt(2 / pi)
 
+// 16 lanes of GELU (or, with grad, of its derivative times dout)
+static inline vf16 gelu16(vf16 x) {
+    vf16 th = vf16_tanh(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
+    return 0.5f * x * (1.0f + th);
+}
+static inline vf16 gelu_grad16(vf16 x, vf16 dout) {
+    vf16 th = vf16_tanh(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
+    vf16 sech2 = 1.0f - th * th;
+    vf16 local = 0.5f * (1.0f + th) + x * 0.5f * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
+    return dout * local;
+}
+
+// out (n) = gelu(inp); dinout (n): d/d(output) in, d/d(input) out. Blocks of
+// 16; the tail goes through the same lanes, zero-padded.
 static void gelu_forward(float *out, const float *inp, size_t n) {
-#pragma omp parallel for
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float cube = 0.044715f * x * x * x;
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + cube)));
+    size_t blocks = (n + 15) / 16;
+#pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < blocks; b++) {
+        size_t i = b * 16, len = n - i < 16 ? n - i : 16;
+        float x[16] = {0};
+        memcpy(x, inp + i, len * sizeof(float));
+        vf16 y = gelu16(vf16_load(x));
+        memcpy(out + i, &y, len * sizeof(float));
     }
 }
 
-// dinout (n): on entry d/d(gelu output), on exit d/d(gelu input).
 static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {
-#pragma omp parallel for
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float cube = 0.044715f * x * x * x;
-        float arg = GELU_SCALING_FACTOR * (x + cube);
-        float th = tanhf(arg);
-        float sech2 = 1.0f - th * th;
-        float local = 0.5f * (1.0f + th) + x * 0.5f * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
-        dinout[i] *= local;
+    size_t blocks = (n + 15) / 16;
+#pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < blocks; b++) {
+        size_t i = b * 16, len = n - i < 16 ? n - i : 16;
+        float x[16] = {0}, d[16] = {0};
+        memcpy(x, inp + i, len * sizeof(float));
+        memcpy(d, dinout + i, len * sizeof(float));
+        vf16 g = gelu_grad16(vf16_load(x), vf16_load(d));
+        memcpy(dinout + i, &g, len * sizeof(float));
     }
 }
 
@@ -283,17 +297,14 @@ static double softmax_crossentropy(float *logits, float *losses, const int *targ
 #pragma omp parallel for reduction(+ : total)
     for (int i = 0; i < N; i++) {
         float *row = logits + (size_t)i * V;
-        float mx = -INFINITY;
-        for (int v = 0; v < V; v++) mx = row[v] > mx ? row[v] : mx;
-        float sum = 0.0f;
-        for (int v = 0; v < V; v++) sum += expf(row[v] - mx);
-        float lse = mx + logf(sum);
+        float mx = vec_max(row, V);
+        float lse = mx + logf(vec_exp_sum(row, V, mx, 1.0f, 0));
         if (!targets) continue;
         int y = targets[i];
         losses[i] = lse - row[y];
         total += losses[i];
         if (dloss != 0.0f) {
-            for (int v = 0; v < V; v++) row[v] = expf(row[v] - lse) * dloss;
+            vec_exp_sum(row, V, lse, dloss, 1);
             row[y] -= dloss;
         }
     }

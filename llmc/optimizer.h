@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cpu_vec.h"
 #include "model.h"
 
 typedef struct {
@@ -16,11 +17,20 @@ typedef struct {
     int step;  // 1-based step number, for bias correction
 } AdamWConfig;
 
-// Sum of squares of g[0..n) in double. Deterministic for a given thread count.
+// Sum of squares of g[0..n) in double, in fixed blocks summed in order: the
+// same result for any thread count.
 static double sum_of_squares(const float *g, int64_t n) {
+    const int64_t block = 1 << 16;
+    int64_t nblocks = (n + block - 1) / block;
+    double *partial = (double *)mallocCheck(sizeof(double) * (size_t)(nblocks > 0 ? nblocks : 1));
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < nblocks; b++) {
+        int64_t len = n - b * block < block ? n - b * block : block;
+        partial[b] = vec_sum_squares(g + b * block, len);
+    }
     double total = 0.0;
-#pragma omp parallel for reduction(+ : total) schedule(static)
-    for (int64_t i = 0; i < n; i++) total += (double)g[i] * (double)g[i];
+    for (int64_t b = 0; b < nblocks; b++) total += partial[b];
+    free(partial);
     return total;
 }
 

@@ -33,6 +33,10 @@ typedef struct {
     int log_every;
     char matmul[FLAG_STR_MAX];
     float peak_tflops;
+    int zero;                     // ZeRO stage (zero_cpu.h)
+    char comm[FLAG_STR_MAX];      // communication backend (comm.h)
+    float comm_timeout;           // seconds a collective may wait
+    float bucket_mb;              // gradient reduction bucket
 } TrainOptions;
 
 #define TO(field) offsetof(TrainOptions, field)
@@ -74,6 +78,13 @@ static const FlagSpec TRAIN_FLAGS[] = {
     {"matmul", FLAG_CHOICE, TO(matmul), "auto", "auto|blas|native", 0, 0, "CPU matmul backend (auto: BLAS if built with it)"},
     {"peak-tflops", FLAG_FLOAT, TO(peak_tflops), "0", NULL, 0, 1e6,
      "peak FLOP/s for MFU, in TFLOP/s (0: measured sgemm on the CPU, bf16 datasheet on the GPU)"},
+    {"zero", FLAG_INT, TO(zero), "0", NULL, 0, 3,
+     "ZeRO stage over the data-parallel ranks: 0 all-reduce, 1 shard AdamW state, 2 + gradients, 3 + parameters"},
+    {"comm", FLAG_CHOICE, TO(comm), "auto", "auto|mpi|nccl", 0, 0,
+     "communication backend (auto: NCCL on the GPU when built with it, else MPI; the CPU trainer uses MPI)"},
+    {"comm-timeout", FLAG_FLOAT, TO(comm_timeout), "300", NULL, 0, 1e7,
+     "seconds a collective may wait before every rank is aborted (0: forever)"},
+    {"bucket-mb", FLAG_FLOAT, TO(bucket_mb), "25", NULL, 0.001, 1e5, "MB of gradients per reduction bucket"},
 };
 #undef TO
 

@@ -1,0 +1,399 @@
+// comm.h: the communication layer. One small interface -- all-reduce (sum),
+// reduce-scatter, all-gather, broadcast, send/recv, barrier -- over groups of
+// ranks, every operation nonblocking: it starts and returns a CommRequest, and
+// comm_wait() completes it. A wait that passes the deadline (--comm-timeout)
+// ends every rank with a message naming the rank and the operation, so a dead
+// or hung rank never hangs the job.
+//
+// Ranks form a 3-D grid DP x TP x PP (tensor-parallel innermost, pipeline
+// outermost): world rank = (pp * DP + dp) * TP + tp. comm_init builds the
+// world, data, tensor and pipeline groups; today TP = PP = 1, so the data
+// group is the world and the others hold one rank each.
+//
+// Backends (CommBackend): MPI on host buffers (here), NCCL on device buffers
+// (comm_nccl.cuh, its unique id shared over MPI). A group carries its backend,
+// so the model code only sees groups and requests; streams and progress
+// belong to the backend. Built without MPI, the "self" backend serves a
+// single process (copies and no-ops).
+//
+// Reduce-scatter and all-gather take counts[group size]: rank r's piece is
+// counts[r] elements, the pieces lie in rank order in the full buffer (so a
+// range of a sharded flat buffer maps onto them directly; uneven is fine).
+#ifndef LLMC_COMM_H
+#define LLMC_COMM_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "launch.h"
+#include "utils.h"
+#ifdef LLMC_MPI
+#include <mpi.h>
+#endif
+
+typedef enum { COMM_F32, COMM_F64, COMM_BF16 } CommDType;
+static inline size_t comm_dtype_size(CommDType t) { return t == COMM_F64 ? 8 : t == COMM_F32 ? 4 : 2; }
+
+typedef enum { COMM_WORLD, COMM_DATA, COMM_TENSOR, COMM_PIPELINE, COMM_NUM_GROUPS } CommGroupKind;
+static const char *const COMM_GROUP_NAMES[COMM_NUM_GROUPS] = {"world", "data", "tensor", "pipeline"};
+
+typedef struct CommBackend CommBackend;
+typedef struct Comm Comm;
+
+typedef struct {
+    CommGroupKind kind;
+    int rank, size;             // this process in the group
+    const CommBackend *be;
+    Comm *comm;
+#ifdef LLMC_MPI
+    MPI_Comm mpi;
+#endif
+    void *impl;                 // backend state (NCCL: communicator and stream)
+} CommGroup;
+
+typedef struct {
+    const char *op;             // "all-reduce", ... (for the timeout message)
+    CommGroup *group;
+    size_t bytes;
+    int active;
+#ifdef LLMC_MPI
+    MPI_Request mpi;
+    int *counts;                // MPI's count/displacement arrays live until completion
+#endif
+    void *impl;                 // backend state (NCCL: a CUDA event)
+} CommRequest;
+
+// Each start function fills *r (r->op, r->group, r->bytes are set by the caller side in comm.h).
+struct CommBackend {
+    const char *name;
+    void (*all_reduce)(CommGroup *g, void *buf, size_t count, CommDType t, CommRequest *r);
+    void (*reduce_scatter)(CommGroup *g, const void *send, void *recv, const size_t *counts, CommDType t,
+                           CommRequest *r);
+    // send == NULL: in place (this rank's piece already sits at its place in recv)
+    void (*all_gather)(CommGroup *g, const void *send, void *recv, const size_t *counts, CommDType t,
+                       CommRequest *r);
+    void (*broadcast)(CommGroup *g, void *buf, size_t count, CommDType t, int root, CommRequest *r);
+    void (*send)(CommGroup *g, const void *buf, size_t count, CommDType t, int peer, int tag, CommRequest *r);
+    void (*recv)(CommGroup *g, void *buf, size_t count, CommDType t, int peer, int tag, CommRequest *r);
+    void (*barrier)(CommGroup *g, CommRequest *r);
+    int (*test)(CommRequest *r);      // 1 when complete (and its resources freed)
+    void (*abort)(Comm *c, int code);  // ends every rank of the job
+};
+
+struct Comm {
+    int rank, world, local_rank;       // world rank; the index on this node picks the GPU
+    int dp, tp, pp;                    // grid sizes
+    double timeout_s;                  // <= 0: wait forever
+    const char *launcher;              // launch.h's name for who started us
+    CommGroup groups[COMM_NUM_GROUPS];
+    int mpi_initialized;
+};
+
+static inline CommGroup *comm_group(Comm *c, CommGroupKind k) { return &c->groups[k]; }
+
+static inline size_t comm_sum_counts(const size_t *counts, int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += counts[i];
+    return total;
+}
+
+// ---------------------------------------------------------------------------
+// "self" backend: a group of one process, host buffers
+
+static void self_all_reduce(CommGroup *g, void *buf, size_t n, CommDType t, CommRequest *r) {
+    (void)g; (void)buf; (void)n; (void)t; (void)r;
+}
+static void self_reduce_scatter(CommGroup *g, const void *send, void *recv, const size_t *counts, CommDType t,
+                                CommRequest *r) {
+    (void)g; (void)r;
+    if (send != recv) memmove(recv, send, counts[0] * comm_dtype_size(t));
+}
+static void self_all_gather(CommGroup *g, const void *send, void *recv, const size_t *counts, CommDType t,
+                            CommRequest *r) {
+    (void)g; (void)r;
+    if (send && send != recv) memmove(recv, send, counts[0] * comm_dtype_size(t));
+}
+static void self_broadcast(CommGroup *g, void *buf, size_t n, CommDType t, int root, CommRequest *r) {
+    (void)g; (void)buf; (void)n; (void)t; (void)root; (void)r;
+}
+static void self_p2p(CommGroup *g, void *buf, size_t n, CommDType t, int peer, int tag, CommRequest *r) {
+    (void)g; (void)buf; (void)n; (void)t; (void)tag; (void)r;
+    DIE("send/recv to rank %d in a group of one process", peer);
+}
+static void self_send(CommGroup *g, const void *buf, size_t n, CommDType t, int peer, int tag, CommRequest *r) {
+    self_p2p(g, (void *)buf, n, t, peer, tag, r);
+}
+static void self_barrier(CommGroup *g, CommRequest *r) { (void)g; (void)r; }
+static int self_test(CommRequest *r) { (void)r; return 1; }
+static void self_abort(Comm *c, int code) { (void)c; exit(code); }
+
+static const CommBackend COMM_SELF = {"self", self_all_reduce, self_reduce_scatter, self_all_gather, self_broadcast,
+                                      self_send, self_p2p, self_barrier, self_test, self_abort};
+
+// ---------------------------------------------------------------------------
+// MPI backend: host buffers, MPI-3 nonblocking calls
+
+#ifdef LLMC_MPI
+static inline MPI_Datatype mpi_dtype(CommDType t) {
+    CHECK(t != COMM_BF16, "the MPI backend has no bf16 sum (stage bf16 through fp32, or use NCCL)");
+    return t == COMM_F64 ? MPI_DOUBLE : MPI_FLOAT;
+}
+static inline int mpi_count(size_t n) {
+    CHECK(n <= (size_t)INT_MAX, "MPI message of %zu elements exceeds INT_MAX (use smaller buckets)", n);
+    return (int)n;
+}
+#define MPI_CHECK(call)                                                                   \
+    do {                                                                                  \
+        int rc_ = (call);                                                                 \
+        if (rc_ != MPI_SUCCESS) DIE("MPI error %d: %s", rc_, #call);                      \
+    } while (0)
+
+// counts and displacements (2 * size ints) kept in the request until completion
+static inline int *mpi_counts_displs(CommRequest *r, const size_t *counts, int size) {
+    r->counts = (int *)mallocCheck(sizeof(int) * 2 * (size_t)size);
+    size_t displ = 0;
+    for (int i = 0; i < size; i++) {
+        r->counts[i] = mpi_count(counts[i]);
+        r->counts[size + i] = mpi_count(displ);
+        displ += counts[i];
+    }
+    return r->counts;
+}
+
+static void mpi_all_reduce(CommGroup *g, void *buf, size_t n, CommDType t, CommRequest *r) {
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, mpi_count(n), mpi_dtype(t), MPI_SUM, g->mpi, &r->mpi));
+}
+static void mpi_reduce_scatter(CommGroup *g, const void *send, void *recv, const size_t *counts, CommDType t,
+                               CommRequest *r) {
+    int *cd = mpi_counts_displs(r, counts, g->size);
+    MPI_CHECK(MPI_Ireduce_scatter(send, recv, cd, mpi_dtype(t), MPI_SUM, g->mpi, &r->mpi));
+}
+static void mpi_all_gather(CommGroup *g, const void *send, void *recv, const size_t *counts, CommDType t,
+                           CommRequest *r) {
+    int *cd = mpi_counts_displs(r, counts, g->size);
+    MPI_Datatype dt = mpi_dtype(t);
+    if (send) MPI_CHECK(MPI_Iallgatherv(send, cd[g->rank], dt, recv, cd, cd + g->size, dt, g->mpi, &r->mpi));
+    else MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, dt, recv, cd, cd + g->size, dt, g->mpi, &r->mpi));
+}
+static void mpi_broadcast(CommGroup *g, void *buf, size_t n, CommDType t, int root, CommRequest *r) {
+    MPI_CHECK(MPI_Ibcast(buf, mpi_count(n), mpi_dtype(t), root, g->mpi, &r->mpi));
+}
+static void mpi_send(CommGroup *g, const void *buf, size_t n, CommDType t, int peer, int tag, CommRequest *r) {
+    MPI_CHECK(MPI_Isend(buf, mpi_count(n), mpi_dtype(t), peer, tag, g->mpi, &r->mpi));
+}
+static void mpi_recv(CommGroup *g, void *buf, size_t n, CommDType t, int peer, int tag, CommRequest *r) {
+    MPI_CHECK(MPI_Irecv(buf, mpi_count(n), mpi_dtype(t), peer, tag, g->mpi, &r->mpi));
+}
+static void mpi_barrier(CommGroup *g, CommRequest *r) { MPI_CHECK(MPI_Ibarrier(g->mpi, &r->mpi)); }
+static int mpi_test(CommRequest *r) {
+    int done = 0;
+    MPI_CHECK(MPI_Test(&r->mpi, &done, MPI_STATUS_IGNORE));
+    if (done) {
+        free(r->counts);
+        r->counts = NULL;
+    }
+    return done;
+}
+static void mpi_abort(Comm *c, int code) {
+    (void)c;
+    MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+
+static const CommBackend COMM_MPI = {"mpi", mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_broadcast,
+                                     mpi_send, mpi_recv, mpi_barrier, mpi_test, mpi_abort};
+#endif  // LLMC_MPI
+
+// ---------------------------------------------------------------------------
+// requests
+
+static inline CommRequest comm_request(CommGroup *g, const char *op, size_t bytes) {
+    CommRequest r;
+    memset(&r, 0, sizeof(r));
+    r.op = op;
+    r.group = g;
+    r.bytes = bytes;
+    r.active = 1;
+    return r;
+}
+
+// Checks a request without blocking (and lets the backend progress); 1 when done.
+static inline int comm_test(CommRequest *r) {
+    if (!r->active) return 1;
+    if (r->group->be->test(r)) r->active = 0;
+    return !r->active;
+}
+
+// Completes a request. Past the communicator's deadline it prints which rank
+// waited for what and ends the whole job (exit status 3 on every rank).
+static inline void comm_wait(CommRequest *r) {
+    if (!r->active) return;
+    Comm *c = r->group->comm;
+    double deadline = c->timeout_s > 0 ? wall_seconds() + c->timeout_s : 0;
+    for (long spins = 0; !comm_test(r); spins++) {
+        if (deadline > 0 && wall_seconds() > deadline) {
+            fprintf(stderr,
+                    "error: rank %d: %s of %zu bytes on the %s group (%d ranks) did not complete within %.0f s "
+                    "(--comm-timeout): a rank has died or hangs; aborting all ranks\n",
+                    c->rank, r->op, r->bytes, COMM_GROUP_NAMES[r->group->kind], r->group->size, c->timeout_s);
+            fflush(stderr);
+            r->group->be->abort(c, 3);
+        }
+        if (spins > 64) {  // back off: the ranks may share cores
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+static inline void comm_wait_all(CommRequest *rs, int n) {
+    for (int i = 0; i < n; i++) comm_wait(&rs[i]);
+}
+
+// ---------------------------------------------------------------------------
+// operations (start; complete with comm_wait)
+
+static inline CommRequest comm_all_reduce_start(CommGroup *g, void *buf, size_t count, CommDType t) {
+    CommRequest r = comm_request(g, "all-reduce", count * comm_dtype_size(t));
+    g->be->all_reduce(g, buf, count, t, &r);
+    return r;
+}
+// send: the full buffer (sum of counts); recv: this rank's piece (counts[rank])
+static inline CommRequest comm_reduce_scatter_start(CommGroup *g, const void *send, void *recv, const size_t *counts,
+                                                    CommDType t) {
+    CommRequest r = comm_request(g, "reduce-scatter", comm_sum_counts(counts, g->size) * comm_dtype_size(t));
+    g->be->reduce_scatter(g, send, recv, counts, t, &r);
+    return r;
+}
+// send: this rank's piece, or NULL when it already lies in place in recv (the full buffer)
+static inline CommRequest comm_all_gather_start(CommGroup *g, const void *send, void *recv, const size_t *counts,
+                                                CommDType t) {
+    CommRequest r = comm_request(g, "all-gather", comm_sum_counts(counts, g->size) * comm_dtype_size(t));
+    g->be->all_gather(g, send, recv, counts, t, &r);
+    return r;
+}
+static inline CommRequest comm_broadcast_start(CommGroup *g, void *buf, size_t count, CommDType t, int root) {
+    CommRequest r = comm_request(g, "broadcast", count * comm_dtype_size(t));
+    g->be->broadcast(g, buf, count, t, root, &r);
+    return r;
+}
+static inline CommRequest comm_send_start(CommGroup *g, const void *buf, size_t count, CommDType t, int peer,
+                                          int tag) {
+    CommRequest r = comm_request(g, "send", count * comm_dtype_size(t));
+    g->be->send(g, buf, count, t, peer, tag, &r);
+    return r;
+}
+static inline CommRequest comm_recv_start(CommGroup *g, void *buf, size_t count, CommDType t, int peer, int tag) {
+    CommRequest r = comm_request(g, "recv", count * comm_dtype_size(t));
+    g->be->recv(g, buf, count, t, peer, tag, &r);
+    return r;
+}
+static inline CommRequest comm_barrier_start(CommGroup *g) {
+    CommRequest r = comm_request(g, "barrier", 0);
+    g->be->barrier(g, &r);
+    return r;
+}
+
+// blocking forms
+static inline void comm_all_reduce(CommGroup *g, void *buf, size_t count, CommDType t) {
+    CommRequest r = comm_all_reduce_start(g, buf, count, t);
+    comm_wait(&r);
+}
+static inline void comm_broadcast(CommGroup *g, void *buf, size_t count, CommDType t, int root) {
+    CommRequest r = comm_broadcast_start(g, buf, count, t, root);
+    comm_wait(&r);
+}
+static inline void comm_barrier(CommGroup *g) {
+    CommRequest r = comm_barrier_start(g);
+    comm_wait(&r);
+}
+// The mean of a host double over a group.
+static inline double comm_mean(CommGroup *g, double x) {
+    comm_all_reduce(g, &x, 1, COMM_F64);
+    return x / g->size;
+}
+
+// ---------------------------------------------------------------------------
+// setup
+
+// The even split of n elements over a group, as counts (n = 0 is fine).
+static inline void comm_even_counts(size_t n, int size, size_t *counts) {
+    for (int i = 0; i < size; i++) counts[i] = n / size + ((size_t)i < n % size ? 1 : 0);
+}
+
+// Starts the communication layer: MPI (when built with it and started by a
+// launcher that launch.h knows; a lone process skips MPI_Init), the rank grid with tp x pp model-parallel ranks, and
+// the groups. timeout_s bounds every wait.
+static inline void comm_init(Comm *c, int *argc, char ***argv, int tp, int pp, double timeout_s) {
+    memset(c, 0, sizeof(*c));
+    LaunchInfo li = launch_detect();
+    c->launcher = li.launcher;
+    c->timeout_s = timeout_s;
+    c->rank = li.rank;
+    c->world = li.world;
+    c->local_rank = li.local_rank;
+    const CommBackend *be = &COMM_SELF;
+#ifdef LLMC_MPI
+    if (li.rank_var) {  // started by a launcher: MPI connects the ranks; alone: no MPI at all
+        MPI_CHECK(MPI_Init(argc, argv));
+        c->mpi_initialized = 1;
+        int mpi_rank, mpi_size;
+        MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &mpi_size);
+        if (mpi_size != li.world || mpi_rank != li.rank)
+            die_usage("%s says rank %d of %d, but MPI sees rank %d of %d: start the job with mpirun, or srun with "
+                      "MPI support (srun --mpi=pmix), so that MPI connects the ranks",
+                      li.rank_var, li.rank, li.world, mpi_rank, mpi_size);
+        c->rank = mpi_rank;
+        c->world = mpi_size;
+        // the local rank from the node's shared-memory group (every launcher agrees with it)
+        MPI_Comm node;
+        MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, mpi_rank, MPI_INFO_NULL, &node));
+        MPI_Comm_rank(node, &c->local_rank);
+        MPI_Comm_free(&node);
+        be = &COMM_MPI;
+    }
+#else
+    (void)argc; (void)argv;
+    if (li.world > 1)
+        die_usage("%s says this is rank %d of %d, but this program was built without MPI (NO_MPI=1)", li.rank_var,
+                  li.rank, li.world);
+#endif
+    if (tp < 1 || pp < 1 || c->world % (tp * pp) != 0)
+        die_usage("%d ranks do not split into tensor-parallel %d x pipeline-parallel %d", c->world, tp, pp);
+    c->tp = tp;
+    c->pp = pp;
+    c->dp = c->world / (tp * pp);
+    int tp_rank = c->rank % tp, dp_rank = c->rank / tp % c->dp, pp_rank = c->rank / (tp * c->dp);
+    // per group: its rank, its size, and the color shared by its members
+    int ranks[COMM_NUM_GROUPS] = {c->rank, dp_rank, tp_rank, pp_rank};
+    int sizes[COMM_NUM_GROUPS] = {c->world, c->dp, tp, pp};
+    int colors[COMM_NUM_GROUPS] = {0, pp_rank * tp + tp_rank, pp_rank * c->dp + dp_rank, dp_rank * tp + tp_rank};
+    for (int k = 0; k < COMM_NUM_GROUPS; k++) {
+        CommGroup *g = &c->groups[k];
+        g->kind = (CommGroupKind)k;
+        g->rank = ranks[k];
+        g->size = sizes[k];
+        g->be = be;
+        g->comm = c;
+#ifdef LLMC_MPI
+        if (c->mpi_initialized) MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, colors[k], ranks[k], &g->mpi));
+#endif
+        (void)colors;
+    }
+}
+
+static inline void comm_finalize(Comm *c) {
+#ifdef LLMC_MPI
+    if (c->mpi_initialized) {
+        for (int k = 0; k < COMM_NUM_GROUPS; k++) MPI_Comm_free(&c->groups[k].mpi);
+        MPI_Finalize();
+    }
+#endif
+    memset(c, 0, sizeof(*c));
+}
+
+#endif  // LLMC_COMM_H

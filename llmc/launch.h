@@ -1,0 +1,59 @@
+// launch.h: who am I in a multi-process job. Reads the rank, world size and
+// local rank (the process's index on its node, which picks its GPU) from the
+// environment of whichever launcher started the process:
+//   mpirun (Open MPI)   OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK
+//   MPICH, Intel MPI    PMI_RANK / PMI_SIZE / MPI_LOCALRANKID
+//   srun (Slurm)        SLURM_PROCID / SLURM_STEP_NUM_TASKS / SLURM_LOCALID
+//                       (the step's size: a batch script's own shell has none)
+//   others (Kubernetes MPI jobs, Ray, torchrun style)  RANK / WORLD_SIZE / LOCAL_RANK
+// The first launcher whose rank and size are both set wins; none means a
+// single process. With MPI, comm.h checks these against MPI's own view.
+#ifndef LLMC_LAUNCH_H
+#define LLMC_LAUNCH_H
+
+#include <stdlib.h>
+
+#include "utils.h"
+
+typedef struct {
+    const char *launcher;  // "mpirun", "mpich", "slurm", "env" or "single"
+    int rank, world, local_rank;
+    const char *rank_var;  // the variable that gave the rank (for error messages)
+} LaunchInfo;
+
+// A non-negative integer from the environment, or -1 when unset; a value that
+// is not one is a usage error naming the variable.
+static inline int launch_env_int(const char *name) {
+    const char *s = getenv(name);
+    if (s == NULL || s[0] == '\0') return -1;
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (*end != '\0' || v < 0 || v > 1 << 24) die_usage("environment variable %s='%s' is not a rank or size", name, s);
+    return (int)v;
+}
+
+static inline LaunchInfo launch_detect(void) {
+    static const struct { const char *launcher, *rank, *size, *local; } vars[] = {
+        {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+        {"mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+        {"slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"},
+        {"env", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+    };
+    LaunchInfo li = {"single", 0, 1, 0, NULL};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        int rank = launch_env_int(vars[i].rank), size = launch_env_int(vars[i].size);
+        if (rank < 0 || size < 0) continue;
+        if (size < 1 || rank >= size)
+            die_usage("environment: %s=%d is not below %s=%d", vars[i].rank, rank, vars[i].size, size);
+        int local = launch_env_int(vars[i].local);
+        li.launcher = vars[i].launcher;
+        li.rank = rank;
+        li.world = size;
+        li.local_rank = local >= 0 ? local : 0;
+        li.rank_var = vars[i].rank;
+        return li;
+    }
+    return li;
+}
+
+#endif  // LLMC_LAUNCH_H

@@ -1,0 +1,74 @@
+// shard.h: ZeRO shards of the flat parameter buffer (model.h) and the memory
+// each rank holds at each ZeRO stage. Shared by the CPU and GPU trainers.
+//
+// The flat buffer of N elements is padded up to world * S, with S = ceil(N /
+// world) rounded up to PARAM_ALIGN, so any model works on any number of ranks:
+// rank r owns [r*S, (r+1)*S) clipped to [0, N) (the last ranks may own
+// padding only). Shards are ranges in rank order, so any range [lo, hi) of the
+// buffer splits into one piece per rank, in rank order: exactly the counts of a
+// reduce-scatter / all-gather (comm.h), and a shard is a range that
+// optimizer.h's adamw_update_range updates in place.
+//
+// Memory per rank (bytes), with N elements, S = N / ranks (padded):
+//   stage 0: params P*N + grads G*N + optimizer state O*N
+//   stage 1: params P*N + grads G*N + O*S      (optimizer state and master weights sharded)
+//   stage 2: params P*N + grads G*S + O*S      (gradients sharded too)
+//   stage 3: params P*S + grads G*S + O*S      (parameters sharded too)
+// CPU fp32 trainer: P = 4, G = 4, O = 8 (AdamW m + v; the fp32 params are the
+// master copy). Mixed precision: O = 12 (fp32 master copy + m + v).
+#ifndef LLMC_SHARD_H
+#define LLMC_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+typedef struct {
+    int rank, world;
+    int64_t num_elements;  // N
+    int64_t shard;         // S: elements per rank, padding included
+    int64_t begin, end;    // this rank's range, clipped to [0, N) (begin == end: padding only)
+} ShardMap;
+
+static inline int64_t shard_clip(int64_t x, int64_t n) { return x < n ? x : n; }
+
+static inline void shard_map_init(ShardMap *sm, int64_t num_elements, int rank, int world) {
+    sm->rank = rank;
+    sm->world = world;
+    sm->num_elements = num_elements;
+    sm->shard = round_up_i64(ceil_div_i64(num_elements, world), PARAM_ALIGN);
+    sm->begin = shard_clip(sm->shard * rank, num_elements);
+    sm->end = shard_clip(sm->shard * (rank + 1), num_elements);
+}
+
+// counts[r] (world entries): elements of [lo, hi) that rank r owns.
+static inline void shard_counts(const ShardMap *sm, int64_t lo, int64_t hi, size_t *counts) {
+    for (int r = 0; r < sm->world; r++) {
+        int64_t b = shard_clip(sm->shard * r, sm->num_elements), e = shard_clip(sm->shard * (r + 1), sm->num_elements);
+        int64_t a = lo > b ? lo : b, z = hi < e ? hi : e;
+        counts[r] = z > a ? (size_t)(z - a) : 0;
+    }
+}
+
+// This rank's piece of [lo, hi): [*plo, *phi) (empty when plo == phi).
+static inline void shard_piece(const ShardMap *sm, int64_t lo, int64_t hi, int64_t *plo, int64_t *phi) {
+    *plo = lo > sm->begin ? lo : sm->begin;
+    *phi = hi < sm->end ? hi : sm->end;
+    if (*phi < *plo) *phi = *plo;
+}
+
+typedef struct {
+    double params, grads, optimizer;  // bytes this rank holds
+} ZeroMemory;
+
+// The memory formula above for one rank.
+static inline ZeroMemory zero_memory(int stage, const ShardMap *sm, double param_bytes, double grad_bytes,
+                                     double state_bytes) {
+    double n = (double)sm->num_elements, s = (double)sm->shard;
+    ZeroMemory zm = {param_bytes * (stage >= 3 ? s : n), grad_bytes * (stage >= 2 ? s : n),
+                     state_bytes * (stage >= 1 ? s : n)};
+    return zm;
+}
+
+#endif  // LLMC_SHARD_H

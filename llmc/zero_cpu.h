@@ -1,0 +1,364 @@
+// zero_cpu.h: data parallelism with ZeRO-0/1/2/3 sharded AdamW for the CPU
+// trainer (gpt_cpu.h), acting only through the model's GPTHooks.
+//
+//   --zero 0: gradients all-reduced; every rank keeps the full AdamW state.
+//   --zero 1: gradients reduce-scattered on the last micro-step; each rank
+//             updates its shard (shard.h) of the fp32 weights with its shard
+//             of m and v, then the weights are all-gathered.
+//   --zero 2: as 1, but every micro-step's gradients are reduce-scattered into
+//             the rank's gradient shard, and the full gradient of a bucket is
+//             released (its pages handed back to the OS) once reduced.
+//   --zero 3: as 2, and the weights are sharded too: a segment's weights are
+//             all-gathered before the forward or backward reads them
+//             (GPTHooks.params_needed) and released when the pass moves on.
+//
+// Overlap: a segment's gradient reduction starts in GPTHooks.grads_ready, as
+// soon as its backward is done, while the backward goes on with the segments
+// below (MPI nonblocking calls, progressed at every hook). Ready segments are
+// cut into buckets of --bucket-mb. Segments become ready top down (ln_f,
+// layer L-1, ..., layer 0, embeddings last: the classifier's wte gradient is
+// accumulated in the forward and the embedding backward adds to it at the
+// very end), so the pending range always grows downwards.
+//
+// Released buffers: ZeRO-2 keeps the full gradient buffer, ZeRO-3 also the
+// full parameter buffer, as anonymous mappings whose released ranges are
+// handed back with madvise(MADV_DONTNEED): they hold no memory and read as
+// zero (for gradients that is the zeroing for the next micro-step).
+#ifndef LLMC_ZERO_CPU_H
+#define LLMC_ZERO_CPU_H
+
+#include <math.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "gpt_cpu.h"
+#include "optimizer.h"
+#include "shard.h"
+
+#define ZERO_SLOTS 2  // staging buffers for accumulating reduce-scatters (ZeRO-2/3 with accumulation)
+
+typedef struct {
+    int64_t lo, hi;     // the flat range reduced
+    int slot;           // staging slot holding this rank's piece, or -1 (written in place)
+    CommRequest req;
+} ZeroBucket;
+
+typedef struct {
+    GPT *model;
+    CommGroup *dp;          // the data-parallel group
+    int stage;
+    ShardMap map;
+    int64_t bucket_elems;
+    int num_segments;       // L + 2
+    float *m, *v;           // AdamW state: N elements (stage 0) or S (stage >= 1), indexed from map.begin
+    float *grad_shard;      // stage >= 1: this rank's reduced gradient, S elements
+    float *param_shard;     // stage 3: this rank's weights (the master copy), S elements
+    size_t mapped_bytes;    // size of each anonymous mapping (stage 2: grads; stage 3: grads and params)
+    int reduce_now;         // this micro-step's gradients are reduced
+    int overwrite;          // the reduce-scatter writes grad_shard (first reduced micro-step) rather than adds
+    int64_t pending_lo, pending_hi;  // ready gradients not yet in a bucket
+    ZeroBucket *inflight;
+    int num_inflight, cap_inflight;
+    float *slots[ZERO_SLOTS];
+    int slot_busy[ZERO_SLOTS];
+    int *resident;          // stage 3: segment s is gathered in model->params
+    size_t *counts;         // scratch: dp->size counts
+    const char *fault;      // LLMC_TEST_FAULT (tests only): "hang:R" or "die:R" at the first reduction
+    int fault_rank;
+} Zero;
+
+// ---------------------------------------------------------------------------
+// flat ranges
+
+static inline void zero_segment_range(const Zero *z, int s, int64_t *lo, int64_t *hi) {
+    const ParamLayout *pl = &z->model->layout;
+    int L = pl->cfg.num_layers;
+    *lo = s == 0 ? 0 : layer_offset(pl, s - 1);
+    *hi = s == 0 ? pl->layer_begin0 : s <= L ? layer_offset(pl, s) : pl->num_elements;
+}
+
+static inline float *zero_map(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(p != MAP_FAILED, "mmap of %zu bytes failed", bytes);
+    return (float *)p;
+}
+
+// Zeroes buf[lo, hi) and hands its whole pages back to the OS.
+static inline void zero_release(float *buf, int64_t lo, int64_t hi) {
+    uintptr_t a = (uintptr_t)(buf + lo), b = (uintptr_t)(buf + hi);
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t pa = (a + page - 1) / page * page, pb = b / page * page;
+    if (pa >= pb) {
+        memset((void *)a, 0, b - a);
+        return;
+    }
+    memset((void *)a, 0, pa - a);
+    memset((void *)pb, 0, b - pb);
+    CHECK(madvise((void *)pa, pb - pa, MADV_DONTNEED) == 0, "madvise failed");
+}
+
+// ---------------------------------------------------------------------------
+// gradient buckets
+
+static inline void zero_complete(Zero *z, ZeroBucket *b) {
+    comm_wait(&b->req);
+    if (b->slot >= 0) {
+        int64_t plo, phi;
+        shard_piece(&z->map, b->lo, b->hi, &plo, &phi);
+        float *dst = z->grad_shard + (plo - z->map.begin), *src = z->slots[b->slot];
+        for (int64_t i = 0; i < phi - plo; i++) dst[i] += src[i];
+        z->slot_busy[b->slot] = 0;
+    }
+    if (z->stage >= 2) zero_release(z->model->grads, b->lo, b->hi);
+}
+
+// Completes the finished buckets (or, with block, all of them), keeping order.
+static inline void zero_progress(Zero *z, int block) {
+    int kept = 0;
+    for (int i = 0; i < z->num_inflight; i++) {
+        ZeroBucket *b = &z->inflight[i];
+        if (block || comm_test(&b->req)) zero_complete(z, b);
+        else z->inflight[kept++] = *b;
+    }
+    z->num_inflight = kept;
+}
+
+static inline int zero_take_slot(Zero *z) {
+    for (;;) {
+        for (int s = 0; s < ZERO_SLOTS; s++) {
+            if (!z->slot_busy[s]) { z->slot_busy[s] = 1; return s; }
+        }
+        // every slot is busy: finish the oldest bucket that holds one
+        for (int i = 0; i < z->num_inflight; i++) {
+            if (z->inflight[i].slot < 0) continue;
+            zero_complete(z, &z->inflight[i]);
+            memmove(&z->inflight[i], &z->inflight[i + 1], sizeof(ZeroBucket) * (size_t)(z->num_inflight - i - 1));
+            z->num_inflight--;
+            break;
+        }
+    }
+}
+
+static inline void zero_launch(Zero *z, int64_t lo, int64_t hi) {
+    if (z->num_inflight == z->cap_inflight) {
+        z->cap_inflight = z->cap_inflight ? 2 * z->cap_inflight : 16;
+        z->inflight = (ZeroBucket *)realloc(z->inflight, sizeof(ZeroBucket) * (size_t)z->cap_inflight);
+        CHECK(z->inflight != NULL, "out of memory");
+    }
+    ZeroBucket b = {lo, hi, -1, {0}};
+    float *grads = z->model->grads;
+    if (z->stage == 0) {
+        b.req = comm_all_reduce_start(z->dp, grads + lo, (size_t)(hi - lo), COMM_F32);
+    } else {
+        int64_t plo, phi;
+        shard_piece(&z->map, lo, hi, &plo, &phi);
+        float *recv = z->grad_shard + (phi > plo ? plo - z->map.begin : 0);
+        if (!z->overwrite && phi > plo) {
+            b.slot = zero_take_slot(z);
+            recv = z->slots[b.slot];
+        }
+        shard_counts(&z->map, lo, hi, z->counts);
+        b.req = comm_reduce_scatter_start(z->dp, grads + lo, recv, z->counts, COMM_F32);
+    }
+    z->inflight[z->num_inflight++] = b;
+}
+
+static inline void zero_inject_fault(Zero *z) {
+    if (!z->fault || z->dp->comm->rank != z->fault_rank) return;
+    fprintf(stderr, "rank %d: LLMC_TEST_FAULT=%s\n", z->fault_rank, z->fault);
+    fflush(stderr);
+    if (strncmp(z->fault, "die", 3) == 0) raise(SIGKILL);
+    for (;;) pause();  // hang
+}
+
+static void zero_grads_ready(void *ctx, int segment) {
+    Zero *z = (Zero *)ctx;
+    if (!z->reduce_now) return;
+    zero_inject_fault(z);
+    int64_t lo, hi;
+    zero_segment_range(z, segment, &lo, &hi);
+    if (z->pending_hi == z->pending_lo) z->pending_hi = hi;
+    CHECK(hi == z->pending_hi || z->pending_lo == hi, "segment %d is ready out of order", segment);
+    z->pending_lo = lo;
+    while (z->pending_hi - z->pending_lo >= z->bucket_elems) {
+        zero_launch(z, z->pending_hi - z->bucket_elems, z->pending_hi);
+        z->pending_hi -= z->bucket_elems;
+    }
+    if (segment == 0 && z->pending_hi > z->pending_lo) {
+        zero_launch(z, z->pending_lo, z->pending_hi);
+        z->pending_hi = z->pending_lo;
+    }
+    zero_progress(z, 0);
+}
+
+// ---------------------------------------------------------------------------
+// ZeRO-3 parameter segments
+
+static inline void zero_gather_segment(Zero *z, int s) {
+    if (z->resident[s]) return;
+    int64_t lo, hi, plo, phi;
+    zero_segment_range(z, s, &lo, &hi);
+    shard_piece(&z->map, lo, hi, &plo, &phi);
+    shard_counts(&z->map, lo, hi, z->counts);
+    CommRequest r = comm_all_gather_start(z->dp, z->param_shard + (phi > plo ? plo - z->map.begin : 0), z->model->params + lo,
+                                          z->counts, COMM_F32);
+    zero_progress(z, 0);
+    comm_wait(&r);
+    z->resident[s] = 1;
+}
+
+static inline void zero_release_segment(Zero *z, int s) {
+    if (!z->resident[s]) return;
+    int64_t lo, hi;
+    zero_segment_range(z, s, &lo, &hi);
+    zero_release(z->model->params, lo, hi);
+    z->resident[s] = 0;
+}
+
+// Forward: keep the embeddings (the classifier reads wte at the end) and the
+// segment in use. Backward: keep only the segment in use.
+static void zero_params_needed(void *ctx, int segment, int backward) {
+    Zero *z = (Zero *)ctx;
+    for (int s = 0; s < z->num_segments; s++) {
+        if (s == segment || (!backward && s == 0)) continue;
+        zero_release_segment(z, s);
+    }
+    zero_gather_segment(z, segment);
+}
+
+// ---------------------------------------------------------------------------
+// public API
+
+// Takes over the model's hooks (and, for stages 2 and 3, its gradient and
+// parameter buffers). The model's weights must be initialised, identically on
+// every rank. bucket_mb: the size of one gradient reduction.
+static inline void zero_init(Zero *z, GPT *model, Comm *comm, int stage, double bucket_mb) {
+    memset(z, 0, sizeof(*z));
+    CHECK(stage >= 0 && stage <= 3, "ZeRO stage %d", stage);
+    z->model = model;
+    z->dp = comm_group(comm, COMM_DATA);
+    z->stage = stage;
+    int64_t n = model->layout.num_elements;
+    shard_map_init(&z->map, n, z->dp->rank, z->dp->size);
+    z->bucket_elems = (int64_t)(bucket_mb * 1e6 / sizeof(float));
+    if (z->bucket_elems < PARAM_ALIGN) z->bucket_elems = PARAM_ALIGN;
+    z->num_segments = model->cfg.num_layers + 2;
+    z->counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)z->dp->size);
+    int64_t state = stage >= 1 ? z->map.shard : n;
+    z->m = (float *)callocCheck((size_t)state, sizeof(float));
+    z->v = (float *)callocCheck((size_t)state, sizeof(float));
+    if (stage >= 1) z->grad_shard = (float *)callocCheck((size_t)z->map.shard, sizeof(float));
+    if (stage >= 2) {
+        int64_t slot = z->bucket_elems < z->map.shard ? z->bucket_elems : z->map.shard;
+        for (int s = 0; s < ZERO_SLOTS; s++) z->slots[s] = (float *)mallocCheck(sizeof(float) * (size_t)slot);
+        z->mapped_bytes = sizeof(float) * (size_t)n;
+        free(model->grads);
+        model->grads = zero_map(z->mapped_bytes);
+    }
+    if (stage == 3) {
+        z->param_shard = (float *)callocCheck((size_t)z->map.shard, sizeof(float));
+        memcpy(z->param_shard, model->params + z->map.begin, sizeof(float) * (size_t)(z->map.end - z->map.begin));
+        free(model->params);
+        model->params = zero_map(z->mapped_bytes);
+        z->resident = (int *)callocCheck((size_t)z->num_segments, sizeof(int));
+    }
+    model->hooks.ctx = z;
+    model->hooks.grads_ready = zero_grads_ready;
+    model->hooks.params_needed = stage == 3 ? zero_params_needed : NULL;
+    z->fault = getenv("LLMC_TEST_FAULT");
+    if (z->fault) {
+        const char *colon = strchr(z->fault, ':');
+        if (!colon || (strncmp(z->fault, "hang", 4) != 0 && strncmp(z->fault, "die", 3) != 0))
+            die_usage("LLMC_TEST_FAULT='%s' is not hang:RANK or die:RANK", z->fault);
+        z->fault_rank = atoi(colon + 1);
+    }
+}
+
+// The memory this rank holds (shard.h's formula; fp32 params are the master copy).
+static inline ZeroMemory zero_cpu_memory(const Zero *z) { return zero_memory(z->stage, &z->map, 4, 4, 8); }
+
+// Before the first micro-step of an optimizer step.
+static inline void zero_begin_step(Zero *z) {
+    if (z->stage < 2) gpt_zero_grad(z->model);  // stages 2 and 3 left the gradients released (zero)
+}
+
+// Before each micro-step's forward: finishes the last micro-step's reductions
+// (the forward adds the classifier's gradient to wte's, which may still be in
+// flight) and says whether this one's gradients are reduced.
+static inline void zero_begin_micro(Zero *z, int micro, int accum) {
+    zero_progress(z, 1);
+    z->reduce_now = z->stage >= 2 || micro == accum - 1;
+    z->overwrite = z->stage == 1 || micro == 0;
+    z->pending_lo = z->pending_hi = 0;
+}
+
+// After the last backward: completes every reduction; returns the global
+// gradient norm (of the mean gradient, over all ranks).
+static inline float zero_finish_grads(Zero *z) {
+    zero_progress(z, 1);
+    if (z->stage == 0) return (float)sqrt(sum_of_squares(z->model->grads, z->map.num_elements));
+    double ss = sum_of_squares(z->grad_shard, z->map.end - z->map.begin);
+    comm_all_reduce(z->dp, &ss, 1, COMM_F64);
+    return (float)sqrt(ss);
+}
+
+// AdamW on this rank's shard (all of it at stage 0), then the weights are
+// made whole again (stages 1, 2) or left sharded (stage 3).
+static inline void zero_optimizer_step(Zero *z, const AdamWConfig *ac, float grad_scale) {
+    GPT *m = z->model;
+    const ParamLayout *pl = &m->layout;
+    const ShardMap *sm = &z->map;
+    if (z->stage == 0) {
+        adamw_update_range(pl, m->params, m->grads, 0, z->m, z->v, 0, sm->num_elements, ac, grad_scale);
+        return;
+    }
+    float *params = z->stage == 3 ? z->param_shard - sm->begin : m->params;
+    adamw_update_range(pl, params, z->grad_shard, 1, z->m, z->v, sm->begin, sm->end, ac, grad_scale);
+    if (z->stage == 3) {
+        for (int s = 0; s < z->num_segments; s++) zero_release_segment(z, s);
+        return;
+    }
+    int64_t n = sm->num_elements, chunks = ceil_div_i64(n, z->bucket_elems);
+    CommRequest *reqs = (CommRequest *)mallocCheck(sizeof(CommRequest) * (size_t)chunks);
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t lo = c * z->bucket_elems, hi = shard_clip(lo + z->bucket_elems, n);
+        shard_counts(sm, lo, hi, z->counts);
+        reqs[c] = comm_all_gather_start(z->dp, NULL, m->params + lo, z->counts, COMM_F32);
+    }
+    comm_wait_all(reqs, (int)chunks);
+    free(reqs);
+}
+
+// Makes model->params whole on every rank (stage 3 gathers every segment; the
+// next training forward releases them again).
+static inline void zero_gather_params(Zero *z) {
+    if (z->stage < 3) return;
+    for (int s = 0; s < z->num_segments; s++) zero_gather_segment(z, s);
+}
+
+// Gives the model back its own kind of buffers (gpt_free frees them).
+static inline void zero_free(Zero *z) {
+    GPT *m = z->model;
+    if (z->stage >= 2) {
+        munmap(m->grads, z->mapped_bytes);
+        m->grads = NULL;
+    }
+    if (z->stage == 3) {
+        munmap(m->params, z->mapped_bytes);
+        m->params = NULL;
+    }
+    memset(&m->hooks, 0, sizeof(m->hooks));
+    for (int s = 0; s < ZERO_SLOTS; s++) free(z->slots[s]);
+    free(z->m);
+    free(z->v);
+    free(z->grad_shard);
+    free(z->param_shard);
+    free(z->resident);
+    free(z->inflight);
+    free(z->counts);
+    memset(z, 0, sizeof(*z));
+}
+
+#endif  // LLMC_ZERO_CPU_H

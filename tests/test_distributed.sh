@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# test_distributed.sh: the CPU trainer under mpirun on 2 and 4 ranks. For each
+# ZeRO stage 0..3, the loss and gradient norm of 10 steps and the final weights
+# equal the single-process run of the same global batch (to 1e-5 relative);
+# the memory line follows the ZeRO formula; a rank that hangs ends the job by
+# --comm-timeout with a message naming the rank and the operation, and a rank
+# that dies ends it too. SKIPs without MPI (build or mpirun).
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+TRAIN=$BUILD/train_gpt
+CMP=$BUILD/tests/test_zero
+if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
+    echo "SKIP: distributed (built without MPI or no mpirun)"
+    exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_rmaps_base_oversubscribe=1
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x ASAN_OPTIONS)
+
+cat llmc/*.h > "$tmp/corpus.txt"
+"$BUILD/tokenize" --bytes 1 --out-dir "$tmp" --name d "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
+    { echo "FAIL: distributed_data ($(tail -1 "$tmp/tok.log"))"; exit 1; }
+# global batch 4 x 32 tokens x 2 accumulation steps; small buckets: many per segment
+COMMON=(--data-train "$tmp/d_train_*.bin" --n-layer 2 --n-embd 64 --n-head 4 --vocab-size 257 --max-seq-len 64
+        --seq-len 32 --total-batch-tokens 256 --steps 10 --lr 3e-4 --weight-decay 0.1 --seed 5 --peak-tflops 1
+        --bucket-mb 0.02 --comm-timeout 60)
+
+"$TRAIN" "${COMMON[@]}" --batch-size 4 --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" >"$tmp/ref.log" 2>&1 ||
+    { echo "FAIL: distributed_reference_run ($(tail -2 "$tmp/ref.log"))"; exit 1; }
+
+for np in 2 4; do
+    for zero in 0 1 2 3; do
+        name="zero${zero}_np${np}"
+        out=$tmp/$name
+        timeout 120 "${MPIRUN[@]}" -np "$np" "$TRAIN" "${COMMON[@]}" --batch-size $((4 / np)) --zero "$zero" \
+            --log-json "$out.json" --save-model "$out.bin" >"$out.log" 2>&1
+        rc=$?
+        if [ $rc -ne 0 ]; then
+            echo "FAIL: ${name}_runs (exit $rc: $(tail -3 "$out.log" | tr '\n' ' '))"
+            continue
+        fi
+        "$CMP" --compare-logs "$tmp/ref.json" "$out.json" 1e-5 "${name}_loss_and_norm_match_one_process"
+        "$CMP" --compare-models "$tmp/ref.bin" "$out.bin" 1e-5 "${name}_weights_match_one_process"
+        # memory per rank: params 4 B x (N, or S at stage 3), grads 4 B x (N, or S at 2+), AdamW 8 B x (N, or S at 1+)
+        line=$(grep '^memory per rank' "$out.log")
+        if echo "$line" | awk -v z="$zero" -v np="$np" '{
+                match($0, /N = [0-9]+/); n = substr($0, RSTART + 4, RLENGTH - 4) + 0
+                match($0, /shard S = [0-9]+/); s = substr($0, RSTART + 10, RLENGTH - 10) + 0
+                want_s = int((n + np - 1) / np); want_s = int((want_s + 63) / 64) * 64
+                split($0, mb, / MB/); p = mb[1]; sub(/.*\): params /, "", p)
+                g = mb[2]; sub(/.*grads /, "", g); o = mb[3]; sub(/.*AdamW m,v /, "", o)
+                ep = 4 * (z >= 3 ? s : n) / 1e6; eg = 4 * (z >= 2 ? s : n) / 1e6; eo = 8 * (z >= 1 ? s : n) / 1e6
+                ok = s == want_s && (p - ep)^2 < 1e-6 && (g - eg)^2 < 1e-6 && (o - eo)^2 < 1e-6
+                exit !ok }'; then
+            echo "PASS: ${name}_memory_line_follows_zero_formula"
+        else
+            echo "FAIL: ${name}_memory_line_follows_zero_formula ($line)"
+        fi
+    done
+done
+
+# a rank that hangs: the others give up after --comm-timeout, naming themselves and the operation
+start=$(date +%s)
+LLMC_TEST_FAULT=hang:1 timeout 60 "${MPIRUN[@]}" -x LLMC_TEST_FAULT -np 2 "$TRAIN" "${COMMON[@]}" --batch-size 2 \
+    --comm-timeout 3 >"$tmp/hang.log" 2>&1
+rc=$?
+took=$(($(date +%s) - start))
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 40 ] &&
+    grep -q 'rank 0: all-reduce of [0-9]* bytes on the data group (2 ranks) did not complete within 3 s' "$tmp/hang.log"; then
+    echo "PASS: hung_rank_ends_job_within_comm_timeout (exit $rc after $took s)"
+else
+    echo "FAIL: hung_rank_ends_job_within_comm_timeout (exit $rc after $took s: $(grep -m2 -i 'error\|abort' "$tmp/hang.log" | tr '\n' ' '))"
+fi
+
+# a rank that dies: the job ends with an error instead of hanging
+start=$(date +%s)
+LLMC_TEST_FAULT=die:1 timeout 60 "${MPIRUN[@]}" -x LLMC_TEST_FAULT -np 2 "$TRAIN" "${COMMON[@]}" --batch-size 2 \
+    --comm-timeout 10 >"$tmp/die.log" 2>&1
+rc=$?
+took=$(($(date +%s) - start))
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 40 ]; then
+    echo "PASS: dead_rank_ends_job (exit $rc after $took s)"
+else
+    echo "FAIL: dead_rank_ends_job (exit $rc after $took s: $(tail -2 "$tmp/die.log" | tr '\n' ' '))"
+fi
+
+# launcher variables without an MPI runtime behind them: a clear error, not a hang
+WORLD_SIZE=2 RANK=0 timeout 30 "$TRAIN" "${COMMON[@]}" --batch-size 2 >"$tmp/env.log" 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q 'RANK says rank 0 of 2, but MPI sees rank 0 of 1' "$tmp/env.log"; then
+    echo "PASS: launcher_env_without_mpi_runtime_is_a_usage_error"
+else
+    echo "FAIL: launcher_env_without_mpi_runtime_is_a_usage_error (exit $rc: $(tail -2 "$tmp/env.log"))"
+fi
