@@ -149,7 +149,7 @@ int main(int argc, char **argv) {
     int *y = (int *)mallocCheck(sizeof(int) * (size_t)B * T);
     gpt_alloc_activations(&model, B, T);
 
-    double peak_gflops = o.peak_tflops > 0 ? o.peak_tflops * 1e3 : matmul_measure_gflops(1024, 3);
+    double peak_gflops = o.peak_tflops > 0 ? o.peak_tflops * 1e3 : matmul_measure_peak_gflops(1024, 5);
     double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)total_tokens;
     ZeroMemory zm = zero_cpu_memory(&zero);
     if (rank == 0) {
@@ -169,7 +169,7 @@ int main(int argc, char **argv) {
            o.zero >= 3 ? "S" : "N", zm.grads / 1e6, o.zero >= 2 ? "S" : "N", zm.optimizer / 1e6,
            o.zero >= 1 ? "S" : "N", (zm.params + zm.grads + zm.optimizer) / 1e6, model.acts.num_floats * 4 / 1e6);
     printf("compute: %d threads, matmul %s, peak %.1f GFLOP/s (%s), %.2f GFLOP/step\n", omp_threads(),
-           matmul_backend_name(), peak_gflops, o.peak_tflops > 0 ? "--peak-tflops" : "measured sgemm",
+           matmul_backend_name(), peak_gflops, o.peak_tflops > 0 ? "--peak-tflops" : MATMUL_PEAK_SOURCE,
            flops_per_step * 1e-9);
     fflush(stdout);
     }
