@@ -70,6 +70,56 @@ ifeq ($(HAVE_ZSTD),yes)
   LDLIBS += -lzstd
 endif
 
+# --- CUDA (optional): nvcc + cuBLASLt; cuDNN and NCCL from CUDNN_HOME /
+# NCCL_HOME (include/ and lib/ under each) or else the toolkit's own dirs.
+# One architecture per build (CUDA_ARCH, default sm_90; sm_80 also builds).
+# Sanitizer builds leave the CUDA programs out (host sanitizers do not cover them).
+CUDA_HOME ?= /usr/local/cuda
+CUDA_ARCH ?= sm_90
+ifneq ($(NO_CUDA),1)
+ifeq ($(SANITIZER),)
+  NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nvcc))
+  ifneq ($(NVCC),)
+    ifneq ($(wildcard $(CUDA_HOME)/include/cublasLt.h),)
+      HAVE_CUDA := yes
+    endif
+  endif
+endif
+endif
+ifeq ($(HAVE_CUDA),yes)
+  CUDNN_INC := $(if $(CUDNN_HOME),$(CUDNN_HOME)/include,$(CUDA_HOME)/include)
+  CUDNN_LIB := $(if $(CUDNN_HOME),$(CUDNN_HOME)/lib,$(CUDA_HOME)/lib64)
+  NCCL_INC := $(if $(NCCL_HOME),$(NCCL_HOME)/include,$(CUDA_HOME)/include)
+  NCCL_LIB := $(if $(NCCL_HOME),$(NCCL_HOME)/lib,$(CUDA_HOME)/lib64)
+  HAVE_CUDNN := $(if $(and $(wildcard $(CUDNN_INC)/cudnn.h),$(wildcard $(CUDNN_LIB)/libcudnn.so*)),yes)
+  HAVE_NCCL := $(if $(and $(wildcard $(NCCL_INC)/nccl.h),$(wildcard $(NCCL_LIB)/libnccl.so*)),yes)
+  # nvcc hands the host compiler preprocessed code without comments, so the C
+  # headers' "fall through" comments are invisible to it: that one check is off.
+  NVCC_WARN := -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-function,-Wno-implicit-fallthrough
+  NVCC_HOST_OPT := $(if $(filter -march=native,$(OPT)),-Xcompiler -march=native)
+  NVCC_FLAGS := -O3 -std=c++17 -arch=$(CUDA_ARCH) -lineinfo -I. $(NVCC_WARN) $(NVCC_HOST_OPT) -MMD -MP $(NVCC_EXTRA)
+  NVCC_LIBS := -lcublasLt -lcublas -lm -lpthread
+  ifeq ($(HAVE_CUDNN),yes)
+    NVCC_FLAGS += -DLLMC_CUDNN -I$(CUDNN_INC)
+    NVCC_LIBS += -L$(CUDNN_LIB) -Xlinker -rpath=$(CUDNN_LIB) -lcudnn
+  endif
+  ifeq ($(HAVE_OMP),yes)
+    NVCC_FLAGS += -Xcompiler -fopenmp
+    NVCC_LIBS += -lgomp
+  endif
+  ifeq ($(HAVE_BLAS),yes)
+    NVCC_FLAGS += -DLLMC_BLAS -I$(BLAS_INC)
+    NVCC_LIBS += -lopenblas
+  endif
+  ifeq ($(HAVE_ZSTD),yes)
+    NVCC_FLAGS += -DLLMC_ZSTD
+    NVCC_LIBS += -lzstd
+  endif
+  DEV_CUDA_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/cuda/dev_%,$(wildcard dev/cuda/*.cu))
+  CUDA_BINS := train_gptcu $(BUILD)/tests/test_gpt_cu $(DEV_CUDA_BINS)
+  HAVE_CUDA := yes(cuDNN=$(or $(HAVE_CUDNN),no),NCCL=$(or $(HAVE_NCCL),no),$(CUDA_ARCH))
+endif
+
 CFLAGS := $(CFLAGS_BASE) $(OPT) $(CFLAGS_EXTRA)
 
 $(info llmc build: OpenMP=$(or $(HAVE_OMP),no) BLAS=$(or $(HAVE_BLAS),no) MPI=$(or $(HAVE_MPI),no) zstd=$(or $(HAVE_ZSTD),no) CUDA=$(or $(HAVE_CUDA),no) -> $(BUILD)/)
@@ -80,7 +130,7 @@ TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
 .PHONY: all test test-all debug run bench clean
-all: $(PROGRAMS) $(TEST_BINS)
+all: $(PROGRAMS) $(TEST_BINS) $(CUDA_BINS)
 
 # The release binaries live at the top level (./train_gpt); sanitizer and debug
 # builds live under their build directory only.
@@ -101,8 +151,29 @@ $(BUILD)/tests/%: tests/%.c
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)
 
+# --- CUDA programs: train_gptcu, build/cuda/dev_<family> for dev/cuda/*.cu,
+# build/tests/test_gpt_cu (run by tests/run_tests.sh; it SKIPs without a GPU).
+ifneq ($(NVCC_FLAGS),)
+ifeq ($(BUILD),build)
+train_gptcu: $(BUILD)/train_gptcu
+	cp $< $@
+else
+train_gptcu: $(BUILD)/train_gptcu
+endif
+$(BUILD)/train_gptcu: train_gpt.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
+$(BUILD)/tests/test_gpt_cu: tests/test_gpt.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
+$(BUILD)/cuda/dev_%: dev/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
+-include $(wildcard $(BUILD)/cuda/*.d)
+endif
+
 # make test: build everything, run every test, print "N passed, N failed".
-test: $(addprefix $(BUILD)/,$(PROGRAMS)) $(TEST_BINS)
+test: $(addprefix $(BUILD)/,$(PROGRAMS)) $(TEST_BINS) $(CUDA_BINS)
 	BUILD=$(BUILD) HAVE_MPI=$(HAVE_MPI) bash tests/run_tests.sh
 
 # CI's command: the suite in a normal, an ASan and a UBSan build, one tally.
@@ -120,4 +191,4 @@ bench: train_gpt
 	bash scripts/bench_cpu.sh
 
 clean:
-	rm -rf build build-* $(PROGRAMS)
+	rm -rf build build-* $(PROGRAMS) train_gptcu

@@ -33,6 +33,8 @@ typedef struct {
     int log_every;
     char matmul[FLAG_STR_MAX];
     float peak_tflops;
+    char attention[FLAG_STR_MAX];  // GPU: attention kernel (gpt_gpu.cuh)
+    int recompute;                 // GPU: activation recomputation level
     int zero;                     // ZeRO stage (zero_cpu.h)
     char comm[FLAG_STR_MAX];      // communication backend (comm.h)
     float comm_timeout;           // seconds a collective may wait
@@ -77,7 +79,11 @@ static const FlagSpec TRAIN_FLAGS[] = {
     {"log-every", FLAG_INT, TO(log_every), "1", NULL, 1, 1e9, "print a step line every N steps"},
     {"matmul", FLAG_CHOICE, TO(matmul), "auto", "auto|blas|native", 0, 0, "CPU matmul backend (auto: BLAS if built with it)"},
     {"peak-tflops", FLAG_FLOAT, TO(peak_tflops), "0", NULL, 0, 1e6,
-     "peak FLOP/s for MFU, in TFLOP/s (0: measured sgemm on the CPU, bf16 datasheet on the GPU)"},
+     "peak FLOP/s for MFU, in TFLOP/s (0: measured: sgemm on the CPU, a cuBLASLt bf16 matmul on the GPU)"},
+    {"attention", FLAG_CHOICE, TO(attention), "flash", "flash|cudnn", 0, 0,
+     "GPU attention: our flash kernel or cuDNN's fused attention (the CPU trainer ignores it)"},
+    {"recompute", FLAG_INT, TO(recompute), "0", NULL, 0, 2,
+     "GPU activation recomputation: 0 none, 1 GELU, 2 GELU and LayerNorm (the CPU trainer ignores it)"},
     {"zero", FLAG_INT, TO(zero), "0", NULL, 0, 3,
      "ZeRO stage over the data-parallel ranks: 0 all-reduce, 1 shard AdamW state, 2 + gradients, 3 + parameters"},
     {"comm", FLAG_CHOICE, TO(comm), "auto", "auto|mpi|nccl", 0, 0,

@@ -1,0 +1,47 @@
+// global_norm.cuh: the squared L2 norm of an fp32 buffer (the gradients),
+// deterministic: a fixed grid of blocks each sums a fixed grid-stride slice in
+// a fixed tree order, then one thread adds the per-block sums in order in
+// double. The same inputs give the same bits on every run.
+#ifndef LLMC_GLOBAL_NORM_CUH
+#define LLMC_GLOBAL_NORM_CUH
+
+#include "cuda_common.cuh"
+
+#define NORM_BLOCKS 1024   // fixed, so the summation order never depends on the device
+#define NORM_THREADS 512
+
+__global__ void norm_partial_kernel(float *partial, const float *g, int64_t n) {
+    __shared__ float scratch[32];
+    float acc = 0.0f;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        acc += g[i] * g[i];
+    acc = block_sum(acc, scratch);
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+__global__ void norm_finish_kernel(double *out, const float *partial, int nblocks) {
+    double acc = 0.0;
+    for (int i = 0; i < nblocks; i++) acc += (double)partial[i];
+    *out = acc;
+}
+
+// Floats of scratch gpu_sum_of_squares needs (the per-block sums, then the double result).
+static inline size_t global_norm_scratch_floats(void) { return NORM_BLOCKS + 2; }
+
+// sum of g[i]^2 over [0, n), left in scratch (read it with global_norm_result).
+static inline void gpu_sum_of_squares(float *scratch, const float *g, int64_t n, cudaStream_t s) {
+    norm_partial_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, s>>>(scratch, g, n);
+    CUDA_CHECK_LAUNCH();
+    norm_finish_kernel<<<1, 1, 0, s>>>((double *)(scratch + NORM_BLOCKS), scratch, NORM_BLOCKS);
+    CUDA_CHECK_LAUNCH();
+}
+
+// Waits for gpu_sum_of_squares and returns its result.
+static inline double global_norm_result(const float *scratch, cudaStream_t s) {
+    double h = 0.0;
+    CUDA_CHECK(cudaMemcpyAsync(&h, scratch + NORM_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    return h;
+}
+
+#endif  // LLMC_GLOBAL_NORM_CUH

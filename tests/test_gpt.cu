@@ -1,0 +1,169 @@
+// test_gpt.cu: the GPU model (llmc/gpt_gpu.cuh) against the CPU model
+// (llmc/gpt_cpu.h) on the same weights and batches: logits, loss and every
+// gradient tensor of one step within bf16 tolerances; 10 AdamW steps of
+// losses; recomputation (--recompute 1, 2) giving the gradients of no
+// recomputation; and bit-exact determinism of two identical runs.
+// Without a GPU it prints SKIP and exits 0.
+#include "llmc/gpt_cpu.h"
+#include "llmc/gpt_gpu.cuh"
+#include "llmc/optimizer.h"
+#include "tests/testing.h"
+
+#define B_TEST 4
+#define T_TEST 64
+#define STEPS 10
+
+// bf16 weights and activations: about 3 significant digits per operation.
+#define TOL_LOGITS 3e-2
+#define TOL_GRAD 6e-2
+#define TOL_LOSS 2e-2
+
+static void random_batch(Rng *rng, int *x, int *y, int n, int V) {
+    for (int i = 0; i < n; i++) {
+        x[i] = (int)rng_below(rng, (uint64_t)V);
+        y[i] = (int)rng_below(rng, (uint64_t)V);
+    }
+}
+
+static AdamWConfig adamw_at(int step) {
+    AdamWConfig ac = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step + 1};
+    return ac;
+}
+
+// steps of training on batches[s] (x then y, each B*T); losses[s] out.
+static void train_gpu(GPTGPU *m, int *const *xs, int *const *ys, int steps, float *losses, uint64_t seed) {
+    for (int s = 0; s < steps; s++) {
+        gpu_gpt_zero_grad(m);
+        losses[s] = gpu_gpt_forward(m, xs[s], ys[s], B_TEST, T_TEST, 1.0f / (B_TEST * T_TEST));
+        gpu_gpt_backward(m);
+        float norm = gpu_gpt_grad_norm(m);
+        AdamWConfig ac = adamw_at(s);
+        gpu_gpt_update(m, &ac, grad_clip_scale(norm, 1.0f), seed + (uint64_t)s);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+}
+
+static void train_cpu(GPT *m, float *adam_m, float *adam_v, int *const *xs, int *const *ys, int steps,
+                      float *losses) {
+    int64_t n = m->layout.num_elements;
+    for (int s = 0; s < steps; s++) {
+        gpt_zero_grad(m);
+        losses[s] = gpt_forward(m, xs[s], ys[s], B_TEST, T_TEST, 1.0f / (B_TEST * T_TEST));
+        gpt_backward(m);
+        float norm = (float)sqrt(sum_of_squares(m->grads, n));
+        AdamWConfig ac = adamw_at(s);
+        adamw_update_range(&m->layout, m->params, m->grads, 0, adam_m, adam_v, 0, n, &ac, grad_clip_scale(norm, 1.0f));
+    }
+}
+
+// One training step's gradients of a fresh GPU model (recompute level r) into out.
+static float gpu_step_grads(const GPTConfig *cfg, const float *params, int recompute, const int *x, const int *y,
+                            float *out) {
+    GPTGPU g;
+    gpu_gpt_init(&g, cfg, B_TEST, T_TEST, recompute, ATTENTION_FLASH);
+    gpu_gpt_set_params(&g, params);
+    gpu_gpt_zero_grad(&g);
+    float loss = gpu_gpt_forward(&g, x, y, B_TEST, T_TEST, 1.0f / (B_TEST * T_TEST));
+    gpu_gpt_backward(&g);
+    gpu_gpt_get_grads(&g, out);
+    gpu_gpt_free(&g);
+    return loss;
+}
+
+int main(void) {
+    if (!cuda_device_present()) {
+        test_skip("test_gpt_cu (no CUDA device)");
+        return 0;
+    }
+    GPTConfig cfg = {T_TEST, 250, pad_vocab(250), 2, 2, 128};  // maxT V Vp L NH C: head size 64
+    int N = B_TEST * T_TEST, V = cfg.vocab_size;
+    GPT cpu;
+    gpt_init(&cpu, &cfg);
+    gpt2_init_params(&cpu.layout, cpu.params, 42);
+    int64_t P = cpu.layout.num_elements;
+    float *init = (float *)mallocCheck(sizeof(float) * (size_t)P);
+    memcpy(init, cpu.params, sizeof(float) * (size_t)P);
+
+    Rng rng;
+    rng_seed(&rng, 7);
+    int *xs[STEPS], *ys[STEPS];
+    for (int s = 0; s < STEPS; s++) {
+        xs[s] = (int *)mallocCheck(sizeof(int) * (size_t)N);
+        ys[s] = (int *)mallocCheck(sizeof(int) * (size_t)N);
+        random_batch(&rng, xs[s], ys[s], N, V);
+    }
+
+    // logits
+    GPTGPU g;
+    gpu_gpt_init(&g, &cfg, B_TEST, T_TEST, 0, ATTENTION_FLASH);
+    gpu_gpt_set_params(&g, init);
+    float *logits = (float *)mallocCheck(sizeof(float) * (size_t)N * V);
+    gpt_forward(&cpu, xs[0], NULL, B_TEST, T_TEST, 0.0f);
+    gpu_gpt_forward(&g, xs[0], NULL, B_TEST, T_TEST, 0.0f);
+    gpu_gpt_logits(&g, 0, N, logits);
+    double e = rel_error(logits, cpu.acts.logits, (long)N * V, 1e-6);
+    test_result(e < TOL_LOGITS, "gpu logits match cpu (rel err %.2e)", e);
+
+    // one step: loss and every gradient
+    float *grads = (float *)mallocCheck(sizeof(float) * (size_t)P);
+    gpt_zero_grad(&cpu);
+    float loss_c = gpt_forward(&cpu, xs[0], ys[0], B_TEST, T_TEST, 1.0f / N);
+    gpt_backward(&cpu);
+    gpu_gpt_zero_grad(&g);
+    float loss_g = gpu_gpt_forward(&g, xs[0], ys[0], B_TEST, T_TEST, 1.0f / N);
+    gpu_gpt_backward(&g);
+    gpu_gpt_get_grads(&g, grads);
+    test_result(fabsf(loss_g - loss_c) < TOL_LOSS, "gpu loss %.5f matches cpu %.5f", loss_g, loss_c);
+    for (int t = 0; t < cpu.layout.num_tensors; t++) {
+        const ParamTensor *pt = &cpu.layout.tensors[t];
+        double ge = rel_error(grads + pt->offset, cpu.grads + pt->offset, (long)pt->numel, 1e-6);
+        test_result(ge < TOL_GRAD, "gradient %s (rel err %.2e)", pt->name, ge);
+    }
+    float norm_g = gpu_gpt_grad_norm(&g), norm_c = (float)sqrt(sum_of_squares(cpu.grads, P));
+    test_result(fabsf(norm_g - norm_c) < TOL_GRAD * norm_c, "grad norm %.5f matches cpu %.5f", norm_g, norm_c);
+    gpu_gpt_free(&g);
+
+    // recomputation gives the same gradients
+    float *grads_r = (float *)mallocCheck(sizeof(float) * (size_t)P);
+    for (int r = 1; r <= 2; r++) {
+        float loss_r = gpu_step_grads(&cfg, init, r, xs[0], ys[0], grads_r);
+        double re = rel_error(grads_r, grads, (long)P, 1e-6);
+        test_result(loss_r == loss_g && re < 1e-2, "recompute %d: loss %.6f (no recompute %.6f), gradients rel err %.2e",
+                    r, loss_r, loss_g, re);
+    }
+
+    // 10 steps of training
+    float lc[STEPS], lg[STEPS], lg2[STEPS];
+    float *adam_m = (float *)callocCheck((size_t)P, sizeof(float));
+    float *adam_v = (float *)callocCheck((size_t)P, sizeof(float));
+    memcpy(cpu.params, init, sizeof(float) * (size_t)P);
+    train_cpu(&cpu, adam_m, adam_v, xs, ys, STEPS, lc);
+    GPTGPU g1, g2;
+    gpu_gpt_init(&g1, &cfg, B_TEST, T_TEST, 0, ATTENTION_FLASH);
+    gpu_gpt_set_params(&g1, init);
+    train_gpu(&g1, xs, ys, STEPS, lg, 1234);
+    int ok = 1;
+    for (int s = 0; s < STEPS; s++) {
+        printf("step %d: cpu loss %.5f gpu loss %.5f\n", s, lc[s], lg[s]);
+        ok &= fabsf(lg[s] - lc[s]) < TOL_LOSS + 1e-2f * fabsf(lc[s]);
+    }
+    test_result(ok, "%d training steps: gpu losses follow cpu losses", STEPS);
+    test_result(lg[STEPS - 1] < lg[0], "gpu training lowers the loss (%.4f -> %.4f)", lg[0], lg[STEPS - 1]);
+
+    // determinism: a second identical run gives the same bits
+    gpu_gpt_init(&g2, &cfg, B_TEST, T_TEST, 0, ATTENTION_FLASH);
+    gpu_gpt_set_params(&g2, init);
+    train_gpu(&g2, xs, ys, STEPS, lg2, 1234);
+    float *p1 = (float *)mallocCheck(sizeof(float) * (size_t)P), *p2 = (float *)mallocCheck(sizeof(float) * (size_t)P);
+    gpu_gpt_get_params(&g1, p1);
+    gpu_gpt_get_params(&g2, p2);
+    test_result(memcmp(lg, lg2, sizeof(lg)) == 0 && memcmp(p1, p2, sizeof(float) * (size_t)P) == 0,
+                "two identical gpu runs are bit-identical (losses and weights after %d steps)", STEPS);
+    gpu_gpt_free(&g1);
+    gpu_gpt_free(&g2);
+
+    for (int s = 0; s < STEPS; s++) { free(xs[s]); free(ys[s]); }
+    free(init); free(logits); free(grads); free(grads_r); free(adam_m); free(adam_v); free(p1); free(p2);
+    gpt_free(&cpu);
+    return test_exit_code();
+}
