@@ -31,6 +31,12 @@
 #include "launch.h"
 #include "utils.h"
 #ifdef LLMC_MPI
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1  // C only, also when a .cu file (C++) includes this
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 #endif
 
@@ -368,10 +374,9 @@ static inline void comm_init(Comm *c, int *argc, char ***argv, int tp, int pp, d
     c->pp = pp;
     c->dp = c->world / (tp * pp);
     int tp_rank = c->rank % tp, dp_rank = c->rank / tp % c->dp, pp_rank = c->rank / (tp * c->dp);
-    // per group: its rank, its size, and the color shared by its members
+    // per group: its rank and its size
     int ranks[COMM_NUM_GROUPS] = {c->rank, dp_rank, tp_rank, pp_rank};
     int sizes[COMM_NUM_GROUPS] = {c->world, c->dp, tp, pp};
-    int colors[COMM_NUM_GROUPS] = {0, pp_rank * tp + tp_rank, pp_rank * c->dp + dp_rank, dp_rank * tp + tp_rank};
     for (int k = 0; k < COMM_NUM_GROUPS; k++) {
         CommGroup *g = &c->groups[k];
         g->kind = (CommGroupKind)k;
@@ -380,9 +385,10 @@ static inline void comm_init(Comm *c, int *argc, char ***argv, int tp, int pp, d
         g->be = be;
         g->comm = c;
 #ifdef LLMC_MPI
+        // the color shared by the group's members: the coordinates outside the group
+        int colors[COMM_NUM_GROUPS] = {0, pp_rank * tp + tp_rank, pp_rank * c->dp + dp_rank, dp_rank * tp + tp_rank};
         if (c->mpi_initialized) MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, colors[k], ranks[k], &g->mpi));
 #endif
-        (void)colors;
     }
 }
 

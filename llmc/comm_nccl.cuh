@@ -1,0 +1,222 @@
+// comm_nccl.cuh: the NCCL backend of comm.h, on device buffers. For the GPU
+// trainer: after comm_init (MPI, host groups), comm_nccl_init makes a device
+// group for each host group -- same ranks, its NCCL communicator and its own
+// high-priority stream -- with the NCCL unique id sent from the group's rank 0
+// over the host group's MPI communicator. The device groups take the same
+// comm_*_start / comm_wait calls as host groups.
+//
+// Streams: an operation first makes its communication stream wait for the
+// compute stream (comm_nccl_set_compute_stream: everything queued there before
+// the call is in the buffer), then runs on the communication stream and
+// records an event. comm_wait polls that event against --comm-timeout (on
+// expiry: every NCCL communicator is aborted, then MPI_Abort);
+// comm_nccl_stream_wait makes a stream wait for it without blocking the host.
+//
+// Uneven reduce-scatter / all-gather counts (padded ZeRO shards need none,
+// but a range of the flat buffer does) become grouped ncclReduce /
+// ncclBroadcast calls, one per rank.
+#ifndef LLMC_COMM_NCCL_CUH
+#define LLMC_COMM_NCCL_CUH
+
+#include <nccl.h>
+
+#include "comm.h"
+#include "cuda_common.cuh"
+
+typedef struct {
+    ncclComm_t nccl;
+    cudaStream_t stream;     // communication stream
+    cudaStream_t compute;    // the stream producing the buffers (0: legacy default stream)
+    float *scratch;          // one device float for barriers
+} NcclGroup;
+
+static inline ncclDataType_t nccl_dtype(CommDType t) {
+    return t == COMM_F64 ? ncclFloat64 : t == COMM_F32 ? ncclFloat32 : ncclBfloat16;
+}
+
+// The communication stream waits for everything already queued on the compute stream.
+static inline NcclGroup *nccl_begin(CommGroup *g) {
+    NcclGroup *ng = (NcclGroup *)g->impl;
+    cudaEvent_t ready;
+    CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(ready, ng->compute));
+    CUDA_CHECK(cudaStreamWaitEvent(ng->stream, ready, 0));
+    CUDA_CHECK(cudaEventDestroy(ready));
+    return ng;
+}
+
+static inline void nccl_end(NcclGroup *ng, CommRequest *r) {
+    cudaEvent_t done;
+    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(done, ng->stream));
+    r->impl = (void *)done;
+}
+
+static inline int nccl_all_equal(const size_t *counts, int n) {
+    for (int i = 1; i < n; i++)
+        if (counts[i] != counts[0]) return 0;
+    return 1;
+}
+
+static void nccl_all_reduce(CommGroup *g, void *buf, size_t n, CommDType t, CommRequest *r) {
+    NcclGroup *ng = nccl_begin(g);
+    NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_dtype(t), ncclSum, ng->nccl, ng->stream));
+    nccl_end(ng, r);
+}
+
+static void nccl_reduce_scatter(CommGroup *g, const void *send, void *recv, const size_t *counts, CommDType t,
+                                CommRequest *r) {
+    NcclGroup *ng = nccl_begin(g);
+    if (nccl_all_equal(counts, g->size)) {
+        NCCL_CHECK(ncclReduceScatter(send, recv, counts[0], nccl_dtype(t), ncclSum, ng->nccl, ng->stream));
+    } else {
+        size_t displ = 0, es = comm_dtype_size(t);
+        NCCL_CHECK(ncclGroupStart());
+        for (int root = 0; root < g->size; root++) {
+            NCCL_CHECK(ncclReduce((const char *)send + displ * es, recv, counts[root], nccl_dtype(t), ncclSum, root,
+                                  ng->nccl, ng->stream));
+            displ += counts[root];
+        }
+        NCCL_CHECK(ncclGroupEnd());
+    }
+    nccl_end(ng, r);
+}
+
+static void nccl_all_gather(CommGroup *g, const void *send, void *recv, const size_t *counts, CommDType t,
+                            CommRequest *r) {
+    NcclGroup *ng = nccl_begin(g);
+    size_t es = comm_dtype_size(t), mine = 0;
+    for (int i = 0; i < g->rank; i++) mine += counts[i];
+    const void *src = send ? send : (const char *)recv + mine * es;
+    if (nccl_all_equal(counts, g->size)) {
+        NCCL_CHECK(ncclAllGather(src, recv, counts[0], nccl_dtype(t), ng->nccl, ng->stream));
+    } else {
+        size_t displ = 0;
+        NCCL_CHECK(ncclGroupStart());
+        for (int root = 0; root < g->size; root++) {
+            NCCL_CHECK(ncclBroadcast(src, (char *)recv + displ * es, counts[root], nccl_dtype(t), root, ng->nccl,
+                                     ng->stream));
+            displ += counts[root];
+        }
+        NCCL_CHECK(ncclGroupEnd());
+    }
+    nccl_end(ng, r);
+}
+
+static void nccl_broadcast(CommGroup *g, void *buf, size_t n, CommDType t, int root, CommRequest *r) {
+    NcclGroup *ng = nccl_begin(g);
+    NCCL_CHECK(ncclBroadcast(buf, buf, n, nccl_dtype(t), root, ng->nccl, ng->stream));
+    nccl_end(ng, r);
+}
+
+// NCCL orders point-to-point messages by stream order; the tag is not used.
+static void nccl_send(CommGroup *g, const void *buf, size_t n, CommDType t, int peer, int tag, CommRequest *r) {
+    (void)tag;
+    NcclGroup *ng = nccl_begin(g);
+    NCCL_CHECK(ncclSend(buf, n, nccl_dtype(t), peer, ng->nccl, ng->stream));
+    nccl_end(ng, r);
+}
+
+static void nccl_recv(CommGroup *g, void *buf, size_t n, CommDType t, int peer, int tag, CommRequest *r) {
+    (void)tag;
+    NcclGroup *ng = nccl_begin(g);
+    NCCL_CHECK(ncclRecv(buf, n, nccl_dtype(t), peer, ng->nccl, ng->stream));
+    nccl_end(ng, r);
+}
+
+static void nccl_barrier(CommGroup *g, CommRequest *r) {
+    NcclGroup *ng = nccl_begin(g);
+    NCCL_CHECK(ncclAllReduce(ng->scratch, ng->scratch, 1, ncclFloat32, ncclSum, ng->nccl, ng->stream));
+    nccl_end(ng, r);
+}
+
+static int nccl_test(CommRequest *r) {
+    cudaEvent_t done = (cudaEvent_t)r->impl;
+    cudaError_t st = cudaEventQuery(done);
+    if (st == cudaErrorNotReady) {
+        ncclResult_t async;
+        NCCL_CHECK(ncclCommGetAsyncError(((NcclGroup *)r->group->impl)->nccl, &async));
+        if (async != ncclSuccess) DIE("NCCL %s failed: %s", r->op, ncclGetErrorString(async));
+        return 0;
+    }
+    CUDA_CHECK(st);
+    CUDA_CHECK(cudaEventDestroy(done));
+    r->impl = NULL;
+    return 1;
+}
+
+// Device groups live in one table per process (they are few and last the run).
+static CommGroup comm_nccl_groups[COMM_NUM_GROUPS];
+
+static void nccl_abort(Comm *c, int code) {
+    for (int k = 0; k < COMM_NUM_GROUPS; k++) {
+        NcclGroup *ng = (NcclGroup *)comm_nccl_groups[k].impl;
+        if (ng) ncclCommAbort(ng->nccl);
+    }
+#ifdef LLMC_MPI
+    if (c->mpi_initialized) MPI_Abort(MPI_COMM_WORLD, code);
+#else
+    (void)c;
+#endif
+    exit(code);
+}
+
+static const CommBackend COMM_NCCL = {"nccl", nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_broadcast,
+                                      nccl_send, nccl_recv, nccl_barrier, nccl_test, nccl_abort};
+
+// The GPU this process uses: the local rank's, among the node's devices.
+static inline int comm_nccl_pick_device(const Comm *c) {
+    int n = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&n));
+    if (n < 1) die_usage("rank %d: no CUDA device", c->rank);
+    return c->local_rank % n;
+}
+
+// Builds the device group of every host group of c (after comm_init and
+// cudaSetDevice). Returns the table; comm_nccl_groups[COMM_DATA] is the data group.
+static inline CommGroup *comm_nccl_init(Comm *c) {
+    for (int k = 0; k < COMM_NUM_GROUPS; k++) {
+        CommGroup *host = comm_group(c, (CommGroupKind)k), *dev = &comm_nccl_groups[k];
+        ncclUniqueId id;
+        if (host->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+#ifdef LLMC_MPI
+        if (c->mpi_initialized) MPI_CHECK(MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, host->mpi));
+#endif
+        if (host->size > 1 && !c->mpi_initialized)
+            die_usage("the NCCL backend shares its unique id over MPI: start the job with mpirun or srun");
+        NcclGroup *ng = (NcclGroup *)mallocCheck(sizeof(NcclGroup));
+        NCCL_CHECK(ncclCommInitRank(&ng->nccl, host->size, id, host->rank));
+        int lo, hi;
+        CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&ng->stream, cudaStreamNonBlocking, hi));
+        ng->compute = 0;
+        CUDA_CHECK(cudaMalloc((void **)&ng->scratch, sizeof(float)));
+        *dev = *host;
+        dev->be = &COMM_NCCL;
+        dev->impl = ng;
+    }
+    return comm_nccl_groups;
+}
+
+// Operations on g wait for the work queued on stream s before they start.
+static inline void comm_nccl_set_compute_stream(CommGroup *g, cudaStream_t s) { ((NcclGroup *)g->impl)->compute = s; }
+
+// Stream s waits for the request on the device (the host does not block); the
+// request still needs a comm_wait, whose deadline catches a hang.
+static inline void comm_nccl_stream_wait(const CommRequest *r, cudaStream_t s) {
+    if (r->active && r->impl) CUDA_CHECK(cudaStreamWaitEvent(s, (cudaEvent_t)r->impl, 0));
+}
+
+static inline void comm_nccl_free(void) {
+    for (int k = 0; k < COMM_NUM_GROUPS; k++) {
+        NcclGroup *ng = (NcclGroup *)comm_nccl_groups[k].impl;
+        if (!ng) continue;
+        NCCL_CHECK(ncclCommDestroy(ng->nccl));
+        CUDA_CHECK(cudaStreamDestroy(ng->stream));
+        CUDA_CHECK(cudaFree(ng->scratch));
+        free(ng);
+        comm_nccl_groups[k].impl = NULL;
+    }
+}
+
+#endif  // LLMC_COMM_NCCL_CUH

@@ -1,0 +1,100 @@
+// test_comm_nccl.cu: the NCCL backend of comm.h (llmc/comm_nccl.cuh) on the
+// GPU: all-reduce, even and uneven reduce-scatter and all-gather (in place and
+// not), broadcast and barrier, each against the host arithmetic. Runs on one
+// process or under mpirun (one GPU per local rank); SKIPs without a GPU.
+// Built and run by tests/test_comm_nccl.sh.
+#include <vector>
+
+#include "llmc/comm_nccl.cuh"
+#include "tests/testing.h"
+
+// Value of element i on rank r.
+static float value(int r, size_t i) { return (float)(r + 1) + 0.001f * (float)(i % 1000); }
+
+static void check_op(const char *name, const std::vector<float> &got, const std::vector<float> &want, int rank) {
+    double err = rel_error(got.data(), want.data(), (long)got.size(), 1e-6);
+    if (rank == 0) test_result(err < 1e-6, "nccl_%s (relative error %.2e)", name, err);
+}
+
+int main(int argc, char **argv) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        test_skip("nccl backend (no CUDA device)");
+        return 0;
+    }
+    Comm comm;
+    comm_init(&comm, &argc, &argv, 1, 1, 60);
+    CUDA_CHECK(cudaSetDevice(comm_nccl_pick_device(&comm)));
+    CommGroup *g = &comm_nccl_init(&comm)[COMM_DATA];
+    int W = g->size, R = g->rank;
+    const size_t n = 4099;  // odd: the even split is uneven
+    std::vector<size_t> even(W, 1024), uneven(W);
+    comm_even_counts(n, W, uneven.data());
+    float *d_full, *d_piece;
+    CUDA_CHECK(cudaMalloc((void **)&d_full, sizeof(float) * n * W));
+    CUDA_CHECK(cudaMalloc((void **)&d_piece, sizeof(float) * n));
+    std::vector<float> full(n * W), got, want;
+
+    // all-reduce
+    for (size_t i = 0; i < n; i++) full[i] = value(R, i);
+    CUDA_CHECK(cudaMemcpy(d_full, full.data(), sizeof(float) * n, cudaMemcpyHostToDevice));
+    CommRequest r = comm_all_reduce_start(g, d_full, n, COMM_F32);
+    comm_wait(&r);
+    got.resize(n);
+    CUDA_CHECK(cudaMemcpy(got.data(), d_full, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    want.assign(n, 0.0f);
+    for (int q = 0; q < W; q++)
+        for (size_t i = 0; i < n; i++) want[i] += value(q, i);
+    check_op("all_reduce", got, want, R);
+
+    // reduce-scatter and all-gather, even and uneven counts
+    for (int pass = 0; pass < 2; pass++) {
+        const std::vector<size_t> &counts = pass ? uneven : even;
+        size_t total = comm_sum_counts(counts.data(), W), displ = 0;
+        for (int q = 0; q < R; q++) displ += counts[q];
+        for (size_t i = 0; i < total; i++) full[i] = value(R, i);
+        CUDA_CHECK(cudaMemcpy(d_full, full.data(), sizeof(float) * total, cudaMemcpyHostToDevice));
+        r = comm_reduce_scatter_start(g, d_full, d_piece, counts.data(), COMM_F32);
+        comm_wait(&r);
+        got.resize(counts[R]);
+        CUDA_CHECK(cudaMemcpy(got.data(), d_piece, sizeof(float) * counts[R], cudaMemcpyDeviceToHost));
+        want.assign(counts[R], 0.0f);
+        for (int q = 0; q < W; q++)
+            for (size_t i = 0; i < counts[R]; i++) want[i] += value(q, displ + i);
+        check_op(pass ? "reduce_scatter_uneven" : "reduce_scatter_even", got, want, R);
+
+        // all-gather from the piece (not in place), then in place
+        for (int in_place = 0; in_place < 2; in_place++) {
+            CUDA_CHECK(cudaMemset(d_full, 0, sizeof(float) * total));
+            if (in_place)
+                CUDA_CHECK(cudaMemcpy(d_full + displ, d_piece, sizeof(float) * counts[R], cudaMemcpyDeviceToDevice));
+            r = comm_all_gather_start(g, in_place ? NULL : d_piece, d_full, counts.data(), COMM_F32);
+            comm_wait(&r);
+            got.resize(total);
+            CUDA_CHECK(cudaMemcpy(got.data(), d_full, sizeof(float) * total, cudaMemcpyDeviceToHost));
+            want.assign(total, 0.0f);
+            for (int q = 0; q < W; q++)
+                for (size_t i = 0; i < total; i++) want[i] += value(q, i);
+            check_op(in_place ? "all_gather_in_place" : "all_gather", got, want, R);
+        }
+    }
+
+    // broadcast from the last rank, then a barrier
+    for (size_t i = 0; i < n; i++) full[i] = value(R, i);
+    CUDA_CHECK(cudaMemcpy(d_full, full.data(), sizeof(float) * n, cudaMemcpyHostToDevice));
+    r = comm_broadcast_start(g, d_full, n, COMM_F32, W - 1);
+    comm_wait(&r);
+    got.resize(n);
+    CUDA_CHECK(cudaMemcpy(got.data(), d_full, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    want.resize(n);
+    for (size_t i = 0; i < n; i++) want[i] = value(W - 1, i);
+    check_op("broadcast", got, want, R);
+    comm_barrier(g);
+    if (R == 0) test_result(1, "nccl_barrier");
+
+    CUDA_CHECK(cudaFree(d_full));
+    CUDA_CHECK(cudaFree(d_piece));
+    comm_nccl_free();
+    comm_finalize(&comm);
+    return test_exit_code();
+}
