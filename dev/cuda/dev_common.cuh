@@ -1,0 +1,174 @@
+// dev_common.cuh: the harness of the dev/cuda kernel checks. Random inputs
+// (rounded to bf16 on the host, so the CPU reference in llmc/cpu_layers.h sees
+// exactly what the GPU sees), poisoned outputs (NaN bits, so an unwritten
+// element fails), abs+rel comparison printing PASS/FAIL (tests/testing.h),
+// and timing: the median of CUDA-event-timed runs with the L2 flushed before
+// each, reported against the chip's measured ceilings (a device-to-device copy
+// and a cuBLASLt bf16 matmul, measured in the same run).
+#ifndef DEV_CUDA_DEV_COMMON_CUH
+#define DEV_CUDA_DEV_COMMON_CUH
+
+#include <algorithm>
+#include <vector>
+
+#include "llmc/cuda_common.cuh"
+#include "llmc/matmul.cuh"
+#include "llmc/rand.h"
+#include "tests/testing.h"
+
+// Exits 0 with a SKIP line when no GPU is present.
+static inline void dev_require_gpu(const char *name) {
+    if (!cuda_device_present()) {
+        test_skip("%s (no CUDA device)", name);
+        exit(0);
+    }
+}
+
+static inline float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// n host floats, uniform in [-scale, scale), rounded to bf16 values.
+static inline float *host_random(Rng *rng, size_t n, float scale) {
+    float *h = (float *)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = bf16_round((2.0f * rng_uniform(rng) - 1.0f) * scale);
+    return h;
+}
+
+static inline bf16 *device_bf16_from(const float *h, size_t n) {
+    std::vector<bf16> tmp(n);
+    for (size_t i = 0; i < n; i++) tmp[i] = __float2bfloat16_rn(h[i]);
+    bf16 *d = (bf16 *)cudaMallocCheck(n * sizeof(bf16));
+    CUDA_CHECK(cudaMemcpy(d, tmp.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+    return d;
+}
+
+static inline float *device_f32_from(const float *h, size_t n) {
+    float *d = (float *)cudaMallocCheck(n * sizeof(float));
+    CUDA_CHECK(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
+    return d;
+}
+
+static inline float *host_from_bf16(const bf16 *d, size_t n) {
+    std::vector<bf16> tmp(n);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(tmp.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    float *h = (float *)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = __bfloat162float(tmp[i]);
+    return h;
+}
+
+static inline float *host_from_f32(const float *d, size_t n) {
+    float *h = (float *)mallocCheck(n * sizeof(float));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// Fills a device buffer with NaN bits (0xFF bytes: NaN in fp32 and bf16).
+static inline void poison(void *d, size_t bytes) { CUDA_CHECK(cudaMemset(d, 0xff, bytes)); }
+
+// PASS when every |got - ref| <= atol + rtol * |ref| (NaN never passes).
+static inline int check_close(const char *what, const float *got, const float *ref, size_t n, double atol,
+                              double rtol) {
+    size_t bad = 0, worst = 0;
+    double worst_excess = -1.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)ref[i]), lim = atol + rtol * fabs((double)ref[i]);
+        if (!(d <= lim)) bad++;
+        double excess = d != d ? INFINITY : d - lim;
+        if (excess > worst_excess) { worst_excess = excess; worst = i; }
+    }
+    if (bad == 0) test_result(1, "%s (%zu values, atol %.1e rtol %.1e)", what, n, atol, rtol);
+    else
+        test_result(0, "%s (%zu of %zu values off; worst [%zu] got %.6g want %.6g)", what, bad, n, worst,
+                    (double)got[worst], (double)ref[worst]);
+    return bad == 0;
+}
+
+// ---------------------------------------------------------------------------
+// timing
+
+typedef struct {
+    char *flush;        // a buffer twice the L2, written before each timed run
+    size_t flush_bytes;
+    cudaEvent_t e0, e1;
+    double copy_gbps;   // measured device copy bandwidth (bytes read + written)
+    double peak_tflops; // measured cuBLASLt bf16 matmul rate
+} Bench;
+
+// Measures the chip's two ceilings and prepares the L2 flush.
+static inline void bench_init(Bench *b) {
+    int dev = 0, l2 = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+    b->flush_bytes = 2 * (size_t)l2;
+    b->flush = (char *)cudaMallocCheck(b->flush_bytes);
+    CUDA_CHECK(cudaEventCreate(&b->e0));
+    CUDA_CHECK(cudaEventCreate(&b->e1));
+    size_t bytes = (size_t)1 << 30;
+    char *src = (char *)cudaMallocCheck(bytes), *dst = (char *)cudaMallocCheck(bytes);
+    CUDA_CHECK(cudaMemset(src, 1, bytes));
+    std::vector<float> ms;
+    for (int r = 0; r < 12; r++) {
+        CUDA_CHECK(cudaEventRecord(b->e0));
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice));
+        CUDA_CHECK(cudaEventRecord(b->e1));
+        CUDA_CHECK(cudaEventSynchronize(b->e1));
+        float t;
+        CUDA_CHECK(cudaEventElapsedTime(&t, b->e0, b->e1));
+        if (r >= 2) ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    b->copy_gbps = 2.0 * bytes / (ms[ms.size() / 2] * 1e-3) / 1e9;
+    CUDA_CHECK(cudaFree(src));
+    CUDA_CHECK(cudaFree(dst));
+    MatmulContext mc;
+    matmul_init(&mc);
+    b->peak_tflops = matmul_measure_peak_tflops(&mc, 8192, 10, 0);
+    matmul_free(&mc);
+    printf("ceilings: device copy %.0f GB/s, cuBLASLt bf16 8192^3 %.1f TFLOP/s (measured now)\n", b->copy_gbps,
+           b->peak_tflops);
+}
+
+static inline void bench_free(Bench *b) {
+    CUDA_CHECK(cudaFree(b->flush));
+    CUDA_CHECK(cudaEventDestroy(b->e0));
+    CUDA_CHECK(cudaEventDestroy(b->e1));
+}
+
+// Median milliseconds of run() over reps runs, the L2 flushed before each.
+template <typename F>
+static double bench_ms(Bench *b, int reps, F run) {
+    run();  // warm-up (plans, module load)
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> ms;
+    for (int r = 0; r < reps; r++) {
+        CUDA_CHECK(cudaMemsetAsync(b->flush, r & 0xff, b->flush_bytes));
+        CUDA_CHECK(cudaEventRecord(b->e0));
+        run();
+        CUDA_CHECK(cudaEventRecord(b->e1));
+        CUDA_CHECK(cudaEventSynchronize(b->e1));
+        float t;
+        CUDA_CHECK(cudaEventElapsedTime(&t, b->e0, b->e1));
+        ms.push_back(t);
+    }
+    CUDA_CHECK_LAUNCH();
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
+// One line per benchmark: time, then bandwidth and/or FLOP rate against the ceilings.
+static inline void bench_report(const Bench *b, const char *name, double ms, double bytes, double flops) {
+    printf("BENCH %-36s %9.3f ms", name, ms);
+    if (bytes > 0) {
+        double gbps = bytes / (ms * 1e-3) / 1e9;
+        printf(" | %7.0f GB/s (%5.1f%% of copy)", gbps, 100.0 * gbps / b->copy_gbps);
+    }
+    if (flops > 0) {
+        double tf = flops / (ms * 1e-3) / 1e12;
+        printf(" | %7.1f TFLOP/s (%5.1f%% of cuBLASLt)", tf, 100.0 * tf / b->peak_tflops);
+    }
+    printf("\n");
+    fflush(stdout);
+}
+
+#endif  // DEV_CUDA_DEV_COMMON_CUH

@@ -1,0 +1,104 @@
+// dev/cuda/matmul.cu: checks llmc/matmul.cuh (cuBLASLt, bf16 in, fp32
+// accumulate) against llmc/cpu_layers.h (linear_forward, gelu_forward,
+// linear_backward): forward with the bias epilogue and with the GELU+bias
+// epilogue (pre-activation saved), and backward (dinp, dW accumulated in fp32,
+// dbias), at several shapes; then times the d12 layer shapes against the
+// measured cuBLASLt peak.
+#include "dev/cuda/dev_common.cuh"
+#include "llmc/cpu_layers.h"
+
+static void check_shape(Rng *rng, MatmulContext *mc, int N, int IC, int OC) {
+    char what[160];
+    size_t ni = (size_t)N * IC, no = (size_t)N * OC, wo = (size_t)OC * IC;
+    float *inp = host_random(rng, ni, 1.0f), *w = host_random(rng, wo, 0.1f), *bias = host_random(rng, OC, 1.0f);
+    float *ref = (float *)mallocCheck(no * 4), *ref_gelu = (float *)mallocCheck(no * 4);
+    linear_forward(ref, inp, w, bias, NULL, N, IC, OC);
+    gelu_forward(ref_gelu, ref, no);
+    bf16 *d_inp = device_bf16_from(inp, ni), *d_w = device_bf16_from(w, wo), *d_bias = device_bf16_from(bias, OC);
+    bf16 *d_out = (bf16 *)cudaMallocCheck(no * 2), *d_pre = (bf16 *)cudaMallocCheck(no * 2);
+    poison(d_out, no * 2);
+    gpu_matmul_forward(mc, d_out, NULL, d_inp, d_w, d_bias, N, IC, OC, 0);
+    float *got = host_from_bf16(d_out, no);
+    snprintf(what, sizeof(what), "matmul forward + bias N=%d IC=%d OC=%d", N, IC, OC);
+    check_close(what, got, ref, no, 1e-2, 1e-2);
+    free(got);
+    poison(d_out, no * 2);
+    poison(d_pre, no * 2);
+    gpu_matmul_forward(mc, d_out, d_pre, d_inp, d_w, d_bias, N, IC, OC, 0);
+    got = host_from_bf16(d_out, no);
+    float *pre = host_from_bf16(d_pre, no);
+    snprintf(what, sizeof(what), "matmul forward + bias + GELU N=%d IC=%d OC=%d: out", N, IC, OC);
+    check_close(what, got, ref_gelu, no, 1e-2, 1e-2);
+    snprintf(what, sizeof(what), "matmul forward + bias + GELU N=%d IC=%d OC=%d: pre-activation", N, IC, OC);
+    check_close(what, pre, ref, no, 1e-2, 1e-2);
+
+    float *dout = host_random(rng, no, 1.0f), *dinp = (float *)mallocCheck(ni * 4);
+    float *dw = host_random(rng, wo, 1.0f), *db = host_random(rng, OC, 1.0f);
+    float *d_dw = device_f32_from(dw, wo), *d_db = device_f32_from(db, OC);
+    bf16 *d_dout = device_bf16_from(dout, no), *d_dinp = (bf16 *)cudaMallocCheck(ni * 2);
+    float *d_scratch = (float *)cudaMallocCheck(colsum_scratch_floats(N, OC) * 4);
+    linear_backward(dinp, dw, db, dout, inp, w, N, IC, OC, 0);
+    poison(d_dinp, ni * 2);
+    gpu_matmul_backward<bf16>(mc, d_dinp, d_dw, d_db, d_scratch, d_dout, d_dout, d_inp, d_w, N, IC, OC, 0);
+    float *g_dinp = host_from_bf16(d_dinp, ni), *g_dw = host_from_f32(d_dw, wo), *g_db = host_from_f32(d_db, OC);
+    snprintf(what, sizeof(what), "matmul backward N=%d IC=%d OC=%d: dinp", N, IC, OC);
+    check_close(what, g_dinp, dinp, ni, 1e-2, 1e-2);
+    snprintf(what, sizeof(what), "matmul backward N=%d IC=%d OC=%d: dW (fp32, accumulated)", N, IC, OC);
+    check_close(what, g_dw, dw, wo, 1e-3, 1e-3);
+    snprintf(what, sizeof(what), "matmul backward N=%d IC=%d OC=%d: dbias", N, IC, OC);
+    check_close(what, g_db, db, OC, 1e-3, 1e-3);
+    void *dev[] = {d_inp, d_w, d_bias, d_out, d_pre, d_dw, d_db, d_dout, d_dinp, d_scratch};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
+    float *host[] = {inp, w, bias, ref, ref_gelu, got, pre, dout, dinp, dw, db, g_dinp, g_dw, g_db};
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
+}
+
+int main(void) {
+    dev_require_gpu("dev_matmul");
+    MatmulContext mc;
+    matmul_init(&mc);
+    Rng rng;
+    rng_seed(&rng, 3);
+    check_shape(&rng, &mc, 64, 64, 192);
+    check_shape(&rng, &mc, 200, 768, 3072);
+    check_shape(&rng, &mc, 512, 3072, 768);
+
+    Bench b;
+    bench_init(&b);
+    int N = 16 * 1024, C = 768;
+    struct { const char *name; int IC, OC, gelu; } shapes[] = {
+        {"qkv     16384x768 -> 2304", C, 3 * C, 0}, {"attproj 16384x768 -> 768", C, C, 0},
+        {"fc+gelu 16384x768 -> 3072", C, 4 * C, 1}, {"fcproj  16384x3072 -> 768", 4 * C, C, 0},
+        {"logits  16384x768 -> 50304", C, 50304, 0},
+    };
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int IC = shapes[s].IC, OC = shapes[s].OC;
+        size_t ni = (size_t)N * IC, no = (size_t)N * OC, wo = (size_t)OC * IC;
+        bf16 *inp = (bf16 *)cudaMallocCheck(ni * 2), *w = (bf16 *)cudaMallocCheck(wo * 2), *bias = (bf16 *)cudaMallocCheck(OC * 2);
+        bf16 *out = (bf16 *)cudaMallocCheck(no * 2), *pre = (bf16 *)cudaMallocCheck(no * 2), *dinp = (bf16 *)cudaMallocCheck(ni * 2);
+        float *dw = (float *)cudaMallocCheck(wo * 4), *db = (float *)cudaMallocCheck(OC * 4);
+        float *scratch = (float *)cudaMallocCheck(colsum_scratch_floats(N, OC) * 4);
+        fill_hash_bf16_kernel<<<ceil_div_int(ni, 256), 256>>>(inp, (int64_t)ni, 10 + s);
+        fill_hash_bf16_kernel<<<ceil_div_int(wo, 256), 256>>>(w, (int64_t)wo, 20 + s);
+        fill_hash_bf16_kernel<<<ceil_div_int(OC, 256), 256>>>(bias, OC, 30 + s);
+        CUDA_CHECK(cudaMemset(dw, 0, wo * 4));
+        CUDA_CHECK(cudaMemset(db, 0, OC * 4));
+        double flops = 2.0 * N * (double)IC * OC;
+        char name[96];
+        snprintf(name, sizeof(name), "fwd %s", shapes[s].name);
+        double ms = bench_ms(&b, 20, [&] {
+            gpu_matmul_forward(&mc, out, shapes[s].gelu ? pre : NULL, inp, w, bias, N, IC, OC, 0);
+        });
+        bench_report(&b, name, ms, 0, flops);
+        snprintf(name, sizeof(name), "bwd %s", shapes[s].name);
+        ms = bench_ms(&b, 20, [&] {
+            gpu_matmul_backward<bf16>(&mc, dinp, dw, db, scratch, out, out, inp, w, N, IC, OC, 0);
+        });
+        bench_report(&b, name, ms, 0, 2 * flops);
+        void *dev[] = {inp, w, bias, out, pre, dinp, dw, db, scratch};
+        for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
+    }
+    bench_free(&b);
+    matmul_free(&mc);
+    return test_exit_code();
+}
