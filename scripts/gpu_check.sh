@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# gpu_check.sh: everything a lent GPU is for, in one run (under 8 minutes on
+# one H200): build the CUDA programs for sm_90 (cuDNN / NCCL found in the
+# system or in Python's nvidia-cudnn-cu13 / nvidia-nccl-cu13 wheels), run
+# tests/test_gpt.cu and every dev/cuda kernel check (correctness, then
+# benchmarks against the copy bandwidth and cuBLASLt bf16 peak they measure),
+# then time train_gptcu on random token shards: d12 at batch 16 x 1024 with
+# each attention kind, and d24, d36 (the trainer says so when a model does not
+# fit). The last lines are a table: tokens/s, ms/step, MFU against the
+# measured bf16 peak and against 989 TFLOP/s (H100/H200 SXM dense bf16).
+# Logs go to $OUT (default /tmp/gpu_check). Record results in dev/perf/NOTES.md.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu_check}
+mkdir -p "$OUT"
+STEPS=${STEPS:-15}
+DATASHEET_TFLOPS=989
+start=$(date +%s)
+elapsed() { echo "[$(( $(date +%s) - start ))s] $*"; }
+
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv 2>&1 | tee "$OUT/nvidia_smi.txt"
+
+# cuDNN / NCCL: the system's, else the Python wheels' (which ship libcudnn.so.9
+# but no libcudnn.so for the linker: link through a folder of symlinks).
+wheel_home() {  # $1 python module (nvidia.cudnn), $2 library stem (cudnn), $3 folder to fill
+    local dir
+    dir=$(python3 -c "import $1 as m; print(list(m.__path__)[0])" 2>/dev/null) || return 1
+    [ -d "$dir/include" ] && [ -d "$dir/lib" ] || return 1
+    mkdir -p "$3/lib"
+    ln -sfn "$dir/include" "$3/include"
+    for f in "$dir"/lib/lib"$2"*.so*; do
+        ln -sf "$f" "$3/lib/$(basename "$f")"
+        base=$(basename "$f" | sed 's/\.so\..*/.so/')
+        [ -e "$3/lib/$base" ] || ln -sf "$f" "$3/lib/$base"
+    done
+    echo "$3"
+}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+if [ -z "${CUDNN_HOME:-}" ] && ! ls "$CUDA_HOME"/lib64/libcudnn.so >/dev/null 2>&1; then
+    CUDNN_HOME=$(wheel_home nvidia.cudnn cudnn "$OUT/cudnn") || CUDNN_HOME=
+fi
+if [ -z "${NCCL_HOME:-}" ] && ! ls "$CUDA_HOME"/lib64/libnccl.so >/dev/null 2>&1; then
+    NCCL_HOME=$(wheel_home nvidia.nccl nccl "$OUT/nccl") || NCCL_HOME=
+fi
+export CUDNN_HOME NCCL_HOME
+[ -n "$CUDNN_HOME" ] && export LD_LIBRARY_PATH="$CUDNN_HOME/lib:${LD_LIBRARY_PATH:-}"
+elapsed "CUDNN_HOME=${CUDNN_HOME:-system} NCCL_HOME=${NCCL_HOME:-system}"
+
+DEV_BINS=$(for f in dev/cuda/*.cu; do b=$(basename "$f" .cu); echo "build/cuda/dev_$b"; done)
+elapsed "building"
+if ! make -j"$(nproc)" CUDA_ARCH=sm_90 NO_MPI=1 train_gptcu build/tests/test_gpt_cu $DEV_BINS >"$OUT/build.log" 2>&1; then
+    tail -30 "$OUT/build.log"
+    echo "BUILD FAILED (full log: $OUT/build.log)"
+    exit 1
+fi
+head -1 "$OUT/build.log"
+
+declare -a summary
+run_check() {  # $1 name, $2... command; prints its PASS/FAIL/BENCH lines
+    local name=$1; shift
+    elapsed "$name"
+    timeout 240 "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    grep -E '^(FAIL|SKIP|BENCH|ceilings)' "$OUT/$name.log"
+    local p f
+    p=$(grep -c '^PASS' "$OUT/$name.log"); f=$(grep -c '^FAIL' "$OUT/$name.log")
+    summary+=("$(printf '%-20s %3d passed %3d failed  exit %d' "$name" "$p" "$f" "$rc")")
+}
+run_check test_gpt_cu build/tests/test_gpt_cu
+for b in $DEV_BINS; do run_check "$(basename "$b")" "$b"; done
+
+# random token shards (llm.c uint16 format), enough for every run below
+elapsed "writing token shards"
+mkdir -p "$OUT/data"
+python3 - "$OUT/data" <<'EOF'
+import sys, numpy as np
+rng = np.random.default_rng(0)
+for k in range(2):
+    n = 4 * 1024 * 1024
+    header = np.zeros(256, dtype=np.int32)
+    header[0], header[1], header[2] = 20240520, 1, n
+    with open(f"{sys.argv[1]}/train_{k:02d}.bin", "wb") as f:
+        f.write(header.tobytes())
+        f.write(rng.integers(0, 50257, n, dtype=np.uint16).tobytes())
+EOF
+
+declare -a table
+bench_train() {  # $1 model, $2 attention, extra flags after
+    local model=$1 attn=$2; shift 2
+    local tag="${model}_${attn}" log json
+    log="$OUT/train_$tag.log"; json="$OUT/train_$tag.jsonl"
+    elapsed "train_gptcu $model --attention $attn $*"
+    timeout 200 ./train_gptcu --data-train "$OUT/data/train_*.bin" --model "$model" --batch-size 16 --seq-len 1024 \
+        --steps "$STEPS" --lr 1e-4 --attention "$attn" --log-json "$json" "$@" >"$log" 2>&1
+    local rc=$?
+    grep -E '^(memory|compute|error)' "$log"
+    if [ "$rc" -ne 0 ] || [ ! -s "$json" ]; then
+        table+=("$(printf '%-6s %-6s %s' "$model" "$attn" "no result (exit $rc): $(grep -m1 error "$log")")")
+        return
+    fi
+    local peak
+    peak=$(sed -n 's/.*peak \([0-9.]*\) TFLOP\/s.*/\1/p' "$log" | head -1)
+    table+=("$(python3 - "$json" "$peak" "$DATASHEET_TFLOPS" "$model" "$attn" <<'EOF'
+import sys, json, statistics
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+rows = rows[3:] if len(rows) > 5 else rows          # leave out the warm-up steps
+ms = statistics.median(r["ms"] for r in rows)
+tok = statistics.median(r["tok_per_s"] for r in rows)
+mfu = statistics.median(r["mfu"] for r in rows)
+peak, sheet = float(sys.argv[2]), float(sys.argv[3])
+print(f"{sys.argv[4]:6s} {sys.argv[5]:6s} {tok:12.0f} {ms:10.1f} {100*mfu:9.1f}% {100*mfu*peak/sheet:9.1f}%  "
+      f"(peak {peak:.0f}, loss {rows[-1]['loss']:.3f})")
+EOF
+)")
+}
+bench_train d12 flash
+bench_train d12 cudnn
+best=flash
+grep -q '^d12    cudnn  *[0-9]' <(printf '%s\n' "${table[@]}") && best=cudnn
+bench_train d24 "$best"
+bench_train d36 "$best"
+
+echo
+elapsed "done"
+echo "== checks"
+printf '%s\n' "${summary[@]}"
+echo "== train_gptcu, batch 16 x 1024, median of steps 4..$STEPS"
+printf '%-6s %-6s %12s %10s %10s %10s\n' model attn "tokens/s" "ms/step" "MFU(meas)" "MFU(989)"
+printf '%s\n' "${table[@]}"
