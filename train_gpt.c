@@ -4,6 +4,7 @@
 // files in and out. It is the correctness reference for the GPU trainer
 // (train_gpt.cu), which takes the same flags (llmc/train_options.h) and writes
 // the same logs (llmc/logger.h).
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -223,6 +224,11 @@ int main(int argc, char **argv) {
     if (o.save_model[0] && rank == 0) {
         modelfile_save(o.save_model, &model.layout, model.params);
         printf("saved %s\n", o.save_model);
+    }
+    if (rank == 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        printf("peak memory of rank 0: %.1f MB (RSS)\n", ru.ru_maxrss / 1e3);
     }
     logger_close(&log);
     if (have_tokenizer) tokenizer_free(&tokenizer);

@@ -19,6 +19,8 @@
 // Reduce-scatter and all-gather take counts[group size]: rank r's piece is
 // counts[r] elements, the pieces lie in rank order in the full buffer (so a
 // range of a sharded flat buffer maps onto them directly; uneven is fine).
+// In place: reduce-scatter's recv may be this rank's piece inside send, and
+// all-gather's send may be NULL when the piece already lies in recv.
 #ifndef LLMC_COMM_H
 #define LLMC_COMM_H
 
@@ -68,6 +70,9 @@ typedef struct {
 #ifdef LLMC_MPI
     MPI_Request mpi;
     int *counts;                // MPI's count/displacement arrays live until completion
+    void *move_dst;             // in-place reduce-scatter: MPI leaves the piece at the start of the
+    const void *move_src;       // buffer; it is moved to its place on completion
+    size_t move_bytes;
 #endif
     void *impl;                 // backend state (NCCL: a CUDA event)
 } CommRequest;
@@ -175,7 +180,16 @@ static void mpi_all_reduce(CommGroup *g, void *buf, size_t n, CommDType t, CommR
 static void mpi_reduce_scatter(CommGroup *g, const void *send, void *recv, const size_t *counts, CommDType t,
                                CommRequest *r) {
     int *cd = mpi_counts_displs(r, counts, g->size);
-    MPI_CHECK(MPI_Ireduce_scatter(send, recv, cd, mpi_dtype(t), MPI_SUM, g->mpi, &r->mpi));
+    uintptr_t s = (uintptr_t)send, d = (uintptr_t)recv;
+    size_t es = comm_dtype_size(t);
+    if (d >= s && d < s + comm_sum_counts(counts, g->size) * es) {  // in place: the piece lands at send's start
+        r->move_dst = recv;
+        r->move_src = send;
+        r->move_bytes = counts[g->rank] * es;
+        MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, (void *)send, cd, mpi_dtype(t), MPI_SUM, g->mpi, &r->mpi));
+    } else {
+        MPI_CHECK(MPI_Ireduce_scatter(send, recv, cd, mpi_dtype(t), MPI_SUM, g->mpi, &r->mpi));
+    }
 }
 static void mpi_all_gather(CommGroup *g, const void *send, void *recv, const size_t *counts, CommDType t,
                            CommRequest *r) {
@@ -200,6 +214,7 @@ static int mpi_test(CommRequest *r) {
     if (done) {
         free(r->counts);
         r->counts = NULL;
+        if (r->move_bytes && r->move_dst != r->move_src) memmove(r->move_dst, r->move_src, r->move_bytes);
     }
     return done;
 }

@@ -2,9 +2,9 @@
 // trainer (gpt_cpu.h), acting only through the model's GPTHooks.
 //
 //   --zero 0: gradients all-reduced; every rank keeps the full AdamW state.
-//   --zero 1: gradients reduce-scattered on the last micro-step; each rank
-//             updates its shard (shard.h) of the fp32 weights with its shard
-//             of m and v, then the weights are all-gathered.
+//   --zero 1: gradients reduce-scattered (in place) on the last micro-step;
+//             each rank updates its shard (shard.h) of the fp32 weights with
+//             its shard of m and v, then the weights are all-gathered.
 //   --zero 2: as 1, but every micro-step's gradients are reduce-scattered into
 //             the rank's gradient shard, and the full gradient of a bucket is
 //             released (its pages handed back to the OS) once reduced.
@@ -53,7 +53,7 @@ typedef struct {
     int64_t bucket_elems;
     int num_segments;       // L + 2
     float *m, *v;           // AdamW state: N elements (stage 0) or S (stage >= 1), indexed from map.begin
-    float *grad_shard;      // stage >= 1: this rank's reduced gradient, S elements
+    float *grad_shard;      // stage >= 1: this rank's reduced gradient (stage 1: its range of model->grads)
     float *param_shard;     // stage 3: this rank's weights (the master copy), S elements
     size_t mapped_bytes;    // size of each anonymous mapping (stage 2: grads; stage 3: grads and params)
     int reduce_now;         // this micro-step's gradients are reduced
@@ -154,7 +154,8 @@ static inline void zero_launch(Zero *z, int64_t lo, int64_t hi) {
     } else {
         int64_t plo, phi;
         shard_piece(&z->map, lo, hi, &plo, &phi);
-        float *recv = z->grad_shard + (phi > plo ? plo - z->map.begin : 0);
+        // stage 1: in place, the piece stays at its place in the full gradient
+        float *recv = z->stage == 1 ? grads + plo : z->grad_shard + (phi > plo ? plo - z->map.begin : 0);
         if (!z->overwrite && phi > plo) {
             b.slot = zero_take_slot(z);
             recv = z->slots[b.slot];
@@ -249,7 +250,8 @@ static inline void zero_init(Zero *z, GPT *model, Comm *comm, int stage, double 
     int64_t state = stage >= 1 ? z->map.shard : n;
     z->m = (float *)callocCheck((size_t)state, sizeof(float));
     z->v = (float *)callocCheck((size_t)state, sizeof(float));
-    if (stage >= 1) z->grad_shard = (float *)callocCheck((size_t)z->map.shard, sizeof(float));
+    if (stage == 1) z->grad_shard = model->grads + z->map.begin;
+    if (stage >= 2) z->grad_shard = (float *)callocCheck((size_t)z->map.shard, sizeof(float));
     if (stage >= 2) {
         int64_t slot = z->bucket_elems < z->map.shard ? z->bucket_elems : z->map.shard;
         for (int s = 0; s < ZERO_SLOTS; s++) z->slots[s] = (float *)mallocCheck(sizeof(float) * (size_t)slot);
@@ -353,7 +355,7 @@ static inline void zero_free(Zero *z) {
     for (int s = 0; s < ZERO_SLOTS; s++) free(z->slots[s]);
     free(z->m);
     free(z->v);
-    free(z->grad_shard);
+    if (z->stage >= 2) free(z->grad_shard);
     free(z->param_shard);
     free(z->resident);
     free(z->inflight);
