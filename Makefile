@@ -128,9 +128,10 @@ $(info llmc build: OpenMP=$(or $(HAVE_OMP),no) BLAS=$(or $(HAVE_BLAS),no) MPI=$(
 PROGRAMS := train_gpt tokenize
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+DEV_BINS := $(BUILD)/dev/bench_comm  # scripts/bench_comm.sh
 
 .PHONY: all test test-all debug run bench clean
-all: $(PROGRAMS) $(TEST_BINS) $(CUDA_BINS)
+all: $(PROGRAMS) $(TEST_BINS) $(DEV_BINS) $(CUDA_BINS)
 
 # The release binaries live at the top level (./train_gpt); sanitizer and debug
 # builds live under their build directory only.
@@ -149,7 +150,7 @@ $(BUILD)/tests/%: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
 
--include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)
+-include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d $(BUILD)/dev/*.d)
 
 # --- CUDA programs: train_gptcu, build/cuda/dev_<family> for dev/cuda/*.cu,
 # build/tests/test_gpt_cu (run by tests/run_tests.sh; it SKIPs without a GPU).
