@@ -143,7 +143,7 @@ static size_t gpu_activations_layout(GPUActivations *a, const GPTConfig *c, int 
 }
 
 // The device memory a model needs (without allocating anything).
-static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, int B, int T, int recompute) {
+static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, int B, int T, int recompute, AttentionKind attention) {
     ParamLayout pl;
     param_layout_init(&pl, cfg);
     size_t P = (size_t)pl.num_elements;
@@ -155,7 +155,7 @@ static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, int B, int T, int recomput
     m.grads = P * sizeof(float);
     m.optimizer = 2 * P * sizeof(float);
     m.activations = gpu_activations_layout(&a, cfg, B, T, recompute, NULL);
-    m.workspace = MATMUL_WORKSPACE_BYTES + cudnn_attention_workspace_bytes(cfg, B, T) +
+    m.workspace = MATMUL_WORKSPACE_BYTES + (attention == ATTENTION_CUDNN ? cudnn_attention_workspace_bytes() : 0) +
                   global_norm_scratch_floats() * sizeof(float) + 3 * sizeof(int) * (size_t)B * T;
     return m;
 }
@@ -175,11 +175,11 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, int B, int T, int reco
     m->recompute = recompute;
     m->attention = attention;
     int hs = cfg->channels / cfg->num_heads;
-    if (attention == ATTENTION_FLASH && !flash_supports_head_size(hs))
-        die_usage("--attention flash: head size %d (n-embd / n-head) is not 32 or 64", hs);
+    if (!flash_supports_head_size(hs))  // both kinds run the backward through the flash kernels
+        die_usage("head size %d (n-embd / n-head) has no flash attention kernel (32 or 64)", hs);
     if (attention == ATTENTION_CUDNN && !cudnn_attention_available())
         die_usage("--attention cudnn: this build has no cuDNN (set CUDNN_HOME and rebuild)");
-    m->mem = gpu_gpt_memory(cfg, B, T, recompute);
+    m->mem = gpu_gpt_memory(cfg, B, T, recompute, attention);
     size_t need = gpu_memory_total(&m->mem), have = cuda_free_bytes();
     if (need > have)
         die_usage("model (L=%d C=%d) at batch %d x %d needs %.2f GB on the GPU but %.2f GB are free "
@@ -261,14 +261,13 @@ static void gpu_attention_forward(GPTGPU *m, bf16 *out, float *lse, const bf16 *
     else gpu_flash_attention_forward(out, lse, qkv, B, T, m->cfg.channels, m->cfg.num_heads, m->stream);
 }
 
+// Both kinds run the backward through our flash kernels: cuDNN's forward saves
+// the same output and log-sum-exp (the cuDNN backward graph is not built yet).
 static void gpu_attention_backward(GPTGPU *m, bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const bf16 *out,
                                    const float *lse, int B, int T) {
     NVTX_RANGE("attention_backward");
-    if (m->attention == ATTENTION_CUDNN)
-        gpu_cudnn_attention_backward(&m->cudnn, dqkv, dout, qkv, out, lse, B, T, m->cfg.channels, m->cfg.num_heads,
-                                     m->stream);
-    else gpu_flash_attention_backward(dqkv, m->acts.delta, dout, qkv, out, lse, B, T, m->cfg.channels,
-                                      m->cfg.num_heads, m->stream);
+    gpu_flash_attention_backward(dqkv, m->acts.delta, dout, qkv, out, lse, B, T, m->cfg.channels, m->cfg.num_heads,
+                                 m->stream);
 }
 
 // Forward over inputs (B,T) (host ids), as gpt_forward in llmc/gpt_cpu.h: with

@@ -1,8 +1,8 @@
 // test_gpt.cu: the GPU model (llmc/gpt_gpu.cuh) against the CPU model
 // (llmc/gpt_cpu.h) on the same weights and batches: logits, loss and every
 // gradient tensor of one step within bf16 tolerances; 10 AdamW steps of
-// losses; recomputation (--recompute 1, 2) giving the gradients of no
-// recomputation; and bit-exact determinism of two identical runs.
+// losses; recomputation (--recompute 1, 2) and cuDNN attention giving the
+// gradients of the default; and bit-exact determinism of two identical runs.
 // Without a GPU it prints SKIP and exits 0.
 #include "llmc/gpt_cpu.h"
 #include "llmc/gpt_gpu.cuh"
@@ -56,11 +56,11 @@ static void train_cpu(GPT *m, float *adam_m, float *adam_v, int *const *xs, int 
     }
 }
 
-// One training step's gradients of a fresh GPU model (recompute level r) into out.
-static float gpu_step_grads(const GPTConfig *cfg, const float *params, int recompute, const int *x, const int *y,
-                            float *out) {
+// One training step's gradients of a fresh GPU model into out.
+static float gpu_step_grads(const GPTConfig *cfg, const float *params, int recompute, AttentionKind attention,
+                            const int *x, const int *y, float *out) {
     GPTGPU g;
-    gpu_gpt_init(&g, cfg, B_TEST, T_TEST, recompute, ATTENTION_FLASH);
+    gpu_gpt_init(&g, cfg, B_TEST, T_TEST, recompute, attention);
     gpu_gpt_set_params(&g, params);
     gpu_gpt_zero_grad(&g);
     float loss = gpu_gpt_forward(&g, x, y, B_TEST, T_TEST, 1.0f / (B_TEST * T_TEST));
@@ -126,10 +126,20 @@ int main(void) {
     // recomputation gives the same gradients
     float *grads_r = (float *)mallocCheck(sizeof(float) * (size_t)P);
     for (int r = 1; r <= 2; r++) {
-        float loss_r = gpu_step_grads(&cfg, init, r, xs[0], ys[0], grads_r);
+        float loss_r = gpu_step_grads(&cfg, init, r, ATTENTION_FLASH, xs[0], ys[0], grads_r);
         double re = rel_error(grads_r, grads, (long)P, 1e-6);
         test_result(loss_r == loss_g && re < 1e-2, "recompute %d: loss %.6f (no recompute %.6f), gradients rel err %.2e",
                     r, loss_r, loss_g, re);
+    }
+
+    // cuDNN attention gives the flash attention's loss and gradients
+    if (cudnn_attention_available()) {
+        float loss_n = gpu_step_grads(&cfg, init, 0, ATTENTION_CUDNN, xs[0], ys[0], grads_r);
+        double ne = rel_error(grads_r, grads, (long)P, 1e-6);
+        test_result(fabsf(loss_n - loss_g) < 1e-3f && ne < 2e-2, "attention cudnn: loss %.6f (flash %.6f), gradients rel err %.2e",
+                    loss_n, loss_g, ne);
+    } else {
+        test_skip("attention cudnn (no cuDNN in this build)");
     }
 
     // 10 steps of training
