@@ -1,31 +1,25 @@
-// test_comm_nccl.cu: the NCCL backend of comm.h (llmc/comm_nccl.cuh) on the
-// GPU: all-reduce, even and uneven reduce-scatter and all-gather (in place and
-// not), broadcast and barrier, each against the host arithmetic. Runs on one
-// process or under mpirun (one GPU per local rank); SKIPs without a GPU.
-// Built and run by tests/test_comm_nccl.sh.
+// test_comm_nccl.cu: comm.h's device backends on the GPU -- NCCL
+// (llmc/comm_nccl.cuh) and MPI staged through host memory
+// (llmc/comm_staged.cuh): all-reduce, even and uneven reduce-scatter and
+// all-gather (in place and not), broadcast and barrier, each against the host
+// arithmetic. Runs on one process or under mpirun (one GPU per local rank);
+// SKIPs without a GPU. Built and run by tests/test_comm_nccl.sh.
 #include <vector>
 
 #include "llmc/comm_nccl.cuh"
+#include "llmc/comm_staged.cuh"
 #include "tests/testing.h"
 
 // Value of element i on rank r.
 static float value(int r, size_t i) { return (float)(r + 1) + 0.001f * (float)(i % 1000); }
 
-static void check_op(const char *name, const std::vector<float> &got, const std::vector<float> &want, int rank) {
+static void check_op(const CommGroup *g, const char *name, const std::vector<float> &got,
+                     const std::vector<float> &want) {
     double err = rel_error(got.data(), want.data(), (long)got.size(), 1e-6);
-    if (rank == 0) test_result(err < 1e-6, "nccl_%s (relative error %.2e)", name, err);
+    if (g->rank == 0) test_result(err < 1e-6, "%s_%s (relative error %.2e)", g->be->name, name, err);
 }
 
-int main(int argc, char **argv) {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        test_skip("nccl backend (no CUDA device)");
-        return 0;
-    }
-    Comm comm;
-    comm_init(&comm, &argc, &argv, 1, 1, 60);
-    CUDA_CHECK(cudaSetDevice(comm_nccl_pick_device(&comm)));
-    CommGroup *g = &comm_nccl_init(&comm)[COMM_DATA];
+static void check_backend(CommGroup *g) {
     int W = g->size, R = g->rank;
     const size_t n = 4099;  // odd: the even split is uneven
     std::vector<size_t> even(W, 1024), uneven(W);
@@ -45,7 +39,7 @@ int main(int argc, char **argv) {
     want.assign(n, 0.0f);
     for (int q = 0; q < W; q++)
         for (size_t i = 0; i < n; i++) want[i] += value(q, i);
-    check_op("all_reduce", got, want, R);
+    check_op(g, "all_reduce", got, want);
 
     // reduce-scatter and all-gather, even and uneven counts
     for (int pass = 0; pass < 2; pass++) {
@@ -61,7 +55,7 @@ int main(int argc, char **argv) {
         want.assign(counts[R], 0.0f);
         for (int q = 0; q < W; q++)
             for (size_t i = 0; i < counts[R]; i++) want[i] += value(q, displ + i);
-        check_op(pass ? "reduce_scatter_uneven" : "reduce_scatter_even", got, want, R);
+        check_op(g, pass ? "reduce_scatter_uneven" : "reduce_scatter_even", got, want);
 
         // all-gather from the piece (not in place), then in place
         for (int in_place = 0; in_place < 2; in_place++) {
@@ -75,7 +69,7 @@ int main(int argc, char **argv) {
             want.assign(total, 0.0f);
             for (int q = 0; q < W; q++)
                 for (size_t i = 0; i < total; i++) want[i] += value(q, i);
-            check_op(in_place ? "all_gather_in_place" : "all_gather", got, want, R);
+            check_op(g, in_place ? "all_gather_in_place" : "all_gather", got, want);
         }
     }
 
@@ -88,12 +82,24 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaMemcpy(got.data(), d_full, sizeof(float) * n, cudaMemcpyDeviceToHost));
     want.resize(n);
     for (size_t i = 0; i < n; i++) want[i] = value(W - 1, i);
-    check_op("broadcast", got, want, R);
+    check_op(g, "broadcast", got, want);
     comm_barrier(g);
-    if (R == 0) test_result(1, "nccl_barrier");
-
+    if (R == 0) test_result(1, "%s_barrier", g->be->name);
     CUDA_CHECK(cudaFree(d_full));
     CUDA_CHECK(cudaFree(d_piece));
+}
+
+int main(int argc, char **argv) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        test_skip("nccl and staged MPI backends (no CUDA device)");
+        return 0;
+    }
+    Comm comm;
+    comm_init(&comm, &argc, &argv, 1, 1, 60);
+    CUDA_CHECK(cudaSetDevice(comm_nccl_pick_device(&comm)));
+    check_backend(&comm_nccl_init(&comm)[COMM_DATA]);
+    check_backend(&comm_staged_init(&comm)[COMM_DATA]);
     comm_nccl_free();
     comm_finalize(&comm);
     return test_exit_code();

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# test_comm_nccl.sh: builds tests/test_comm_nccl.cu (the NCCL backend,
-# llmc/comm_nccl.cuh, with MPI when the build has it) with nvcc -- so the
-# backend compiles and links wherever CUDA and NCCL are installed -- and runs
+# test_comm_nccl.sh: builds tests/test_comm_nccl.cu (the device backends:
+# llmc/comm_nccl.cuh and llmc/comm_staged.cuh, with MPI when the build has it) with nvcc -- so the
+# backends compile and link wherever CUDA and NCCL are installed -- and runs
 # it: on one process, and on 2 ranks under mpirun when the node has 2 GPUs.
 # The program SKIPs without a GPU; this script SKIPs without nvcc or NCCL, and
 # in sanitizer builds (which leave CUDA out).
@@ -13,9 +13,9 @@ NCCL_HOME=${NCCL_HOME:-$CUDA_HOME}
 NVCC=$(command -v nvcc || echo "$CUDA_HOME/bin/nvcc")
 NCCL_LIB=$NCCL_HOME/lib
 [ -d "$NCCL_LIB" ] || NCCL_LIB=$NCCL_HOME/lib64
-case "$BUILD" in build-*) echo "SKIP: nccl_backend_builds (sanitizer build)"; exit 0;; esac
+case "$BUILD" in build-*) echo "SKIP: device_comm_backends_build (sanitizer build)"; exit 0;; esac
 if [ ! -x "$NVCC" ] || [ ! -f "$NCCL_HOME/include/nccl.h" ]; then
-    echo "SKIP: nccl_backend_builds (no nvcc or nccl.h)"
+    echo "SKIP: device_comm_backends_build (no nvcc or nccl.h)"
     exit 0
 fi
 mpi_flags=() mpi_libs=()
@@ -29,9 +29,9 @@ if "$NVCC" -O2 -std=c++17 -arch="${CUDA_ARCH:-sm_90}" -I. -I"$NCCL_HOME/include"
     -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-function,-Wno-implicit-fallthrough "${mpi_flags[@]}" \
     tests/test_comm_nccl.cu -o "$bin" -L"$NCCL_LIB" -Xlinker -rpath="$NCCL_LIB" -lnccl "${mpi_libs[@]}" \
     >"$bin.log" 2>&1; then
-    echo "PASS: nccl_backend_builds"
+    echo "PASS: device_comm_backends_build"
 else
-    echo "FAIL: nccl_backend_builds ($(head -c 400 "$bin.log"))"
+    echo "FAIL: device_comm_backends_build ($(head -c 400 "$bin.log"))"
     exit 1
 fi
 "$bin"
