@@ -155,7 +155,7 @@ static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, int B, int T, int recomput
     m.grads = P * sizeof(float);
     m.optimizer = 2 * P * sizeof(float);
     m.activations = gpu_activations_layout(&a, cfg, B, T, recompute, NULL);
-    m.workspace = MATMUL_WORKSPACE_BYTES + (attention == ATTENTION_CUDNN ? cudnn_attention_workspace_bytes() : 0) +
+    m.workspace = MATMUL_WORKSPACE_BYTES + (attention == ATTENTION_CUDNN ? cudnn_attention_workspace_bytes(cfg, B, T) : 0) +
                   global_norm_scratch_floats() * sizeof(float) + 3 * sizeof(int) * (size_t)B * T;
     return m;
 }
@@ -175,8 +175,8 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, int B, int T, int reco
     m->recompute = recompute;
     m->attention = attention;
     int hs = cfg->channels / cfg->num_heads;
-    if (!flash_supports_head_size(hs))  // both kinds run the backward through the flash kernels
-        die_usage("head size %d (n-embd / n-head) has no flash attention kernel (32 or 64)", hs);
+    if (attention == ATTENTION_FLASH && !flash_supports_head_size(hs))
+        die_usage("--attention flash: head size %d (n-embd / n-head) is not 32 or 64", hs);
     if (attention == ATTENTION_CUDNN && !cudnn_attention_available())
         die_usage("--attention cudnn: this build has no cuDNN (set CUDNN_HOME and rebuild)");
     m->mem = gpu_gpt_memory(cfg, B, T, recompute, attention);
@@ -261,13 +261,14 @@ static void gpu_attention_forward(GPTGPU *m, bf16 *out, float *lse, const bf16 *
     else gpu_flash_attention_forward(out, lse, qkv, B, T, m->cfg.channels, m->cfg.num_heads, m->stream);
 }
 
-// Both kinds run the backward through our flash kernels: cuDNN's forward saves
-// the same output and log-sum-exp (the cuDNN backward graph is not built yet).
 static void gpu_attention_backward(GPTGPU *m, bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const bf16 *out,
                                    const float *lse, int B, int T) {
     NVTX_RANGE("attention_backward");
-    gpu_flash_attention_backward(dqkv, m->acts.delta, dout, qkv, out, lse, B, T, m->cfg.channels, m->cfg.num_heads,
-                                 m->stream);
+    if (m->attention == ATTENTION_CUDNN)
+        gpu_cudnn_attention_backward(&m->cudnn, dqkv, m->acts.delta, dout, qkv, out, lse, B, T, m->cfg.channels,
+                                     m->cfg.num_heads, m->stream);
+    else gpu_flash_attention_backward(dqkv, m->acts.delta, dout, qkv, out, lse, B, T, m->cfg.channels,
+                                      m->cfg.num_heads, m->stream);
 }
 
 // Forward over inputs (B,T) (host ids), as gpt_forward in llmc/gpt_cpu.h: with

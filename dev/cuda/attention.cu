@@ -1,9 +1,8 @@
 // dev/cuda/attention.cu: causal attention, three ways, checked against each
 // other: llmc/cpu_layers.h (attention_forward/backward, fp32, the reference),
 // version 1 = our flash kernel (llmc/attention_flash.cuh) and version 2 =
-// cuDNN's fused attention forward (llmc/attention_cudnn.cuh, when the build
-// has cuDNN; its backward is version 1's on its outputs). Output, softmax
-// statistics and dq|dk|dv at several shapes (head sizes 32 and 64, T not
+// cuDNN's fused attention (llmc/attention_cudnn.cuh, when the build has
+// cuDNN). Output, softmax statistics and dq|dk|dv at several shapes (head sizes 32 and 64, T not
 // a multiple of the tile); then forward and backward timed at d12 size.
 #include "dev/cuda/dev_common.cuh"
 #include "llmc/attention_cudnn.cuh"
@@ -37,16 +36,17 @@ static void check_shape(Rng *rng, int B, int T, int C, int NH) {
         float *c_lse = (float *)cudaMallocCheck(nl * 4);
         poison(c_out, no * 2); poison(c_dqkv, nq * 2);
         gpu_cudnn_attention_forward(&ca, c_out, c_lse, d_qkv, B, T, C, NH, 0);
-        // the trainer's cudnn mode: the flash backward on cuDNN's forward outputs
-        gpu_flash_attention_backward(c_dqkv, d_delta, d_dout, d_qkv, c_out, c_lse, B, T, C, NH, 0);
+        gpu_cudnn_attention_backward(&ca, c_dqkv, d_delta, d_dout, d_qkv, c_out, c_lse, B, T, C, NH, 0);
         float *h_out = host_from_bf16(c_out, no), *h_dqkv = host_from_bf16(c_dqkv, nq);
         float *h_lse = host_from_f32(c_lse, nl), *f_lse = host_from_f32(d_lse, nl);
         snprintf(what, sizeof(what), "v2 cudnn vs cpu B=%d T=%d C=%d NH=%d: out", B, T, C, NH);
         check_close(what, h_out, out, no, 1e-2, 2e-2);
-        snprintf(what, sizeof(what), "v2 cudnn forward + v1 backward vs cpu B=%d T=%d C=%d NH=%d: dqkv", B, T, C, NH);
+        snprintf(what, sizeof(what), "v2 cudnn vs cpu B=%d T=%d C=%d NH=%d: dqkv", B, T, C, NH);
         check_close(what, h_dqkv, dqkv, nq, 2e-2, 3e-2);
         snprintf(what, sizeof(what), "v2 cudnn vs v1 flash B=%d T=%d C=%d NH=%d: softmax statistics", B, T, C, NH);
         check_close(what, h_lse, f_lse, nl, 1e-3, 1e-3);
+        snprintf(what, sizeof(what), "v2 cudnn vs v1 flash B=%d T=%d C=%d NH=%d: dqkv", B, T, C, NH);
+        check_close(what, h_dqkv, g_dqkv, nq, 2e-2, 3e-2);
         CUDA_CHECK(cudaFree(c_out)); CUDA_CHECK(cudaFree(c_dqkv)); CUDA_CHECK(cudaFree(c_lse));
         free(h_out); free(h_dqkv); free(h_lse); free(f_lse);
         cudnn_attention_free(&ca);
@@ -89,6 +89,8 @@ int main(void) {
         cudnn_attention_init(&ca, &cfg, B, T, 1);
         ms = bench_ms(&b, 10, [&] { gpu_cudnn_attention_forward(&ca, out, lse, qkv, B, T, C, NH, 0); });
         bench_report(&b, "v2 cudnn forward d12 16x1024", ms, 0, fwd_flops);
+        ms = bench_ms(&b, 10, [&] { gpu_cudnn_attention_backward(&ca, dqkv, delta, dout, qkv, out, lse, B, T, C, NH, 0); });
+        bench_report(&b, "v2 cudnn backward d12 16x1024", ms, 0, 2.5 * fwd_flops);
         cudnn_attention_free(&ca);
     }
     bench_free(&b);
