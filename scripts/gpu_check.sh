@@ -124,6 +124,8 @@ echo
 elapsed "done"
 echo "== checks"
 printf '%s\n' "${summary[@]}"
+echo "== ceilings measured in this run"
+grep -h '^ceilings' "$OUT"/dev_matmul.log 2>/dev/null | head -1
 echo "== train_gptcu, batch 16 x 1024, median of steps 4..$STEPS"
 printf '%-6s %-6s %12s %10s %10s %10s\n' model attn "tokens/s" "ms/step" "MFU(meas)" "MFU(989)"
 printf '%s\n' "${table[@]}"

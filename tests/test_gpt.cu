@@ -1,8 +1,9 @@
 // test_gpt.cu: the GPU model (llmc/gpt_gpu.cuh) against the CPU model
 // (llmc/gpt_cpu.h) on the same weights and batches: logits, loss and every
 // gradient tensor of one step within bf16 tolerances; 10 AdamW steps of
-// losses; recomputation (--recompute 1, 2) and cuDNN attention giving the
-// gradients of the default; and bit-exact determinism of two identical runs.
+// losses; recomputation (--recompute 1, 2), gradient accumulation over two
+// micro-batches and cuDNN attention giving the gradients of the default; and
+// bit-exact determinism of two identical runs.
 // Without a GPU it prints SKIP and exits 0.
 #include "llmc/gpt_cpu.h"
 #include "llmc/gpt_gpu.cuh"
@@ -130,6 +131,26 @@ int main(void) {
         double re = rel_error(grads_r, grads, (long)P, 1e-6);
         test_result(loss_r == loss_g && re < 1e-2, "recompute %d: loss %.6f (no recompute %.6f), gradients rel err %.2e",
                     r, loss_r, loss_g, re);
+    }
+
+    // gradient accumulation: two micro-batches of B/2 accumulate (in fp32) the gradients of one of B
+    {
+        GPTGPU ga;
+        gpu_gpt_init(&ga, &cfg, B_TEST, T_TEST, 0, ATTENTION_FLASH);
+        gpu_gpt_set_params(&ga, init);
+        gpu_gpt_zero_grad(&ga);
+        int half = B_TEST / 2, n_half = half * T_TEST;
+        double la = 0.0;
+        for (int k = 0; k < 2; k++) {
+            la += gpu_gpt_forward(&ga, xs[0] + k * n_half, ys[0] + k * n_half, half, T_TEST, 1.0f / N);
+            gpu_gpt_backward(&ga);
+        }
+        gpu_gpt_get_grads(&ga, grads_r);
+        double ae = rel_error(grads_r, grads, (long)P, 1e-6);
+        test_result(fabs(la / 2 - loss_g) < 1e-4 && ae < 1e-2,
+                    "2 accumulated micro-batches of %d: loss %.6f (one batch %.6f), gradients rel err %.2e", half,
+                    la / 2, loss_g, ae);
+        gpu_gpt_free(&ga);
     }
 
     // cuDNN attention gives the flash attention's loss and gradients
