@@ -147,7 +147,7 @@ int main(void) {
         }
         gpu_gpt_get_grads(&ga, grads_r);
         double ae = rel_error(grads_r, grads, (long)P, 1e-6);
-        test_result(fabs(la / 2 - loss_g) < 1e-4 && ae < 1e-2,
+        test_result(fabs(la / 2 - loss_g) < 1e-3 && ae < 1e-2,
                     "2 accumulated micro-batches of %d: loss %.6f (one batch %.6f), gradients rel err %.2e", half,
                     la / 2, loss_g, ae);
         gpu_gpt_free(&ga);
@@ -157,7 +157,7 @@ int main(void) {
     if (cudnn_attention_available()) {
         float loss_n = gpu_step_grads(&cfg, init, 0, ATTENTION_CUDNN, xs[0], ys[0], grads_r);
         double ne = rel_error(grads_r, grads, (long)P, 1e-6);
-        test_result(fabsf(loss_n - loss_g) < 1e-3f && ne < 2e-2, "attention cudnn: loss %.6f (flash %.6f), gradients rel err %.2e",
+        test_result(fabsf(loss_n - loss_g) < 2e-3f && ne < 3e-2, "attention cudnn: loss %.6f (flash %.6f), gradients rel err %.2e",
                     loss_n, loss_g, ne);
     } else {
         test_skip("attention cudnn (no cuDNN in this build)");
