@@ -13,17 +13,17 @@ ifeq ($(CC),cc)
   CC := gcc
 endif
 BUILD ?= build
-WARN := -Wall -Wextra -Werror -Wno-unused-function
+WARN := -Wall -Wextra -Werror -Wno-unused-function -Wno-psabi
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE $(WARN) -I. -MMD -MP
 LDLIBS := -lm -lpthread
 
 ifeq ($(DEBUG),1)
-  OPT := -O0 -g3
+  OPT := -O0 -g3 -march=native
 else
   OPT := -O3 -march=native -g
 endif
 ifneq ($(SANITIZER),)
-  OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=$(SANITIZER) -fno-sanitize-recover=all
+  OPT := -O1 -g -march=native -fno-omit-frame-pointer -fsanitize=$(SANITIZER) -fno-sanitize-recover=all
   LDFLAGS += -fsanitize=$(SANITIZER)
   BUILD := build-$(SANITIZER)
 endif

@@ -6,19 +6,30 @@
 #define LLMC_UTILS_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define EXIT_USAGE 2  // bad flag, bad value, bad input file
+
+// Only the first thread to fail reports and exits; any other (a data loader's
+// prefetch thread finding a bad shard at the same moment) waits for the exit,
+// so a failure is always exactly one line.
+static inline void die_claim(void) {
+    static atomic_int dying = 0;
+    if (atomic_exchange(&dying, 1)) for (;;) pause();
+}
 
 // die_usage: a one-line user-facing error (no file:line, the message names the
 // flag or file), exit status 2.
 static inline void die_usage(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 static inline void die_usage(const char *fmt, ...) {
+    die_claim();
     va_list ap;
     va_start(ap, fmt);
     fputs("error: ", stderr);
@@ -32,6 +43,7 @@ static inline void die_usage(const char *fmt, ...) {
 static inline void die_at(const char *file, int line, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));
 static inline void die_at(const char *file, int line, const char *fmt, ...) {
+    die_claim();
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "error at %s:%d: ", file, line);
