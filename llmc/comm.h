@@ -11,9 +11,14 @@
 // group is the world and the others hold one rank each.
 //
 // Backends (CommBackend): MPI on host buffers (here), NCCL on device buffers
-// (comm_nccl.cuh, its unique id shared over MPI). A group carries its backend,
+// (comm_nccl.cuh, its unique id shared over MPI), MPI on device buffers
+// staged through host memory (comm_staged.cuh). A group carries its backend,
 // so the model code only sees groups and requests; streams and progress
-// belong to the backend. Built without MPI, the "self" backend serves a
+// belong to the backend. MPI progress: Open MPI moves nonblocking
+// collectives forward only inside MPI calls, so while any is in flight a
+// progress thread pokes MPI every COMM_PROGRESS_US microseconds, and the
+// reduction really runs under the compute. Every MPI call after MPI_Init
+// holds one mutex (comm_mpi_lock), so none run at once (MPI_THREAD_SERIALIZED). Built without MPI, the "self" backend serves a
 // single process (copies and no-ops).
 //
 // Reduce-scatter and all-gather take counts[group size]: rank r's piece is
@@ -25,6 +30,7 @@
 #define LLMC_COMM_H
 
 #include <limits.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -162,6 +168,41 @@ static inline int mpi_count(size_t n) {
         if (rc_ != MPI_SUCCESS) DIE("MPI error %d: %s", rc_, #call);                      \
     } while (0)
 
+#define COMM_PROGRESS_US 50
+static pthread_mutex_t comm_mpi_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t comm_progress_tid;
+static int comm_progress_running, comm_progress_stop;
+static long comm_mpi_in_flight;  // started MPI requests not yet complete (under the mutex)
+
+// Taken around every MPI call made after MPI_Init (also by other backends' set-up).
+static inline void comm_mpi_lock(void) { pthread_mutex_lock(&comm_mpi_mutex); }
+static inline void comm_mpi_unlock(void) { pthread_mutex_unlock(&comm_mpi_mutex); }
+
+// Starts an MPI operation: the call runs under the lock and counts as in flight.
+#define MPI_START(call)              \
+    do {                             \
+        comm_mpi_lock();             \
+        MPI_CHECK(call);             \
+        comm_mpi_in_flight++;        \
+        comm_mpi_unlock();           \
+    } while (0)
+
+static void *comm_progress_main(void *arg) {
+    (void)arg;
+    for (;;) {
+        comm_mpi_lock();
+        int stop = comm_progress_stop, busy = comm_mpi_in_flight > 0;
+        if (busy && !stop) {
+            int flag;
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+        }
+        comm_mpi_unlock();
+        if (stop) return NULL;
+        struct timespec ts = {0, (busy ? COMM_PROGRESS_US : 20 * COMM_PROGRESS_US) * 1000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 // counts and displacements (2 * size ints) kept in the request until completion
 static inline int *mpi_counts_displs(CommRequest *r, const size_t *counts, int size) {
     r->counts = (int *)mallocCheck(sizeof(int) * 2 * (size_t)size);
@@ -175,7 +216,7 @@ static inline int *mpi_counts_displs(CommRequest *r, const size_t *counts, int s
 }
 
 static void mpi_all_reduce(CommGroup *g, void *buf, size_t n, CommDType t, CommRequest *r) {
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, mpi_count(n), mpi_dtype(t), MPI_SUM, g->mpi, &r->mpi));
+    MPI_START(MPI_Iallreduce(MPI_IN_PLACE, buf, mpi_count(n), mpi_dtype(t), MPI_SUM, g->mpi, &r->mpi));
 }
 static void mpi_reduce_scatter(CommGroup *g, const void *send, void *recv, const size_t *counts, CommDType t,
                                CommRequest *r) {
@@ -186,31 +227,34 @@ static void mpi_reduce_scatter(CommGroup *g, const void *send, void *recv, const
         r->move_dst = recv;
         r->move_src = send;
         r->move_bytes = counts[g->rank] * es;
-        MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, (void *)send, cd, mpi_dtype(t), MPI_SUM, g->mpi, &r->mpi));
+        MPI_START(MPI_Ireduce_scatter(MPI_IN_PLACE, (void *)send, cd, mpi_dtype(t), MPI_SUM, g->mpi, &r->mpi));
     } else {
-        MPI_CHECK(MPI_Ireduce_scatter(send, recv, cd, mpi_dtype(t), MPI_SUM, g->mpi, &r->mpi));
+        MPI_START(MPI_Ireduce_scatter(send, recv, cd, mpi_dtype(t), MPI_SUM, g->mpi, &r->mpi));
     }
 }
 static void mpi_all_gather(CommGroup *g, const void *send, void *recv, const size_t *counts, CommDType t,
                            CommRequest *r) {
     int *cd = mpi_counts_displs(r, counts, g->size);
     MPI_Datatype dt = mpi_dtype(t);
-    if (send) MPI_CHECK(MPI_Iallgatherv(send, cd[g->rank], dt, recv, cd, cd + g->size, dt, g->mpi, &r->mpi));
-    else MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, dt, recv, cd, cd + g->size, dt, g->mpi, &r->mpi));
+    if (send) MPI_START(MPI_Iallgatherv(send, cd[g->rank], dt, recv, cd, cd + g->size, dt, g->mpi, &r->mpi));
+    else MPI_START(MPI_Iallgatherv(MPI_IN_PLACE, 0, dt, recv, cd, cd + g->size, dt, g->mpi, &r->mpi));
 }
 static void mpi_broadcast(CommGroup *g, void *buf, size_t n, CommDType t, int root, CommRequest *r) {
-    MPI_CHECK(MPI_Ibcast(buf, mpi_count(n), mpi_dtype(t), root, g->mpi, &r->mpi));
+    MPI_START(MPI_Ibcast(buf, mpi_count(n), mpi_dtype(t), root, g->mpi, &r->mpi));
 }
 static void mpi_send(CommGroup *g, const void *buf, size_t n, CommDType t, int peer, int tag, CommRequest *r) {
-    MPI_CHECK(MPI_Isend(buf, mpi_count(n), mpi_dtype(t), peer, tag, g->mpi, &r->mpi));
+    MPI_START(MPI_Isend(buf, mpi_count(n), mpi_dtype(t), peer, tag, g->mpi, &r->mpi));
 }
 static void mpi_recv(CommGroup *g, void *buf, size_t n, CommDType t, int peer, int tag, CommRequest *r) {
-    MPI_CHECK(MPI_Irecv(buf, mpi_count(n), mpi_dtype(t), peer, tag, g->mpi, &r->mpi));
+    MPI_START(MPI_Irecv(buf, mpi_count(n), mpi_dtype(t), peer, tag, g->mpi, &r->mpi));
 }
-static void mpi_barrier(CommGroup *g, CommRequest *r) { MPI_CHECK(MPI_Ibarrier(g->mpi, &r->mpi)); }
+static void mpi_barrier(CommGroup *g, CommRequest *r) { MPI_START(MPI_Ibarrier(g->mpi, &r->mpi)); }
 static int mpi_test(CommRequest *r) {
     int done = 0;
+    comm_mpi_lock();
     MPI_CHECK(MPI_Test(&r->mpi, &done, MPI_STATUS_IGNORE));
+    if (done) comm_mpi_in_flight--;
+    comm_mpi_unlock();
     if (done) {
         free(r->counts);
         r->counts = NULL;
@@ -220,6 +264,7 @@ static int mpi_test(CommRequest *r) {
 }
 static void mpi_abort(Comm *c, int code) {
     (void)c;
+    comm_mpi_lock();
     MPI_Abort(MPI_COMM_WORLD, code);
     exit(code);
 }
@@ -358,8 +403,9 @@ static inline void comm_init(Comm *c, int *argc, char ***argv, int tp, int pp, d
     c->local_rank = li.local_rank;
     const CommBackend *be = &COMM_SELF;
 #ifdef LLMC_MPI
+    int provided = 0;
     if (li.rank_var) {  // started by a launcher: MPI connects the ranks; alone: no MPI at all
-        MPI_CHECK(MPI_Init(argc, argv));
+        MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
         c->mpi_initialized = 1;
         int mpi_rank, mpi_size;
         MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
@@ -405,10 +451,24 @@ static inline void comm_init(Comm *c, int *argc, char ***argv, int tp, int pp, d
         if (c->mpi_initialized) MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, colors[k], ranks[k], &g->mpi));
 #endif
     }
+#ifdef LLMC_MPI
+    if (c->mpi_initialized && c->world > 1 && provided >= MPI_THREAD_SERIALIZED) {
+        comm_progress_stop = 0;
+        CHECK(pthread_create(&comm_progress_tid, NULL, comm_progress_main, NULL) == 0, "pthread_create failed");
+        comm_progress_running = 1;
+    }
+#endif
 }
 
 static inline void comm_finalize(Comm *c) {
 #ifdef LLMC_MPI
+    if (comm_progress_running) {
+        comm_mpi_lock();
+        comm_progress_stop = 1;
+        comm_mpi_unlock();
+        pthread_join(comm_progress_tid, NULL);
+        comm_progress_running = 0;
+    }
     if (c->mpi_initialized) {
         for (int k = 0; k < COMM_NUM_GROUPS; k++) MPI_Comm_free(&c->groups[k].mpi);
         MPI_Finalize();

@@ -180,7 +180,11 @@ static inline CommGroup *comm_nccl_init(Comm *c) {
         ncclUniqueId id;
         if (host->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
 #ifdef LLMC_MPI
-        if (c->mpi_initialized) MPI_CHECK(MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, host->mpi));
+        if (c->mpi_initialized) {
+            comm_mpi_lock();
+            MPI_CHECK(MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, host->mpi));
+            comm_mpi_unlock();
+        }
 #endif
         if (host->size > 1 && !c->mpi_initialized)
             die_usage("the NCCL backend shares its unique id over MPI: start the job with mpirun or srun");
