@@ -10,7 +10,8 @@
 //             released (its pages handed back to the OS) once reduced.
 //   --zero 3: as 2, and the weights are sharded too: a segment's weights are
 //             all-gathered before the forward or backward reads them
-//             (GPTHooks.params_needed) and released when the pass moves on.
+//             (GPTHooks.params_needed) and released when the pass moves on;
+//             the next segment's gather runs while this one computes.
 //
 // Overlap: a segment's gradient reduction starts in GPTHooks.grads_ready, as
 // soon as its backward is done, while the backward goes on with the segments
@@ -64,6 +65,8 @@ typedef struct {
     float *slots[ZERO_SLOTS];
     int slot_busy[ZERO_SLOTS];
     int *resident;          // stage 3: segment s is gathered in model->params
+    int prefetch_segment;   // stage 3: the segment being gathered ahead (-1: none)
+    CommRequest prefetch_req;
     size_t *counts;         // scratch: dp->size counts
     const char *fault;      // LLMC_TEST_FAULT (tests only): "hang:R" or "die:R" at the first reduction
     int fault_rank;
@@ -197,17 +200,41 @@ static void zero_grads_ready(void *ctx, int segment) {
 // ---------------------------------------------------------------------------
 // ZeRO-3 parameter segments
 
-static inline void zero_gather_segment(Zero *z, int s) {
-    if (z->resident[s]) return;
+static inline CommRequest zero_gather_start(Zero *z, int s) {
     int64_t lo, hi, plo, phi;
     zero_segment_range(z, s, &lo, &hi);
     shard_piece(&z->map, lo, hi, &plo, &phi);
     shard_counts(&z->map, lo, hi, z->counts);
-    CommRequest r = comm_all_gather_start(z->dp, z->param_shard + (phi > plo ? plo - z->map.begin : 0), z->model->params + lo,
-                                          z->counts, COMM_F32);
+    const float *mine = z->param_shard + (phi > plo ? plo - z->map.begin : 0);
+    return comm_all_gather_start(z->dp, mine, z->model->params + lo, z->counts, COMM_F32);
+}
+
+// Completes the prefetched segment's gather, if one is in flight.
+static inline void zero_finish_prefetch(Zero *z) {
+    if (z->prefetch_segment < 0) return;
+    comm_wait(&z->prefetch_req);
+    z->resident[z->prefetch_segment] = 1;
+    z->prefetch_segment = -1;
+}
+
+static inline void zero_gather_segment(Zero *z, int s) {
+    if (z->resident[s]) return;
+    if (z->prefetch_segment == s) {
+        zero_finish_prefetch(z);
+        return;
+    }
+    zero_finish_prefetch(z);
+    CommRequest r = zero_gather_start(z, s);
     zero_progress(z, 0);
     comm_wait(&r);
     z->resident[s] = 1;
+}
+
+// Starts gathering the segment the pass needs next, to overlap the compute of this one.
+static inline void zero_prefetch(Zero *z, int s) {
+    if (s < 0 || s >= z->num_segments || z->resident[s] || z->prefetch_segment >= 0) return;
+    z->prefetch_req = zero_gather_start(z, s);
+    z->prefetch_segment = s;
 }
 
 static inline void zero_release_segment(Zero *z, int s) {
@@ -219,7 +246,8 @@ static inline void zero_release_segment(Zero *z, int s) {
 }
 
 // Forward: keep the embeddings (the classifier reads wte at the end) and the
-// segment in use. Backward: keep only the segment in use.
+// segment in use. Backward: keep only the segment in use. Either way the
+// next segment of the pass is gathered meanwhile.
 static void zero_params_needed(void *ctx, int segment, int backward) {
     Zero *z = (Zero *)ctx;
     for (int s = 0; s < z->num_segments; s++) {
@@ -227,6 +255,7 @@ static void zero_params_needed(void *ctx, int segment, int backward) {
         zero_release_segment(z, s);
     }
     zero_gather_segment(z, segment);
+    zero_prefetch(z, backward ? segment - 1 : segment + 1);
 }
 
 // ---------------------------------------------------------------------------
@@ -265,6 +294,7 @@ static inline void zero_init(Zero *z, GPT *model, Comm *comm, int stage, double 
         free(model->params);
         model->params = zero_map(z->mapped_bytes);
         z->resident = (int *)callocCheck((size_t)z->num_segments, sizeof(int));
+        z->prefetch_segment = -1;
     }
     model->hooks.ctx = z;
     model->hooks.grads_ready = zero_grads_ready;
@@ -319,6 +349,7 @@ static inline void zero_optimizer_step(Zero *z, const AdamWConfig *ac, float gra
     float *params = z->stage == 3 ? z->param_shard - sm->begin : m->params;
     adamw_update_range(pl, params, z->grad_shard, 1, z->m, z->v, sm->begin, sm->end, ac, grad_scale);
     if (z->stage == 3) {
+        zero_finish_prefetch(z);  // (its data predate the update)
         for (int s = 0; s < z->num_segments; s++) zero_release_segment(z, s);
         return;
     }
@@ -348,6 +379,7 @@ static inline void zero_free(Zero *z) {
         m->grads = NULL;
     }
     if (z->stage == 3) {
+        zero_finish_prefetch(z);
         munmap(m->params, z->mapped_bytes);
         m->params = NULL;
     }
