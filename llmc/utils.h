@@ -6,7 +6,6 @@
 #define LLMC_UTILS_H
 
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,9 +19,11 @@
 // Only the first thread to fail reports and exits; any other (a data loader's
 // prefetch thread finding a bad shard at the same moment) waits for the exit,
 // so a failure is always exactly one line.
+// (GCC's __atomic builtin: the header is also compiled as C++ by nvcc, where
+// <stdatomic.h>'s atomic_int does not exist before C++23.)
 static inline void die_claim(void) {
-    static atomic_int dying = 0;
-    if (atomic_exchange(&dying, 1)) for (;;) pause();
+    static int dying = 0;
+    if (__atomic_exchange_n(&dying, 1, __ATOMIC_SEQ_CST)) for (;;) pause();
 }
 
 // die_usage: a one-line user-facing error (no file:line, the message names the
