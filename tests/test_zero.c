@@ -1,6 +1,7 @@
 // test_zero.c: ZeRO shards and data parallelism without a launcher: shard
 // ranges cover the flat buffer in rank order for any size and rank count,
 // reduce-scatter counts match each rank's piece, the per-rank memory formula,
+// launchers' rank variables (launch.h),
 // released buffers read as zero and hand their pages back, and every ZeRO
 // stage on one process trains like the plain AdamW loop (self backend).
 // With arguments it is the comparison tool of tests/test_distributed.sh:
@@ -156,6 +157,34 @@ static void test_stages_single_process(void) {
     param_layout_free(&pl);
 }
 
+// launch_detect under each launcher's variables (set, checked, unset again)
+static void test_launch_env(void) {
+    static const char *all[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS",
+                                "SLURM_LOCALID", "RANK", "WORLD_SIZE", "LOCAL_RANK"};
+    const int nvars = (int)(sizeof(all) / sizeof(all[0]));
+    for (int i = 0; i < nvars; i++) unsetenv(all[i]);
+    LaunchInfo li = launch_detect();
+    int ok = strcmp(li.launcher, "single") == 0 && li.rank == 0 && li.world == 1 && li.rank_var == NULL;
+    setenv("RANK", "5", 1);
+    setenv("WORLD_SIZE", "6", 1);
+    li = launch_detect();  // no LOCAL_RANK: 0
+    ok &= strcmp(li.launcher, "env") == 0 && li.rank == 5 && li.world == 6 && li.local_rank == 0;
+    setenv("SLURM_PROCID", "3", 1);
+    setenv("SLURM_STEP_NUM_TASKS", "8", 1);
+    setenv("SLURM_LOCALID", "1", 1);
+    li = launch_detect();  // srun's variables win over the generic ones
+    ok &= strcmp(li.launcher, "slurm") == 0 && li.rank == 3 && li.world == 8 && li.local_rank == 1;
+    setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "2", 1);
+    li = launch_detect();  // mpirun inside a Slurm allocation: mpirun's
+    ok &= strcmp(li.launcher, "mpirun") == 0 && li.rank == 2 && li.world == 4 && li.local_rank == 2 &&
+          strcmp(li.rank_var, "OMPI_COMM_WORLD_RANK") == 0;
+    for (int i = 0; i < nvars; i++) unsetenv(all[i]);
+    test_result(ok, "launch_detect_reads_each_launchers_variables");
+}
+
 // ---------------------------------------------------------------------------
 // comparison tool
 
@@ -222,6 +251,7 @@ int main(int argc, char **argv) {
     test_shard_cover();
     test_memory_formula();
     test_release();
+    test_launch_env();  // leaves no launcher variable set: the next test runs without MPI
     test_stages_single_process();
     return test_exit_code();
 }
