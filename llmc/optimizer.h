@@ -47,9 +47,13 @@ static inline float grad_clip_scale(float norm, float clip) {
 static void adamw_update_range(const ParamLayout *pl, float *params, const float *grads, int grads_local,
                                float *m, float *v, int64_t begin, int64_t end, const AdamWConfig *cfg,
                                float grad_scale) {
-    float bc1 = 1.0f - powf(cfg->beta1, (float)cfg->step);
-    float bc2_sqrt = sqrtf(1.0f - powf(cfg->beta2, (float)cfg->step));
-    float step_size = cfg->lr / bc1;
+    // scalars in locals: stores through params cannot alias them, so the loop vectorises
+    const float beta1 = cfg->beta1, beta2 = cfg->beta2, eps = cfg->eps;
+    const float step_size = cfg->lr / (1.0f - powf(beta1, (float)cfg->step));
+    const float inv_bc2_sqrt = 1.0f / sqrtf(1.0f - powf(beta2, (float)cfg->step));
+    const float *g = grads_local ? grads - begin : grads;
+    float *mm = m - begin, *vv = v - begin;
+#pragma omp parallel
     for (int ti = 0; ti < pl->num_tensors; ti++) {
         const ParamTensor *t = &pl->tensors[ti];
         // the tensor plus its alignment gap, clipped to [begin, end)
@@ -57,18 +61,16 @@ static void adamw_update_range(const ParamLayout *pl, float *params, const float
         int64_t lo = t->offset > begin ? t->offset : begin;
         int64_t hi = t_end < end ? t_end : end;
         if (lo >= hi) continue;
-        float decay = t->decay ? 1.0f - cfg->lr * cfg->weight_decay : 1.0f;
-        const float *g = grads_local ? grads - begin : grads;
-        float *mm = m - begin, *vv = v - begin;
-#pragma omp parallel for schedule(static)
+        const float decay = t->decay ? 1.0f - cfg->lr * cfg->weight_decay : 1.0f;
+#pragma omp for schedule(static) nowait
         for (int64_t i = lo; i < hi; i++) {
             float gi = g[i] * grad_scale;
             float p = params[i] * decay;
-            float mi = mm[i] + (1.0f - cfg->beta1) * (gi - mm[i]);
-            float vi = cfg->beta2 * vv[i] + (1.0f - cfg->beta2) * gi * gi;
+            float mi = mm[i] + (1.0f - beta1) * (gi - mm[i]);
+            float vi = beta2 * vv[i] + (1.0f - beta2) * gi * gi;
             mm[i] = mi;
             vv[i] = vi;
-            float denom = sqrtf(vi) / bc2_sqrt + cfg->eps;
+            float denom = sqrtf(vi) * inv_bc2_sqrt + eps;
             params[i] = p - step_size * (mi / denom);
         }
     }
