@@ -5,8 +5,6 @@
 // (train_gpt.cu), which takes the same flags (llmc/train_options.h) and writes
 // the same logs (llmc/logger.h).
 #include <sys/resource.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "llmc/comm.h"
 #include "llmc/dataloader.h"
@@ -18,38 +16,12 @@
 #include "llmc/schedule.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_options.h"
+#include "llmc/train_setup.h"
 #include "llmc/zero_cpu.h"
 
 static const char *SUMMARY =
     "Train a GPT-2 on the CPU (fp32, OpenMP). Data: llm.c token shards (see ./tokenize).\n"
     "Example: ./train_gpt --data-train 'data/default/*train*.bin' --model d12 --steps 100";
-
-// The model shape: a preset, or the header of a model file, then any explicit
-// overrides (which a model file must agree with).
-static GPTConfig build_config(const TrainOptions *o, int *from_file) {
-    GPTConfig cfg;
-    *from_file = !gpt_config_preset(o->model, &cfg);
-    if (*from_file) {
-        if (access(o->model, R_OK) != 0) die_usage("--model: '%s' is neither a preset (d12|d24|d36|d48) nor a readable file", o->model);
-        modelfile_read_config(o->model, &cfg);
-    }
-    struct { int value; int *field; const char *flag; } overrides[] = {
-        {o->n_layer, &cfg.num_layers, "--n-layer"}, {o->n_embd, &cfg.channels, "--n-embd"},
-        {o->n_head, &cfg.num_heads, "--n-head"}, {o->vocab_size, &cfg.vocab_size, "--vocab-size"},
-        {o->max_seq_len, &cfg.max_seq_len, "--max-seq-len"},
-    };
-    for (size_t i = 0; i < sizeof(overrides) / sizeof(overrides[0]); i++) {
-        if (overrides[i].value == 0) continue;
-        if (*from_file && overrides[i].value != *overrides[i].field)
-            die_usage("%s %d disagrees with the model file '%s' (%d)", overrides[i].flag, overrides[i].value, o->model,
-                      *overrides[i].field);
-        *overrides[i].field = overrides[i].value;
-    }
-    if (!*from_file) cfg.padded_vocab_size = pad_vocab(cfg.vocab_size);
-    const char *problem = gpt_config_problem(&cfg);
-    if (problem) die_usage("bad model shape: %s", problem);
-    return cfg;
-}
 
 // Mean loss over eval_batches batches of the validation data (from its start),
 // each data rank on its own samples, averaged over the ranks.
@@ -97,12 +69,6 @@ static void print_sample(GPT *m, const Tokenizer *tok, int T, int n, float tempe
     free(ctx);
 }
 
-static void make_dir(const char *path) {
-    struct stat st;
-    if (mkdir(path, 0755) != 0 && (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)))
-        die_usage("--out-dir: cannot create directory '%s'", path);
-}
-
 int main(int argc, char **argv) {
     TrainOptions o;
     train_options_parse(argc, argv, &o, SUMMARY);
@@ -114,16 +80,10 @@ int main(int argc, char **argv) {
     const int rank = comm.rank, world = dp->size;  // data-parallel ranks; only rank 0 logs and writes files
 
     int from_file;
-    GPTConfig cfg = build_config(&o, &from_file);
-    int B = o.batch_size, T = o.seq_len;
-    if (T > cfg.max_seq_len) die_usage("--seq-len %d exceeds the model's max-seq-len %d", T, cfg.max_seq_len);
-    long long micro_tokens = (long long)B * T * world;
-    long long total_tokens = o.total_batch_tokens ? o.total_batch_tokens : micro_tokens;
-    if (total_tokens % micro_tokens != 0)
-        die_usage("--total-batch-tokens %lld is not a multiple of batch-size x seq-len x ranks = %lld", total_tokens,
-                  micro_tokens);
-    int accum = (int)(total_tokens / micro_tokens);
-    if (o.eval_every > 0 && o.data_val[0] == '\0') die_usage("--eval-every needs --data-val");
+    GPTConfig cfg = train_build_config(&o, &from_file);
+    BatchPlan plan = train_batch_plan(&o, &cfg, world);
+    const int B = plan.B, T = plan.T, accum = plan.accum;
+    const long long total_tokens = plan.total_tokens;
 
     GPT model;
     gpt_init(&model, &cfg);
@@ -177,10 +137,10 @@ int main(int argc, char **argv) {
 
     Logger log;
     logger_open(&log, o.log_json, rank == 0);
-    LrSchedule sched = {lr_schedule_kind(o.lr_schedule), o.lr, o.min_lr_frac, o.decay_frac, o.warmup_steps, o.steps};
+    LrSchedule sched = train_lr_schedule(&o);
     Rng sample_rng;
     rng_seed(&sample_rng, (uint64_t)o.seed ^ 0x5a5a5a5aULL);
-    float dloss = 1.0f / (float)((double)B * T * accum * world);
+    const float dloss = plan.dloss;
 
     for (int step = 0; step <= o.steps; step++) {
         int last = step == o.steps;
@@ -215,7 +175,7 @@ int main(int argc, char **argv) {
 
     if (o.out_dir[0] || o.save_model[0]) zero_gather_params(&zero);
     if (o.out_dir[0] && rank == 0) {
-        make_dir(o.out_dir);
+        train_make_dir(o.out_dir);
         char path[FILENAME_MAX];
         snprintf(path, sizeof(path), "%s/model_final.bin", o.out_dir);
         modelfile_save(path, &model.layout, model.params);

@@ -79,15 +79,9 @@ int main(int argc, char **argv) {
 
     int from_file;
     GPTConfig cfg = train_build_config(&o, &from_file);
-    int B = o.batch_size, T = o.seq_len;
-    if (T > cfg.max_seq_len) die_usage("--seq-len %d exceeds the model's max-seq-len %d", T, cfg.max_seq_len);
-    long long micro_tokens = (long long)B * T * world;
-    long long total_tokens = o.total_batch_tokens ? o.total_batch_tokens : micro_tokens;
-    if (total_tokens % micro_tokens != 0)
-        die_usage("--total-batch-tokens %lld is not a multiple of batch-size x seq-len x ranks = %lld", total_tokens,
-                  micro_tokens);
-    int accum = (int)(total_tokens / micro_tokens);
-    if (o.eval_every > 0 && o.data_val[0] == '\0') die_usage("--eval-every needs --data-val");
+    BatchPlan plan = train_batch_plan(&o, &cfg, world);
+    const int B = plan.B, T = plan.T, accum = plan.accum;
+    const long long total_tokens = plan.total_tokens;
     AttentionKind attention = strcmp(o.attention, "cudnn") == 0 ? ATTENTION_CUDNN : ATTENTION_FLASH;
 
     cudaDeviceProp prop;
@@ -149,10 +143,10 @@ int main(int argc, char **argv) {
 
     Logger log;
     logger_open(&log, o.log_json, rank == 0);
-    LrSchedule sched = {lr_schedule_kind(o.lr_schedule), o.lr, o.min_lr_frac, o.decay_frac, o.warmup_steps, o.steps};
+    LrSchedule sched = train_lr_schedule(&o);
     Rng sample_rng;
     rng_seed(&sample_rng, (uint64_t)o.seed ^ 0x5a5a5a5aULL);
-    float dloss = 1.0f / (float)((double)B * T * accum * world);
+    const float dloss = plan.dloss;
 
     for (int step = 0; step <= o.steps; step++) {
         int last = step == o.steps;

@@ -1,6 +1,7 @@
 // train_setup.h: trainer set-up shared by train_gpt.c and train_gpt.cu: the
 // model shape from --model (a preset or an llm.c model file) and the explicit
-// shape flags, and the output directory.
+// shape flags, the batch plan (micro-batch, accumulation, loss scale), the
+// learning-rate schedule, and the output directory.
 #ifndef LLMC_TRAIN_SETUP_H
 #define LLMC_TRAIN_SETUP_H
 
@@ -9,6 +10,7 @@
 
 #include "model.h"
 #include "modelfile.h"
+#include "schedule.h"
 #include "train_options.h"
 
 // The model shape: a preset, or the header of a model file, then any explicit
@@ -37,6 +39,37 @@ static GPTConfig train_build_config(const TrainOptions *o, int *from_file) {
     const char *problem = gpt_config_problem(&cfg);
     if (problem) die_usage("bad model shape: %s", problem);
     return cfg;
+}
+
+// How a step is made of micro-steps: B x T tokens per rank per micro-step,
+// accum micro-steps, total_tokens over all ranks; dloss is d(objective)/d(loss
+// at one position) for the mean over the whole step.
+typedef struct {
+    int B, T, accum;
+    long long total_tokens;
+    float dloss;
+} BatchPlan;
+
+// Validates the batch flags against the model and the number of data ranks.
+static BatchPlan train_batch_plan(const TrainOptions *o, const GPTConfig *cfg, int world) {
+    BatchPlan p;
+    p.B = o->batch_size;
+    p.T = o->seq_len;
+    if (p.T > cfg->max_seq_len) die_usage("--seq-len %d exceeds the model's max-seq-len %d", p.T, cfg->max_seq_len);
+    long long micro_tokens = (long long)p.B * p.T * world;
+    p.total_tokens = o->total_batch_tokens ? o->total_batch_tokens : micro_tokens;
+    if (p.total_tokens % micro_tokens != 0)
+        die_usage("--total-batch-tokens %lld is not a multiple of batch-size x seq-len x ranks = %lld", p.total_tokens,
+                  micro_tokens);
+    p.accum = (int)(p.total_tokens / micro_tokens);
+    p.dloss = (float)(1.0 / (double)p.total_tokens);
+    if (o->eval_every > 0 && o->data_val[0] == '\0') die_usage("--eval-every needs --data-val");
+    return p;
+}
+
+static LrSchedule train_lr_schedule(const TrainOptions *o) {
+    LrSchedule s = {lr_schedule_kind(o->lr_schedule), o->lr, o->min_lr_frac, o->decay_frac, o->warmup_steps, o->steps};
+    return s;
 }
 
 static void train_make_dir(const char *path) {
