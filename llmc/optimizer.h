@@ -41,17 +41,21 @@ static inline float grad_clip_scale(float norm, float clip) {
     return s < 1.0f ? s : 1.0f;
 }
 
-// One AdamW step on params[begin, end). grads are indexed like params (or, if
-// grads_local, from begin); m and v are indexed from begin. grad_scale
-// multiplies every gradient (the clip coefficient).
-static void adamw_update_range(const ParamLayout *pl, float *params, const float *grads, int grads_local,
+#define ADAMW_GRADS_LOCAL 1  // grads are indexed from begin (a shard), not like params
+#define ADAMW_ZERO_GRADS 2   // set each gradient to 0 once read: the next step needs no zeroing pass
+
+// One AdamW step on params[begin, end). grads are indexed like params (or from
+// begin, with ADAMW_GRADS_LOCAL in flags); m and v are indexed from begin.
+// grad_scale multiplies every gradient (the clip coefficient).
+static void adamw_update_range(const ParamLayout *pl, float *params, float *grads, int flags,
                                float *m, float *v, int64_t begin, int64_t end, const AdamWConfig *cfg,
                                float grad_scale) {
     // scalars in locals: stores through params cannot alias them, so the loop vectorises
     const float beta1 = cfg->beta1, beta2 = cfg->beta2, eps = cfg->eps;
     const float step_size = cfg->lr / (1.0f - powf(beta1, (float)cfg->step));
     const float inv_bc2_sqrt = 1.0f / sqrtf(1.0f - powf(beta2, (float)cfg->step));
-    const float *g = grads_local ? grads - begin : grads;
+    const int zero_grads = flags & ADAMW_ZERO_GRADS;
+    float *g = flags & ADAMW_GRADS_LOCAL ? grads - begin : grads;
     float *mm = m - begin, *vv = v - begin;
 #pragma omp parallel
     for (int ti = 0; ti < pl->num_tensors; ti++) {
@@ -65,6 +69,7 @@ static void adamw_update_range(const ParamLayout *pl, float *params, const float
 #pragma omp for schedule(static) nowait
         for (int64_t i = lo; i < hi; i++) {
             float gi = g[i] * grad_scale;
+            if (zero_grads) g[i] = 0.0f;
             float p = params[i] * decay;
             float mi = mm[i] + (1.0f - beta1) * (gi - mm[i]);
             float vi = beta2 * vv[i] + (1.0f - beta2) * gi * gi;

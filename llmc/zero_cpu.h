@@ -313,7 +313,8 @@ static inline ZeroMemory zero_cpu_memory(const Zero *z) { return zero_memory(z->
 
 // Before the first micro-step of an optimizer step.
 static inline void zero_begin_step(Zero *z) {
-    if (z->stage < 2) gpt_zero_grad(z->model);  // stages 2 and 3 left the gradients released (zero)
+    // stage 0's AdamW zeroed each gradient as it read it; stages 2 and 3 left them released (zero)
+    if (z->stage == 1) gpt_zero_grad(z->model);
 }
 
 // Before each micro-step's forward: finishes the last micro-step's reductions
@@ -343,11 +344,11 @@ static inline void zero_optimizer_step(Zero *z, const AdamWConfig *ac, float gra
     const ParamLayout *pl = &m->layout;
     const ShardMap *sm = &z->map;
     if (z->stage == 0) {
-        adamw_update_range(pl, m->params, m->grads, 0, z->m, z->v, 0, sm->num_elements, ac, grad_scale);
+        adamw_update_range(pl, m->params, m->grads, ADAMW_ZERO_GRADS, z->m, z->v, 0, sm->num_elements, ac, grad_scale);
         return;
     }
     float *params = z->stage == 3 ? z->param_shard - sm->begin : m->params;
-    adamw_update_range(pl, params, z->grad_shard, 1, z->m, z->v, sm->begin, sm->end, ac, grad_scale);
+    adamw_update_range(pl, params, z->grad_shard, ADAMW_GRADS_LOCAL, z->m, z->v, sm->begin, sm->end, ac, grad_scale);
     if (z->stage == 3) {
         zero_finish_prefetch(z);  // (its data predate the update)
         for (int s = 0; s < z->num_segments; s++) zero_release_segment(z, s);
