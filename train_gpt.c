@@ -91,7 +91,8 @@ int main(int argc, char **argv) {
     else gpt2_init_params(&model.layout, model.params, (uint64_t)o.seed);
 
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, o.data_train, B, T, dp->rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 4);
+    dataloader_init(&train_loader, o.data_train, B, T, dp->rank, world, o.shuffle, (uint64_t)o.seed, cfg.vocab_size,
+                    4);
     int have_val = o.data_val[0] != '\0';
     if (have_val)
         dataloader_init(&val_loader, o.data_val, B, T, dp->rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 2);

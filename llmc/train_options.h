@@ -23,6 +23,7 @@ typedef struct {
     float decay_frac;
     float weight_decay, grad_clip, beta1, beta2, eps;
     long long seed;
+    int shuffle;
     int eval_every, eval_batches;
     int sample_every, sample_tokens;
     float temperature;
@@ -66,7 +67,9 @@ static const FlagSpec TRAIN_FLAGS[] = {
     {"beta1", FLAG_FLOAT, TO(beta1), "0.9", NULL, 0, 0.999999, "AdamW beta1"},
     {"beta2", FLAG_FLOAT, TO(beta2), "0.95", NULL, 0, 0.999999, "AdamW beta2"},
     {"eps", FLAG_FLOAT, TO(eps), "1e-8", NULL, 0, 1, "AdamW epsilon"},
-    {"seed", FLAG_INT64, TO(seed), "1337", NULL, 0, 9.2e18, "random seed (weights init, sampling)"},
+    {"seed", FLAG_INT64, TO(seed), "1337", NULL, 0, 9.2e18, "random seed (weights init, sampling, data order)"},
+    {"shuffle", FLAG_BOOL, TO(shuffle), "0", NULL, 0, 1,
+     "shuffle the training data: shards and samples in a permutation drawn from --seed and the epoch"},
     {"eval-every", FLAG_INT, TO(eval_every), "0", NULL, 0, 1e9, "validation loss every N steps (0: off)"},
     {"eval-batches", FLAG_INT, TO(eval_batches), "8", NULL, 1, 1e9, "micro-batches per validation"},
     {"sample-every", FLAG_INT, TO(sample_every), "0", NULL, 0, 1e9, "print a text sample every N steps (0: off)"},

@@ -75,6 +75,13 @@ check "JSON log has val_loss records at steps 0, 20, 40" '[ "$nval" -eq 3 ]' "$n
 strip() { sed 's/,"ms".*//' "$1"; }
 check "two identical runs log identical losses" 'cmp -s <(strip "$tmp/run.jsonl") <(strip "$tmp/run2.jsonl")'
 
+# --- --shuffle: another data order, the same on every run ---
+"$TRAIN" "${TINY[@]}" --steps 5 --shuffle 1 --log-json "$tmp/sh1.jsonl" >/dev/null 2>&1
+"$TRAIN" "${TINY[@]}" --steps 5 --shuffle 1 --log-json "$tmp/sh2.jsonl" >/dev/null 2>&1
+"$TRAIN" "${TINY[@]}" --steps 5 --log-json "$tmp/sh0.jsonl" >/dev/null 2>&1
+check "--shuffle 1 is reproducible and differs from the file order" \
+    'cmp -s <(strip "$tmp/sh1.jsonl") <(strip "$tmp/sh2.jsonl") && ! cmp -s <(strip "$tmp/sh1.jsonl") <(strip "$tmp/sh0.jsonl")'
+
 # --- a saved model loads and evaluates to the same validation loss ---
 "$TRAIN" "${TINY[@]}" --model "$tmp/model.bin" --steps 0 --eval-every 1 --eval-batches 4 \
     --log-json "$tmp/reload.jsonl" >"$tmp/reload.log" 2>&1
