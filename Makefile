@@ -103,6 +103,15 @@ ifeq ($(HAVE_CUDA),yes)
     NVCC_FLAGS += -DLLMC_CUDNN -I$(CUDNN_INC)
     NVCC_LIBS += -L$(CUDNN_LIB) -Xlinker -rpath=$(CUDNN_LIB) -lcudnn
   endif
+  # the GPU trainer's ranks: MPI (host groups, the staged device backend) and NCCL
+  ifeq ($(HAVE_MPI),yes)
+    NVCC_FLAGS += -DLLMC_MPI $(MPI_CFLAGS)
+    NVCC_LIBS += $(MPI_LIBS)
+  endif
+  ifeq ($(HAVE_NCCL),yes)
+    NVCC_FLAGS += -DLLMC_NCCL -I$(NCCL_INC)
+    NVCC_LIBS += -L$(NCCL_LIB) -Xlinker -rpath=$(NCCL_LIB) -lnccl
+  endif
   ifeq ($(HAVE_OMP),yes)
     NVCC_FLAGS += -Xcompiler -fopenmp
     NVCC_LIBS += -lgomp
@@ -185,10 +194,10 @@ debug:
 	$(MAKE) DEBUG=1 BUILD=build-debug build-debug/train_gpt
 
 # The main job: a small GPT trained on the built-in default corpus.
-run: train_gpt
+run: train_gpt tokenize
 	bash scripts/run_default.sh
 
-bench: train_gpt
+bench: train_gpt tokenize
 	bash scripts/bench_cpu.sh
 
 clean:
