@@ -1,12 +1,20 @@
 // train_gpt.cu: the GPU trainer (train_gptcu). The same flags
 // (llmc/train_options.h), data, logs (llmc/logger.h) and llm.c model files as
-// the CPU trainer train_gpt.c, whose loop it mirrors step for step, on one
-// NVIDIA GPU: bf16 weights and activations, fp32 master weights, gradients and
-// AdamW state (llmc/gpt_gpu.cuh). GPU-only flags: --attention flash|cudnn,
-// --recompute 0|1|2. The distributed flags (--zero, --comm, ...) have no
-// effect on one GPU.
+// the CPU trainer train_gpt.c, whose loop it mirrors step for step, on NVIDIA
+// GPUs: bf16 weights and activations, fp32 master weights, gradients and AdamW
+// state (llmc/gpt_gpu.cuh). GPU-only flags: --attention flash|cudnn,
+// --recompute 0|1|2. Data parallel like train_gpt.c (one process per GPU,
+// started by mpirun or srun; alone it is a single process without MPI), with
+// ZeRO-0 or ZeRO-1 (llmc/zero_gpu.cuh) over NCCL (--comm nccl, or auto when
+// built with it) or MPI staged through host memory (--comm mpi, also for
+// several ranks on one GPU).
 #include <math.h>
 
+#include "llmc/comm.h"
+#ifdef LLMC_NCCL
+#include "llmc/comm_nccl.cuh"
+#endif
+#include "llmc/comm_staged.cuh"
 #include "llmc/dataloader.h"
 #include "llmc/gpt_gpu.cuh"
 #include "llmc/logger.h"
@@ -18,13 +26,15 @@
 #include "llmc/tokenizer.h"
 #include "llmc/train_options.h"
 #include "llmc/train_setup.h"
+#include "llmc/zero_gpu.cuh"
 
 static const char *SUMMARY =
-    "Train a GPT-2 on one NVIDIA GPU (bf16, cuBLASLt, flash or cuDNN attention). Data: llm.c token shards.\n"
+    "Train a GPT-2 on NVIDIA GPUs, data parallel under mpirun or srun (bf16, cuBLASLt, flash or cuDNN attention). Data: llm.c token shards.\n"
     "Example: ./train_gptcu --data-train 'data/default/*train*.bin' --model d12 --batch-size 16 --seq-len 1024";
 
-// Mean loss over eval_batches batches of the validation data (from its start).
-static float evaluate(GPTGPU *m, DataLoader *val, int *x, int *y, int B, int T, int batches) {
+// Mean loss over eval_batches batches of the validation data (from its start),
+// each data rank on its own samples, averaged over the ranks.
+static float evaluate(GPTGPU *m, DataLoader *val, int *x, int *y, int B, int T, int batches, CommGroup *dp) {
     NVTX_RANGE("evaluate");
     dataloader_reset(val);
     double total = 0.0;
@@ -32,7 +42,7 @@ static float evaluate(GPTGPU *m, DataLoader *val, int *x, int *y, int B, int T, 
         dataloader_next(val, x, y);
         total += gpu_gpt_forward(m, x, y, B, T, 0.0f);
     }
-    return (float)(total / batches);
+    return (float)comm_mean(dp, total / batches);
 }
 
 // Generates n tokens after the end-of-text token and prints them, as train_gpt.c does.
@@ -63,19 +73,34 @@ static void print_sample(GPTGPU *m, const Tokenizer *tok, int T, int n, float te
     free(ctx);
 }
 
-static void save_model(GPTGPU *m, const char *path) {
-    float *h = (float *)alignedMallocCheck(sizeof(float) * (size_t)m->layout.num_elements);
-    gpu_gpt_get_params(m, h);
-    modelfile_save(path, &m->layout, h);
-    free(h);
+static void save_model(const ParamLayout *pl, const float *params, const char *path) {
+    modelfile_save(path, pl, params);
     printf("saved %s\n", path);
+}
+
+// The device groups: NCCL's, or MPI's staged through host memory (the device
+// self backend on a single process without MPI).
+static CommGroup *device_groups(Comm *comm, const char *choice) {
+#ifdef LLMC_NCCL
+    if (strcmp(choice, "nccl") == 0 || (strcmp(choice, "auto") == 0 && comm->world > 1)) return comm_nccl_init(comm);
+#else
+    if (strcmp(choice, "nccl") == 0)
+        die_usage("--comm nccl: this train_gptcu was built without NCCL (set NCCL_HOME and rebuild, or use --comm mpi)");
+#endif
+    return comm_staged_init(comm);
 }
 
 int main(int argc, char **argv) {
     TrainOptions o;
     train_options_parse(argc, argv, &o, SUMMARY);
+    if (o.zero >= 2) die_usage("--zero %d is not supported by train_gptcu yet; use --zero 0 or 1", o.zero);
     if (!cuda_device_present()) die_usage("no CUDA device found (train_gptcu needs one GPU; ./train_gpt runs on the CPU)");
-    const int rank = 0, world = 1;
+    Comm comm;
+    comm_init(&comm, &argc, &argv, 1, 1, o.comm_timeout);
+    CUDA_CHECK(cudaSetDevice(comm_pick_device(&comm)));  // before any CUDA allocation
+    CommGroup *host_dp = comm_group(&comm, COMM_DATA);
+    CommGroup *dp = &device_groups(&comm, o.comm)[COMM_DATA];
+    const int rank = comm.rank, world = dp->size;  // data-parallel ranks; only rank 0 logs and writes files
 
     int from_file;
     GPTConfig cfg = train_build_config(&o, &from_file);
@@ -97,7 +122,13 @@ int main(int argc, char **argv) {
     }
 
     GPTGPU model;
-    gpu_gpt_init(&model, &cfg, B, T, o.recompute, attention);
+    gpu_gpt_init(&model, &cfg, B, T, o.recompute, attention, zero_gpu_shard_rank(o.zero, dp),
+                 zero_gpu_shard_world(o.zero, dp));
+#ifdef LLMC_NCCL
+    if (dp->be == &COMM_NCCL) comm_nccl_set_compute_stream(dp, model.stream);
+#endif
+    ZeroGPU zero;  // gradient reduction, sharded AdamW state (ZeRO-1)
+    zero_gpu_init(&zero, &model, dp, host_dp, o.zero, o.bucket_mb);
     int64_t nelem = model.layout.num_elements;
     {
         float *h = (float *)alignedMallocCheck(sizeof(float) * (size_t)nelem);
@@ -108,9 +139,10 @@ int main(int argc, char **argv) {
     }
 
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, o.data_train, B, T, rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 4);
+    dataloader_init(&train_loader, o.data_train, B, T, dp->rank, world, o.shuffle, (uint64_t)o.seed, cfg.vocab_size, 4);
     int have_val = o.data_val[0] != '\0';
-    if (have_val) dataloader_init(&val_loader, o.data_val, B, T, rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 2);
+    if (have_val)
+        dataloader_init(&val_loader, o.data_val, B, T, dp->rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 2);
 
     Tokenizer tokenizer;
     int have_tokenizer = o.tokenizer[0] != '\0';
@@ -125,6 +157,8 @@ int main(int argc, char **argv) {
 
     double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)total_tokens;
     const GPUMemory *mem = &model.mem;
+    ZeroMemory zm = zero_gpu_memory(&zero);
+    if (rank == 0) {
     printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d | %.2fM parameters%s%s\n", cfg.num_layers,
            cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len,
            model.layout.num_params / 1e6, from_file ? " | from " : "", from_file ? o.model : "");
@@ -132,6 +166,14 @@ int main(int argc, char **argv) {
            total_tokens, o.steps);
     printf("data: %lld train tokens in %d shards%s\n", (long long)train_loader.num_tokens, train_loader.num_shards,
            have_val ? " | validation data given" : "");
+    printf("ranks: %d (%s launch, MPI %s) | data parallel %d | ZeRO-%d | comm %s | bucket %.1f MB | comm timeout "
+           "%.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp, o.zero, dp->be->name,
+           zero.bucket_elems * sizeof(float) / 1e6, o.comm_timeout);
+    printf("memory per rank (ZeRO-%d: N = %lld elements, shard S = %lld): params %.3f MB (%zu B x N, bf16) + grads "
+           "%.3f MB (%zu B x N) + master weights and AdamW m,v %.3f MB (%zu B x %s) = %.3f MB\n", o.zero,
+           (long long)zero.map.num_elements, (long long)zero.map.shard, zm.params / 1e6, sizeof(bf16),
+           zm.grads / 1e6, sizeof(float), zm.optimizer / 1e6, 3 * sizeof(float), o.zero >= 1 ? "S" : "N",
+           (zm.params + zm.grads + zm.optimizer) / 1e6);
     printf("memory: params %.1f MB (fp32 + bf16), grads %.1f MB, AdamW %.1f MB, activations %.1f MB "
            "(recompute %d), workspace %.1f MB | total %.2f GB of %.2f GB\n",
            mem->params / 1e6, mem->grads / 1e6, mem->optimizer / 1e6, mem->activations / 1e6, o.recompute,
@@ -140,6 +182,7 @@ int main(int argc, char **argv) {
            prop.major, prop.minor, prop.multiProcessorCount, o.attention, peak_tflops,
            o.peak_tflops > 0 ? "--peak-tflops" : "measured bf16 cuBLASLt", flops_per_step * 1e-9);
     fflush(stdout);
+    }
 
     Logger log;
     logger_open(&log, o.log_json, rank == 0);
@@ -151,7 +194,7 @@ int main(int argc, char **argv) {
     for (int step = 0; step <= o.steps; step++) {
         int last = step == o.steps;
         if (have_val && o.eval_every > 0 && (step % o.eval_every == 0 || last))
-            logger_eval(&log, step, evaluate(&model, &val_loader, x, y, B, T, o.eval_batches));
+            logger_eval(&log, step, evaluate(&model, &val_loader, x, y, B, T, o.eval_batches, host_dp));
         if (o.sample_every > 0 && (step % o.sample_every == 0 || last) && rank == 0)
             print_sample(&model, have_tokenizer ? &tokenizer : NULL, T, o.sample_tokens, o.temperature, &sample_rng);
         if (last) break;
@@ -168,11 +211,12 @@ int main(int argc, char **argv) {
             loss += gpu_gpt_forward(&model, x, y, B, T, dloss);
             gpu_gpt_backward(&model);
         }
-        loss /= accum;
-        float norm = gpu_gpt_grad_norm(&model);
+        loss = comm_mean(host_dp, loss / accum);
+        float norm = zero_gpu_reduce_grads(&zero);
         float lr = lr_at_step(&sched, step);
         AdamWConfig ac = {lr, o.beta1, o.beta2, o.eps, o.weight_decay, step + 1};
         gpu_gpt_update(&model, &ac, grad_clip_scale(norm, o.grad_clip), (uint64_t)o.seed * 0x9e3779b97f4a7c15ull + step);
+        zero_gpu_gather_weights(&zero);
         CUDA_CHECK(cudaStreamSynchronize(model.stream));
         double ms = (wall_seconds() - t0) * 1e3;
         if ((step + 1) % o.log_every == 0 || step + 1 == o.steps) {
@@ -182,19 +226,29 @@ int main(int argc, char **argv) {
         }
     }
 
-    if (o.out_dir[0]) {
-        train_make_dir(o.out_dir);
-        char path[FILENAME_MAX];
-        snprintf(path, sizeof(path), "%s/model_final.bin", o.out_dir);
-        save_model(&model, path);
+    if (o.out_dir[0] || o.save_model[0]) {
+        float *h = (float *)alignedMallocCheck(sizeof(float) * (size_t)nelem);
+        zero_gpu_get_params(&zero, h);  // every rank takes part
+        if (rank == 0 && o.out_dir[0]) {
+            train_make_dir(o.out_dir);
+            char path[FILENAME_MAX];
+            snprintf(path, sizeof(path), "%s/model_final.bin", o.out_dir);
+            save_model(&model.layout, h, path);
+        }
+        if (rank == 0 && o.save_model[0]) save_model(&model.layout, h, o.save_model);
+        free(h);
     }
-    if (o.save_model[0]) save_model(&model, o.save_model);
     logger_close(&log);
     dataloader_free(&train_loader);
     if (have_val) dataloader_free(&val_loader);
     if (have_tokenizer) tokenizer_free(&tokenizer);
     free(x);
     free(y);
+    zero_gpu_free(&zero);
     gpu_gpt_free(&model);
+#ifdef LLMC_NCCL
+    comm_nccl_free();
+#endif
+    comm_finalize(&comm);
     return 0;
 }

@@ -158,6 +158,8 @@ static inline MPI_Datatype mpi_dtype(CommDType t) {
     CHECK(t != COMM_BF16, "the MPI backend has no bf16 sum (stage bf16 through fp32, or use NCCL)");
     return t == COMM_F64 ? MPI_DOUBLE : MPI_FLOAT;
 }
+// Operations that only move data (all-gather, broadcast, send/recv) take bf16 as 16-bit words.
+static inline MPI_Datatype mpi_move_dtype(CommDType t) { return t == COMM_BF16 ? MPI_UINT16_T : mpi_dtype(t); }
 static inline int mpi_count(size_t n) {
     CHECK(n <= (size_t)INT_MAX, "MPI message of %zu elements exceeds INT_MAX (use smaller buckets)", n);
     return (int)n;
@@ -235,18 +237,18 @@ static void mpi_reduce_scatter(CommGroup *g, const void *send, void *recv, const
 static void mpi_all_gather(CommGroup *g, const void *send, void *recv, const size_t *counts, CommDType t,
                            CommRequest *r) {
     int *cd = mpi_counts_displs(r, counts, g->size);
-    MPI_Datatype dt = mpi_dtype(t);
+    MPI_Datatype dt = mpi_move_dtype(t);
     if (send) MPI_START(MPI_Iallgatherv(send, cd[g->rank], dt, recv, cd, cd + g->size, dt, g->mpi, &r->mpi));
     else MPI_START(MPI_Iallgatherv(MPI_IN_PLACE, 0, dt, recv, cd, cd + g->size, dt, g->mpi, &r->mpi));
 }
 static void mpi_broadcast(CommGroup *g, void *buf, size_t n, CommDType t, int root, CommRequest *r) {
-    MPI_START(MPI_Ibcast(buf, mpi_count(n), mpi_dtype(t), root, g->mpi, &r->mpi));
+    MPI_START(MPI_Ibcast(buf, mpi_count(n), mpi_move_dtype(t), root, g->mpi, &r->mpi));
 }
 static void mpi_send(CommGroup *g, const void *buf, size_t n, CommDType t, int peer, int tag, CommRequest *r) {
-    MPI_START(MPI_Isend(buf, mpi_count(n), mpi_dtype(t), peer, tag, g->mpi, &r->mpi));
+    MPI_START(MPI_Isend(buf, mpi_count(n), mpi_move_dtype(t), peer, tag, g->mpi, &r->mpi));
 }
 static void mpi_recv(CommGroup *g, void *buf, size_t n, CommDType t, int peer, int tag, CommRequest *r) {
-    MPI_START(MPI_Irecv(buf, mpi_count(n), mpi_dtype(t), peer, tag, g->mpi, &r->mpi));
+    MPI_START(MPI_Irecv(buf, mpi_count(n), mpi_move_dtype(t), peer, tag, g->mpi, &r->mpi));
 }
 static void mpi_barrier(CommGroup *g, CommRequest *r) { MPI_START(MPI_Ibarrier(g->mpi, &r->mpi)); }
 static int mpi_test(CommRequest *r) {

@@ -164,16 +164,9 @@ static void nccl_abort(Comm *c, int code) {
 static const CommBackend COMM_NCCL = {"nccl", nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_broadcast,
                                       nccl_send, nccl_recv, nccl_barrier, nccl_test, nccl_abort};
 
-// The GPU this process uses: the local rank's, among the node's devices.
-static inline int comm_nccl_pick_device(const Comm *c) {
-    int n = 0;
-    CUDA_CHECK(cudaGetDeviceCount(&n));
-    if (n < 1) die_usage("rank %d: no CUDA device", c->rank);
-    return c->local_rank % n;
-}
-
 // Builds the device group of every host group of c (after comm_init and
-// cudaSetDevice). Returns the table; comm_nccl_groups[COMM_DATA] is the data group.
+// cudaSetDevice(comm_pick_device(c)) of comm_staged.cuh). Returns the table;
+// comm_nccl_groups[COMM_DATA] is the data group.
 static inline CommGroup *comm_nccl_init(Comm *c) {
     for (int k = 0; k < COMM_NUM_GROUPS; k++) {
         CommGroup *host = comm_group(c, (CommGroupKind)k), *dev = &comm_nccl_groups[k];

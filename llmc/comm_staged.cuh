@@ -3,7 +3,8 @@
 // device input to a host buffer, runs the MPI nonblocking call on it, and
 // comm_wait / comm_test copy the result back when MPI is done. Slower than
 // NCCL (two PCIe copies, no overlap of the copies); for machines or debugging
-// without NCCL. Same groups and ranks as the host groups; fp32 and fp64 only.
+// without NCCL. Same groups and ranks as the host groups; sums in fp32 and
+// fp64, and bf16 for the operations that only move data (all-gather, ...).
 // A single process without MPI gets the device "self" backend (device copies).
 #ifndef LLMC_COMM_STAGED_CUH
 #define LLMC_COMM_STAGED_CUH
@@ -120,6 +121,15 @@ static void dself_all_gather(CommGroup *g, const void *send, void *recv, const s
 }
 static const CommBackend COMM_DEVICE_SELF = {"device-self", self_all_reduce, dself_reduce_scatter, dself_all_gather,
                                              self_broadcast, self_send, self_p2p, self_barrier, self_test, self_abort};
+
+// The GPU this process uses: the local rank's, among the node's devices (set
+// it before any CUDA allocation).
+static inline int comm_pick_device(const Comm *c) {
+    int n = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&n));
+    if (n < 1) die_usage("rank %d: no CUDA device", c->rank);
+    return c->local_rank % n;
+}
 
 // Device groups over MPI (after comm_init): the host groups with the staged
 // backend, or the device self backend on a process without MPI. Returns the

@@ -5,6 +5,10 @@
 // micro-steps in fp32) and fp32 AdamW moments; a bf16 copy of the weights and
 // bf16 activations for compute; LayerNorm statistics, losses and the residual
 // stream's gradient in fp32.
+// ZeRO-1 (zero_gpu.cuh): a model may hold its fp32 master weights and AdamW
+// moments for one shard (shard.h) of the flat buffer only; the bf16 copy and
+// the gradients are always whole. gpu_gpt_init's (shard_rank, shard_world) =
+// (0, 1) holds everything.
 // Activation recomputation (--recompute): 0 keeps everything; 1 recomputes the
 // GELU output in the backward (one (N,4C) buffer shared by all layers); 2 also
 // recomputes both LayerNorm outputs of each layer.
@@ -22,6 +26,7 @@
 #include "layernorm.cuh"
 #include "matmul.cuh"
 #include "model.h"
+#include "shard.h"
 
 typedef enum { ATTENTION_FLASH, ATTENTION_CUDNN } AttentionKind;
 
@@ -61,11 +66,12 @@ typedef struct {
     MatmulContext mm;
     CudnnAttention cudnn;
     EncoderIndex index;
-    AdamWPlan adamw;
-    float *params;      // (num_elements) fp32 master weights
+    ShardMap shard;     // the range [shard.begin, shard.end) whose master weights and moments this model holds
+    AdamWPlan adamw;    // over the shard
+    float *params;      // (shard.shard) fp32 master weights of the shard, indexed from shard.begin
     bf16 *params_bf16;  // (num_elements) the compute copy
     float *grads;       // (num_elements)
-    float *adam_m, *adam_v;
+    float *adam_m, *adam_v;  // (shard.shard) each, indexed from shard.begin
     float *norm_scratch;
     GPUActivations acts;
     GPUMemory mem;
@@ -142,18 +148,22 @@ static size_t gpu_activations_layout(GPUActivations *a, const GPTConfig *c, int 
     return off;
 }
 
-// The device memory a model needs (without allocating anything).
-static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, int B, int T, int recompute, AttentionKind attention) {
+// The device memory a model needs (without allocating anything), with the
+// master weights and moments of shard shard_rank of shard_world (shard.h).
+static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, int B, int T, int recompute, AttentionKind attention,
+                                int shard_rank, int shard_world) {
     ParamLayout pl;
     param_layout_init(&pl, cfg);
-    size_t P = (size_t)pl.num_elements;
+    ShardMap sm;
+    shard_map_init(&sm, pl.num_elements, shard_rank, shard_world);
     param_layout_free(&pl);
+    size_t P = (size_t)sm.num_elements, S = (size_t)sm.shard;
     GPUActivations a;
     memset(&a, 0, sizeof(a));
     GPUMemory m;
-    m.params = P * (sizeof(float) + sizeof(bf16));
+    m.params = P * sizeof(bf16) + S * sizeof(float);
     m.grads = P * sizeof(float);
-    m.optimizer = 2 * P * sizeof(float);
+    m.optimizer = 2 * S * sizeof(float);
     m.activations = gpu_activations_layout(&a, cfg, B, T, recompute, NULL);
     m.workspace = MATMUL_WORKSPACE_BYTES + (attention == ATTENTION_CUDNN ? cudnn_attention_workspace_bytes(cfg, B, T) : 0) +
                   global_norm_scratch_floats() * sizeof(float) + 3 * sizeof(int) * (size_t)B * T;
@@ -165,9 +175,11 @@ __global__ void f32_to_bf16_kernel(bf16 *out, const float *in, int64_t n) {
     if (i < n) out[i] = __float2bfloat16_rn(in[i]);
 }
 
-// Allocates everything for micro-batches of up to B x T. A model that does not
-// fit is a usage error: one line saying what it needs.
-static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, int B, int T, int recompute, AttentionKind attention) {
+// Allocates everything for micro-batches of up to B x T, with the master
+// weights and moments of shard shard_rank of shard_world ((0, 1): all). A
+// model that does not fit is a usage error: one line saying what it needs.
+static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, int B, int T, int recompute, AttentionKind attention,
+                         int shard_rank, int shard_world) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     m->B = B;
@@ -179,30 +191,31 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, int B, int T, int reco
         die_usage("--attention flash: head size %d (n-embd / n-head) is not 32 or 64", hs);
     if (attention == ATTENTION_CUDNN && !cudnn_attention_available())
         die_usage("--attention cudnn: this build has no cuDNN (set CUDNN_HOME and rebuild)");
-    m->mem = gpu_gpt_memory(cfg, B, T, recompute, attention);
+    m->mem = gpu_gpt_memory(cfg, B, T, recompute, attention, shard_rank, shard_world);
     size_t need = gpu_memory_total(&m->mem), have = cuda_free_bytes();
     if (need > have)
         die_usage("model (L=%d C=%d) at batch %d x %d needs %.2f GB on the GPU but %.2f GB are free "
                   "(params %.2f, grads %.2f, optimizer %.2f, activations %.2f, workspace %.2f GB); "
-                  "try a smaller --batch-size or --recompute 2",
+                  "try a smaller --batch-size, --recompute 2, or --zero 1 over more GPUs",
                   cfg->num_layers, cfg->channels, B, T, need / 1e9, have / 1e9, m->mem.params / 1e9,
                   m->mem.grads / 1e9, m->mem.optimizer / 1e9, m->mem.activations / 1e9, m->mem.workspace / 1e9);
     param_layout_init(&m->layout, cfg);
-    size_t P = (size_t)m->layout.num_elements;
+    shard_map_init(&m->shard, m->layout.num_elements, shard_rank, shard_world);
+    size_t P = (size_t)m->layout.num_elements, S = (size_t)m->shard.shard;
     CUDA_CHECK(cudaStreamCreate(&m->stream));
     matmul_init(&m->mm);
     cudnn_attention_init(&m->cudnn, cfg, B, T, attention == ATTENTION_CUDNN);
     encoder_index_init(&m->index, B * T, cfg->vocab_size);
-    adamw_plan_init(&m->adamw, &m->layout, 0, (int64_t)P);
-    m->params = (float *)cudaMallocCheck(P * sizeof(float));
+    adamw_plan_init(&m->adamw, &m->layout, m->shard.begin, m->shard.end);
+    m->params = (float *)cudaMallocCheck(S * sizeof(float));
     m->params_bf16 = (bf16 *)cudaMallocCheck(P * sizeof(bf16));
     m->grads = (float *)cudaMallocCheck(P * sizeof(float));
-    m->adam_m = (float *)cudaMallocCheck(P * sizeof(float));
-    m->adam_v = (float *)cudaMallocCheck(P * sizeof(float));
+    m->adam_m = (float *)cudaMallocCheck(S * sizeof(float));
+    m->adam_v = (float *)cudaMallocCheck(S * sizeof(float));
     m->norm_scratch = (float *)cudaMallocCheck(global_norm_scratch_floats() * sizeof(float));
     CUDA_CHECK(cudaMemset(m->grads, 0, P * sizeof(float)));
-    CUDA_CHECK(cudaMemset(m->adam_m, 0, P * sizeof(float)));
-    CUDA_CHECK(cudaMemset(m->adam_v, 0, P * sizeof(float)));
+    CUDA_CHECK(cudaMemset(m->adam_m, 0, S * sizeof(float)));
+    CUDA_CHECK(cudaMemset(m->adam_v, 0, S * sizeof(float)));
     GPUActivations *a = &m->acts;
     size_t L = cfg->num_layers;
     bf16 ***bslots[] = {&a->ln1, &a->qkv, &a->atty, &a->residual2, &a->ln2, &a->fch, &a->fch_gelu, &a->residual3};
@@ -235,19 +248,27 @@ static void gpu_gpt_free(GPTGPU *m) {
     memset(m, 0, sizeof(*m));
 }
 
-// Uploads fp32 weights (host, layout order) as the master copy and its bf16 copy.
+// Uploads fp32 weights (host, all num_elements in layout order): the bf16 copy
+// of all of them and the master copy of the shard. The gradient buffer
+// stages the full fp32 weights and is zeroed again.
 static void gpu_gpt_set_params(GPTGPU *m, const float *host) {
-    int64_t P = m->layout.num_elements;
-    CUDA_CHECK(cudaMemcpy(m->params, host, sizeof(float) * (size_t)P, cudaMemcpyHostToDevice));
-    f32_to_bf16_kernel<<<ceil_div_int(P, 256), 256, 0, m->stream>>>(m->params_bf16, m->params, P);
+    int64_t P = m->layout.num_elements, begin = m->shard.begin, end = m->shard.end;
+    CUDA_CHECK(cudaMemcpy(m->grads, host, sizeof(float) * (size_t)P, cudaMemcpyHostToDevice));
+    f32_to_bf16_kernel<<<ceil_div_int(P, 256), 256, 0, m->stream>>>(m->params_bf16, m->grads, P);
     CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaMemcpyAsync(m->params, m->grads + begin, sizeof(float) * (size_t)(end - begin),
+                               cudaMemcpyDeviceToDevice, m->stream));
+    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, sizeof(float) * (size_t)P, m->stream));
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
 }
 
-// Downloads the fp32 master weights (or the gradients) into host (num_elements).
+// Downloads the fp32 master weights of the shard into host[shard.begin,
+// shard.end) (host has num_elements; the rest is left as it is), or the
+// gradients into host (num_elements).
 static void gpu_gpt_get_params(GPTGPU *m, float *host) {
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
-    CUDA_CHECK(cudaMemcpy(host, m->params, sizeof(float) * (size_t)m->layout.num_elements, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(host + m->shard.begin, m->params, sizeof(float) * (size_t)(m->shard.end - m->shard.begin),
+                          cudaMemcpyDeviceToHost));
 }
 static void gpu_gpt_get_grads(GPTGPU *m, float *host) {
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
@@ -386,18 +407,24 @@ static void gpu_gpt_zero_grad(GPTGPU *m) {
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, sizeof(float) * (size_t)m->layout.num_elements, m->stream));
 }
 
-// The global L2 norm of the gradients (deterministic).
-static float gpu_gpt_grad_norm(GPTGPU *m) {
+// The sum of squares of the gradients of the shard (deterministic).
+static double gpu_gpt_grad_sumsq(GPTGPU *m) {
     NVTX_RANGE("grad_norm");
-    gpu_sum_of_squares(m->norm_scratch, m->grads, m->layout.num_elements, m->stream);
-    return (float)sqrt(global_norm_result(m->norm_scratch, m->stream));
+    gpu_sum_of_squares(m->norm_scratch, m->grads + m->shard.begin, m->shard.end - m->shard.begin, m->stream);
+    return global_norm_result(m->norm_scratch, m->stream);
 }
 
-// One AdamW step over the whole buffer; seed makes the stochastic rounding of this step.
+// The L2 norm of the gradients of the shard (of all of them on an unsharded model).
+static float gpu_gpt_grad_norm(GPTGPU *m) { return (float)sqrt(gpu_gpt_grad_sumsq(m)); }
+
+// One AdamW step over the shard (the bf16 copy of the shard is rewritten);
+// seed makes the stochastic rounding of this step.
 static void gpu_gpt_update(GPTGPU *m, const AdamWConfig *cfg, float grad_scale, uint64_t seed) {
     NVTX_RANGE("adamw");
-    gpu_adamw_update(&m->adamw, m->params, m->params_bf16, m->grads, m->adam_m, m->adam_v, cfg, grad_scale, seed,
-                     m->stream);
+    if (m->adamw.num_chunks == 0) return;  // a shard of padding only
+    // adamw.cuh indexes the master weights like the flat buffer, the moments from the shard's start
+    gpu_adamw_update(&m->adamw, m->params - m->shard.begin, m->params_bf16, m->grads, m->adam_m, m->adam_v, cfg,
+                     grad_scale, seed, m->stream);
 }
 
 // Copies rows [row0, row0 + rows) of the last logits-only forward to host

@@ -58,6 +58,12 @@ static inline void shard_piece(const ShardMap *sm, int64_t lo, int64_t hi, int64
     if (*phi < *plo) *phi = *plo;
 }
 
+// Elements per reduction bucket of bucket_mb MB of fp32 gradients (at least PARAM_ALIGN).
+static inline int64_t zero_bucket_elems(double bucket_mb) {
+    int64_t n = (int64_t)(bucket_mb * 1e6 / sizeof(float));
+    return n < PARAM_ALIGN ? PARAM_ALIGN : n;
+}
+
 typedef struct {
     double params, grads, optimizer;  // bytes this rank holds
 } ZeroMemory;

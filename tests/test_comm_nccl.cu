@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
     }
     Comm comm;
     comm_init(&comm, &argc, &argv, 1, 1, 60);
-    CUDA_CHECK(cudaSetDevice(comm_nccl_pick_device(&comm)));
+    CUDA_CHECK(cudaSetDevice(comm_pick_device(&comm)));
     check_backend(&comm_nccl_init(&comm)[COMM_DATA]);
     check_backend(&comm_staged_init(&comm)[COMM_DATA]);
     comm_nccl_free();

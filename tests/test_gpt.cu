@@ -2,8 +2,9 @@
 // (llmc/gpt_cpu.h) on the same weights and batches: logits, loss and every
 // gradient tensor of one step within bf16 tolerances; 10 AdamW steps of
 // losses; recomputation (--recompute 1, 2), gradient accumulation over two
-// micro-batches and cuDNN attention giving the gradients of the default; and
-// bit-exact determinism of two identical runs.
+// micro-batches and cuDNN attention giving the gradients of the default;
+// bit-exact determinism of two identical runs; and models holding shards of
+// the master weights (ZeRO-1) updating their ranges exactly as the full model.
 // Without a GPU it prints SKIP and exits 0.
 #include "llmc/gpt_cpu.h"
 #include "llmc/gpt_gpu.cuh"
@@ -57,11 +58,28 @@ static void train_cpu(GPT *m, float *adam_m, float *adam_v, int *const *xs, int 
     }
 }
 
+// One forward, backward and AdamW step (step 1, gradients scaled by grad_scale) of a
+// fresh model with master weights of shard shard_rank of shard_world; its
+// master weights into out[its shard].
+static void gpu_shard_step(const GPTConfig *cfg, const float *params, int shard_rank, int shard_world, const int *x,
+                           const int *y, float grad_scale, float *out) {
+    GPTGPU g;
+    gpu_gpt_init(&g, cfg, B_TEST, T_TEST, 0, ATTENTION_FLASH, shard_rank, shard_world);
+    gpu_gpt_set_params(&g, params);
+    gpu_gpt_zero_grad(&g);
+    gpu_gpt_forward(&g, x, y, B_TEST, T_TEST, 1.0f / (B_TEST * T_TEST));
+    gpu_gpt_backward(&g);
+    AdamWConfig ac = adamw_at(0);
+    gpu_gpt_update(&g, &ac, grad_scale, 1234);
+    gpu_gpt_get_params(&g, out);
+    gpu_gpt_free(&g);
+}
+
 // One training step's gradients of a fresh GPU model into out.
 static float gpu_step_grads(const GPTConfig *cfg, const float *params, int recompute, AttentionKind attention,
                             const int *x, const int *y, float *out) {
     GPTGPU g;
-    gpu_gpt_init(&g, cfg, B_TEST, T_TEST, recompute, attention);
+    gpu_gpt_init(&g, cfg, B_TEST, T_TEST, recompute, attention, 0, 1);
     gpu_gpt_set_params(&g, params);
     gpu_gpt_zero_grad(&g);
     float loss = gpu_gpt_forward(&g, x, y, B_TEST, T_TEST, 1.0f / (B_TEST * T_TEST));
@@ -96,7 +114,7 @@ int main(void) {
 
     // logits
     GPTGPU g;
-    gpu_gpt_init(&g, &cfg, B_TEST, T_TEST, 0, ATTENTION_FLASH);
+    gpu_gpt_init(&g, &cfg, B_TEST, T_TEST, 0, ATTENTION_FLASH, 0, 1);
     gpu_gpt_set_params(&g, init);
     float *logits = (float *)mallocCheck(sizeof(float) * (size_t)N * V);
     gpt_forward(&cpu, xs[0], NULL, B_TEST, T_TEST, 0.0f);
@@ -136,7 +154,7 @@ int main(void) {
     // gradient accumulation: two micro-batches of B/2 accumulate (in fp32) the gradients of one of B
     {
         GPTGPU ga;
-        gpu_gpt_init(&ga, &cfg, B_TEST, T_TEST, 0, ATTENTION_FLASH);
+        gpu_gpt_init(&ga, &cfg, B_TEST, T_TEST, 0, ATTENTION_FLASH, 0, 1);
         gpu_gpt_set_params(&ga, init);
         gpu_gpt_zero_grad(&ga);
         int half = B_TEST / 2, n_half = half * T_TEST;
@@ -170,7 +188,7 @@ int main(void) {
     memcpy(cpu.params, init, sizeof(float) * (size_t)P);
     train_cpu(&cpu, adam_m, adam_v, xs, ys, STEPS, lc);
     GPTGPU g1, g2;
-    gpu_gpt_init(&g1, &cfg, B_TEST, T_TEST, 0, ATTENTION_FLASH);
+    gpu_gpt_init(&g1, &cfg, B_TEST, T_TEST, 0, ATTENTION_FLASH, 0, 1);
     gpu_gpt_set_params(&g1, init);
     train_gpu(&g1, xs, ys, STEPS, lg, 1234);
     int ok = 1;
@@ -182,7 +200,7 @@ int main(void) {
     test_result(lg[STEPS - 1] < lg[0], "gpu training lowers the loss (%.4f -> %.4f)", lg[0], lg[STEPS - 1]);
 
     // determinism: a second identical run gives the same bits
-    gpu_gpt_init(&g2, &cfg, B_TEST, T_TEST, 0, ATTENTION_FLASH);
+    gpu_gpt_init(&g2, &cfg, B_TEST, T_TEST, 0, ATTENTION_FLASH, 0, 1);
     gpu_gpt_set_params(&g2, init);
     train_gpu(&g2, xs, ys, STEPS, lg2, 1234);
     float *p1 = (float *)mallocCheck(sizeof(float) * (size_t)P), *p2 = (float *)mallocCheck(sizeof(float) * (size_t)P);
@@ -192,6 +210,13 @@ int main(void) {
                 "two identical gpu runs are bit-identical (losses and weights after %d steps)", STEPS);
     gpu_gpt_free(&g1);
     gpu_gpt_free(&g2);
+
+    // sharded master weights: shards 0 and 1 of 2 together take the full model's step, bit for bit
+    gpu_shard_step(&cfg, init, 0, 1, xs[0], ys[0], 0.5f, p1);
+    memset(p2, 0, sizeof(float) * (size_t)P);
+    for (int k = 0; k < 2; k++) gpu_shard_step(&cfg, init, k, 2, xs[0], ys[0], 0.5f, p2);
+    test_result(memcmp(p1, p2, sizeof(float) * (size_t)P) == 0,
+                "models with shards 0 and 1 of 2 of the master weights update them as the full model does");
 
     for (int s = 0; s < STEPS; s++) { free(xs[s]); free(ys[s]); }
     free(init); free(logits); free(grads); free(grads_r); free(adam_m); free(adam_v); free(p1); free(p2);
