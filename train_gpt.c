@@ -111,7 +111,7 @@ int main(int argc, char **argv) {
     int *y = (int *)mallocCheck(sizeof(int) * (size_t)B * T);
     gpt_alloc_activations(&model, B, T);
 
-    double peak_gflops = o.peak_tflops > 0 ? o.peak_tflops * 1e3 : matmul_measure_peak_gflops(1024, 5);
+    double peak_gflops = o.peak_tflops > 0 ? o.peak_tflops * 1e3 : matmul_measure_peak_gflops(1024, 10);
     double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)total_tokens;
     ZeroMemory zm = zero_cpu_memory(&zero);
     if (rank == 0) {
