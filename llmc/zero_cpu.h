@@ -272,8 +272,7 @@ static inline void zero_init(Zero *z, GPT *model, Comm *comm, int stage, double 
     z->stage = stage;
     int64_t n = model->layout.num_elements;
     shard_map_init(&z->map, n, z->dp->rank, z->dp->size);
-    z->bucket_elems = (int64_t)(bucket_mb * 1e6 / sizeof(float));
-    if (z->bucket_elems < PARAM_ALIGN) z->bucket_elems = PARAM_ALIGN;
+    z->bucket_elems = zero_bucket_elems(bucket_mb);
     z->num_segments = model->cfg.num_layers + 2;
     z->counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)z->dp->size);
     int64_t state = stage >= 1 ? z->map.shard : n;
