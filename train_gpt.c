@@ -144,13 +144,12 @@ int main(int argc, char **argv) {
     const float dloss = plan.dloss;
 
     for (int step = 0; step <= o.steps; step++) {
-        int last = step == o.steps;
-        if (have_val && o.eval_every > 0 && (step % o.eval_every == 0 || last))
+        if (train_eval_now(&o, step))
             logger_eval(&log, step, evaluate(&model, &val_loader, x, y, B, T, o.eval_batches, dp));
-        if (o.sample_every > 0 && (step % o.sample_every == 0 || last))
+        if (train_sample_now(&o, step))
             print_sample(&model, have_tokenizer ? &tokenizer : NULL, T, o.sample_tokens, o.temperature, &sample_rng,
                          rank == 0);
-        if (last) break;
+        if (step == o.steps) break;
 
         double t0 = wall_seconds();
         zero_begin_step(&zero);
@@ -167,25 +166,11 @@ int main(int argc, char **argv) {
         AdamWConfig ac = {lr, o.beta1, o.beta2, o.eps, o.weight_decay, step + 1};
         zero_optimizer_step(&zero, &ac, grad_clip_scale(norm, o.grad_clip));
         double ms = (wall_seconds() - t0) * 1e3;
-        if ((step + 1) % o.log_every == 0 || step + 1 == o.steps) {
-            StepRecord r = {step, o.steps, (float)loss, lr, norm, total_tokens, ms,
-                            flops_per_step / (ms * 1e-3) / (peak_gflops * 1e9)};
-            logger_step(&log, &r);
-        }
+        train_log_step(&log, &o, step, (float)loss, lr, norm, total_tokens, ms, flops_per_step, peak_gflops * 1e9);
     }
 
-    if (o.out_dir[0] || o.save_model[0]) zero_gather_params(&zero);
-    if (o.out_dir[0] && rank == 0) {
-        train_make_dir(o.out_dir);
-        char path[FILENAME_MAX];
-        snprintf(path, sizeof(path), "%s/model_final.bin", o.out_dir);
-        modelfile_save(path, &model.layout, model.params);
-        printf("saved %s\n", path);
-    }
-    if (o.save_model[0] && rank == 0) {
-        modelfile_save(o.save_model, &model.layout, model.params);
-        printf("saved %s\n", o.save_model);
-    }
+    if (o.out_dir[0] || o.save_model[0]) zero_gather_params(&zero);  // every rank takes part
+    if (rank == 0) train_save_model_files(&o, &model.layout, model.params);
     if (rank == 0) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);

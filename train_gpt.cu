@@ -73,11 +73,6 @@ static void print_sample(GPTGPU *m, const Tokenizer *tok, int T, int n, float te
     free(ctx);
 }
 
-static void save_model(const ParamLayout *pl, const float *params, const char *path) {
-    modelfile_save(path, pl, params);
-    printf("saved %s\n", path);
-}
-
 // The device groups: NCCL's, or MPI's staged through host memory (the device
 // self backend on a single process without MPI).
 static CommGroup *device_groups(Comm *comm, const char *choice) {
@@ -192,12 +187,11 @@ int main(int argc, char **argv) {
     const float dloss = plan.dloss;
 
     for (int step = 0; step <= o.steps; step++) {
-        int last = step == o.steps;
-        if (have_val && o.eval_every > 0 && (step % o.eval_every == 0 || last))
+        if (train_eval_now(&o, step))
             logger_eval(&log, step, evaluate(&model, &val_loader, x, y, B, T, o.eval_batches, host_dp));
-        if (o.sample_every > 0 && (step % o.sample_every == 0 || last) && rank == 0)
+        if (train_sample_now(&o, step) && rank == 0)
             print_sample(&model, have_tokenizer ? &tokenizer : NULL, T, o.sample_tokens, o.temperature, &sample_rng);
-        if (last) break;
+        if (step == o.steps) break;
 
         NVTX_RANGE("step");
         double t0 = wall_seconds();
@@ -219,23 +213,13 @@ int main(int argc, char **argv) {
         zero_gpu_gather_weights(&zero);
         CUDA_CHECK(cudaStreamSynchronize(model.stream));
         double ms = (wall_seconds() - t0) * 1e3;
-        if ((step + 1) % o.log_every == 0 || step + 1 == o.steps) {
-            StepRecord r = {step, o.steps, (float)loss, lr, norm, total_tokens, ms,
-                            flops_per_step / (ms * 1e-3) / (peak_tflops * 1e12)};
-            logger_step(&log, &r);
-        }
+        train_log_step(&log, &o, step, (float)loss, lr, norm, total_tokens, ms, flops_per_step, peak_tflops * 1e12);
     }
 
     if (o.out_dir[0] || o.save_model[0]) {
         float *h = (float *)alignedMallocCheck(sizeof(float) * (size_t)nelem);
         zero_gpu_get_params(&zero, h);  // every rank takes part
-        if (rank == 0 && o.out_dir[0]) {
-            train_make_dir(o.out_dir);
-            char path[FILENAME_MAX];
-            snprintf(path, sizeof(path), "%s/model_final.bin", o.out_dir);
-            save_model(&model.layout, h, path);
-        }
-        if (rank == 0 && o.save_model[0]) save_model(&model.layout, h, o.save_model);
+        if (rank == 0) train_save_model_files(&o, &model.layout, h);
         free(h);
     }
     logger_close(&log);

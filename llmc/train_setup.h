@@ -1,7 +1,8 @@
 // train_setup.h: trainer set-up shared by train_gpt.c and train_gpt.cu: the
 // model shape from --model (a preset or an llm.c model file) and the explicit
 // shape flags, the batch plan (micro-batch, accumulation, loss scale), the
-// learning-rate schedule, and the output directory.
+// learning-rate schedule, when to evaluate, sample and log, the step record,
+// and the final model files.
 #ifndef LLMC_TRAIN_SETUP_H
 #define LLMC_TRAIN_SETUP_H
 
@@ -10,6 +11,7 @@
 
 #include "model.h"
 #include "modelfile.h"
+#include "logger.h"
 #include "schedule.h"
 #include "train_options.h"
 
@@ -76,6 +78,37 @@ static void train_make_dir(const char *path) {
     struct stat st;
     if (mkdir(path, 0755) != 0 && (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)))
         die_usage("--out-dir: cannot create directory '%s'", path);
+}
+
+// The loop runs steps 0..steps; at step == steps only evaluation and sampling happen.
+static inline int train_eval_now(const TrainOptions *o, int step) {
+    return o->data_val[0] && o->eval_every > 0 && (step % o->eval_every == 0 || step == o->steps);
+}
+static inline int train_sample_now(const TrainOptions *o, int step) {
+    return o->sample_every > 0 && (step % o->sample_every == 0 || step == o->steps);
+}
+
+// Logs optimizer step `step` (0-based) when --log-every says so; peak_flops in FLOP/s.
+static void train_log_step(Logger *log, const TrainOptions *o, int step, float loss, float lr, float norm,
+                           long long tokens, double ms, double flops_per_step, double peak_flops) {
+    if ((step + 1) % o->log_every != 0 && step + 1 != o->steps) return;
+    StepRecord r = {step, o->steps, loss, lr, norm, tokens, ms, flops_per_step / (ms * 1e-3) / peak_flops};
+    logger_step(log, &r);
+}
+
+// Writes the final weights (the full flat buffer) where --out-dir and --save-model say.
+static void train_save_model_files(const TrainOptions *o, const ParamLayout *pl, const float *params) {
+    if (o->out_dir[0]) {
+        train_make_dir(o->out_dir);
+        char path[FILENAME_MAX];
+        snprintf(path, sizeof(path), "%s/model_final.bin", o->out_dir);
+        modelfile_save(path, pl, params);
+        printf("saved %s\n", path);
+    }
+    if (o->save_model[0]) {
+        modelfile_save(o->save_model, pl, params);
+        printf("saved %s\n", o->save_model);
+    }
 }
 
 #endif  // LLMC_TRAIN_SETUP_H
