@@ -137,7 +137,7 @@ $(info llmc build: OpenMP=$(or $(HAVE_OMP),no) BLAS=$(or $(HAVE_BLAS),no) MPI=$(
 PROGRAMS := train_gpt tokenize
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
-DEV_BINS := $(BUILD)/dev/bench_comm  # scripts/bench_comm.sh
+DEV_BINS := $(BUILD)/dev/bench_comm $(BUILD)/dev/perf/bench_dataloader  # benchmarks (scripts/bench_comm.sh; README)
 
 .PHONY: all test test-all debug run bench clean
 all: $(PROGRAMS) $(TEST_BINS) $(DEV_BINS) $(CUDA_BINS)
@@ -183,7 +183,7 @@ $(BUILD)/cuda/dev_%: dev/cuda/%.cu
 endif
 
 # make test: build everything, run every test, print "N passed, N failed".
-test: $(addprefix $(BUILD)/,$(PROGRAMS)) $(TEST_BINS) $(CUDA_BINS)
+test: $(addprefix $(BUILD)/,$(PROGRAMS)) $(TEST_BINS) $(DEV_BINS) $(CUDA_BINS)
 	BUILD=$(BUILD) HAVE_MPI=$(HAVE_MPI) bash tests/run_tests.sh
 
 # CI's command: the suite in a normal, an ASan and a UBSan build, one tally.
