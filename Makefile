@@ -159,7 +159,7 @@ $(BUILD)/tests/%: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
 
--include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d $(BUILD)/dev/*.d)
+-include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d $(BUILD)/dev/*.d $(BUILD)/dev/perf/*.d)
 
 # --- CUDA programs: train_gptcu, build/cuda/dev_<family> for dev/cuda/*.cu,
 # build/tests/test_gpt_cu (run by tests/run_tests.sh; it SKIPs without a GPU).
