@@ -38,6 +38,8 @@ endif
 ifeq ($(HAVE_OMP),yes)
   CFLAGS_BASE += -fopenmp
   LDFLAGS += -fopenmp
+else
+  CFLAGS_BASE += -Wno-unknown-pragmas  # the OpenMP pragmas are simply serial
 endif
 
 BLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
