@@ -53,23 +53,18 @@ static inline const char *matmul_backend_name(void) {
 #define MM_MR 8     // rows of the register tile
 #define MM_NR 32    // columns of the register tile (two 16-float vectors)
 #define MM_KC 256   // depth of one packed panel
-#define MM_MC 256   // rows of A packed at once (MC x KC floats stay in L2)
+#define MM_MC 1024  // rows of A packed at once (MC x KC floats stay in L2)
 
-typedef float mm_vec16 __attribute__((vector_size(64), aligned(4)));
+typedef float mm_vec16 __attribute__((vector_size(64), aligned(4), may_alias));  // unaligned loads by dereference
 
-// element (i, k) of op(A) and (k, j) of op(B)
+// element (i, k) of op(A)
 #define MM_A(i, k) (transA ? A[(size_t)(k) * lda + (i)] : A[(size_t)(i) * lda + (k)])
-#define MM_B(k, j) (transB ? B[(size_t)(j) * ldb + (k)] : B[(size_t)(k) * ldb + (j)])
 
-// Packs op(A)[i0:i0+mc, k0:k0+kc] as MR-row strips: strip s, depth k -> MR floats.
-static void mm_pack_a(int transA, const float *A, int lda, int i0, int mc, int k0, int kc, float *dst) {
-    for (int s = 0; s < mc; s += MM_MR) {
-        float *d = dst + (size_t)s * kc;
-        int rows = mc - s < MM_MR ? mc - s : MM_MR;
-        for (int k = 0; k < kc; k++) {
-            for (int r = 0; r < rows; r++) d[k * MM_MR + r] = MM_A(i0 + s + r, k0 + k);
-            for (int r = rows; r < MM_MR; r++) d[k * MM_MR + r] = 0.0f;
-        }
+// Packs op(A)[i0:i0+rows, k0:k0+kc] (rows <= MR) as one MR-row strip: depth k -> MR floats.
+static void mm_pack_a_strip(int transA, const float *A, int lda, int i0, int rows, int k0, int kc, float *d) {
+    for (int k = 0; k < kc; k++) {
+        for (int r = 0; r < rows; r++) d[k * MM_MR + r] = MM_A(i0 + r, k0 + k);
+        for (int r = rows; r < MM_MR; r++) d[k * MM_MR + r] = 0.0f;
     }
 }
 
@@ -79,21 +74,29 @@ static void mm_pack_b_strip(int transB, const float *B, int ldb, int k0, int kc,
         for (int k = 0; k < kc; k++) memcpy(dst + k * MM_NR, B + (size_t)(k0 + k) * ldb + j0, sizeof(float) * MM_NR);
         return;
     }
+    if (transB) {  // row j of B is column j of op(B): read it contiguously
+        for (int c = 0; c < MM_NR; c++) {
+            const float *src = B + (size_t)(j0 + c) * ldb + k0;
+            if (c < nr) for (int k = 0; k < kc; k++) dst[k * MM_NR + c] = src[k];
+            else for (int k = 0; k < kc; k++) dst[k * MM_NR + c] = 0.0f;
+        }
+        return;
+    }
     for (int k = 0; k < kc; k++) {
-        for (int c = 0; c < nr; c++) dst[k * MM_NR + c] = MM_B(k0 + k, j0 + c);
+        for (int c = 0; c < nr; c++) dst[k * MM_NR + c] = B[(size_t)(k0 + k) * ldb + j0 + c];
         for (int c = nr; c < MM_NR; c++) dst[k * MM_NR + c] = 0.0f;
     }
 }
 
 // acc (MR x NR) = Apanel (kc x MR) ^T @ Bstrip (kc x NR); then C tile = alpha*acc + beta*C.
+// The 16 accumulators stay in registers (their address is never taken).
 static void mm_micro(int kc, const float *ap, const float *bp, float *C, int ldc, int rows, int cols,
                      float alpha, float beta) {
     mm_vec16 acc[MM_MR][2];
-    memset(acc, 0, sizeof(acc));
+    for (int r = 0; r < MM_MR; r++) acc[r][0] = acc[r][1] = (mm_vec16){0};
     for (int k = 0; k < kc; k++) {
-        mm_vec16 b0, b1;
-        memcpy(&b0, bp + k * MM_NR, sizeof(b0));
-        memcpy(&b1, bp + k * MM_NR + 16, sizeof(b1));
+        mm_vec16 b0 = *(const mm_vec16 *)(bp + k * MM_NR);
+        mm_vec16 b1 = *(const mm_vec16 *)(bp + k * MM_NR + 16);
         const float *a = ap + k * MM_MR;
         for (int r = 0; r < MM_MR; r++) {
             mm_vec16 av = (mm_vec16){0} + a[r];
@@ -101,12 +104,18 @@ static void mm_micro(int kc, const float *ap, const float *bp, float *C, int ldc
             acc[r][1] += av * b1;
         }
     }
-    float tile[MM_MR][MM_NR];
-    memcpy(tile, acc, sizeof(tile));
     for (int r = 0; r < rows; r++) {
         float *c = C + (size_t)r * ldc;
-        if (beta == 0.0f) for (int j = 0; j < cols; j++) c[j] = alpha * tile[r][j];
-        else for (int j = 0; j < cols; j++) c[j] = alpha * tile[r][j] + beta * c[j];
+        if (cols == MM_NR) {
+            mm_vec16 *c0 = (mm_vec16 *)c, *c1 = (mm_vec16 *)(c + 16);
+            if (beta == 0.0f) { *c0 = alpha * acc[r][0]; *c1 = alpha * acc[r][1]; }
+            else { *c0 = alpha * acc[r][0] + beta * *c0; *c1 = alpha * acc[r][1] + beta * *c1; }
+            continue;
+        }
+        for (int j = 0; j < cols; j++) {
+            float v = alpha * (j < 16 ? acc[r][0][j] : acc[r][1][j - 16]);
+            c[j] = beta == 0.0f ? v : v + beta * c[j];
+        }
     }
 }
 
@@ -126,9 +135,12 @@ static void matmul_native(int transA, int transB, int M, int N, int K, float alp
         float beta_k = k0 == 0 ? beta : 1.0f;
         for (int i0 = 0; i0 < M; i0 += MM_MC) {
             int mc = M - i0 < MM_MC ? M - i0 : MM_MC;
-            mm_pack_a(transA, A, lda, i0, mc, k0, kc, apack);
 #pragma omp parallel
             {
+#pragma omp for schedule(static)
+                for (int r0 = 0; r0 < mc; r0 += MM_MR)
+                    mm_pack_a_strip(transA, A, lda, i0 + r0, mc - r0 < MM_MR ? mc - r0 : MM_MR, k0, kc,
+                                    apack + (size_t)r0 * kc);
                 float bpack[MM_KC * MM_NR] __attribute__((aligned(64)));
 #pragma omp for schedule(static)
                 for (int s = 0; s < n_strips; s++) {
@@ -147,7 +159,6 @@ static void matmul_native(int transA, int transB, int M, int N, int K, float alp
     free(apack);
 }
 #undef MM_A
-#undef MM_B
 
 // ---------------------------------------------------------------------------
 // dispatch

@@ -11,11 +11,11 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef float vf16 __attribute__((vector_size(64), aligned(4)));
-typedef int32_t vi16 __attribute__((vector_size(64), aligned(4)));
+typedef float vf16 __attribute__((vector_size(64), aligned(4), may_alias));  // loads and stores need no alignment
+typedef int32_t vi16 __attribute__((vector_size(64), aligned(4), may_alias));
 
-static inline vf16 vf16_load(const float *p) { vf16 v; memcpy(&v, p, sizeof(v)); return v; }
-static inline void vf16_store(float *p, vf16 v) { memcpy(p, &v, sizeof(v)); }
+static inline vf16 vf16_load(const float *p) { return *(const vf16 *)p; }
+static inline void vf16_store(float *p, vf16 v) { *(vf16 *)p = v; }
 static inline vf16 vf16_set1(float x) { return (vf16){0} + x; }
 // lanes of a where mask (all ones) else b
 static inline vf16 vf16_select(vi16 mask, vf16 a, vf16 b) { return (vf16)(((vi16)a & mask) | ((vi16)b & ~mask)); }
