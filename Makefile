@@ -139,7 +139,7 @@ $(info llmc build: OpenMP=$(or $(HAVE_OMP),no) BLAS=$(or $(HAVE_BLAS),no) MPI=$(
 PROGRAMS := train_gpt tokenize
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
-DEV_BINS := $(BUILD)/dev/bench_comm $(BUILD)/dev/perf/bench_dataloader  # benchmarks (scripts/bench_comm.sh; README)
+DEV_BINS := $(BUILD)/dev/bench_comm $(BUILD)/dev/perf/bench_dataloader $(BUILD)/dev/perf/profile_step_cpu  # benchmarks (README)
 
 .PHONY: all test test-all debug run bench clean
 all: $(PROGRAMS) $(TEST_BINS) $(DEV_BINS) $(CUDA_BINS)
