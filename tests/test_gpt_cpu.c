@@ -59,11 +59,12 @@ static void test_parity(GPT *m, const Fixture *fx) {
     int B = fx->B, T = fx->T, V = fx->V;
     gpt_forward(m, fx->x, NULL, B, T, 0.0f);
     double e = rel_error(m->acts.logits, fx->logits, (long)B * T * V, 1e-6);
-    test_result(e < 1e-4, "parity logits vs PyTorch (rel err %.2e)", e);
+    test_result(e < 1e-4, "parity logits vs PyTorch, matmul %s (rel err %.2e)", matmul_backend_name(), e);
 
     float loss = forward_backward(m, fx->x, fx->y, B, T);
     double le = fabs(loss - fx->loss) / fabs(fx->loss);
-    test_result(le < 1e-5, "parity loss vs PyTorch (%.7f vs %.7f, rel %.2e)", loss, fx->loss, le);
+    test_result(le < 1e-5, "parity loss vs PyTorch, matmul %s (%.7f vs %.7f, rel %.2e)", matmul_backend_name(), loss,
+                fx->loss, le);
 
     // gradients: the fixture is in model-file order
     int64_t cursor = 0;
@@ -81,8 +82,8 @@ static void test_parity(GPT *m, const Fixture *fx) {
             cursor += t->numel;
         }
     }
-    test_result(bad == 0, "parity gradients of all %d tensors vs PyTorch (worst %.2e at %s)", m->layout.num_tensors,
-                worst, worst_name);
+    test_result(bad == 0, "parity gradients of all %d tensors vs PyTorch, matmul %s (worst %.2e at %s)",
+                m->layout.num_tensors, matmul_backend_name(), worst, worst_name);
 }
 
 static void test_training_steps(GPT *m, const Fixture *fx) {
@@ -225,6 +226,12 @@ int main(void) {
     test_matmul_backends();
     test_schedules();
     test_parity(&m, &fx);
+#ifdef LLMC_BLAS
+    matmul_set_backend("native");  // the same parity with our own kernel
+    printf("  with the native matmul:\n");
+    test_parity(&m, &fx);
+    matmul_set_backend("auto");
+#endif
     test_finite_differences(&m, &fx);
     test_modelfile_roundtrip(&m);
     test_training_steps(&m, &fx);  // last: it changes the weights
