@@ -35,38 +35,25 @@ static float evaluate(GPT *m, DataLoader *val, int *x, int *y, int B, int T, int
     return (float)comm_mean(dp, total / batches);
 }
 
-// Generates n tokens after the end-of-text token and prints them, decoded by
-// the tokenizer when one is given, else as bytes for a byte-level vocabulary
-// (ids < 256), else as <id>. Every rank runs it (ZeRO-3 gathers weights
+// Generates n tokens after the end-of-text token and prints them
+// (sample_print_token). Every rank runs it (ZeRO-3 gathers weights
 // collectively); only the one with show prints.
 static void print_sample(GPT *m, const Tokenizer *tok, int T, int n, float temperature, Rng *rng, int show) {
     int V = m->cfg.vocab_size;
-    int *ctx = (int *)callocCheck((size_t)T, sizeof(int));
-    int len = 1;
-    ctx[0] = tok ? (int)tokenizer_eot(tok) : V - 1;
-    FILE *out = show ? stdout : NULL;
-    if (out) fprintf(out, "---- sample ----\n");
+    SampleWindow w;
+    sample_window_init(&w, T, sample_start_token(tok, V));
+    if (show) printf("---- sample ----\n");
     for (int i = 0; i < n; i++) {
-        gpt_forward(m, ctx, NULL, 1, T, 0.0f);  // causal: positions >= len do not affect len-1
-        int next = sample_token(m->acts.logits + (size_t)(len - 1) * V, V, temperature, rng);
-        size_t nbytes;
-        const char *bytes = tok && next < (int)tokenizer_vocab_size(tok) ? tokenizer_decode(tok, (uint32_t)next, &nbytes) : NULL;
-        if (!out) {
-        } else if (bytes) {
-            fwrite(bytes, 1, nbytes, out);
-        } else if (next < 256 && V <= 257) {
-            fputc(next, out);
-        } else {
-            fprintf(out, "<%d>", next);
-        }
-        if (len == T) { memmove(ctx, ctx + 1, sizeof(int) * (size_t)(T - 1)); len--; }
-        ctx[len++] = next;
+        gpt_forward(m, w.tokens, NULL, 1, T, 0.0f);  // causal: positions >= len do not affect len-1
+        int next = sample_token(m->acts.logits + (size_t)(w.len - 1) * V, V, temperature, rng);
+        if (show) sample_print_token(stdout, tok, next, V);
+        sample_window_push(&w, next);
     }
-    if (out) {
-        fprintf(out, "\n----------------\n");
-        fflush(out);
+    if (show) {
+        printf("\n----------------\n");
+        fflush(stdout);
     }
-    free(ctx);
+    sample_window_free(&w);
 }
 
 int main(int argc, char **argv) {

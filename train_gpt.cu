@@ -49,28 +49,21 @@ static float evaluate(GPTGPU *m, DataLoader *val, int *x, int *y, int B, int T, 
 static void print_sample(GPTGPU *m, const Tokenizer *tok, int T, int n, float temperature, Rng *rng) {
     NVTX_RANGE("sample");
     int V = m->cfg.vocab_size;
-    int *ctx = (int *)callocCheck((size_t)T, sizeof(int));
+    SampleWindow w;
+    sample_window_init(&w, T, sample_start_token(tok, V));
     float *logits = (float *)mallocCheck(sizeof(float) * (size_t)V);
-    int len = 1;
-    ctx[0] = tok ? (int)tokenizer_eot(tok) : V - 1;
     printf("---- sample ----\n");
     for (int i = 0; i < n; i++) {
-        gpu_gpt_forward(m, ctx, NULL, 1, T, 0.0f);  // causal: positions >= len do not affect len-1
-        gpu_gpt_logits(m, len - 1, 1, logits);
+        gpu_gpt_forward(m, w.tokens, NULL, 1, T, 0.0f);  // causal: positions >= len do not affect len-1
+        gpu_gpt_logits(m, w.len - 1, 1, logits);
         int next = sample_token(logits, V, temperature, rng);
-        size_t nbytes;
-        const char *bytes =
-            tok && next < (int)tokenizer_vocab_size(tok) ? tokenizer_decode(tok, (uint32_t)next, &nbytes) : NULL;
-        if (bytes) fwrite(bytes, 1, nbytes, stdout);
-        else if (next < 256 && V <= 257) putchar(next);
-        else printf("<%d>", next);
-        if (len == T) { memmove(ctx, ctx + 1, sizeof(int) * (size_t)(T - 1)); len--; }
-        ctx[len++] = next;
+        sample_print_token(stdout, tok, next, V);
+        sample_window_push(&w, next);
     }
     printf("\n----------------\n");
     fflush(stdout);
     free(logits);
-    free(ctx);
+    sample_window_free(&w);
 }
 
 // The device groups: NCCL's, or MPI's staged through host memory (the device
