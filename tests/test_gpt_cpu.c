@@ -212,6 +212,52 @@ static void test_modelfile_roundtrip(const GPT *m) {
     unlink(path);
 }
 
+// An llm.c bf16 model file (version 5) written here by truncating the weights
+// to their top 16 bits loads to exactly those truncated values.
+static void write_bf16_tensor(const ParamTensor *t, void *ctx) {
+    void **io = (void **)ctx;
+    FILE *f = (FILE *)io[0];
+    const float *params = (const float *)io[1];
+    for (int64_t i = 0; i < t->numel; i++) {
+        uint32_t bits;
+        memcpy(&bits, &params[t->offset + i], 4);
+        uint16_t top = (uint16_t)(bits >> 16);
+        fwriteExact(&top, 2, 1, f, "bf16 model");
+    }
+}
+
+static void test_modelfile_bf16(const GPT *m) {
+    char path[] = "/tmp/llmc_test_bf16_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp failed");
+    FILE *f = fdopen(fd, "wb");
+    int header[256] = {0};
+    const GPTConfig *c = &m->cfg;
+    header[0] = MODELFILE_MAGIC; header[1] = MODELFILE_BF16; header[2] = c->max_seq_len; header[3] = c->vocab_size;
+    header[4] = c->num_layers; header[5] = c->num_heads; header[6] = c->channels; header[7] = c->padded_vocab_size;
+    fwriteExact(header, sizeof(int), 256, f, path);
+    void *io[2] = {f, m->params};
+    modelfile_for_each(&m->layout, write_bf16_tensor, io);
+    fcloseCheck(f, path);
+    float *back = (float *)mallocCheck(sizeof(float) * (size_t)m->layout.num_elements);
+    modelfile_load(path, &m->layout, back);
+    long bad = 0;
+    for (int ti = 0; ti < m->layout.num_tensors; ti++) {
+        const ParamTensor *t = &m->layout.tensors[ti];
+        for (int64_t i = 0; i < t->numel; i++) {
+            uint32_t bits;
+            memcpy(&bits, &m->params[t->offset + i], 4);
+            bits &= 0xffff0000u;
+            float want;
+            memcpy(&want, &bits, 4);
+            if (back[t->offset + i] != want) bad++;
+        }
+    }
+    test_result(bad == 0, "bf16 (version 5) model file loads to the truncated weights (%ld mismatches)", bad);
+    free(back);
+    unlink(path);
+}
+
 int main(void) {
     GPTConfig cfg;
     modelfile_read_config(MODEL_FIXTURE, &cfg);
@@ -234,6 +280,7 @@ int main(void) {
 #endif
     test_finite_differences(&m, &fx);
     test_modelfile_roundtrip(&m);
+    test_modelfile_bf16(&m);
     test_training_steps(&m, &fx);  // last: it changes the weights
     gpt_free(&m);
     free(fx.x); free(fx.y); free(fx.logits); free(fx.grads); free(fx.losses);
