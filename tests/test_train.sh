@@ -105,6 +105,18 @@ worst=$(paste -d' ' <(grep -o '"loss":[0-9.]*' "$tmp/b4.jsonl" | cut -d: -f2) \
 check "gradient accumulation 2 x B=2 matches B=4 over 5 steps (worst rel diff $worst)" \
     "awk -v w=$worst 'BEGIN{exit !(w < 1e-5)}'"
 
+# --- zstd shards train exactly like plain ones ---
+if "$TOKENIZE" --bytes 1 --zstd 3 --out-dir "$tmp/zdata" --name src --val-tokens 20000 "$tmp/corpus.txt" \
+    >"$tmp/ztok.log" 2>&1; then
+    "$TRAIN" "${TINY[@]}" --steps 5 --log-json "$tmp/plain.jsonl" >/dev/null 2>&1
+    "$TRAIN" "${TINY[@]}" --data-train "$tmp/zdata/src_train_*.bin" --data-val "$tmp/zdata/src_val_*.bin" --steps 5 \
+        --log-json "$tmp/zstd.jsonl" >/dev/null 2>&1
+    check "training on zstd shards logs the same losses as on plain shards" \
+        '[ -s "$tmp/zstd.jsonl" ] && cmp -s <(strip "$tmp/plain.jsonl") <(strip "$tmp/zstd.jsonl")'
+else
+    echo "SKIP: zstd shards ($(tail -1 "$tmp/ztok.log"))"
+fi
+
 # --- --out-dir and sampling ---
 "$TRAIN" "${TINY[@]}" --steps 2 --sample-every 2 --sample-tokens 16 --out-dir "$tmp/out" >"$tmp/sample.log" 2>&1
 check "--out-dir writes model_final.bin and sampling prints samples" \
