@@ -7,6 +7,7 @@
 # that dies ends it too. SKIPs without MPI (build or mpirun).
 set -u
 cd "$(dirname "$0")/.."
+. tests/zero_memory_check.sh
 BUILD=${BUILD:-build}
 TRAIN=$BUILD/train_gpt
 CMP=$BUILD/tests/test_zero
@@ -43,21 +44,7 @@ for np in 2 4; do
         fi
         "$CMP" --compare-logs "$tmp/ref.json" "$out.json" 1e-5 "${name}_loss_and_norm_match_one_process"
         "$CMP" --compare-models "$tmp/ref.bin" "$out.bin" 1e-5 "${name}_weights_match_one_process"
-        # memory per rank: params 4 B x (N, or S at stage 3), grads 4 B x (N, or S at 2+), AdamW 8 B x (N, or S at 1+)
-        line=$(grep '^memory per rank' "$out.log")
-        if echo "$line" | awk -v z="$zero" -v np="$np" '{
-                match($0, /N = [0-9]+/); n = substr($0, RSTART + 4, RLENGTH - 4) + 0
-                match($0, /shard S = [0-9]+/); s = substr($0, RSTART + 10, RLENGTH - 10) + 0
-                want_s = int((n + np - 1) / np); want_s = int((want_s + 63) / 64) * 64
-                split($0, mb, / MB/); p = mb[1]; sub(/.*\): params /, "", p)
-                g = mb[2]; sub(/.*grads /, "", g); o = mb[3]; sub(/.*AdamW m,v /, "", o)
-                ep = 4 * (z >= 3 ? s : n) / 1e6; eg = 4 * (z >= 2 ? s : n) / 1e6; eo = 8 * (z >= 1 ? s : n) / 1e6
-                ok = s == want_s && (p - ep)^2 < 1e-6 && (g - eg)^2 < 1e-6 && (o - eo)^2 < 1e-6
-                exit !ok }'; then
-            echo "PASS: ${name}_memory_line_follows_zero_formula"
-        else
-            echo "FAIL: ${name}_memory_line_follows_zero_formula ($line)"
-        fi
+        check_zero_memory_line "$name" "$out.log" "$zero" "$np" 4 4 8  # fp32 params, grads; AdamW m, v
     done
 done
 

@@ -10,6 +10,7 @@
 # a GPU, or MPI (build or mpirun).
 set -u
 cd "$(dirname "$0")/.."
+. tests/zero_memory_check.sh
 BUILD=${BUILD:-build}
 TRAIN=$BUILD/train_gptcu
 CMP=$BUILD/tests/test_zero
@@ -68,21 +69,7 @@ for zero in 0 1; do
     else
         echo "FAIL: ${name}_only_rank_0_prints ($(grep -c '^model:' "$out.log") model lines)"
     fi
-    # memory per rank: bf16 params 2 B x N, fp32 grads 4 B x N, master weights + AdamW 12 B x (N, or S at stage 1)
-    line=$(grep '^memory per rank' "$out.log")
-    if echo "$line" | awk -v z="$zero" '{
-            match($0, /N = [0-9]+/); n = substr($0, RSTART + 4, RLENGTH - 4) + 0
-            match($0, /shard S = [0-9]+/); s = substr($0, RSTART + 10, RLENGTH - 10) + 0
-            want_s = int((n + 1) / 2); want_s = int((want_s + 63) / 64) * 64
-            split($0, mb, / MB/); p = mb[1]; sub(/.*\): params /, "", p)
-            g = mb[2]; sub(/.*grads /, "", g); o = mb[3]; sub(/.*AdamW m,v /, "", o)
-            ep = 2 * n / 1e6; eg = 4 * n / 1e6; eo = 12 * (z >= 1 ? s : n) / 1e6
-            ok = s == want_s && (p - ep)^2 < 1e-6 && (g - eg)^2 < 1e-6 && (o - eo)^2 < 1e-6
-            exit !ok }'; then
-        echo "PASS: ${name}_memory_line_follows_zero_formula"
-    else
-        echo "FAIL: ${name}_memory_line_follows_zero_formula ($line)"
-    fi
+    check_zero_memory_line "$name" "$out.log" "$zero" 2 2 4 12  # bf16 params, fp32 grads, master + m + v
 done
 if [ -f "$tmp/gpu_zero0_np2.json" ] && [ -f "$tmp/gpu_zero1_np2.json" ]; then
     "$CMP" --compare-logs "$tmp/gpu_zero0_np2.json" "$tmp/gpu_zero1_np2.json" 1e-4 gpu_zero1_matches_zero0_np2
