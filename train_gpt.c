@@ -126,8 +126,7 @@ int main(int argc, char **argv) {
     Logger log;
     logger_open(&log, o.log_json, rank == 0);
     LrSchedule sched = train_lr_schedule(&o);
-    Rng sample_rng;
-    rng_seed(&sample_rng, (uint64_t)o.seed ^ 0x5a5a5a5aULL);
+    Rng sample_rng = train_sample_rng(&o);
     const float dloss = plan.dloss;
 
     for (int step = 0; step <= o.steps; step++) {

@@ -12,6 +12,7 @@
 #include "model.h"
 #include "modelfile.h"
 #include "logger.h"
+#include "rand.h"
 #include "schedule.h"
 #include "train_options.h"
 
@@ -67,6 +68,13 @@ static BatchPlan train_batch_plan(const TrainOptions *o, const GPTConfig *cfg, i
     p.dloss = (float)(1.0 / (double)p.total_tokens);
     if (o->eval_every > 0 && o->data_val[0] == '\0') die_usage("--eval-every needs --data-val");
     return p;
+}
+
+// The sampling RNG: its own stream from --seed, the same in both trainers.
+static Rng train_sample_rng(const TrainOptions *o) {
+    Rng r;
+    rng_seed(&r, (uint64_t)o->seed ^ 0x5a5a5a5aULL);
+    return r;
 }
 
 static LrSchedule train_lr_schedule(const TrainOptions *o) {
