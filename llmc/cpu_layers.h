@@ -181,6 +181,12 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const flo
 // ---------------------------------------------------------------------------
 // causal self-attention; qkv (B,T,3C) holds q | k | v, head h at [h*hs, (h+1)*hs)
 
+// Offset of head h of sequence b in a (B,T,3C) qkv buffer (or its gradient):
+// its q; k is C further, v 2C further; rows are 3C apart.
+static inline size_t qkv_head_offset(int b, int h, int T, int C, int NH) {
+    return (size_t)b * T * 3 * C + (size_t)h * (C / NH);
+}
+
 // out (B,T,C); att (B,NH,T,T) saves the softmax probabilities (zero above the diagonal).
 static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
     int hs = C / NH;
@@ -189,9 +195,7 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
 #pragma omp parallel for collapse(2) schedule(dynamic)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-            const float *k = q + C;
-            const float *v = q + 2 * C;
+            const float *q = qkv + qkv_head_offset(b, h, T, C, NH), *k = q + C, *v = q + 2 * C;
             float *p = att + ((size_t)b * NH + h) * T * T;
             // p (T,T) = q @ k^T, lower triangle only used
             matmul(0, 1, T, T, hs, scale, q, (int)C3, k, (int)C3, 0.0f, p, T);
@@ -218,10 +222,8 @@ static void attention_backward(float *dqkv, float *scratch, const float *dout, c
 #pragma omp parallel for collapse(2) schedule(dynamic)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-            const float *k = q + C, *v = q + 2 * C;
-            float *dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs;
-            float *dk = dq + C, *dv = dq + 2 * C;
+            const float *q = qkv + qkv_head_offset(b, h, T, C, NH), *k = q + C, *v = q + 2 * C;
+            float *dq = dqkv + qkv_head_offset(b, h, T, C, NH), *dk = dq + C, *dv = dq + 2 * C;
             const float *p = att + ((size_t)b * NH + h) * T * T;
             const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
             float *ds = scratch + (size_t)omp_thread_id() * T * T;
