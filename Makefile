@@ -133,6 +133,13 @@ endif
 
 CFLAGS := $(CFLAGS_BASE) $(OPT) $(CFLAGS_EXTRA)
 
+# Every program depends on the flags it is built with, so a part installed or
+# removed (MPI, OpenBLAS, ...) or another knob rebuilds it; the stamp file is
+# rewritten only when the flags change.
+FLAGS_STAMP := $(BUILD)/flags.stamp
+FLAGS_NOW := $(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS) | $(NVCC_FLAGS) $(NVCC_LIBS)
+$(shell mkdir -p $(BUILD) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
+
 $(info llmc build: OpenMP=$(or $(HAVE_OMP),no) BLAS=$(or $(HAVE_BLAS),no) MPI=$(or $(HAVE_MPI),no) zstd=$(or $(HAVE_ZSTD),no) CUDA=$(or $(HAVE_CUDA),no) -> $(BUILD)/)
 
 # --- programs ---
@@ -153,11 +160,11 @@ else
 $(PROGRAMS): %: $(BUILD)/%
 endif
 
-$(BUILD)/%: %.c
+$(BUILD)/%: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c
+$(BUILD)/tests/%: tests/%.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
 
@@ -172,13 +179,13 @@ train_gptcu: $(BUILD)/train_gptcu
 else
 train_gptcu: $(BUILD)/train_gptcu
 endif
-$(BUILD)/train_gptcu: train_gpt.cu
+$(BUILD)/train_gptcu: train_gpt.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
-$(BUILD)/tests/test_gpt_cu: tests/test_gpt.cu
+$(BUILD)/tests/test_gpt_cu: tests/test_gpt.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
-$(BUILD)/cuda/dev_%: dev/cuda/%.cu
+$(BUILD)/cuda/dev_%: dev/cuda/%.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
 -include $(wildcard $(BUILD)/cuda/*.d)

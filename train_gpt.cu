@@ -5,9 +5,9 @@
 // state (llmc/gpt_gpu.cuh). GPU-only flags: --attention flash|cudnn,
 // --recompute 0|1|2. Data parallel like train_gpt.c (one process per GPU,
 // started by mpirun or srun; alone it is a single process without MPI), with
-// ZeRO-0 or ZeRO-1 (llmc/zero_gpu.cuh) over NCCL (--comm nccl, or auto when
-// built with it) or MPI staged through host memory (--comm mpi, also for
-// several ranks on one GPU).
+// ZeRO 0-3 (llmc/zero_gpu.cuh) over NCCL (--comm nccl, or auto when built
+// with it) or MPI staged through host memory (--comm mpi, also for several
+// ranks on one GPU).
 #include <math.h>
 
 #include "llmc/comm.h"
@@ -45,23 +45,27 @@ static float evaluate(GPTGPU *m, DataLoader *val, int *x, int *y, int B, int T, 
     return (float)comm_mean(dp, total / batches);
 }
 
-// Generates n tokens after the end-of-text token and prints them, as train_gpt.c does.
-static void print_sample(GPTGPU *m, const Tokenizer *tok, int T, int n, float temperature, Rng *rng) {
+// Generates n tokens after the end-of-text token and prints them, as
+// train_gpt.c does. Every rank runs it (ZeRO-3 gathers weights collectively);
+// only the one with show prints.
+static void print_sample(GPTGPU *m, const Tokenizer *tok, int T, int n, float temperature, Rng *rng, int show) {
     NVTX_RANGE("sample");
     int V = m->cfg.vocab_size;
     SampleWindow w;
     sample_window_init(&w, T, sample_start_token(tok, V));
     float *logits = (float *)mallocCheck(sizeof(float) * (size_t)V);
-    printf("---- sample ----\n");
+    if (show) printf("---- sample ----\n");
     for (int i = 0; i < n; i++) {
         gpu_gpt_forward(m, w.tokens, NULL, 1, T, 0.0f);  // causal: positions >= len do not affect len-1
         gpu_gpt_logits(m, w.len - 1, 1, logits);
         int next = sample_token(logits, V, temperature, rng);
-        sample_print_token(stdout, tok, next, V);
+        if (show) sample_print_token(stdout, tok, next, V);
         sample_window_push(&w, next);
     }
-    printf("\n----------------\n");
-    fflush(stdout);
+    if (show) {
+        printf("\n----------------\n");
+        fflush(stdout);
+    }
     free(logits);
     sample_window_free(&w);
 }
@@ -81,7 +85,6 @@ static CommGroup *device_groups(Comm *comm, const char *choice) {
 int main(int argc, char **argv) {
     TrainOptions o;
     train_options_parse(argc, argv, &o, SUMMARY);
-    if (o.zero >= 2) die_usage("--zero %d is not supported by train_gptcu yet; use --zero 0 or 1", o.zero);
     if (!cuda_device_present()) die_usage("no CUDA device found (train_gptcu needs one GPU; ./train_gpt runs on the CPU)");
     Comm comm;
     comm_init(&comm, &argc, &argv, 1, 1, o.comm_timeout);
@@ -110,12 +113,11 @@ int main(int argc, char **argv) {
     }
 
     GPTGPU model;
-    gpu_gpt_init(&model, &cfg, B, T, o.recompute, attention, zero_gpu_shard_rank(o.zero, dp),
-                 zero_gpu_shard_world(o.zero, dp));
+    gpu_gpt_init(&model, &cfg, B, T, o.recompute, attention, gpu_sharding(o.zero, dp->rank, dp->size));
 #ifdef LLMC_NCCL
     if (dp->be == &COMM_NCCL) comm_nccl_set_compute_stream(dp, model.stream);
 #endif
-    ZeroGPU zero;  // gradient reduction, sharded AdamW state (ZeRO-1)
+    ZeroGPU zero;  // gradient reduction, sharded AdamW state (and gradients, weights)
     zero_gpu_init(&zero, &model, dp, host_dp, o.zero, o.bucket_mb);
     int64_t nelem = model.layout.num_elements;
     {
@@ -157,11 +159,12 @@ int main(int argc, char **argv) {
     printf("ranks: %d (%s launch, MPI %s) | data parallel %d | ZeRO-%d | comm %s | bucket %.1f MB | comm timeout "
            "%.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp, o.zero, dp->be->name,
            zero.bucket_elems * sizeof(float) / 1e6, o.comm_timeout);
-    printf("memory per rank (ZeRO-%d: N = %lld elements, shard S = %lld): params %.3f MB (%zu B x N, bf16) + grads "
-           "%.3f MB (%zu B x N) + master weights and AdamW m,v %.3f MB (%zu B x %s) = %.3f MB\n", o.zero,
-           (long long)zero.map.num_elements, (long long)zero.map.shard, zm.params / 1e6, sizeof(bf16),
-           zm.grads / 1e6, sizeof(float), zm.optimizer / 1e6, 3 * sizeof(float), o.zero >= 1 ? "S" : "N",
-           (zm.params + zm.grads + zm.optimizer) / 1e6);
+    printf("memory per rank (ZeRO-%d: N = %lld elements, shard S = %lld): params %.3f MB (%zu B x %s, bf16) + grads "
+           "%.3f MB (%zu B x %s) + master weights and AdamW m,v %.3f MB (%zu B x %s) = %.3f MB | segment buffers "
+           "and layer slots %.3f MB\n", o.zero, (long long)zero.map.num_elements, (long long)zero.map.shard,
+           zm.params / 1e6, sizeof(bf16), o.zero >= 3 ? "S" : "N", zm.grads / 1e6, sizeof(float),
+           o.zero >= 2 ? "S" : "N", zm.optimizer / 1e6, 3 * sizeof(float), o.zero >= 1 ? "S" : "N",
+           (zm.params + zm.grads + zm.optimizer) / 1e6, mem->segment_buffers / 1e6);
     printf("memory: params %.1f MB (fp32 + bf16), grads %.1f MB, AdamW %.1f MB, activations %.1f MB "
            "(recompute %d), workspace %.1f MB | total %.2f GB of %.2f GB\n",
            mem->params / 1e6, mem->grads / 1e6, mem->optimizer / 1e6, mem->activations / 1e6, o.recompute,
@@ -181,24 +184,26 @@ int main(int argc, char **argv) {
     for (int step = 0; step <= o.steps; step++) {
         if (train_eval_now(&o, step))
             logger_eval(&log, step, evaluate(&model, &val_loader, x, y, B, T, o.eval_batches, host_dp));
-        if (train_sample_now(&o, step) && rank == 0)
-            print_sample(&model, have_tokenizer ? &tokenizer : NULL, T, o.sample_tokens, o.temperature, &sample_rng);
+        if (train_sample_now(&o, step))
+            print_sample(&model, have_tokenizer ? &tokenizer : NULL, T, o.sample_tokens, o.temperature, &sample_rng,
+                         rank == 0);
         if (step == o.steps) break;
 
         NVTX_RANGE("step");
         double t0 = wall_seconds();
-        gpu_gpt_zero_grad(&model);
+        zero_gpu_begin_step(&zero);
         double loss = 0.0;
         for (int micro = 0; micro < accum; micro++) {
             {
                 NVTX_RANGE("data");
                 dataloader_next(&train_loader, x, y);
             }
+            zero_gpu_begin_micro(&zero, micro, accum);
             loss += gpu_gpt_forward(&model, x, y, B, T, dloss);
-            gpu_gpt_backward(&model);
+            gpu_gpt_backward(&model);  // its hooks start the gradient reductions
         }
         loss = comm_mean(host_dp, loss / accum);
-        float norm = zero_gpu_reduce_grads(&zero);
+        float norm = zero_gpu_finish_grads(&zero);
         float lr = lr_at_step(&sched, step);
         AdamWConfig ac = {lr, o.beta1, o.beta2, o.eps, o.weight_decay, step + 1};
         gpu_gpt_update(&model, &ac, grad_clip_scale(norm, o.grad_clip), (uint64_t)o.seed * 0x9e3779b97f4a7c15ull + step);

@@ -98,6 +98,9 @@ struct CommBackend {
     void (*barrier)(CommGroup *g, CommRequest *r);
     int (*test)(CommRequest *r);      // 1 when complete (and its resources freed)
     void (*abort)(Comm *c, int code);  // ends every rank of the job
+    // device backends that can: the device stream (a cudaStream_t) waits for r
+    // without blocking the host; NULL: comm_stream_wait completes r on the host
+    void (*stream_wait)(const CommRequest *r, void *stream);
 };
 
 struct Comm {
@@ -148,7 +151,7 @@ static int self_test(CommRequest *r) { (void)r; return 1; }
 static void self_abort(Comm *c, int code) { (void)c; exit(code); }
 
 static const CommBackend COMM_SELF = {"self", self_all_reduce, self_reduce_scatter, self_all_gather, self_broadcast,
-                                      self_send, self_p2p, self_barrier, self_test, self_abort};
+                                      self_send, self_p2p, self_barrier, self_test, self_abort, NULL};
 
 // ---------------------------------------------------------------------------
 // MPI backend: host buffers, MPI-3 nonblocking calls
@@ -272,7 +275,7 @@ static void mpi_abort(Comm *c, int code) {
 }
 
 static const CommBackend COMM_MPI = {"mpi", mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_broadcast,
-                                     mpi_send, mpi_recv, mpi_barrier, mpi_test, mpi_abort};
+                                     mpi_send, mpi_recv, mpi_barrier, mpi_test, mpi_abort, NULL};
 #endif  // LLMC_MPI
 
 // ---------------------------------------------------------------------------
@@ -319,6 +322,16 @@ static inline void comm_wait(CommRequest *r) {
 
 static inline void comm_wait_all(CommRequest *rs, int n) {
     for (int i = 0; i < n; i++) comm_wait(&rs[i]);
+}
+
+// Makes a device stream (a cudaStream_t, for device groups) wait for r: on the
+// device where the backend can (NCCL), so the host does not block and r still
+// needs a comm_wait later, whose deadline catches a hang; elsewhere by
+// completing r here (the staged backend's result is on the device then).
+static inline void comm_stream_wait(CommRequest *r, void *stream) {
+    if (!r->active) return;
+    if (r->group->be->stream_wait) r->group->be->stream_wait(r, stream);
+    else comm_wait(r);
 }
 
 // ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@
 // the call is in the buffer), then runs on the communication stream and
 // records an event. comm_wait polls that event against --comm-timeout (on
 // expiry: every NCCL communicator is aborted, then MPI_Abort);
-// comm_nccl_stream_wait makes a stream wait for it without blocking the host.
+// comm_stream_wait makes a stream wait for it without blocking the host.
 //
 // Uneven reduce-scatter / all-gather counts (padded ZeRO shards need none,
 // but a range of the flat buffer does) become grouped ncclReduce /
@@ -161,8 +161,13 @@ static void nccl_abort(Comm *c, int code) {
     exit(code);
 }
 
+// The stream waits for the request's event (the request itself stays active).
+static void nccl_stream_wait(const CommRequest *r, void *stream) {
+    if (r->impl) CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)r->impl, 0));
+}
+
 static const CommBackend COMM_NCCL = {"nccl", nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_broadcast,
-                                      nccl_send, nccl_recv, nccl_barrier, nccl_test, nccl_abort};
+                                      nccl_send, nccl_recv, nccl_barrier, nccl_test, nccl_abort, nccl_stream_wait};
 
 // Builds the device group of every host group of c (after comm_init and
 // cudaSetDevice(comm_pick_device(c)) of comm_staged.cuh). Returns the table;
@@ -197,12 +202,6 @@ static inline CommGroup *comm_nccl_init(Comm *c) {
 
 // Operations on g wait for the work queued on stream s before they start.
 static inline void comm_nccl_set_compute_stream(CommGroup *g, cudaStream_t s) { ((NcclGroup *)g->impl)->compute = s; }
-
-// Stream s waits for the request on the device (the host does not block); the
-// request still needs a comm_wait, whose deadline catches a hang.
-static inline void comm_nccl_stream_wait(const CommRequest *r, cudaStream_t s) {
-    if (r->active && r->impl) CUDA_CHECK(cudaStreamWaitEvent(s, (cudaEvent_t)r->impl, 0));
-}
 
 static inline void comm_nccl_free(void) {
     for (int k = 0; k < COMM_NUM_GROUPS; k++) {

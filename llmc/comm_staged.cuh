@@ -105,7 +105,7 @@ static int staged_test(CommRequest *r) {
 
 static const CommBackend COMM_STAGED = {"mpi-staged", staged_all_reduce, staged_reduce_scatter, staged_all_gather,
                                         staged_broadcast, staged_send, staged_recv, staged_barrier, staged_test,
-                                        mpi_abort};
+                                        mpi_abort, NULL};
 #endif  // LLMC_MPI
 
 // one process, device buffers: the self backend with device copies
@@ -120,7 +120,8 @@ static void dself_all_gather(CommGroup *g, const void *send, void *recv, const s
     if (send && send != recv) CUDA_CHECK(cudaMemcpy(recv, send, counts[0] * comm_dtype_size(t), cudaMemcpyDeviceToDevice));
 }
 static const CommBackend COMM_DEVICE_SELF = {"device-self", self_all_reduce, dself_reduce_scatter, dself_all_gather,
-                                             self_broadcast, self_send, self_p2p, self_barrier, self_test, self_abort};
+                                             self_broadcast, self_send, self_p2p, self_barrier, self_test, self_abort,
+                                             NULL};
 
 // The GPU this process uses: the local rank's, among the node's devices (set
 // it before any CUDA allocation).

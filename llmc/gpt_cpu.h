@@ -3,9 +3,8 @@
 // forward (with the classifier's backward fused in when training), backward,
 // and GPT-2 weight initialisation.
 //
-// Hooks let a distributed layer (ZeRO, overlapped gradient reduction) act at
-// segment boundaries without the model code knowing about communication:
-// segment 0 = embeddings (wte, wpe), 1..L = transformer layers, L+1 = ln_f.
+// Hooks (model.h's GPTHooks) let a distributed layer (ZeRO, overlapped
+// gradient reduction) act at segment boundaries.
 #ifndef LLMC_GPT_CPU_H
 #define LLMC_GPT_CPU_H
 
@@ -14,15 +13,6 @@
 #include "cpu_layers.h"
 #include "model.h"
 #include "model_init.h"
-
-typedef struct {
-    void *ctx;
-    // called before a segment's parameters are read (forward: embeddings, layers
-    // in order, ln_f; backward: ln_f, layers in reverse, embeddings).
-    void (*params_needed)(void *ctx, int segment, int backward);
-    // called when a segment's gradients for this micro-batch are complete.
-    void (*grads_ready)(void *ctx, int segment);
-} GPTHooks;
 
 typedef struct {
     // per layer (L of each), pointers into one allocation
@@ -121,13 +111,6 @@ static void gpt_free(GPT *m) {
     memset(m, 0, sizeof(*m));
 }
 
-static inline void gpt_hook_params(GPT *m, int segment, int backward) {
-    if (m->hooks.params_needed) m->hooks.params_needed(m->hooks.ctx, segment, backward);
-}
-static inline void gpt_hook_grads(GPT *m, int segment) {
-    if (m->hooks.grads_ready) m->hooks.grads_ready(m->hooks.ctx, segment);
-}
-
 // Forward pass over inputs (B,T). With targets, returns the mean loss over the
 // B*T positions (and acts.losses holds each); without, returns 0 and
 // acts.logits holds the (B,T,V) logits. When dloss != 0 (training), the
@@ -148,10 +131,10 @@ static float gpt_forward(GPT *m, const int *inputs, const int *targets, int B, i
     float *wte = m->params + param_tensor(pl, PK_WTE, -1)->offset;
     float *wpe = m->params + param_tensor(pl, PK_WPE, -1)->offset;
 
-    gpt_hook_params(m, 0, 0);
+    gpt_hooks_params_needed(&m->hooks, 0, 0);
     encoder_forward(a->encoded, inputs, wte, wpe, B, T, C);
     for (int l = 0; l < L; l++) {
-        gpt_hook_params(m, l + 1, 0);
+        gpt_hooks_params_needed(&m->hooks, l + 1, 0);
         LayerTensors w = layer_tensors(pl, m->params, l);
         float *residual = l == 0 ? a->encoded : a->residual3[l - 1];
         layernorm_forward(a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C);
@@ -163,7 +146,7 @@ static float gpt_forward(GPT *m, const int *inputs, const int *targets, int B, i
         gelu_forward(a->fch_gelu[l], a->fch[l], (size_t)N * 4 * C);
         linear_forward(a->residual3[l], a->fch_gelu[l], w.fcprojw, w.fcprojb, a->residual2[l], N, 4 * C, C);
     }
-    gpt_hook_params(m, L + 1, 0);
+    gpt_hooks_params_needed(&m->hooks, L + 1, 0);
     float *lnfw = m->params + param_tensor(pl, PK_LNFW, -1)->offset;
     float *lnfb = m->params + param_tensor(pl, PK_LNFB, -1)->offset;
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->residual3[L - 1], lnfw, lnfb, N, C);
@@ -195,16 +178,16 @@ static void gpt_backward(GPT *m) {
     const ParamLayout *pl = &m->layout;
     float *dres = a->dresidual;
 
-    gpt_hook_params(m, L + 1, 1);
+    gpt_hooks_params_needed(&m->hooks, L + 1, 1);
     float *lnfw = m->params + param_tensor(pl, PK_LNFW, -1)->offset;
     float *dlnfw = m->grads + param_tensor(pl, PK_LNFW, -1)->offset;
     float *dlnfb = m->grads + param_tensor(pl, PK_LNFB, -1)->offset;
     memset(dres, 0, sizeof(float) * (size_t)N * C);
     layernorm_backward(dres, dlnfw, dlnfb, a->dlnf, a->residual3[L - 1], lnfw, a->lnf_mean, a->lnf_rstd, N, C);
-    gpt_hook_grads(m, L + 1);
+    gpt_hooks_grads_ready(&m->hooks, L + 1);
 
     for (int l = L - 1; l >= 0; l--) {
-        gpt_hook_params(m, l + 1, 1);
+        gpt_hooks_params_needed(&m->hooks, l + 1, 1);
         LayerTensors w = layer_tensors(pl, m->params, l);
         LayerTensors g = layer_tensors(pl, m->grads, l);
         float *residual = l == 0 ? a->encoded : a->residual3[l - 1];
@@ -218,13 +201,13 @@ static void gpt_backward(GPT *m) {
         attention_backward(a->dqkv, a->att_scratch, a->datty, a->qkv[l], a->att[l], B, T, C, NH);
         linear_backward(a->dln, g.qkvw, g.qkvb, a->dqkv, a->ln1[l], w.qkvw, N, C, 3 * C, 0);
         layernorm_backward(dres, g.ln1w, g.ln1b, a->dln, residual, w.ln1w, a->ln1_mean[l], a->ln1_rstd[l], N, C);
-        gpt_hook_grads(m, l + 1);
+        gpt_hooks_grads_ready(&m->hooks, l + 1);
     }
-    gpt_hook_params(m, 0, 1);
+    gpt_hooks_params_needed(&m->hooks, 0, 1);
     float *dwte = m->grads + param_tensor(pl, PK_WTE, -1)->offset;
     float *dwpe = m->grads + param_tensor(pl, PK_WPE, -1)->offset;
     encoder_backward(dwte, dwpe, dres, m->inputs, B, T, C);
-    gpt_hook_grads(m, 0);
+    gpt_hooks_grads_ready(&m->hooks, 0);
     m->trained_batch = 0;
 }
 

@@ -1,14 +1,26 @@
 // gpt_gpu.cuh: the GPT-2 model on one GPU, mirroring llmc/gpt_cpu.h: the same
 // flat parameter layout (model.h), forward (with the classifier's backward
-// fused in when training), backward, zero_grad, gradient norm and AdamW.
+// fused in when training), backward, zero_grad, gradient norm and AdamW, and
+// the same segment hooks (model.h's GPTHooks) for a distributed layer.
 // Precision: fp32 master weights, fp32 gradients (accumulated across
 // micro-steps in fp32) and fp32 AdamW moments; a bf16 copy of the weights and
 // bf16 activations for compute; LayerNorm statistics, losses and the residual
 // stream's gradient in fp32.
-// ZeRO-1 (zero_gpu.cuh): a model may hold its fp32 master weights and AdamW
-// moments for one shard (shard.h) of the flat buffer only; the bf16 copy and
-// the gradients are always whole. gpu_gpt_init's (shard_rank, shard_world) =
-// (0, 1) holds everything.
+// Sharding (GPUSharding; zero_gpu.cuh does the communication), by ZeRO stage:
+//   0: everything whole.
+//   1: the fp32 master weights and AdamW moments of one shard (shard.h) of the
+//      flat buffer only; the bf16 copy and the gradients whole.
+//   2: also the reduced gradients of the shard only (grad_shard); the backward
+//      writes each layer's gradients into a ring of GPU_GRAD_SLOTS one-layer
+//      slots (the embeddings' and ln_f's into buffers of their own) that the
+//      distributed layer reduce-scatters into the shard as they complete.
+//   3: also the bf16 weights of the shard only (params_bf16_shard); a layer's
+//      weights are gathered into a ring of GPU_PARAM_SLOTS one-layer slots
+//      before use (the embeddings' and ln_f's into buffers of their own).
+// The model reads weights and writes gradients of segment s through
+// param_view[s] / grad_view[s]: pointers indexed like the flat buffer and
+// valid over the segment's range, which point into the whole buffer, a
+// segment buffer or a slot (the distributed layer rebinds them in its hooks).
 // Activation recomputation (--recompute): 0 keeps everything; 1 recomputes the
 // GELU output in the backward (one (N,4C) buffer shared by all layers); 2 also
 // recomputes both LayerNorm outputs of each layer.
@@ -30,10 +42,34 @@
 
 typedef enum { ATTENTION_FLASH, ATTENTION_CUDNN } AttentionKind;
 
+#define GPU_GRAD_SLOTS 2   // ZeRO-2/3: layers whose gradients are written or still being reduced
+#define GPU_PARAM_SLOTS 3  // ZeRO-3: layers resident (in use, the next one's ln_1, one gathered ahead)
+
+// What this rank holds (see the top of the file): ZeRO stage and shard.
+typedef struct {
+    int stage;        // 0..3
+    int rank, world;  // the shard (shard.h) of stage >= 1; (0, 1) at stage 0
+} GPUSharding;
+
+static inline GPUSharding gpu_sharding(int stage, int rank, int world) {
+    GPUSharding sh = {stage, stage >= 1 ? rank : 0, stage >= 1 ? world : 1};
+    return sh;
+}
+
+// The buffers of a state the model keeps by segment (ZeRO-2 gradients, ZeRO-3
+// weights): one for the embeddings (segment 0), one for ln_f (segment L+1),
+// and num_slots one-layer slots that the layers take turns in.
+typedef struct {
+    void *embed, *lnf;
+    void *slot[GPU_PARAM_SLOTS];
+    int num_slots;
+} SegmentBuffers;
+
 // Bytes the model needs on the device, by kind (reported at start, checked
 // against cudaMemGetInfo before anything is allocated).
 typedef struct {
     size_t params, grads, optimizer, activations, workspace;
+    size_t segment_buffers;  // of params and grads (included in them): ZeRO-2/3's segment buffers and slots
 } GPUMemory;
 
 static inline size_t gpu_memory_total(const GPUMemory *m) {
@@ -66,12 +102,21 @@ typedef struct {
     MatmulContext mm;
     CudnnAttention cudnn;
     EncoderIndex index;
+    GPUSharding sharding;
     ShardMap shard;     // the range [shard.begin, shard.end) whose master weights and moments this model holds
     AdamWPlan adamw;    // over the shard
     float *params;      // (shard.shard) fp32 master weights of the shard, indexed from shard.begin
-    bf16 *params_bf16;  // (num_elements) the compute copy
-    float *grads;       // (num_elements)
     float *adam_m, *adam_v;  // (shard.shard) each, indexed from shard.begin
+    bf16 *params_bf16;  // (num_elements) the compute copy; stage 3: NULL
+    bf16 *params_bf16_shard;  // stage 3: (shard.shard) the compute copy of the shard, indexed from shard.begin
+    float *grads;       // (num_elements); stage >= 2: NULL
+    float *grad_shard;  // stage >= 2: (shard.shard) the reduced gradients of the shard, indexed from shard.begin
+    SegmentBuffers param_segments;  // stage 3
+    SegmentBuffers grad_segments;   // stage >= 2
+    bf16 **param_view;  // (L+2) per segment: weights, indexed like the flat buffer
+    float **grad_view;  // (L+2) per segment: gradients, indexed like the flat buffer
+    uint64_t params_version;  // counts changes of the weights (upload, AdamW step)
+    GPTHooks hooks;
     float *norm_scratch;
     GPUActivations acts;
     GPUMemory mem;
@@ -86,10 +131,19 @@ typedef struct {
 } LayerWeightsBF16;
 
 static inline const bf16 *gpu_param_bf16(const GPTGPU *m, ParamKind k, int layer) {
-    return m->params_bf16 + param_tensor(&m->layout, k, layer)->offset;
+    return m->param_view[param_segment_of(&m->layout, k, layer)] + param_tensor(&m->layout, k, layer)->offset;
 }
 static inline float *gpu_grad(const GPTGPU *m, ParamKind k, int layer) {
-    return m->grads + param_tensor(&m->layout, k, layer)->offset;
+    return m->grad_view[param_segment_of(&m->layout, k, layer)] + param_tensor(&m->layout, k, layer)->offset;
+}
+
+// The gradients and the bf16 weights of the shard as AdamW reads and writes
+// them: indexed like the flat buffer, valid over [shard.begin, shard.end).
+static inline float *gpu_shard_grads(const GPTGPU *m) {
+    return m->grad_shard ? m->grad_shard - m->shard.begin : m->grads;
+}
+static inline bf16 *gpu_shard_params_bf16(const GPTGPU *m) {
+    return m->params_bf16_shard ? m->params_bf16_shard - m->shard.begin : m->params_bf16;
 }
 
 static inline LayerWeightsBF16 gpu_layer_weights(const GPTGPU *m, int l) {
@@ -148,22 +202,37 @@ static size_t gpu_activations_layout(GPUActivations *a, const GPTConfig *c, int 
     return off;
 }
 
-// The device memory a model needs (without allocating anything), with the
-// master weights and moments of shard shard_rank of shard_world (shard.h).
+// Slots a state kept by segment has (never more than the layers).
+static inline int segment_num_slots(const ParamLayout *pl, int wanted) {
+    return pl->cfg.num_layers < wanted ? pl->cfg.num_layers : wanted;
+}
+
+// Elements of the segment buffers of a state kept by segment: the
+// embeddings, ln_f and num_slots layers.
+static inline int64_t segment_buffer_elems(const ParamLayout *pl, int num_slots) {
+    int64_t lo, hi;
+    param_segment_range(pl, param_num_segments(pl) - 1, &lo, &hi);
+    return pl->layer_begin0 + (int64_t)segment_num_slots(pl, num_slots) * pl->layer_stride + (hi - lo);
+}
+
+// The device memory a model needs (without allocating anything) at its sharding.
 static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, int B, int T, int recompute, AttentionKind attention,
-                                int shard_rank, int shard_world) {
+                                GPUSharding sh) {
     ParamLayout pl;
     param_layout_init(&pl, cfg);
     ShardMap sm;
-    shard_map_init(&sm, pl.num_elements, shard_rank, shard_world);
-    param_layout_free(&pl);
+    shard_map_init(&sm, pl.num_elements, sh.rank, sh.world);
     size_t P = (size_t)sm.num_elements, S = (size_t)sm.shard;
+    size_t pseg = sh.stage >= 3 ? (size_t)segment_buffer_elems(&pl, GPU_PARAM_SLOTS) : 0;
+    size_t gseg = sh.stage >= 2 ? (size_t)segment_buffer_elems(&pl, GPU_GRAD_SLOTS) : 0;
+    param_layout_free(&pl);
     GPUActivations a;
     memset(&a, 0, sizeof(a));
     GPUMemory m;
-    m.params = P * sizeof(bf16) + S * sizeof(float);
-    m.grads = P * sizeof(float);
+    m.params = (sh.stage >= 3 ? S + pseg : P) * sizeof(bf16) + S * sizeof(float);
+    m.grads = (sh.stage >= 2 ? S + gseg : P) * sizeof(float);
     m.optimizer = 2 * S * sizeof(float);
+    m.segment_buffers = pseg * sizeof(bf16) + gseg * sizeof(float);
     m.activations = gpu_activations_layout(&a, cfg, B, T, recompute, NULL);
     m.workspace = MATMUL_WORKSPACE_BYTES + (attention == ATTENTION_CUDNN ? cudnn_attention_workspace_bytes(cfg, B, T) : 0) +
                   global_norm_scratch_floats() * sizeof(float) + 3 * sizeof(int) * (size_t)B * T;
@@ -175,47 +244,113 @@ __global__ void f32_to_bf16_kernel(bf16 *out, const float *in, int64_t n) {
     if (i < n) out[i] = __float2bfloat16_rn(in[i]);
 }
 
-// Allocates everything for micro-batches of up to B x T, with the master
-// weights and moments of shard shard_rank of shard_world ((0, 1): all). A
-// model that does not fit is a usage error: one line saying what it needs.
+// A pointer indexed like the flat buffer whose segment-s range is buf.
+static inline void *segment_view(const ParamLayout *pl, void *buf, int s, size_t elem_bytes) {
+    int64_t lo, hi;
+    param_segment_range(pl, s, &lo, &hi);
+    return (char *)buf - (size_t)lo * elem_bytes;
+}
+
+// Allocates the segment buffers of a state of elem_bytes elements and binds
+// the embeddings' and ln_f's views to theirs (the layers' are bound to slots
+// by the distributed layer).
+static void segment_buffers_init(SegmentBuffers *sb, void **views, const ParamLayout *pl, int num_slots,
+                                 size_t elem_bytes) {
+    int last = param_num_segments(pl) - 1;
+    int64_t lo, hi;
+    param_segment_range(pl, last, &lo, &hi);
+    sb->num_slots = segment_num_slots(pl, num_slots);
+    sb->embed = cudaMallocCheck((size_t)pl->layer_begin0 * elem_bytes);
+    sb->lnf = cudaMallocCheck((size_t)(hi - lo) * elem_bytes);
+    for (int k = 0; k < sb->num_slots; k++) sb->slot[k] = cudaMallocCheck((size_t)pl->layer_stride * elem_bytes);
+    views[0] = segment_view(pl, sb->embed, 0, elem_bytes);
+    views[last] = segment_view(pl, sb->lnf, last, elem_bytes);
+}
+
+static void segment_buffers_free(SegmentBuffers *sb) {
+    if (!sb->embed) return;
+    CUDA_CHECK(cudaFree(sb->embed));
+    CUDA_CHECK(cudaFree(sb->lnf));
+    for (int k = 0; k < sb->num_slots; k++) CUDA_CHECK(cudaFree(sb->slot[k]));
+    memset(sb, 0, sizeof(*sb));
+}
+
+// Zeroes the gradients of segment s where its view points now (queued).
+static void gpu_gpt_zero_segment_grads(GPTGPU *m, int s) {
+    int64_t lo, hi;
+    param_segment_range(&m->layout, s, &lo, &hi);
+    CUDA_CHECK(cudaMemsetAsync(m->grad_view[s] + lo, 0, sizeof(float) * (size_t)(hi - lo), m->stream));
+}
+
+// Zeroes the gradients the backward accumulates into: the whole buffer, or at
+// stage 2+ the embeddings' and ln_f's segment buffers (a layer's slot is
+// zeroed when the distributed layer binds the layer to it).
+static void gpu_gpt_zero_grad(GPTGPU *m) {
+    if (m->grads) {
+        CUDA_CHECK(cudaMemsetAsync(m->grads, 0, sizeof(float) * (size_t)m->layout.num_elements, m->stream));
+        return;
+    }
+    gpu_gpt_zero_segment_grads(m, 0);
+    gpu_gpt_zero_segment_grads(m, param_num_segments(&m->layout) - 1);
+}
+
+// Allocates everything for micro-batches of up to B x T at the given sharding.
+// A model that does not fit is a usage error: one line saying what it needs.
 static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, int B, int T, int recompute, AttentionKind attention,
-                         int shard_rank, int shard_world) {
+                         GPUSharding sh) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     m->B = B;
     m->T = T;
     m->recompute = recompute;
     m->attention = attention;
+    m->sharding = sh;
     int hs = cfg->channels / cfg->num_heads;
     if (attention == ATTENTION_FLASH && !flash_supports_head_size(hs))
         die_usage("--attention flash: head size %d (n-embd / n-head) is not 32 or 64", hs);
     if (attention == ATTENTION_CUDNN && !cudnn_attention_available())
         die_usage("--attention cudnn: this build has no cuDNN (set CUDNN_HOME and rebuild)");
-    m->mem = gpu_gpt_memory(cfg, B, T, recompute, attention, shard_rank, shard_world);
+    m->mem = gpu_gpt_memory(cfg, B, T, recompute, attention, sh);
     size_t need = gpu_memory_total(&m->mem), have = cuda_free_bytes();
     if (need > have)
         die_usage("model (L=%d C=%d) at batch %d x %d needs %.2f GB on the GPU but %.2f GB are free "
                   "(params %.2f, grads %.2f, optimizer %.2f, activations %.2f, workspace %.2f GB); "
-                  "try a smaller --batch-size, --recompute 2, or --zero 1 over more GPUs",
+                  "try a smaller --batch-size, --recompute 2, or a higher --zero stage over more GPUs",
                   cfg->num_layers, cfg->channels, B, T, need / 1e9, have / 1e9, m->mem.params / 1e9,
                   m->mem.grads / 1e9, m->mem.optimizer / 1e9, m->mem.activations / 1e9, m->mem.workspace / 1e9);
     param_layout_init(&m->layout, cfg);
-    shard_map_init(&m->shard, m->layout.num_elements, shard_rank, shard_world);
+    shard_map_init(&m->shard, m->layout.num_elements, sh.rank, sh.world);
     size_t P = (size_t)m->layout.num_elements, S = (size_t)m->shard.shard;
+    int nseg = param_num_segments(&m->layout);
     CUDA_CHECK(cudaStreamCreate(&m->stream));
     matmul_init(&m->mm);
     cudnn_attention_init(&m->cudnn, cfg, B, T, attention == ATTENTION_CUDNN);
     encoder_index_init(&m->index, B * T, cfg->vocab_size);
     adamw_plan_init(&m->adamw, &m->layout, m->shard.begin, m->shard.end);
     m->params = (float *)cudaMallocCheck(S * sizeof(float));
-    m->params_bf16 = (bf16 *)cudaMallocCheck(P * sizeof(bf16));
-    m->grads = (float *)cudaMallocCheck(P * sizeof(float));
     m->adam_m = (float *)cudaMallocCheck(S * sizeof(float));
     m->adam_v = (float *)cudaMallocCheck(S * sizeof(float));
-    m->norm_scratch = (float *)cudaMallocCheck(global_norm_scratch_floats() * sizeof(float));
-    CUDA_CHECK(cudaMemset(m->grads, 0, P * sizeof(float)));
     CUDA_CHECK(cudaMemset(m->adam_m, 0, S * sizeof(float)));
     CUDA_CHECK(cudaMemset(m->adam_v, 0, S * sizeof(float)));
+    m->param_view = (bf16 **)callocCheck((size_t)nseg, sizeof(bf16 *));
+    m->grad_view = (float **)callocCheck((size_t)nseg, sizeof(float *));
+    if (sh.stage >= 3) {
+        m->params_bf16_shard = (bf16 *)cudaMallocCheck(S * sizeof(bf16));
+        CUDA_CHECK(cudaMemset(m->params_bf16_shard, 0, S * sizeof(bf16)));  // the shard's padding stays zero
+        segment_buffers_init(&m->param_segments, (void **)m->param_view, &m->layout, GPU_PARAM_SLOTS, sizeof(bf16));
+    } else {
+        m->params_bf16 = (bf16 *)cudaMallocCheck(P * sizeof(bf16));
+        for (int s = 0; s < nseg; s++) m->param_view[s] = m->params_bf16;
+    }
+    if (sh.stage >= 2) {
+        m->grad_shard = (float *)cudaMallocCheck(S * sizeof(float));
+        CUDA_CHECK(cudaMemset(m->grad_shard, 0, S * sizeof(float)));
+        segment_buffers_init(&m->grad_segments, (void **)m->grad_view, &m->layout, GPU_GRAD_SLOTS, sizeof(float));
+    } else {
+        m->grads = (float *)cudaMallocCheck(P * sizeof(float));
+        for (int s = 0; s < nseg; s++) m->grad_view[s] = m->grads;
+    }
+    m->norm_scratch = (float *)cudaMallocCheck(global_norm_scratch_floats() * sizeof(float));
     GPUActivations *a = &m->acts;
     size_t L = cfg->num_layers;
     bf16 ***bslots[] = {&a->ln1, &a->qkv, &a->atty, &a->residual2, &a->ln2, &a->fch, &a->fch_gelu, &a->residual3};
@@ -226,6 +361,7 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, int B, int T, int reco
     a->memory = (char *)cudaMallocCheck(a->bytes);
     gpu_activations_layout(a, cfg, B, T, recompute, a->memory);
     m->h_losses = (float *)mallocCheck(sizeof(float) * (size_t)B * T);
+    gpu_gpt_zero_grad(m);
 }
 
 static void gpu_gpt_free(GPTGPU *m) {
@@ -235,9 +371,13 @@ static void gpu_gpt_free(GPTGPU *m) {
     for (size_t s = 0; s < sizeof(bs) / sizeof(bs[0]); s++) free(bs[s]);
     for (size_t s = 0; s < sizeof(fs) / sizeof(fs[0]); s++) free(fs[s]);
     CUDA_CHECK(cudaFree(a->memory));
-    float *bufs[] = {m->params, m->grads, m->adam_m, m->adam_v, m->norm_scratch};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) CUDA_CHECK(cudaFree(bufs[i]));
-    CUDA_CHECK(cudaFree(m->params_bf16));
+    void *bufs[] = {m->params, m->grads, m->grad_shard, m->adam_m, m->adam_v, m->norm_scratch, m->params_bf16,
+                    m->params_bf16_shard};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) CUDA_CHECK(cudaFree(bufs[i]));  // cudaFree(NULL) is a no-op
+    segment_buffers_free(&m->param_segments);
+    segment_buffers_free(&m->grad_segments);
+    free(m->param_view);
+    free(m->grad_view);
     adamw_plan_free(&m->adamw);
     encoder_index_free(&m->index);
     cudnn_attention_free(&m->cudnn);
@@ -249,28 +389,44 @@ static void gpu_gpt_free(GPTGPU *m) {
 }
 
 // Uploads fp32 weights (host, all num_elements in layout order): the bf16 copy
-// of all of them and the master copy of the shard. The gradient buffer
-// stages the full fp32 weights and is zeroed again.
+// (all of it, or the shard's at stage 3) and the master copy of the shard.
+// The activation memory (unused between passes) stages the upload in chunks.
 static void gpu_gpt_set_params(GPTGPU *m, const float *host) {
     int64_t P = m->layout.num_elements, begin = m->shard.begin, end = m->shard.end;
-    CUDA_CHECK(cudaMemcpy(m->grads, host, sizeof(float) * (size_t)P, cudaMemcpyHostToDevice));
-    f32_to_bf16_kernel<<<ceil_div_int(P, 256), 256, 0, m->stream>>>(m->params_bf16, m->grads, P);
-    CUDA_CHECK_LAUNCH();
-    CUDA_CHECK(cudaMemcpyAsync(m->params, m->grads + begin, sizeof(float) * (size_t)(end - begin),
-                               cudaMemcpyDeviceToDevice, m->stream));
-    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, sizeof(float) * (size_t)P, m->stream));
-    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    int64_t chunk = (int64_t)(m->acts.bytes / sizeof(float));
+    if (chunk > (1 << 24)) chunk = 1 << 24;
+    float *staging = (float *)m->acts.memory;
+    bf16 *bf = gpu_shard_params_bf16(m);
+    int whole_bf16 = m->params_bf16 != NULL;
+    for (int64_t lo = 0; lo < P; lo += chunk) {
+        int64_t hi = lo + chunk < P ? lo + chunk : P;
+        CUDA_CHECK(cudaMemcpyAsync(staging, host + lo, sizeof(float) * (size_t)(hi - lo), cudaMemcpyHostToDevice,
+                                   m->stream));
+        int64_t a = whole_bf16 || lo > begin ? lo : begin, b = whole_bf16 || hi < end ? hi : end;
+        if (b > a) {
+            f32_to_bf16_kernel<<<ceil_div_int(b - a, 256), 256, 0, m->stream>>>(bf + a, staging + (a - lo), b - a);
+            CUDA_CHECK_LAUNCH();
+        }
+        a = lo > begin ? lo : begin;
+        b = hi < end ? hi : end;
+        if (b > a)
+            CUDA_CHECK(cudaMemcpyAsync(m->params + (a - begin), staging + (a - lo), sizeof(float) * (size_t)(b - a),
+                                       cudaMemcpyDeviceToDevice, m->stream));
+        CUDA_CHECK(cudaStreamSynchronize(m->stream));  // before the host chunk and the staging are reused
+    }
+    m->params_version++;
 }
 
 // Downloads the fp32 master weights of the shard into host[shard.begin,
-// shard.end) (host has num_elements; the rest is left as it is), or the
-// gradients into host (num_elements).
+// shard.end) (host has num_elements; the rest is left as it is), or the whole
+// gradients (stages 0 and 1) into host (num_elements).
 static void gpu_gpt_get_params(GPTGPU *m, float *host) {
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     CUDA_CHECK(cudaMemcpy(host + m->shard.begin, m->params, sizeof(float) * (size_t)(m->shard.end - m->shard.begin),
                           cudaMemcpyDeviceToHost));
 }
 static void gpu_gpt_get_grads(GPTGPU *m, float *host) {
+    CHECK(m->grads != NULL, "gpu_gpt_get_grads: the gradients are sharded (ZeRO stage %d)", m->sharding.stage);
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     CUDA_CHECK(cudaMemcpy(host, m->grads, sizeof(float) * (size_t)m->layout.num_elements, cudaMemcpyDeviceToHost));
 }
@@ -314,11 +470,15 @@ static float gpu_gpt_forward(GPTGPU *m, const int *inputs, const int *targets, i
     m->cur_T = T;
     m->trained_batch = 0;
 
+    const GPTHooks *h = &m->hooks;
+    gpt_hooks_params_needed(h, 0, 0);
     gpu_encoder_forward(a->encoded, a->inputs, gpu_param_bf16(m, PK_WTE, -1), gpu_param_bf16(m, PK_WPE, -1), B, T, C, s);
+    gpt_hooks_params_needed(h, 1, 0);
     LayerWeightsBF16 w0 = gpu_layer_weights(m, 0);
     gpu_layernorm_forward(a->ln1[0], a->ln1_mean[0], a->ln1_rstd[0], a->encoded, w0.ln1w, w0.ln1b, N, C, s);
     for (int l = 0; l < L; l++) {
         NVTX_RANGE("layer_forward");
+        gpt_hooks_params_needed(h, l + 1, 0);
         LayerWeightsBF16 w = gpu_layer_weights(m, l);
         const bf16 *residual = l == 0 ? a->encoded : a->residual3[l - 1];
         gpu_matmul_forward(&m->mm, a->qkv[l], NULL, a->ln1[l], w.qkvw, w.qkvb, N, C, 3 * C, s);
@@ -330,6 +490,7 @@ static float gpu_gpt_forward(GPTGPU *m, const int *inputs, const int *targets, i
         gpu_matmul_forward(&m->mm, a->proj, NULL, a->fch_gelu[l], w.fcprojw, w.fcprojb, N, 4 * C, C, s);
         // the next LayerNorm (the next layer's ln_1, or ln_f) fused with this residual add
         int last = l == L - 1;
+        gpt_hooks_params_needed(h, l + 2, 0);
         LayerWeightsBF16 wn = gpu_layer_weights(m, last ? l : l + 1);
         gpu_fused_residual_layernorm(a->residual3[l], last ? a->lnf : a->ln1[l + 1],
                                      last ? a->lnf_mean : a->ln1_mean[l + 1], last ? a->lnf_rstd : a->ln1_rstd[l + 1],
@@ -338,6 +499,7 @@ static float gpu_gpt_forward(GPTGPU *m, const int *inputs, const int *targets, i
     }
     {
         NVTX_RANGE("classifier");
+        gpt_hooks_params_needed(h, 0, 0);
         const bf16 *wte = gpu_param_bf16(m, PK_WTE, -1);
         // logits (N,Vp) over all Vp rows of wte (the padded rows are zero, and excluded below)
         gpu_matmul_forward(&m->mm, a->logits, NULL, a->lnf, wte, NULL, N, C, Vp, s);
@@ -357,7 +519,8 @@ static float gpu_gpt_forward(GPTGPU *m, const int *inputs, const int *targets, i
     return (float)(total / N);
 }
 
-// Backward of the last training forward; accumulates into m->grads (fp32).
+// Backward of the last training forward; accumulates into the gradients (fp32,
+// through grad_view), calling the hooks at every segment.
 static void gpu_gpt_backward(GPTGPU *m) {
     NVTX_RANGE("backward");
     CHECK(m->trained_batch, "gpu_gpt_backward without a training forward (dloss != 0)");
@@ -368,14 +531,18 @@ static void gpu_gpt_backward(GPTGPU *m) {
     cudaStream_t s = m->stream;
     const ParamLayout *pl = &m->layout;
 
+    const GPTHooks *h = &m->hooks;
     CUDA_CHECK(cudaMemsetAsync(a->dres, 0, sizeof(float) * (size_t)N * C, s));
+    gpt_hooks_params_needed(h, L + 1, 1);
     gpu_layernorm_backward(a->dres, a->dres_bf16, gpu_grad(m, PK_LNFW, -1), gpu_grad(m, PK_LNFB, -1), a->scratch,
                            a->dln, a->residual3[L - 1], gpu_param_bf16(m, PK_LNFW, -1), a->lnf_mean, a->lnf_rstd, N,
                            C, s);
+    gpt_hooks_grads_ready(h, L + 1);
     for (int l = L - 1; l >= 0; l--) {
         NVTX_RANGE("layer_backward");
+        gpt_hooks_params_needed(h, l + 1, 1);
         LayerWeightsBF16 w = gpu_layer_weights(m, l);
-        LayerTensors g = layer_tensors(pl, m->grads, l);
+        LayerTensors g = layer_tensors(pl, m->grad_view[l + 1], l);
         const bf16 *residual = l == 0 ? a->encoded : a->residual3[l - 1];
         // dres: gradient w.r.t. residual3 = residual2 + mlp(ln2(residual2))
         if (m->recompute >= 1) gpu_gelu_forward(a->fch_gelu[l], a->fch[l], (int64_t)N * 4 * C, s);
@@ -398,19 +565,18 @@ static void gpu_gpt_backward(GPTGPU *m) {
                                   C, 3 * C, s);
         gpu_layernorm_backward(a->dres, a->dres_bf16, g.ln1w, g.ln1b, a->scratch, a->dln, residual, w.ln1w,
                                a->ln1_mean[l], a->ln1_rstd[l], N, C, s);
+        gpt_hooks_grads_ready(h, l + 1);
     }
+    gpt_hooks_params_needed(h, 0, 1);
     gpu_encoder_backward(gpu_grad(m, PK_WTE, -1), gpu_grad(m, PK_WPE, -1), a->dres, &m->index, B, T, C, s);
+    gpt_hooks_grads_ready(h, 0);
     m->trained_batch = 0;
-}
-
-static void gpu_gpt_zero_grad(GPTGPU *m) {
-    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, sizeof(float) * (size_t)m->layout.num_elements, m->stream));
 }
 
 // The sum of squares of the gradients of the shard (deterministic).
 static double gpu_gpt_grad_sumsq(GPTGPU *m) {
     NVTX_RANGE("grad_norm");
-    gpu_sum_of_squares(m->norm_scratch, m->grads + m->shard.begin, m->shard.end - m->shard.begin, m->stream);
+    gpu_sum_of_squares(m->norm_scratch, gpu_shard_grads(m) + m->shard.begin, m->shard.end - m->shard.begin, m->stream);
     return global_norm_result(m->norm_scratch, m->stream);
 }
 
@@ -421,10 +587,11 @@ static float gpu_gpt_grad_norm(GPTGPU *m) { return (float)sqrt(gpu_gpt_grad_sums
 // seed makes the stochastic rounding of this step.
 static void gpu_gpt_update(GPTGPU *m, const AdamWConfig *cfg, float grad_scale, uint64_t seed) {
     NVTX_RANGE("adamw");
+    m->params_version++;
     if (m->adamw.num_chunks == 0) return;  // a shard of padding only
     // adamw.cuh indexes the master weights like the flat buffer, the moments from the shard's start
-    gpu_adamw_update(&m->adamw, m->params - m->shard.begin, m->params_bf16, m->grads, m->adam_m, m->adam_v, cfg,
-                     grad_scale, seed, m->stream);
+    gpu_adamw_update(&m->adamw, m->params - m->shard.begin, gpu_shard_params_bf16(m), gpu_shard_grads(m), m->adam_m,
+                     m->adam_v, cfg, grad_scale, seed, m->stream);
 }
 
 // Copies rows [row0, row0 + rows) of the last logits-only forward to host

@@ -181,6 +181,47 @@ static inline int64_t layer_offset(const ParamLayout *pl, int layer) {
     return pl->layer_begin0 + (int64_t)layer * pl->layer_stride;
 }
 
+// ---------------------------------------------------------------------------
+// segments: the unit of ZeRO-3 gathering and of overlapped gradient reduction.
+// Segment 0 = embeddings (wte, wpe), 1..L = transformer layers 0..L-1,
+// L+1 = ln_f; each is one contiguous range of the flat buffer.
+
+static inline int param_num_segments(const ParamLayout *pl) { return pl->cfg.num_layers + 2; }
+
+static inline void param_segment_range(const ParamLayout *pl, int s, int64_t *lo, int64_t *hi) {
+    int L = pl->cfg.num_layers;
+    *lo = s == 0 ? 0 : layer_offset(pl, s - 1);
+    *hi = s == 0 ? pl->layer_begin0 : s <= L ? layer_offset(pl, s) : pl->num_elements;
+}
+
+// The segment holding a tensor of kind k (layer as for param_tensor).
+static inline int param_segment_of(const ParamLayout *pl, ParamKind k, int layer) {
+    if (k < PER_LAYER_KINDS) return layer + 1;
+    return k == PK_LNFW || k == PK_LNFB ? pl->cfg.num_layers + 1 : 0;
+}
+
+// Hooks let a distributed layer (ZeRO, overlapped gradient reduction) act at
+// segment boundaries without the model code knowing about communication. Both
+// models (gpt_cpu.h, gpt_gpu.cuh) call them.
+typedef struct {
+    void *ctx;
+    // called before work that reads a segment's parameters is done (CPU) or
+    // queued (GPU) -- forward: embeddings, layers in order, ln_f; backward:
+    // ln_f, layers in reverse, embeddings -- and, in the backward, before the
+    // segment's gradients are written.
+    void (*params_needed)(void *ctx, int segment, int backward);
+    // called when a segment's gradients for this micro-batch are complete
+    // (GPU: queued on the model's stream).
+    void (*grads_ready)(void *ctx, int segment);
+} GPTHooks;
+
+static inline void gpt_hooks_params_needed(const GPTHooks *h, int segment, int backward) {
+    if (h->params_needed) h->params_needed(h->ctx, segment, backward);
+}
+static inline void gpt_hooks_grads_ready(const GPTHooks *h, int segment) {
+    if (h->grads_ready) h->grads_ready(h->ctx, segment);
+}
+
 // Pointers to one layer's tensors inside a flat buffer (parameters or gradients).
 typedef struct {
     float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;

@@ -73,14 +73,7 @@ typedef struct {
 } Zero;
 
 // ---------------------------------------------------------------------------
-// flat ranges
-
-static inline void zero_segment_range(const Zero *z, int s, int64_t *lo, int64_t *hi) {
-    const ParamLayout *pl = &z->model->layout;
-    int L = pl->cfg.num_layers;
-    *lo = s == 0 ? 0 : layer_offset(pl, s - 1);
-    *hi = s == 0 ? pl->layer_begin0 : s <= L ? layer_offset(pl, s) : pl->num_elements;
-}
+// mapped buffers
 
 static inline float *zero_map(size_t bytes) {
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -182,7 +175,7 @@ static void zero_grads_ready(void *ctx, int segment) {
     if (!z->reduce_now) return;
     zero_inject_fault(z);
     int64_t lo, hi;
-    zero_segment_range(z, segment, &lo, &hi);
+    param_segment_range(&z->model->layout, segment, &lo, &hi);
     if (z->pending_hi == z->pending_lo) z->pending_hi = hi;
     CHECK(hi == z->pending_hi || z->pending_lo == hi, "segment %d is ready out of order", segment);
     z->pending_lo = lo;
@@ -202,7 +195,7 @@ static void zero_grads_ready(void *ctx, int segment) {
 
 static inline CommRequest zero_gather_start(Zero *z, int s) {
     int64_t lo, hi, plo, phi;
-    zero_segment_range(z, s, &lo, &hi);
+    param_segment_range(&z->model->layout, s, &lo, &hi);
     shard_piece(&z->map, lo, hi, &plo, &phi);
     shard_counts(&z->map, lo, hi, z->counts);
     const float *mine = z->param_shard + (phi > plo ? plo - z->map.begin : 0);
@@ -240,7 +233,7 @@ static inline void zero_prefetch(Zero *z, int s) {
 static inline void zero_release_segment(Zero *z, int s) {
     if (!z->resident[s]) return;
     int64_t lo, hi;
-    zero_segment_range(z, s, &lo, &hi);
+    param_segment_range(&z->model->layout, s, &lo, &hi);
     zero_release(z->model->params, lo, hi);
     z->resident[s] = 0;
 }
@@ -273,7 +266,7 @@ static inline void zero_init(Zero *z, GPT *model, Comm *comm, int stage, double 
     int64_t n = model->layout.num_elements;
     shard_map_init(&z->map, n, z->dp->rank, z->dp->size);
     z->bucket_elems = zero_bucket_elems(bucket_mb);
-    z->num_segments = model->cfg.num_layers + 2;
+    z->num_segments = param_num_segments(&model->layout);
     z->counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)z->dp->size);
     int64_t state = stage >= 1 ? z->map.shard : n;
     z->m = (float *)callocCheck((size_t)state, sizeof(float));

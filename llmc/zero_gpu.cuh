@@ -1,19 +1,36 @@
-// zero_gpu.cuh: data parallelism with ZeRO-0 or ZeRO-1 for the GPU trainer
+// zero_gpu.cuh: data parallelism with ZeRO 0-3 for the GPU trainer
 // (gpt_gpu.cuh), over a device data group (comm_nccl.cuh or comm_staged.cuh)
-// and its host group (comm.h: scalars and the final weights).
+// and its host group (comm.h: scalars and the final weights). Like zero_cpu.h
+// for the CPU trainer, it acts only through the model's GPTHooks; the model
+// holds the buffers of its sharding (gpt_gpu.cuh's GPUSharding).
 //
-//   --zero 0: after the last micro-step's backward the fp32 gradients are
-//             all-reduced in buckets of --bucket-mb; every rank holds the full
-//             master weights and AdamW state and updates all of them.
-//   --zero 1: the gradients are reduce-scattered in place in buckets, so each
-//             rank holds the sum of its shard (shard.h) at its place in the
-//             full buffer; the model holds master weights and AdamW moments of
-//             that shard only (gpu_gpt_init's shard), updates them, and the
-//             updated bf16 weights are all-gathered in buckets.
+//   --zero 0: the fp32 gradients are all-reduced in place; every rank holds
+//             everything and updates all of it.
+//   --zero 1: the gradients are reduce-scattered in place (each rank's sum
+//             lands at its place in the whole buffer); the model holds master
+//             weights and AdamW moments of its shard only, updates them, and
+//             the updated bf16 weights are all-gathered in buckets.
+//   --zero 2: as 1, but every micro-step's gradients are reduce-scattered,
+//             from the slot the backward wrote a layer's gradients into, into
+//             the rank's gradient shard; a slot is reused by the layer after
+//             next once the reduction out of it is done. Accumulation over
+//             micro-steps: before a reduction the rank adds its shard so far
+//             into its own piece of the slot, so the reduce-scatter's result
+//             is the running sum.
+//   --zero 3: as 2, and the bf16 weights are sharded too: a layer's weights
+//             are all-gathered into a slot before its forward or backward
+//             (GPTHooks.params_needed) and the next layer's gather runs while
+//             this one computes; the embeddings' and ln_f's are gathered once
+//             per weight update into buffers of their own.
+// Overlap: a segment's reduction starts in GPTHooks.grads_ready, as soon as
+// its backward is queued, and runs on the backend's stream (NCCL) while the
+// backward goes on; each segment is cut into buckets of --bucket-mb. Stages 0
+// and 1 reduce on the last micro-step only (the micro-steps before accumulate
+// in place). The compute stream waits for a reduction or a gather on the
+// device (comm_stream_wait) only where it reuses or reads that buffer; the
+// staged MPI backend completes them on the host instead (no overlap).
 // The gradients are the mean over the whole global batch already (the loss
 // scale counts every rank's tokens), so the reductions are plain sums.
-// No overlap with the backward: gpt_gpu.cuh has no per-layer hook, so every
-// bucket starts once the backward is done (all of them in flight at once).
 #ifndef LLMC_ZERO_GPU_CUH
 #define LLMC_ZERO_GPU_CUH
 
@@ -24,81 +41,225 @@
 #include "shard.h"
 
 typedef struct {
+    int segment;      // whose gradients it reduces
+    CommRequest req;
+} ZeroGPUReduction;
+
+typedef struct {
     GPTGPU *model;
     CommGroup *dp;        // device data group
     CommGroup *host_dp;   // the same ranks on host buffers
     int stage;
-    ShardMap map;         // this rank's shard of the flat buffer (the model holds it at stage 1)
+    ShardMap map;         // this rank's shard of the flat buffer (the model's, at stage >= 1)
     int64_t bucket_elems;
-    int64_t num_buckets;
-    CommRequest *reqs;    // one per bucket
+    int num_segments;
+    int reduce_now;       // this micro-step's gradients are reduced
+    int accumulate;       // stage 2+: the gradient shard already holds earlier micro-steps' sums
+    ZeroGPUReduction *inflight;  // reductions started since the last zero_gpu_complete
+    int num_inflight, cap_inflight;
+    int grad_slot_segment[GPU_GRAD_SLOTS];    // stage 2+: the segment whose gradients each slot holds (-1: none)
+    int param_slot_segment[GPU_PARAM_SLOTS];  // stage 3: the segment whose weights each slot holds (-1: none)
+    CommRequest *gather;  // stage 3: (num_segments) each segment's last all-gather
+    uint64_t *gathered;   // stage 3: (num_segments) model->params_version + 1 of the weights there; 0: none
     size_t *counts;       // scratch: dp->size counts
 } ZeroGPU;
 
-// The model's shard for gpu_gpt_init: this rank's at stage 1, all of it at stage 0.
-static inline int zero_gpu_shard_rank(int stage, const CommGroup *dp) { return stage >= 1 ? dp->rank : 0; }
-static inline int zero_gpu_shard_world(int stage, const CommGroup *dp) { return stage >= 1 ? dp->size : 1; }
+static inline int zero_gpu_is_layer(const ZeroGPU *z, int s) { return s >= 1 && s <= z->num_segments - 2; }
 
+// The slot a layer segment uses among n.
+static inline int zero_gpu_slot(int s, int n) { return (s - 1) % n; }
+
+// The memory this rank holds (shard.h's formula): bf16 weights, fp32
+// gradients, fp32 master weights + AdamW m, v; the model's segment buffers
+// and slots (stages 2 and 3) come on top (model->mem.segment_buffers).
+static inline ZeroMemory zero_gpu_memory(const ZeroGPU *z) {
+    return zero_memory(z->stage, &z->map, sizeof(bf16), sizeof(float), 3 * sizeof(float));
+}
+
+// Completes every reduction started so far (host wait).
+static inline void zero_gpu_complete(ZeroGPU *z) {
+    for (int i = 0; i < z->num_inflight; i++) comm_wait(&z->inflight[i].req);
+    z->num_inflight = 0;
+}
+
+static inline void zero_gpu_track(ZeroGPU *z, int segment, CommRequest req) {
+    if (z->num_inflight == z->cap_inflight) {
+        z->cap_inflight = z->cap_inflight ? 2 * z->cap_inflight : 64;
+        z->inflight = (ZeroGPUReduction *)realloc(z->inflight, sizeof(ZeroGPUReduction) * (size_t)z->cap_inflight);
+        CHECK(z->inflight != NULL, "out of memory");
+    }
+    z->inflight[z->num_inflight].segment = segment;
+    z->inflight[z->num_inflight].req = req;
+    z->num_inflight++;
+}
+
+__global__ void zero_add_kernel(float *dst, const float *src, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] += src[i];
+}
+
+// ---------------------------------------------------------------------------
+// gradients
+
+// Starts the reduction of segment s's gradients, bucket by bucket.
+static void zero_gpu_grads_ready(void *ctx, int s) {
+    ZeroGPU *z = (ZeroGPU *)ctx;
+    if (!z->reduce_now) return;
+    GPTGPU *m = z->model;
+    float *g = m->grad_view[s];  // indexed like the flat buffer
+    float *shard = m->grad_shard ? gpu_shard_grads(m) : NULL;
+    int64_t lo0, hi0;
+    param_segment_range(&m->layout, s, &lo0, &hi0);
+    for (int64_t lo = lo0; lo < hi0; lo += z->bucket_elems) {
+        int64_t hi = shard_clip(lo + z->bucket_elems, hi0), plo, phi;
+        CommRequest r;
+        if (z->stage == 0) {
+            r = comm_all_reduce_start(z->dp, g + lo, (size_t)(hi - lo), COMM_F32);
+        } else {
+            shard_piece(&z->map, lo, hi, &plo, &phi);
+            shard_counts(&z->map, lo, hi, z->counts);
+            float *recv = g + plo;  // stage 1: in place, the piece stays at its place in the whole buffer
+            if (z->stage >= 2) {
+                recv = phi > plo ? shard + plo : m->grad_shard;
+                if (z->accumulate && phi > plo) {
+                    zero_add_kernel<<<ceil_div_int(phi - plo, 256), 256, 0, m->stream>>>(g + plo, shard + plo,
+                                                                                          phi - plo);
+                    CUDA_CHECK_LAUNCH();
+                }
+            }
+            r = comm_reduce_scatter_start(z->dp, g + lo, recv, z->counts, COMM_F32);
+        }
+        zero_gpu_track(z, s, r);
+    }
+}
+
+// Stage 2+: before layer segment s's backward writes its gradients: its slot,
+// once the reductions out of it are done, zeroed.
+static void zero_gpu_bind_grad_slot(ZeroGPU *z, int s) {
+    GPTGPU *m = z->model;
+    int k = zero_gpu_slot(s, m->grad_segments.num_slots), old = z->grad_slot_segment[k];
+    if (old >= 0) {
+        for (int i = 0; i < z->num_inflight; i++)
+            if (z->inflight[i].segment == old) comm_stream_wait(&z->inflight[i].req, m->stream);
+        m->grad_view[old] = NULL;
+    }
+    z->grad_slot_segment[k] = s;
+    m->grad_view[s] = (float *)segment_view(&m->layout, m->grad_segments.slot[k], s, sizeof(float));
+    gpu_gpt_zero_segment_grads(m, s);
+}
+
+// ---------------------------------------------------------------------------
+// stage 3: weights by segment
+
+// Starts gathering segment s's bf16 weights into its buffer or slot.
+static void zero_gpu_gather_start(ZeroGPU *z, int s) {
+    GPTGPU *m = z->model;
+    comm_wait(&z->gather[s]);  // an earlier gather of s (long done)
+    if (zero_gpu_is_layer(z, s)) {
+        int k = zero_gpu_slot(s, m->param_segments.num_slots), old = z->param_slot_segment[k];
+        if (old >= 0 && old != s) {
+            comm_wait(&z->gather[old]);
+            z->gathered[old] = 0;
+            m->param_view[old] = NULL;
+        }
+        z->param_slot_segment[k] = s;
+        m->param_view[s] = (bf16 *)segment_view(&m->layout, m->param_segments.slot[k], s, sizeof(bf16));
+    }
+    int64_t lo, hi, plo, phi;
+    param_segment_range(&m->layout, s, &lo, &hi);
+    shard_piece(&z->map, lo, hi, &plo, &phi);
+    shard_counts(&z->map, lo, hi, z->counts);
+    const bf16 *mine = phi > plo ? gpu_shard_params_bf16(m) + plo : m->params_bf16_shard;
+    z->gather[s] = comm_all_gather_start(z->dp, mine, m->param_view[s] + lo, z->counts, COMM_BF16);
+    z->gathered[s] = m->params_version + 1;
+}
+
+static inline int zero_gpu_current(const ZeroGPU *z, int s) { return z->gathered[s] == z->model->params_version + 1; }
+
+// Before work reading segment s's weights is queued (gathered now unless a
+// prefetch did), then the next layer of the pass is gathered ahead; and in
+// the backward at stage 2+, a gradient slot for the layer.
+static void zero_gpu_params_needed(void *ctx, int s, int backward) {
+    ZeroGPU *z = (ZeroGPU *)ctx;
+    GPTGPU *m = z->model;
+    if (z->stage >= 3) {
+        if (!zero_gpu_current(z, s)) zero_gpu_gather_start(z, s);
+        comm_stream_wait(&z->gather[s], m->stream);
+        int next = backward ? s - 1 : s + 1;
+        if (zero_gpu_is_layer(z, next) && !zero_gpu_current(z, next)) zero_gpu_gather_start(z, next);
+    }
+    if (z->stage >= 2 && backward && zero_gpu_is_layer(z, s)) zero_gpu_bind_grad_slot(z, s);
+}
+
+// ---------------------------------------------------------------------------
+// public API
+
+// Takes over the model's hooks. The model was made with gpu_sharding(stage,
+// dp->rank, dp->size). bucket_mb: the size of one gradient reduction.
 static inline void zero_gpu_init(ZeroGPU *z, GPTGPU *model, CommGroup *dp, CommGroup *host_dp, int stage,
                                  double bucket_mb) {
     memset(z, 0, sizeof(*z));
-    CHECK(stage == 0 || stage == 1, "ZeRO stage %d on the GPU", stage);
+    CHECK(stage >= 0 && stage <= 3, "ZeRO stage %d", stage);
+    CHECK(model->sharding.stage == stage && model->sharding.world == (stage >= 1 ? dp->size : 1),
+          "the model is sharded for ZeRO-%d over %d ranks, not ZeRO-%d over %d", model->sharding.stage,
+          model->sharding.world, stage, dp->size);
     z->model = model;
     z->dp = dp;
     z->host_dp = host_dp;
     z->stage = stage;
     shard_map_init(&z->map, model->layout.num_elements, dp->rank, dp->size);
     z->bucket_elems = zero_bucket_elems(bucket_mb);
-    z->num_buckets = ceil_div_i64(z->map.num_elements, z->bucket_elems);
-    z->reqs = (CommRequest *)mallocCheck(sizeof(CommRequest) * (size_t)z->num_buckets);
+    z->num_segments = param_num_segments(&model->layout);
     z->counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)dp->size);
+    for (int k = 0; k < GPU_GRAD_SLOTS; k++) z->grad_slot_segment[k] = -1;
+    for (int k = 0; k < GPU_PARAM_SLOTS; k++) z->param_slot_segment[k] = -1;
+    z->gather = (CommRequest *)callocCheck((size_t)z->num_segments, sizeof(CommRequest));
+    z->gathered = (uint64_t *)callocCheck((size_t)z->num_segments, sizeof(uint64_t));
+    model->hooks.ctx = z;
+    model->hooks.grads_ready = zero_gpu_grads_ready;
+    model->hooks.params_needed = stage >= 2 ? zero_gpu_params_needed : NULL;
 }
 
-// The memory this rank holds (shard.h's formula): bf16 weights, fp32
-// gradients, fp32 master weights + AdamW m, v.
-static inline ZeroMemory zero_gpu_memory(const ZeroGPU *z) {
-    return zero_memory(z->stage, &z->map, sizeof(bf16), sizeof(float), 3 * sizeof(float));
+// Before the first micro-step of an optimizer step.
+static inline void zero_gpu_begin_step(ZeroGPU *z) {
+    if (z->stage <= 1) gpu_gpt_zero_grad(z->model);  // stage 2+: per micro-step, in zero_gpu_begin_micro
 }
 
-static inline void zero_gpu_bucket(const ZeroGPU *z, int64_t b, int64_t *lo, int64_t *hi) {
-    *lo = b * z->bucket_elems;
-    *hi = shard_clip(*lo + z->bucket_elems, z->map.num_elements);
+// Before each micro-step's forward: finishes the last micro-step's reductions
+// (the forward adds the classifier's gradient to wte's, which may still be in
+// flight) and says whether this one's gradients are reduced.
+static inline void zero_gpu_begin_micro(ZeroGPU *z, int micro, int accum) {
+    zero_gpu_complete(z);
+    z->reduce_now = z->stage >= 2 || micro == accum - 1;
+    z->accumulate = z->stage >= 2 && micro > 0;
+    if (z->stage >= 2) gpu_gpt_zero_grad(z->model);  // the embeddings' and ln_f's buffers
 }
 
-// After the last micro-step's backward: reduces the gradients (stage 0: all of
-// them; stage 1: this rank's shard) and returns the global gradient norm.
-static inline float zero_gpu_reduce_grads(ZeroGPU *z) {
+// After the last micro-step's backward: completes the reductions and returns
+// the global gradient norm (of the mean gradient, over all ranks).
+static inline float zero_gpu_finish_grads(ZeroGPU *z) {
     NVTX_RANGE("reduce_grads");
-    float *g = z->model->grads;
-    for (int64_t b = 0; b < z->num_buckets; b++) {
-        int64_t lo, hi, plo, phi;
-        zero_gpu_bucket(z, b, &lo, &hi);
-        if (z->stage == 0) {
-            z->reqs[b] = comm_all_reduce_start(z->dp, g + lo, (size_t)(hi - lo), COMM_F32);
-        } else {
-            shard_piece(&z->map, lo, hi, &plo, &phi);
-            shard_counts(&z->map, lo, hi, z->counts);
-            z->reqs[b] = comm_reduce_scatter_start(z->dp, g + lo, g + plo, z->counts, COMM_F32);
-        }
-    }
-    comm_wait_all(z->reqs, (int)z->num_buckets);
+    zero_gpu_complete(z);
     double ss = gpu_gpt_grad_sumsq(z->model);  // the model's shard: all at stage 0
-    if (z->stage == 1) comm_all_reduce(z->host_dp, &ss, 1, COMM_F64);
+    if (z->stage >= 1) comm_all_reduce(z->host_dp, &ss, 1, COMM_F64);
     return (float)sqrt(ss);
 }
 
-// After the AdamW step on the shard: every rank gets every updated bf16 weight.
+// After the AdamW step on the shard: every rank gets every updated bf16
+// weight (stages 1 and 2; stage 3 gathers segments when they are next needed).
 static inline void zero_gpu_gather_weights(ZeroGPU *z) {
-    if (z->stage == 0) return;
+    if (z->stage == 0 || z->stage == 3) return;
     NVTX_RANGE("gather_weights");
     bf16 *w = z->model->params_bf16;
-    for (int64_t b = 0; b < z->num_buckets; b++) {
-        int64_t lo, hi;
-        zero_gpu_bucket(z, b, &lo, &hi);
+    int64_t n = z->map.num_elements, chunks = ceil_div_i64(n, z->bucket_elems);
+    CommRequest *reqs = (CommRequest *)mallocCheck(sizeof(CommRequest) * (size_t)chunks);
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t lo = c * z->bucket_elems, hi = shard_clip(lo + z->bucket_elems, n);
         shard_counts(&z->map, lo, hi, z->counts);
-        z->reqs[b] = comm_all_gather_start(z->dp, NULL, w + lo, z->counts, COMM_BF16);
+        reqs[c] = comm_all_gather_start(z->dp, NULL, w + lo, z->counts, COMM_BF16);
     }
-    comm_wait_all(z->reqs, (int)z->num_buckets);
+    comm_wait_all(reqs, (int)chunks);
+    free(reqs);
 }
 
 // The full fp32 master weights into host (num_elements) on every rank (collective).
@@ -111,7 +272,12 @@ static inline void zero_gpu_get_params(ZeroGPU *z, float *host) {
 }
 
 static inline void zero_gpu_free(ZeroGPU *z) {
-    free(z->reqs);
+    zero_gpu_complete(z);
+    for (int s = 0; s < z->num_segments; s++) comm_wait(&z->gather[s]);
+    memset(&z->model->hooks, 0, sizeof(z->model->hooks));
+    free(z->inflight);
+    free(z->gather);
+    free(z->gathered);
     free(z->counts);
     memset(z, 0, sizeof(*z));
 }
