@@ -7,7 +7,8 @@
 // fp32; dbias (fp32, +=) as a deterministic two-stage column sum.
 // Row-major (N,K) is column-major (K,N): every call below is written in
 // cuBLASLt's column-major terms. Plans (descriptors + the heuristic's algorithm)
-// are cached by shape, so the steady state does no descriptor work.
+// are cached by shape and operand alignment, so the steady state does no
+// descriptor work.
 #ifndef LLMC_MATMUL_CUH
 #define LLMC_MATMUL_CUH
 
@@ -23,6 +24,7 @@
 
 typedef struct {
     int transa, transb, m, n, k, lda, ldb, ldd, epilogue, accumulate;
+    int align_a, align_b, align_d;  // bytes (<= 256) each operand's address is a multiple of
     cudaDataType_t dtype;
 } MatmulKey;
 
@@ -59,9 +61,19 @@ static inline void matmul_free(MatmulContext *mc) {
     memset(mc, 0, sizeof(*mc));
 }
 
-// The plan for a key: found in the cache, or built (descriptors + heuristic).
-// bias/aux pointers are set per call; the heuristic sees representative ones
-// (every buffer of the model is at least 128-byte aligned).
+// The largest power of two up to 256 that divides a pointer. cuBLASLt's
+// heuristic assumes 256-byte aligned operands unless told otherwise, and bf16
+// weights are only 128-byte aligned (model.h's PARAM_ALIGN) when C is not a
+// multiple of 128.
+static inline int matmul_ptr_alignment(const void *p) {
+    uintptr_t u = (uintptr_t)p;
+    int a = 256;
+    while (a > 1 && u % (uintptr_t)a != 0) a /= 2;
+    return a;
+}
+
+// The plan for a key: found in the cache, or built (descriptors + heuristic,
+// told the operands' alignment). bias/aux pointers are set per call.
 static MatmulPlan *matmul_plan(MatmulContext *mc, const MatmulKey *key, const void *bias, const void *aux) {
     for (int i = 0; i < mc->num_plans; i++)
         if (memcmp(&mc->plans[i].key, key, sizeof(*key)) == 0) return &mc->plans[i];
@@ -91,6 +103,11 @@ static MatmulPlan *matmul_plan(MatmulContext *mc, const MatmulKey *key, const vo
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = MATMUL_WORKSPACE_BYTES;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    uint32_t al_a = (uint32_t)key->align_a, al_b = (uint32_t)key->align_b, al_d = (uint32_t)key->align_d;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(mc->handle, p->desc, p->a, p->b, p->d, p->d, pref, 1, &result, &found));
@@ -111,6 +128,7 @@ static void matmul_lt(MatmulContext *mc, void *d, cudaDataType_t dtype, const bf
     memset(&key, 0, sizeof(key));  // the key is compared bytewise
     key.transa = transa; key.transb = transb; key.m = m; key.n = n; key.k = k;
     key.lda = lda; key.ldb = ldb; key.ldd = ldd; key.epilogue = (int)epilogue; key.accumulate = accumulate;
+    key.align_a = matmul_ptr_alignment(a); key.align_b = matmul_ptr_alignment(b); key.align_d = matmul_ptr_alignment(d);
     key.dtype = dtype;
     MatmulPlan *p = matmul_plan(mc, &key, bias, aux);
     if (bias) CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));

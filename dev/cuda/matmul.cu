@@ -2,24 +2,38 @@
 // accumulate) against llmc/cpu_layers.h (linear_forward, gelu_forward,
 // linear_backward): forward with the bias epilogue and with the GELU+bias
 // epilogue (pre-activation saved), and backward (dinp, dW accumulated in fp32,
-// dbias), at several shapes; then times the d12 layer shapes against the
-// measured cuBLASLt peak.
+// dbias), at several shapes, once with every bf16 operand only 128-byte
+// aligned (as a model's weights are when C is not a multiple of 128); then
+// times the d12 layer shapes against the measured cuBLASLt peak.
 #include "dev/cuda/dev_common.cuh"
 #include "llmc/cpu_layers.h"
 
-static void check_shape(Rng *rng, MatmulContext *mc, int N, int IC, int OC) {
+// n bf16 device values (from h, or uninitialised when h is NULL) starting
+// shift elements past a cudaMalloc'd base; free with cudaFree(p - shift).
+static bf16 *bf16_shifted(const float *h, size_t n, int shift) {
+    bf16 *p = (bf16 *)cudaMallocCheck((n + (size_t)shift) * 2) + shift;
+    if (h) {
+        std::vector<bf16> tmp(n);
+        for (size_t i = 0; i < n; i++) tmp[i] = __float2bfloat16_rn(h[i]);
+        CUDA_CHECK(cudaMemcpy(p, tmp.data(), n * 2, cudaMemcpyHostToDevice));
+    }
+    return p;
+}
+
+// shift: bf16 elements every bf16 operand sits past a 256-byte boundary (64: 128-byte aligned).
+static void check_shape(Rng *rng, MatmulContext *mc, int N, int IC, int OC, int shift) {
     char what[160];
     size_t ni = (size_t)N * IC, no = (size_t)N * OC, wo = (size_t)OC * IC;
     float *inp = host_random(rng, ni, 1.0f), *w = host_random(rng, wo, 0.1f), *bias = host_random(rng, OC, 1.0f);
     float *ref = (float *)mallocCheck(no * 4), *ref_gelu = (float *)mallocCheck(no * 4);
     linear_forward(ref, inp, w, bias, NULL, N, IC, OC);
     gelu_forward(ref_gelu, ref, no);
-    bf16 *d_inp = device_bf16_from(inp, ni), *d_w = device_bf16_from(w, wo), *d_bias = device_bf16_from(bias, OC);
-    bf16 *d_out = (bf16 *)cudaMallocCheck(no * 2), *d_pre = (bf16 *)cudaMallocCheck(no * 2);
+    bf16 *d_inp = bf16_shifted(inp, ni, shift), *d_w = bf16_shifted(w, wo, shift), *d_bias = bf16_shifted(bias, OC, shift);
+    bf16 *d_out = bf16_shifted(NULL, no, shift), *d_pre = bf16_shifted(NULL, no, shift);
     poison(d_out, no * 2);
     gpu_matmul_forward(mc, d_out, NULL, d_inp, d_w, d_bias, N, IC, OC, 0);
     float *got = host_from_bf16(d_out, no);
-    snprintf(what, sizeof(what), "matmul forward + bias N=%d IC=%d OC=%d", N, IC, OC);
+    snprintf(what, sizeof(what), "matmul forward + bias N=%d IC=%d OC=%d shift=%d", N, IC, OC, shift);
     check_close(what, got, ref, no, 1e-2, 1e-2);
     free(got);
     poison(d_out, no * 2);
@@ -35,7 +49,7 @@ static void check_shape(Rng *rng, MatmulContext *mc, int N, int IC, int OC) {
     float *dout = host_random(rng, no, 1.0f), *dinp = (float *)mallocCheck(ni * 4);
     float *dw = host_random(rng, wo, 1.0f), *db = host_random(rng, OC, 1.0f);
     float *d_dw = device_f32_from(dw, wo), *d_db = device_f32_from(db, OC);
-    bf16 *d_dout = device_bf16_from(dout, no), *d_dinp = (bf16 *)cudaMallocCheck(ni * 2);
+    bf16 *d_dout = bf16_shifted(dout, no, shift), *d_dinp = bf16_shifted(NULL, ni, shift);
     float *d_scratch = (float *)cudaMallocCheck(colsum_scratch_floats(N, OC) * 4);
     linear_backward(dinp, dw, db, dout, inp, w, N, IC, OC, 0);
     poison(d_dinp, ni * 2);
@@ -47,7 +61,9 @@ static void check_shape(Rng *rng, MatmulContext *mc, int N, int IC, int OC) {
     check_close(what, g_dw, dw, wo, 1e-3, 1e-3);
     snprintf(what, sizeof(what), "matmul backward N=%d IC=%d OC=%d: dbias", N, IC, OC);
     check_close(what, g_db, db, OC, 1e-3, 1e-3);
-    void *dev[] = {d_inp, d_w, d_bias, d_out, d_pre, d_dw, d_db, d_dout, d_dinp, d_scratch};
+    bf16 *dev_bf[] = {d_inp, d_w, d_bias, d_out, d_pre, d_dout, d_dinp};
+    for (size_t i = 0; i < sizeof(dev_bf) / sizeof(dev_bf[0]); i++) CUDA_CHECK(cudaFree(dev_bf[i] - shift));
+    void *dev[] = {d_dw, d_db, d_scratch};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
     float *host[] = {inp, w, bias, ref, ref_gelu, got, pre, dout, dinp, dw, db, g_dinp, g_dw, g_db};
     for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
@@ -59,9 +75,10 @@ int main(void) {
     matmul_init(&mc);
     Rng rng;
     rng_seed(&rng, 3);
-    check_shape(&rng, &mc, 64, 64, 192);
-    check_shape(&rng, &mc, 200, 768, 3072);
-    check_shape(&rng, &mc, 512, 3072, 768);
+    check_shape(&rng, &mc, 64, 64, 192, 0);
+    check_shape(&rng, &mc, 200, 768, 3072, 0);
+    check_shape(&rng, &mc, 512, 3072, 768, 0);
+    check_shape(&rng, &mc, 256, 192, 768, 64);  // 128-byte aligned operands (C = 192 model)
 
     Bench b;
     bench_init(&b);
