@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # gpu_check.sh: everything a lent GPU is for, in one run (under 8 minutes on
 # one H200): build the CUDA programs for sm_90 (cuDNN / NCCL found in the
-# system or in Python's nvidia-cudnn-cu13 / nvidia-nccl-cu13 wheels), run
-# tests/test_gpt.cu and every dev/cuda kernel check (correctness, then
-# benchmarks against the copy bandwidth and cuBLASLt bf16 peak they measure),
-# then time train_gptcu on random token shards: d12 at batch 16 x 1024 with
-# each attention kind, and d24, d36 (the trainer says so when a model does not
-# fit). The last lines are a table: tokens/s, ms/step, MFU against the
+# system or in Python's nvidia-cudnn-cu13 / nvidia-nccl-cu13 wheels; MPI when
+# mpicc is there), run tests/test_gpt.cu, the GPU ZeRO stages
+# (tests/test_distributed_gpu.sh: one process always, 2 ranks with MPI), the
+# device communication backends (tests/test_comm_nccl.sh) and every dev/cuda
+# kernel check (correctness, then benchmarks against the copy bandwidth and
+# cuBLASLt bf16 peak they measure), then time train_gptcu on random token
+# shards: d12 at batch 16 x 1024 with each attention kind, then d24, d36 and
+# d48 (--recompute 1) with the faster one (the trainer says so when a model
+# does not fit). The last lines are a table: tokens/s, ms/step, MFU against the
 # measured bf16 peak and against 989 TFLOP/s (H100/H200 SXM dense bf16).
 # Logs go to $OUT (default /tmp/gpu_check). Record results in dev/perf/NOTES.md.
 set -u
@@ -47,8 +50,12 @@ export CUDNN_HOME NCCL_HOME
 elapsed "CUDNN_HOME=${CUDNN_HOME:-system} NCCL_HOME=${NCCL_HOME:-system}"
 
 DEV_BINS=$(for f in dev/cuda/*.cu; do b=$(basename "$f" .cu); echo "build/cuda/dev_$b"; done)
-elapsed "building"
-if ! make -j"$(nproc)" CUDA_ARCH=sm_90 NO_MPI=1 train_gptcu build/tests/test_gpt_cu $DEV_BINS >"$OUT/build.log" 2>&1; then
+HAVE_MPI=no MPI_MAKE=NO_MPI=1
+if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then HAVE_MPI=yes MPI_MAKE=; fi
+export HAVE_MPI
+elapsed "building (MPI: $HAVE_MPI)"
+if ! make -j"$(nproc)" CUDA_ARCH=sm_90 $MPI_MAKE train_gptcu tokenize build/tests/test_gpt_cu build/tests/test_zero \
+        $DEV_BINS >"$OUT/build.log" 2>&1; then
     tail -30 "$OUT/build.log"
     echo "BUILD FAILED (full log: $OUT/build.log)"
     exit 1
@@ -67,6 +74,8 @@ run_check() {  # $1 name, $2... command; prints its PASS/FAIL/BENCH lines
     summary+=("$(printf '%-20s %3d passed %3d failed  exit %d' "$name" "$p" "$f" "$rc")")
 }
 run_check test_gpt_cu build/tests/test_gpt_cu
+run_check test_distributed_gpu bash tests/test_distributed_gpu.sh
+run_check test_comm_nccl bash tests/test_comm_nccl.sh
 for b in $DEV_BINS; do run_check "$(basename "$b")" "$b"; done
 
 # random token shards (llm.c uint16 format), enough for every run below
@@ -119,6 +128,7 @@ best=flash
 grep -q '^d12    cudnn  *[0-9]' <(printf '%s\n' "${table[@]}") && best=cudnn
 bench_train d24 "$best"
 bench_train d36 "$best"
+bench_train d48 "$best" --recompute 1
 
 echo
 elapsed "done"
