@@ -12,10 +12,9 @@
 #include "llmc/logger.h"
 #include "llmc/modelfile.h"
 #include "llmc/optimizer.h"
-#include "llmc/sampler.h"
-#include "llmc/schedule.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_options.h"
+#include "llmc/train_loop.h"
 #include "llmc/train_setup.h"
 #include "llmc/zero_cpu.h"
 
@@ -23,37 +22,26 @@ static const char *SUMMARY =
     "Train a GPT-2 on the CPU (fp32, OpenMP). Data: llm.c token shards (see ./tokenize).\n"
     "Example: ./train_gpt --data-train 'data/default/*train*.bin' --model d12 --steps 100";
 
-// Mean loss over eval_batches batches of the validation data (from its start),
-// each data rank on its own samples, averaged over the ranks.
-static float evaluate(GPT *m, DataLoader *val, int *x, int *y, int B, int T, int batches, CommGroup *dp) {
-    dataloader_reset(val);
-    double total = 0.0;
-    for (int i = 0; i < batches; i++) {
-        dataloader_next(val, x, y);
-        total += gpt_forward(m, x, y, B, T, 0.0f);
-    }
-    return (float)comm_mean(dp, total / batches);
-}
+// TrainModel (llmc/train_loop.h) over the CPU model and its ZeRO layer.
+typedef struct {
+    GPT *model;
+    Zero *zero;
+} CpuTrainer;
 
-// Generates n tokens after the end-of-text token and prints them
-// (sample_print_token). Every rank runs it (ZeRO-3 gathers weights
-// collectively); only the one with show prints.
-static void print_sample(GPT *m, const Tokenizer *tok, int T, int n, float temperature, Rng *rng, int show) {
-    int V = m->cfg.vocab_size;
-    SampleWindow w;
-    sample_window_init(&w, T, sample_start_token(tok, V));
-    if (show) printf("---- sample ----\n");
-    for (int i = 0; i < n; i++) {
-        gpt_forward(m, w.tokens, NULL, 1, T, 0.0f);  // causal: positions >= len do not affect len-1
-        int next = sample_token(m->acts.logits + (size_t)(w.len - 1) * V, V, temperature, rng);
-        if (show) sample_print_token(stdout, tok, next, V);
-        sample_window_push(&w, next);
-    }
-    if (show) {
-        printf("\n----------------\n");
-        fflush(stdout);
-    }
-    sample_window_free(&w);
+static float cpu_forward(void *ctx, const int *x, const int *y, int B, int T, float dloss) {
+    return gpt_forward(((CpuTrainer *)ctx)->model, x, y, B, T, dloss);
+}
+static void cpu_backward(void *ctx) { gpt_backward(((CpuTrainer *)ctx)->model); }
+static const float *cpu_logits(void *ctx, int row) {
+    GPT *m = ((CpuTrainer *)ctx)->model;
+    return m->acts.logits + (size_t)row * m->cfg.vocab_size;
+}
+static void cpu_begin_step(void *ctx) { zero_begin_step(((CpuTrainer *)ctx)->zero); }
+static void cpu_begin_micro(void *ctx, int micro, int accum) { zero_begin_micro(((CpuTrainer *)ctx)->zero, micro, accum); }
+static float cpu_finish_grads(void *ctx) { return zero_finish_grads(((CpuTrainer *)ctx)->zero); }
+static void cpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scale, int step) {
+    (void)step;
+    zero_optimizer_step(((CpuTrainer *)ctx)->zero, ac, grad_scale);
 }
 
 int main(int argc, char **argv) {
@@ -69,8 +57,7 @@ int main(int argc, char **argv) {
     int from_file;
     GPTConfig cfg = train_build_config(&o, &from_file);
     BatchPlan plan = train_batch_plan(&o, &cfg, world);
-    const int B = plan.B, T = plan.T, accum = plan.accum;
-    const long long total_tokens = plan.total_tokens;
+    const int B = plan.B, T = plan.T;
 
     GPT model;
     gpt_init(&model, &cfg);
@@ -87,28 +74,14 @@ int main(int argc, char **argv) {
     Zero zero;  // gradient reduction, sharded AdamW state (and gradients, weights)
     zero_init(&zero, &model, &comm, o.zero, o.bucket_mb);
     Tokenizer tokenizer;
-    int have_tokenizer = o.tokenizer[0] != '\0';
-    if (have_tokenizer) {
-        tokenizer_load(&tokenizer, o.tokenizer);
-        if ((int)tokenizer_vocab_size(&tokenizer) > cfg.vocab_size)
-            die_usage("--tokenizer '%s' has %u tokens, more than the model's vocabulary %d", o.tokenizer,
-                      tokenizer_vocab_size(&tokenizer), cfg.vocab_size);
-    }
-    int *x = (int *)mallocCheck(sizeof(int) * (size_t)B * T);
-    int *y = (int *)mallocCheck(sizeof(int) * (size_t)B * T);
+    int have_tokenizer = train_load_tokenizer(&o, &tokenizer, cfg.vocab_size);
     gpt_alloc_activations(&model, B, T);
 
     double peak_gflops = o.peak_tflops > 0 ? o.peak_tflops * 1e3 : matmul_measure_peak_gflops(1024, 10);
-    double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)total_tokens;
+    double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)plan.total_tokens;
     ZeroMemory zm = zero_cpu_memory(&zero);
     if (rank == 0) {
-    printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d | %.2fM parameters%s%s\n", cfg.num_layers,
-           cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len,
-           model.layout.num_params / 1e6, from_file ? " | from " : "", from_file ? o.model : "");
-    printf("batch: B=%d T=%d x %d ranks x %d accumulation = %lld tokens/step | %d steps\n", B, T, world, accum,
-           total_tokens, o.steps);
-    printf("data: %lld train tokens in %d shards%s\n", (long long)train_loader.num_tokens, train_loader.num_shards,
-           have_val ? " | validation data given" : "");
+    train_print_header(&o, &cfg, model.layout.num_params, from_file, &plan, world, &train_loader, have_val);
     printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d | ZeRO-%d | bucket %.1f MB | "
            "comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp, comm.tp,
            comm.pp, o.zero, zero.bucket_elems * 4 / 1e6, o.comm_timeout);
@@ -123,37 +96,14 @@ int main(int argc, char **argv) {
     fflush(stdout);
     }
 
+    CpuTrainer trainer = {&model, &zero};
+    TrainModel tm = {&trainer, cpu_forward, cpu_backward, cpu_logits, cpu_begin_step, cpu_begin_micro,
+                     cpu_finish_grads, cpu_optimizer_step, NULL, NULL};
+    TrainRun run = {&o, &cfg, plan, &tm, &train_loader, have_val ? &val_loader : NULL,
+                    have_tokenizer ? &tokenizer : NULL, dp, rank, flops_per_step, peak_gflops * 1e9};
     Logger log;
     logger_open(&log, o.log_json, rank == 0);
-    LrSchedule sched = train_lr_schedule(&o);
-    Rng sample_rng = train_sample_rng(&o);
-    const float dloss = plan.dloss;
-
-    for (int step = 0; step <= o.steps; step++) {
-        if (train_eval_now(&o, step))
-            logger_eval(&log, step, evaluate(&model, &val_loader, x, y, B, T, o.eval_batches, dp));
-        if (train_sample_now(&o, step))
-            print_sample(&model, have_tokenizer ? &tokenizer : NULL, T, o.sample_tokens, o.temperature, &sample_rng,
-                         rank == 0);
-        if (step == o.steps) break;
-
-        double t0 = wall_seconds();
-        zero_begin_step(&zero);
-        double loss = 0.0;
-        for (int micro = 0; micro < accum; micro++) {
-            dataloader_next(&train_loader, x, y);
-            zero_begin_micro(&zero, micro, accum);
-            loss += gpt_forward(&model, x, y, B, T, dloss);
-            gpt_backward(&model);  // its hooks start the gradient reductions
-        }
-        loss = comm_mean(dp, loss / accum);
-        float norm = zero_finish_grads(&zero);
-        float lr = lr_at_step(&sched, step);
-        AdamWConfig ac = {lr, o.beta1, o.beta2, o.eps, o.weight_decay, step + 1};
-        zero_optimizer_step(&zero, &ac, grad_clip_scale(norm, o.grad_clip));
-        double ms = (wall_seconds() - t0) * 1e3;
-        train_log_step(&log, &o, step, (float)loss, lr, norm, total_tokens, ms, flops_per_step, peak_gflops * 1e9);
-    }
+    train_loop(&run, &log);
 
     if (o.out_dir[0] || o.save_model[0]) zero_gather_params(&zero);  // every rank takes part
     if (rank == 0) train_save_model_files(&o, &model.layout, model.params);
@@ -166,8 +116,6 @@ int main(int argc, char **argv) {
     if (have_tokenizer) tokenizer_free(&tokenizer);
     dataloader_free(&train_loader);
     if (have_val) dataloader_free(&val_loader);
-    free(x);
-    free(y);
     zero_free(&zero);
     gpt_free(&model);
     comm_finalize(&comm);

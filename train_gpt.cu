@@ -21,10 +21,9 @@
 #include "llmc/model_init.h"
 #include "llmc/modelfile.h"
 #include "llmc/optimizer.h"
-#include "llmc/sampler.h"
-#include "llmc/schedule.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_options.h"
+#include "llmc/train_loop.h"
 #include "llmc/train_setup.h"
 #include "llmc/zero_gpu.cuh"
 
@@ -32,43 +31,36 @@ static const char *SUMMARY =
     "Train a GPT-2 on NVIDIA GPUs, data parallel under mpirun or srun (bf16, cuBLASLt, flash or cuDNN attention). Data: llm.c token shards.\n"
     "Example: ./train_gptcu --data-train 'data/default/*train*.bin' --model d12 --batch-size 16 --seq-len 1024";
 
-// Mean loss over eval_batches batches of the validation data (from its start),
-// each data rank on its own samples, averaged over the ranks.
-static float evaluate(GPTGPU *m, DataLoader *val, int *x, int *y, int B, int T, int batches, CommGroup *dp) {
-    NVTX_RANGE("evaluate");
-    dataloader_reset(val);
-    double total = 0.0;
-    for (int i = 0; i < batches; i++) {
-        dataloader_next(val, x, y);
-        total += gpu_gpt_forward(m, x, y, B, T, 0.0f);
-    }
-    return (float)comm_mean(dp, total / batches);
-}
+// TrainModel (llmc/train_loop.h) over the GPU model and its ZeRO layer.
+typedef struct {
+    GPTGPU *model;
+    ZeroGPU *zero;
+    uint64_t seed;  // --seed, for the stochastic rounding of each step's bf16 weights
+    float *logits;  // (V) host copy of one row of logits, for sampling
+} GpuTrainer;
 
-// Generates n tokens after the end-of-text token and prints them, as
-// train_gpt.c does. Every rank runs it (ZeRO-3 gathers weights collectively);
-// only the one with show prints.
-static void print_sample(GPTGPU *m, const Tokenizer *tok, int T, int n, float temperature, Rng *rng, int show) {
-    NVTX_RANGE("sample");
-    int V = m->cfg.vocab_size;
-    SampleWindow w;
-    sample_window_init(&w, T, sample_start_token(tok, V));
-    float *logits = (float *)mallocCheck(sizeof(float) * (size_t)V);
-    if (show) printf("---- sample ----\n");
-    for (int i = 0; i < n; i++) {
-        gpu_gpt_forward(m, w.tokens, NULL, 1, T, 0.0f);  // causal: positions >= len do not affect len-1
-        gpu_gpt_logits(m, w.len - 1, 1, logits);
-        int next = sample_token(logits, V, temperature, rng);
-        if (show) sample_print_token(stdout, tok, next, V);
-        sample_window_push(&w, next);
-    }
-    if (show) {
-        printf("\n----------------\n");
-        fflush(stdout);
-    }
-    free(logits);
-    sample_window_free(&w);
+static float gpu_forward(void *ctx, const int *x, const int *y, int B, int T, float dloss) {
+    return gpu_gpt_forward(((GpuTrainer *)ctx)->model, x, y, B, T, dloss);
 }
+static void gpu_backward(void *ctx) { gpu_gpt_backward(((GpuTrainer *)ctx)->model); }
+static const float *gpu_logits(void *ctx, int row) {
+    GpuTrainer *t = (GpuTrainer *)ctx;
+    gpu_gpt_logits(t->model, row, 1, t->logits);
+    return t->logits;
+}
+static void gpu_begin_step(void *ctx) { zero_gpu_begin_step(((GpuTrainer *)ctx)->zero); }
+static void gpu_begin_micro(void *ctx, int micro, int accum) {
+    zero_gpu_begin_micro(((GpuTrainer *)ctx)->zero, micro, accum);
+}
+static float gpu_finish_grads(void *ctx) { return zero_gpu_finish_grads(((GpuTrainer *)ctx)->zero); }
+static void gpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scale, int step) {
+    GpuTrainer *t = (GpuTrainer *)ctx;
+    gpu_gpt_update(t->model, ac, grad_scale, t->seed * 0x9e3779b97f4a7c15ull + (uint64_t)step);
+    zero_gpu_gather_weights(t->zero);
+    CUDA_CHECK(cudaStreamSynchronize(t->model->stream));
+}
+static void gpu_range_push(const char *name) { nvtxRangePushA(name); }
+static void gpu_range_pop(void) { nvtxRangePop(); }
 
 // The device groups: NCCL's, or MPI's staged through host memory (the device
 // self backend on a single process without MPI).
@@ -96,8 +88,7 @@ int main(int argc, char **argv) {
     int from_file;
     GPTConfig cfg = train_build_config(&o, &from_file);
     BatchPlan plan = train_batch_plan(&o, &cfg, world);
-    const int B = plan.B, T = plan.T, accum = plan.accum;
-    const long long total_tokens = plan.total_tokens;
+    const int B = plan.B, T = plan.T;
     AttentionKind attention = strcmp(o.attention, "cudnn") == 0 ? ATTENTION_CUDNN : ATTENTION_FLASH;
 
     cudaDeviceProp prop;
@@ -135,27 +126,13 @@ int main(int argc, char **argv) {
         dataloader_init(&val_loader, o.data_val, B, T, dp->rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 2);
 
     Tokenizer tokenizer;
-    int have_tokenizer = o.tokenizer[0] != '\0';
-    if (have_tokenizer) {
-        tokenizer_load(&tokenizer, o.tokenizer);
-        if ((int)tokenizer_vocab_size(&tokenizer) > cfg.vocab_size)
-            die_usage("--tokenizer '%s' has %u tokens, more than the model's vocabulary %d", o.tokenizer,
-                      tokenizer_vocab_size(&tokenizer), cfg.vocab_size);
-    }
-    int *x = (int *)mallocCheck(sizeof(int) * (size_t)B * T);
-    int *y = (int *)mallocCheck(sizeof(int) * (size_t)B * T);
+    int have_tokenizer = train_load_tokenizer(&o, &tokenizer, cfg.vocab_size);
 
-    double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)total_tokens;
+    double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)plan.total_tokens;
     const GPUMemory *mem = &model.mem;
     ZeroMemory zm = zero_gpu_memory(&zero);
     if (rank == 0) {
-    printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d | %.2fM parameters%s%s\n", cfg.num_layers,
-           cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len,
-           model.layout.num_params / 1e6, from_file ? " | from " : "", from_file ? o.model : "");
-    printf("batch: B=%d T=%d x %d ranks x %d accumulation = %lld tokens/step | %d steps\n", B, T, world, accum,
-           total_tokens, o.steps);
-    printf("data: %lld train tokens in %d shards%s\n", (long long)train_loader.num_tokens, train_loader.num_shards,
-           have_val ? " | validation data given" : "");
+    train_print_header(&o, &cfg, model.layout.num_params, from_file, &plan, world, &train_loader, have_val);
     printf("ranks: %d (%s launch, MPI %s) | data parallel %d | ZeRO-%d | comm %s | bucket %.1f MB | comm timeout "
            "%.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp, o.zero, dp->be->name,
            zero.bucket_elems * sizeof(float) / 1e6, o.comm_timeout);
@@ -175,43 +152,14 @@ int main(int argc, char **argv) {
     fflush(stdout);
     }
 
+    GpuTrainer trainer = {&model, &zero, (uint64_t)o.seed, (float *)mallocCheck(sizeof(float) * (size_t)cfg.vocab_size)};
+    TrainModel tm = {&trainer, gpu_forward, gpu_backward, gpu_logits, gpu_begin_step, gpu_begin_micro,
+                     gpu_finish_grads, gpu_optimizer_step, gpu_range_push, gpu_range_pop};
+    TrainRun run = {&o, &cfg, plan, &tm, &train_loader, have_val ? &val_loader : NULL,
+                    have_tokenizer ? &tokenizer : NULL, host_dp, rank, flops_per_step, peak_tflops * 1e12};
     Logger log;
     logger_open(&log, o.log_json, rank == 0);
-    LrSchedule sched = train_lr_schedule(&o);
-    Rng sample_rng = train_sample_rng(&o);
-    const float dloss = plan.dloss;
-
-    for (int step = 0; step <= o.steps; step++) {
-        if (train_eval_now(&o, step))
-            logger_eval(&log, step, evaluate(&model, &val_loader, x, y, B, T, o.eval_batches, host_dp));
-        if (train_sample_now(&o, step))
-            print_sample(&model, have_tokenizer ? &tokenizer : NULL, T, o.sample_tokens, o.temperature, &sample_rng,
-                         rank == 0);
-        if (step == o.steps) break;
-
-        NVTX_RANGE("step");
-        double t0 = wall_seconds();
-        zero_gpu_begin_step(&zero);
-        double loss = 0.0;
-        for (int micro = 0; micro < accum; micro++) {
-            {
-                NVTX_RANGE("data");
-                dataloader_next(&train_loader, x, y);
-            }
-            zero_gpu_begin_micro(&zero, micro, accum);
-            loss += gpu_gpt_forward(&model, x, y, B, T, dloss);
-            gpu_gpt_backward(&model);  // its hooks start the gradient reductions
-        }
-        loss = comm_mean(host_dp, loss / accum);
-        float norm = zero_gpu_finish_grads(&zero);
-        float lr = lr_at_step(&sched, step);
-        AdamWConfig ac = {lr, o.beta1, o.beta2, o.eps, o.weight_decay, step + 1};
-        gpu_gpt_update(&model, &ac, grad_clip_scale(norm, o.grad_clip), (uint64_t)o.seed * 0x9e3779b97f4a7c15ull + step);
-        zero_gpu_gather_weights(&zero);
-        CUDA_CHECK(cudaStreamSynchronize(model.stream));
-        double ms = (wall_seconds() - t0) * 1e3;
-        train_log_step(&log, &o, step, (float)loss, lr, norm, total_tokens, ms, flops_per_step, peak_tflops * 1e12);
-    }
+    train_loop(&run, &log);
 
     if (o.out_dir[0] || o.save_model[0]) {
         float *h = (float *)alignedMallocCheck(sizeof(float) * (size_t)nelem);
@@ -223,8 +171,7 @@ int main(int argc, char **argv) {
     dataloader_free(&train_loader);
     if (have_val) dataloader_free(&val_loader);
     if (have_tokenizer) tokenizer_free(&tokenizer);
-    free(x);
-    free(y);
+    free(trainer.logits);
     zero_gpu_free(&zero);
     gpu_gpt_free(&model);
 #ifdef LLMC_NCCL

@@ -1,0 +1,165 @@
+// train_loop.h: the training loop both trainers run (train_gpt.c on the CPU,
+// train_gpt.cu on the GPU), over a model behind TrainModel: evaluation and
+// sampling at their steps, micro-steps with gradient accumulation, the
+// distributed gradient reduction, the optimizer step, timing and the log.
+// Also the start-up pieces both print or load the same way (the run's header
+// lines, the tokenizer). The trainers keep what differs: the model, its
+// distributed layer (zero_cpu.h / zero_gpu.cuh), memory and compute lines.
+#ifndef LLMC_TRAIN_LOOP_H
+#define LLMC_TRAIN_LOOP_H
+
+#include <stdio.h>
+
+#include "comm.h"
+#include "dataloader.h"
+#include "logger.h"
+#include "optimizer.h"
+#include "sampler.h"
+#include "schedule.h"
+#include "tokenizer.h"
+#include "train_options.h"
+#include "train_setup.h"
+
+// A model with its distributed layer, as the loop drives it.
+typedef struct {
+    void *ctx;
+    // Mean loss over the batch x, y (B,T). Without targets (y NULL) it leaves
+    // logits for `logits`; dloss != 0: a training forward (its backward next).
+    float (*forward)(void *ctx, const int *x, const int *y, int B, int T, float dloss);
+    void (*backward)(void *ctx);
+    // After a forward without targets: row `row`'s logits (V floats), valid until the next call.
+    const float *(*logits)(void *ctx, int row);
+    void (*begin_step)(void *ctx);
+    void (*begin_micro)(void *ctx, int micro, int accum);
+    float (*finish_grads)(void *ctx);  // completes the reductions; the global gradient norm
+    // AdamW on this rank's shard (step 0-based; the weights made whole as the
+    // ZeRO stage says), finished before it returns, so the step's time is real.
+    void (*optimizer_step)(void *ctx, const AdamWConfig *ac, float grad_scale, int step);
+    // Profiler ranges around the loop's phases (NVTX on the GPU); NULL: none.
+    void (*range_push)(const char *name);
+    void (*range_pop)(void);
+} TrainModel;
+
+static inline void train_range_push(const TrainModel *tm, const char *name) {
+    if (tm->range_push) tm->range_push(name);
+}
+static inline void train_range_pop(const TrainModel *tm) {
+    if (tm->range_pop) tm->range_pop();
+}
+
+// Everything one run of the loop needs.
+typedef struct {
+    const TrainOptions *o;
+    const GPTConfig *cfg;
+    BatchPlan plan;
+    const TrainModel *model;
+    DataLoader *train, *val;   // val: NULL without --data-val
+    const Tokenizer *tokenizer;  // NULL: samples print as bytes or ids
+    CommGroup *dp;             // the data group on host buffers (means of losses)
+    int rank;                  // only rank 0 prints
+    double flops_per_step, peak_flops;  // FLOP, FLOP/s (for MFU)
+} TrainRun;
+
+// --tokenizer, when given, into *tok; returns whether one was loaded.
+static int train_load_tokenizer(const TrainOptions *o, Tokenizer *tok, int vocab_size) {
+    if (o->tokenizer[0] == '\0') return 0;
+    tokenizer_load(tok, o->tokenizer);
+    if ((int)tokenizer_vocab_size(tok) > vocab_size)
+        die_usage("--tokenizer '%s' has %u tokens, more than the model's vocabulary %d", o->tokenizer,
+                  tokenizer_vocab_size(tok), vocab_size);
+    return 1;
+}
+
+// The model, batch and data lines every run starts with (rank 0).
+static void train_print_header(const TrainOptions *o, const GPTConfig *cfg, int64_t num_params, int from_file,
+                               const BatchPlan *plan, int world, const DataLoader *train, int have_val) {
+    printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d | %.2fM parameters%s%s\n", cfg->num_layers,
+           cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len,
+           num_params / 1e6, from_file ? " | from " : "", from_file ? o->model : "");
+    printf("batch: B=%d T=%d x %d ranks x %d accumulation = %lld tokens/step | %d steps\n", plan->B, plan->T, world,
+           plan->accum, plan->total_tokens, o->steps);
+    printf("data: %lld train tokens in %d shards%s\n", (long long)train->num_tokens, train->num_shards,
+           have_val ? " | validation data given" : "");
+}
+
+// Mean loss over eval_batches batches of the validation data (from its start),
+// each data rank on its own samples, averaged over the ranks.
+static float train_evaluate(const TrainRun *r, int *x, int *y) {
+    const TrainModel *tm = r->model;
+    train_range_push(tm, "evaluate");
+    dataloader_reset(r->val);
+    double total = 0.0;
+    for (int i = 0; i < r->o->eval_batches; i++) {
+        dataloader_next(r->val, x, y);
+        total += tm->forward(tm->ctx, x, y, r->plan.B, r->plan.T, 0.0f);
+    }
+    train_range_pop(tm);
+    return (float)comm_mean(r->dp, total / r->o->eval_batches);
+}
+
+// Generates --sample-tokens tokens after the end-of-text token and prints them
+// (sample_print_token). Every rank runs it (ZeRO-3 gathers weights
+// collectively, in step); only rank 0 prints.
+static void train_print_sample(const TrainRun *r, Rng *rng) {
+    const TrainModel *tm = r->model;
+    int V = r->cfg->vocab_size, show = r->rank == 0;
+    train_range_push(tm, "sample");
+    SampleWindow w;
+    sample_window_init(&w, r->plan.T, sample_start_token(r->tokenizer, V));
+    if (show) printf("---- sample ----\n");
+    for (int i = 0; i < r->o->sample_tokens; i++) {
+        tm->forward(tm->ctx, w.tokens, NULL, 1, r->plan.T, 0.0f);  // causal: positions >= len do not affect len-1
+        int next = sample_token(tm->logits(tm->ctx, w.len - 1), V, r->o->temperature, rng);
+        if (show) sample_print_token(stdout, r->tokenizer, next, V);
+        sample_window_push(&w, next);
+    }
+    if (show) {
+        printf("\n----------------\n");
+        fflush(stdout);
+    }
+    sample_window_free(&w);
+    train_range_pop(tm);
+}
+
+// Steps 0..steps-1, with evaluation and sampling where the flags say (and
+// once more after the last step); logs through log (rank 0 writes).
+static void train_loop(const TrainRun *r, Logger *log) {
+    const TrainOptions *o = r->o;
+    const TrainModel *tm = r->model;
+    const int B = r->plan.B, T = r->plan.T, accum = r->plan.accum;
+    int *x = (int *)mallocCheck(sizeof(int) * (size_t)B * T);
+    int *y = (int *)mallocCheck(sizeof(int) * (size_t)B * T);
+    LrSchedule sched = train_lr_schedule(o);
+    Rng sample_rng = train_sample_rng(o);
+    for (int step = 0; step <= o->steps; step++) {
+        if (train_eval_now(o, step)) logger_eval(log, step, train_evaluate(r, x, y));
+        if (train_sample_now(o, step)) train_print_sample(r, &sample_rng);
+        if (step == o->steps) break;
+
+        train_range_push(tm, "step");
+        double t0 = wall_seconds();
+        tm->begin_step(tm->ctx);
+        double loss = 0.0;
+        for (int micro = 0; micro < accum; micro++) {
+            train_range_push(tm, "data");
+            dataloader_next(r->train, x, y);
+            train_range_pop(tm);
+            tm->begin_micro(tm->ctx, micro, accum);
+            loss += tm->forward(tm->ctx, x, y, B, T, r->plan.dloss);
+            tm->backward(tm->ctx);  // the model's hooks start the gradient reductions
+        }
+        loss = comm_mean(r->dp, loss / accum);
+        float norm = tm->finish_grads(tm->ctx);
+        float lr = lr_at_step(&sched, step);
+        AdamWConfig ac = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, step + 1};
+        tm->optimizer_step(tm->ctx, &ac, grad_clip_scale(norm, o->grad_clip), step);
+        double ms = (wall_seconds() - t0) * 1e3;
+        train_range_pop(tm);
+        train_log_step(log, o, step, (float)loss, lr, norm, r->plan.total_tokens, ms, r->flops_per_step,
+                       r->peak_flops);
+    }
+    free(x);
+    free(y);
+}
+
+#endif  // LLMC_TRAIN_LOOP_H
