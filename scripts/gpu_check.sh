@@ -39,10 +39,11 @@ wheel_home() {  # $1 python module (nvidia.cudnn), $2 library stem (cudnn), $3 f
     echo "$3"
 }
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-if [ -z "${CUDNN_HOME:-}" ] && ! ls "$CUDA_HOME"/lib64/libcudnn.so >/dev/null 2>&1; then
+CUDNN_HOME=${CUDNN_HOME:-} NCCL_HOME=${NCCL_HOME:-}
+if [ -z "$CUDNN_HOME" ] && ! ls "$CUDA_HOME"/lib64/libcudnn.so >/dev/null 2>&1; then
     CUDNN_HOME=$(wheel_home nvidia.cudnn cudnn "$OUT/cudnn") || CUDNN_HOME=
 fi
-if [ -z "${NCCL_HOME:-}" ] && ! ls "$CUDA_HOME"/lib64/libnccl.so >/dev/null 2>&1; then
+if [ -z "$NCCL_HOME" ] && ! ls "$CUDA_HOME"/lib64/libnccl.so >/dev/null 2>&1; then
     NCCL_HOME=$(wheel_home nvidia.nccl nccl "$OUT/nccl") || NCCL_HOME=
 fi
 export CUDNN_HOME NCCL_HOME
