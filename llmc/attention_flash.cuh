@@ -1,235 +1,643 @@
 // attention_flash.cuh: our causal flash attention, forward and backward, on
-// bf16 q|k|v with fp32 arithmetic. Online softmax: no (T,T) matrix is ever in
-// memory; the forward saves only the output and the log-sum-exp per row
-// (B,NH,T), from which the backward recomputes the probabilities.
-// The simple, obviously-correct form: one thread per query row (forward, dq)
-// or per key row (dk, dv), tiles of 64 keys/queries staged through shared
-// memory, scalar FMAs. No atomics: every output element has one writer, so the
-// result is bit-identical on every run.
+// bf16 q|k|v, with the matrix products on the tensor cores (nvcuda::wmma, bf16
+// 16x16x16 fragments, fp32 accumulators; sm_80 and sm_90) and the softmax in
+// fp32. No (T,T) matrix is ever in memory: the forward keeps a running max and
+// sum per row (online softmax) and saves only the output and the natural-log
+// log-sum-exp of the scaled scores per row, lse (B,NH,T); the backward
+// recomputes the probabilities from q, k and lse (FlashAttention-2): one kernel
+// per key tile accumulates dk and dv over the query tiles at or below the
+// diagonal, a second one per query tile accumulates dq over the key tiles up to
+// it. No atomics: every output element has one writer and every sum a fixed
+// order, so the result is bit-identical on every run.
+// These are what the trainer's --attention flash runs. dev/cuda/attention.cu
+// checks them against the CPU (llmc/cpu_layers.h) and holds the earlier scalar
+// kernels (one thread per row, fp32 FMAs) as its version 1 reference.
 // Layout as llmc/cpu_layers.h: qkv (B,T,3C) holds q | k | v, head h at
-// channels [h*hs, (h+1)*hs); out (B,T,C); lse (B,NH,T).
+// channels [h*hs, (h+1)*hs); out (B,T,C); lse (B,NH,T). Head sizes 32 and 64.
+//
+// Tiles: 64 queries x 64 keys; a block is 4 warps (128 threads), each owning 16
+// rows of the block's 64 (queries in the forward and dq, keys in dk/dv), so a
+// warp's products are 16 x 64 x hs. Global -> shared copies are cp.async, two
+// tiles deep. Shared-memory rows are padded by 16 bytes (hs+8 bf16, 64+8 fp32 /
+// bf16) so the 8 rows a fragment load reads land in different banks. Blocks at
+// the long end of the causal triangle are launched first. Dynamic shared
+// memory at hs=64 (hs=32): forward 72.3 KB (52.3), dk/dv 73 KB (49), dq 45 KB
+// (29); opted in above 48 KB. Registers at hs=64: forward 132, dk/dv and dq
+// capped at 168, so 3 blocks (12 warps) per H100 SM for each kernel.
+// wmma leaves the (row, col) of each accumulator element unspecified but fixed
+// per fragment type; fa_fragment_coords reads it off once per warp, which lets
+// the backward form p and ds in registers and the forward rescale its output
+// rows in registers. The forward's row max and sum need whole rows: its scores
+// go through shared memory (fp32), two lanes per row.
 #ifndef LLMC_ATTENTION_FLASH_CUH
 #define LLMC_ATTENTION_FLASH_CUH
 
+#include <mma.h>
+
 #include "cuda_common.cuh"
 
-#define FLASH_TILE 64  // rows per block, and keys/queries per shared-memory tile
+#define FA_TILE 64                  // queries / keys per tile and per block
+#define FA_WARPS 4                  // each owns 16 of the block's 64 rows
+#define FA_THREADS (32 * FA_WARPS)
+#define FA_LDS (FA_TILE + 8)        // row stride (elements) of a warp's 16 x 64 scores, fp32 or bf16
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
 
-// grid (T/TILE, NH, B), block TILE: thread = query row i.
-template <int HS>
-__global__ void __launch_bounds__(FLASH_TILE) flash_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, int T,
-                                                                   int NH, float scale) {
-    __shared__ float ks[FLASH_TILE][HS], vs[FLASH_TILE][HS];
-    int b = blockIdx.z, h = blockIdx.y, tile = blockIdx.x;
-    int C = NH * HS;
-    int i = tile * FLASH_TILE + threadIdx.x;
-    const bf16 *base = qkv + (int64_t)b * T * 3 * C + h * HS;
-    float q[HS], acc[HS];
-    #pragma unroll
-    for (int d = 0; d < HS; d++) {
-        q[d] = i < T ? __bfloat162float(base[(int64_t)i * 3 * C + d]) * scale : 0.0f;
-        acc[d] = 0.0f;
-    }
-    float m = -INFINITY, l = 0.0f;
-    for (int kt = 0; kt <= tile; kt++) {
-        __syncthreads();
-        for (int e = threadIdx.x; e < FLASH_TILE * HS; e += FLASH_TILE) {
-            int r = e / HS, d = e % HS, j = kt * FLASH_TILE + r;
-            ks[r][d] = j < T ? __bfloat162float(base[(int64_t)j * 3 * C + C + d]) : 0.0f;
-            vs[r][d] = j < T ? __bfloat162float(base[(int64_t)j * 3 * C + 2 * C + d]) : 0.0f;
-        }
-        __syncthreads();
-        int jmax = min(FLASH_TILE, i - kt * FLASH_TILE + 1);  // causal: keys j <= i
-        for (int r = 0; r < jmax; r++) {
-            float s = 0.0f;
-            #pragma unroll
-            for (int d = 0; d < HS; d++) s += q[d] * ks[r][d];
-            if (s > m) {  // new running max: rescale what was accumulated
-                float c = expf(m - s);
-                l *= c;
-                #pragma unroll
-                for (int d = 0; d < HS; d++) acc[d] *= c;
-                m = s;
-            }
-            float p = expf(s - m);
-            l += p;
-            #pragma unroll
-            for (int d = 0; d < HS; d++) acc[d] += p * vs[r][d];
-        }
-    }
-    if (i >= T) return;
-    float inv = 1.0f / l;
-    bf16 *o = out + ((int64_t)b * T + i) * C + h * HS;
-    #pragma unroll
-    for (int d = 0; d < HS; d++) o[d] = __float2bfloat16_rn(acc[d] * inv);
-    lse[((int64_t)b * NH + h) * T + i] = m + logf(l);
+typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, bf16, nvcuda::wmma::row_major> FaFragA;
+// B operand read from a row-major (n, k) array, i.e. the transpose: k of (key, d) for q k^T
+typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, bf16, nvcuda::wmma::col_major> FaFragBt;
+typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, bf16, nvcuda::wmma::row_major> FaFragB;
+typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> FaFragC;
+#define FA_ACC_N 8  // elements of an FaFragC per lane (static_assert below)
+
+// --- shared-memory plans (byte offsets; every region a multiple of 128 bytes) ---
+// A 64 x hs bf16 tile: 64 rows of hs+8.
+template <int HS> struct FaTile {
+    static constexpr int LDH = HS + 8;
+    static constexpr int BYTES = FA_TILE * LDH * 2;
+};
+constexpr int FA_WARP_S_BYTES = 16 * FA_LDS * 4;  // a warp's 16 x 64 fp32 scores
+constexpr int FA_WARP_P_BYTES = 16 * FA_LDS * 2;  // a warp's 16 x 64 bf16 probabilities
+// forward: q tile | k tiles [2] | v tiles [2] | scores per warp | p per warp | a float per row
+template <int HS> struct FaFwdSmem {
+    static constexpr int TB = FaTile<HS>::BYTES;
+    static constexpr int Q = 0, K = TB, V = 3 * TB, S = 5 * TB;
+    static constexpr int P = S + FA_WARPS * FA_WARP_S_BYTES;
+    static constexpr int STAT = P + FA_WARPS * FA_WARP_P_BYTES;
+    static constexpr int BYTES = STAT + FA_WARPS * 16 * 4;
+};
+// dq: k tiles [2] | v tiles [2] | ds per warp. The block's q and dout tiles are
+// staged in k[1] and v[1] before the loop; the fp32 dq staged at 0 after it.
+template <int HS> struct FaDqSmem {
+    static constexpr int TB = FaTile<HS>::BYTES;
+    static constexpr int K = 0, V = 2 * TB, DS = 4 * TB;
+    static constexpr int BYTES = DS + FA_WARPS * FA_WARP_P_BYTES;
+    static_assert(FA_WARPS * FA_WARP_S_BYTES <= 4 * TB, "dq output staging fits the k/v tiles");
+};
+// dk/dv: q tiles [2] | dout tiles [2] | the block's k and v tiles | (lse*log2e,
+// delta) [2][64] | p^T and ds^T per warp. The fp32 dk and dv are staged at 0
+// after the loop.
+template <int HS> struct FaDkvSmem {
+    static constexpr int TB = FaTile<HS>::BYTES;
+    static constexpr int Q = 0, DO = 2 * TB, KV = 4 * TB, LD = 6 * TB, PT = LD + 2 * FA_TILE * 8;
+    static constexpr int BYTES = PT + FA_WARPS * 2 * FA_WARP_P_BYTES;
+    static_assert(FA_WARPS * FA_WARP_S_BYTES <= 4 * TB, "dk/dv output staging fits the q/dout tiles");
+};
+
+// --- device helpers ---
+
+__device__ __forceinline__ void fa_cp_async16(void *smem, const void *gmem) {
+    uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(__cvta_generic_to_global(gmem))
+                 : "memory");
 }
+__device__ __forceinline__ void fa_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N> __device__ __forceinline__ void fa_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// 2^x on the special-function unit: ex2.approx.ftz (about 2 ulp; results
+// below 2^-126 flush to 0, 2^-inf = 0). exp2f would add range fix-ups around it.
+__device__ __forceinline__ float fa_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Rows [row0, row0 + 64) of a bf16 matrix with row stride `stride` elements,
+// hs columns from src, into a 64 x (hs+8) shared tile; rows >= T are zeros (so
+// no garbage, possibly NaN, meets a zero probability in a product). Issued by
+// all threads of the block, asynchronous (commit and wait by the caller).
+template <int HS>
+__device__ __forceinline__ void fa_load_tile(bf16 *dst, const bf16 *src, int64_t stride, int row0, int T) {
+    constexpr int CH = HS / 8;  // 16-byte chunks per row
+    static_assert(FA_TILE * CH % FA_THREADS == 0, "whole chunks per thread");
+    #pragma unroll
+    for (int it = 0; it < FA_TILE * CH / FA_THREADS; it++) {
+        int e = threadIdx.x + it * FA_THREADS, r = e / CH, c = e % CH, row = row0 + r;
+        bf16 *d = dst + r * FaTile<HS>::LDH + 8 * c;
+        if (row < T) fa_cp_async16(d, src + (int64_t)row * stride + 8 * c);
+        else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+    }
+}
+
+// The (row, col) in its 16x16 tile of each of this lane's accumulator
+// elements: load the matrix whose entry (r, c) is 16r + c and decode.
+// scratch: 256 floats of the warp's own shared memory, 32-byte aligned.
+__device__ __forceinline__ void fa_fragment_coords(int (&row)[FA_ACC_N], int (&col)[FA_ACC_N], float *scratch) {
+    static_assert(FaFragC::num_elements == FA_ACC_N, "accumulator fragment size");
+    int lane = threadIdx.x & 31;
+    for (int e = lane; e < 256; e += 32) scratch[e] = (float)e;
+    __syncwarp();
+    FaFragC f;
+    nvcuda::wmma::load_matrix_sync(f, scratch, 16, nvcuda::wmma::mem_row_major);
+    #pragma unroll
+    for (int e = 0; e < FA_ACC_N; e++) {
+        int v = (int)f.x[e];
+        row[e] = v >> 4;
+        col[e] = v & 15;
+    }
+    __syncwarp();
+}
+
+// 16 rows x hs fp32 (row stride FA_LDS) from shared memory -> bf16 rows of dst
+// (row stride `stride`), rows with row0 + r >= T left alone. One warp.
+template <int HS>
+__device__ __forceinline__ void fa_store_rows(bf16 *dst, int64_t stride, const float *src, int row0, int T) {
+    constexpr int CH = HS / 8;
+    static_assert(16 * CH % 32 == 0, "whole chunks per lane");
+    #pragma unroll
+    for (int it = 0; it < 16 * CH / 32; it++) {
+        int e = (threadIdx.x & 31) + 32 * it, r = e / CH, c = e % CH;
+        if (row0 + r >= T) continue;
+        const float *p = src + r * FA_LDS + 8 * c;
+        float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+        __nv_bfloat162 h0 = __floats2bfloat162_rn(a.x, a.y), h1 = __floats2bfloat162_rn(a.z, a.w);
+        __nv_bfloat162 h2 = __floats2bfloat162_rn(b.x, b.y), h3 = __floats2bfloat162_rn(b.z, b.w);
+        uint4 v;
+        v.x = *(uint32_t *)&h0; v.y = *(uint32_t *)&h1; v.z = *(uint32_t *)&h2; v.w = *(uint32_t *)&h3;
+        *(uint4 *)(dst + (int64_t)(row0 + r) * stride + 8 * c) = v;
+    }
+}
+
+// --- forward ---
+// grid (T/64, NH, B), 128 threads; block = query tile qt (longest first),
+// warp w = its queries q0+16w .. q0+16w+15. For each key tile kt <= qt:
+// S = q k^T (16 x 64) to shared memory; two lanes per row take the row's max
+// over the causal keys (masked on the diagonal tile only), rescale the running
+// sum, write p = 2^(s*sl2 - m) as bf16; the output accumulators (registers) are
+// rescaled per row when some row's max moved, then O += p v. The running max m
+// is in the log2 domain (sl2 = log2(e) / sqrt(hs)); lse = (m + log2 l) ln 2.
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, int T,
+                                                                   int NH, float sl2) {
+    using namespace nvcuda;
+    using SM = FaFwdSmem<HS>;
+    constexpr int LDH = FaTile<HS>::LDH, ND = HS / 16, TE = FA_TILE * LDH;  // TE: elements per tile
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    bf16 *qs = (bf16 *)(fa_smem + SM::Q), *ks = (bf16 *)(fa_smem + SM::K), *vs = (bf16 *)(fa_smem + SM::V);
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *sw = (float *)(fa_smem + SM::S + w * FA_WARP_S_BYTES);
+    bf16 *pw = (bf16 *)(fa_smem + SM::P + w * FA_WARP_P_BYTES);
+    float *stat = (float *)(fa_smem + SM::STAT) + 16 * w;
+    const int b = blockIdx.z, h = blockIdx.y, qt = gridDim.x - 1 - blockIdx.x, q0 = qt * FA_TILE;
+    const int C = NH * HS;
+    const int64_t C3 = 3 * (int64_t)C;
+    const bf16 *qbase = qkv + (int64_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
+
+    fa_load_tile<HS>(qs, qbase, C3, q0, T);
+    fa_load_tile<HS>(ks, kbase, C3, 0, T);
+    fa_load_tile<HS>(vs, vbase, C3, 0, T);
+    fa_cp_async_commit();
+    int frow[FA_ACC_N], fcol[FA_ACC_N];
+    fa_fragment_coords(frow, fcol, sw);
+
+    FaFragA qf[ND];
+    FaFragC o[ND];
+    #pragma unroll
+    for (int d = 0; d < ND; d++) wmma::fill_fragment(o[d], 0.0f);
+    // row pass: this lane's row of the warp's 16, and its half of the 64
+    // columns (interleaved groups of 4: c = 8k + 4*half + 0..3)
+    const int r = lane >> 1, half = lane & 1;
+    const int i = q0 + 16 * w + r;  // the query of that row
+    float m = -INFINITY, l = 0.0f;
+    for (int kt = 0; kt <= qt; kt++) {
+        const int buf = kt & 1;
+        if (kt < qt) {  // prefetch the next key tile into the other buffer
+            fa_load_tile<HS>(ks + (buf ^ 1) * TE, kbase, C3, (kt + 1) * FA_TILE, T);
+            fa_load_tile<HS>(vs + (buf ^ 1) * TE, vbase, C3, (kt + 1) * FA_TILE, T);
+            fa_cp_async_commit();
+            fa_cp_async_wait<1>();
+        } else {
+            fa_cp_async_wait<0>();
+        }
+        __syncthreads();  // tile kt (and, the first time, q) visible to all
+        if (kt == 0) {
+            #pragma unroll
+            for (int kk = 0; kk < ND; kk++) wmma::load_matrix_sync(qf[kk], qs + 16 * w * LDH + 16 * kk, LDH);
+        }
+        const bf16 *kt_s = ks + buf * TE, *vt_s = vs + buf * TE;
+        #pragma unroll
+        for (int n = 0; n < 4; n++) {  // S[:, 16n..16n+15] = q k^T
+            FaFragC sacc;
+            wmma::fill_fragment(sacc, 0.0f);
+            #pragma unroll
+            for (int kk = 0; kk < ND; kk++) {
+                FaFragBt kb;
+                wmma::load_matrix_sync(kb, kt_s + 16 * n * LDH + 16 * kk, LDH);
+                wmma::mma_sync(sacc, qf[kk], kb, sacc);
+            }
+            wmma::store_matrix_sync(sw + 16 * n, sacc, FA_LDS, wmma::mem_row_major);
+        }
+        __syncwarp();
+        // raw scores of this lane's 32 columns; causal mask on the diagonal tile
+        // only: key kt*64 + c is visible to query i when c <= i - kt*64 (>= 0
+        // since kt <= qt, so every row has a visible key and a finite max; for
+        // kt < qt all 64 keys are visible, and all are < T)
+        float s[32];
+        #pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float4 v = *(const float4 *)(sw + r * FA_LDS + 8 * k + 4 * half);
+            s[4 * k + 0] = v.x;
+            s[4 * k + 1] = v.y;
+            s[4 * k + 2] = v.z;
+            s[4 * k + 3] = v.w;
+        }
+        if (kt == qt) {
+            const int cmax = i - kt * FA_TILE;
+            #pragma unroll
+            for (int j = 0; j < 32; j++)
+                if (8 * (j / 4) + 4 * half + j % 4 > cmax) s[j] = -INFINITY;
+        }
+        float mt = -INFINITY;
+        #pragma unroll
+        for (int j = 0; j < 32; j++) mt = fmaxf(mt, s[j]);
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+        const float mnew = fmaxf(m, mt * sl2);  // = the max of s * sl2: sl2 > 0
+        const float alpha = mnew == m ? 1.0f : fa_exp2(m - mnew);  // 0 on the first tile (m = -inf)
+        float ps = 0.0f;
+        #pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float p[4];
+            #pragma unroll
+            for (int j = 0; j < 4; j++) p[j] = fa_exp2(fmaf(s[4 * k + j], sl2, -mnew));  // masked: 2^-inf = 0
+            ps += (p[0] + p[1]) + (p[2] + p[3]);
+            __nv_bfloat162 h01 = __floats2bfloat162_rn(p[0], p[1]), h23 = __floats2bfloat162_rn(p[2], p[3]);
+            uint2 pv;
+            pv.x = *(uint32_t *)&h01;
+            pv.y = *(uint32_t *)&h23;
+            *(uint2 *)(pw + r * FA_LDS + 8 * k + 4 * half) = pv;
+        }
+        ps += __shfl_xor_sync(0xffffffffu, ps, 1);  // a + b on both lanes: identical
+        l = l * alpha + ps;
+        // rescale the output rows only when some row's max moved (else alpha = 1)
+        const bool moved = __any_sync(0xffffffffu, mnew != m);
+        m = mnew;
+        if (half == 0) stat[r] = alpha;
+        __syncwarp();
+        if (moved) {
+            float arow[FA_ACC_N];
+            #pragma unroll
+            for (int e = 0; e < FA_ACC_N; e++) arow[e] = stat[frow[e]];
+            #pragma unroll
+            for (int d = 0; d < ND; d++) {
+                #pragma unroll
+                for (int e = 0; e < FA_ACC_N; e++) o[d].x[e] *= arow[e];
+            }
+        }
+        FaFragA pf[4];
+        #pragma unroll
+        for (int kk = 0; kk < 4; kk++) wmma::load_matrix_sync(pf[kk], pw + 16 * kk, FA_LDS);
+        #pragma unroll
+        for (int d = 0; d < ND; d++) {  // O[:, 16d..] += p v
+            #pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                FaFragB vb;
+                wmma::load_matrix_sync(vb, vt_s + 16 * kk * LDH + 16 * d, LDH);
+                wmma::mma_sync(o[d], pf[kk], vb, o[d]);
+            }
+        }
+        __syncthreads();  // buffer buf and this warp's scratch free for the next tile
+    }
+    if (half == 0) {
+        stat[r] = 1.0f / l;
+        if (i < T) lse[((int64_t)b * NH + h) * T + i] = (m + log2f(l)) * FA_LN2;
+    }
+    __syncwarp();
+    float inv[FA_ACC_N];
+    #pragma unroll
+    for (int e = 0; e < FA_ACC_N; e++) inv[e] = stat[frow[e]];
+    #pragma unroll
+    for (int d = 0; d < ND; d++) {
+        #pragma unroll
+        for (int e = 0; e < FA_ACC_N; e++) o[d].x[e] *= inv[e];
+        wmma::store_matrix_sync(sw + 16 * d, o[d], FA_LDS, wmma::mem_row_major);
+    }
+    __syncwarp();
+    fa_store_rows<HS>(out + (int64_t)b * T * C + h * HS, C, sw, q0 + 16 * w, T);
+}
+
+// --- backward ---
 
 // delta (B,NH,T) = rowsum(dout * out) per head: the softmax backward's dot term.
+// One thread per 8 channels (16-byte loads), hs/8 consecutive lanes per row
+// and head, summed by shuffles in a fixed order.
 template <int HS>
 __global__ void flash_delta_kernel(float *delta, const bf16 *dout, const bf16 *out, int B, int T, int NH) {
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;  // (b, h, t)
-    if (idx >= (int64_t)B * NH * T) return;
-    int t = (int)(idx % T), h = (int)((idx / T) % NH), b = (int)(idx / ((int64_t)T * NH));
-    int64_t off = ((int64_t)b * T + t) * NH * HS + h * HS;
+    constexpr int G = HS / 8;
+    int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;  // 16-byte chunk of (B,T,C)
+    const int64_t n = (int64_t)B * T * NH * G;
     float acc = 0.0f;
+    if (e < n) {
+        uint4 a = ((const uint4 *)dout)[e], o = ((const uint4 *)out)[e];
+        const __nv_bfloat162 *a2 = (const __nv_bfloat162 *)&a, *o2 = (const __nv_bfloat162 *)&o;
+        #pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 af = __bfloat1622float2(a2[k]), of = __bfloat1622float2(o2[k]);
+            acc += af.x * of.x + af.y * of.y;
+        }
+    }
     #pragma unroll
-    for (int d = 0; d < HS; d++) acc += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
-    delta[idx] = acc;
+    for (int off = G / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (e < n && e % G == 0) {
+        int64_t row = e / G;  // (b*T + t)*NH + hd
+        int hd = (int)(row % NH);
+        int64_t bt = row / NH;
+        int t = (int)(bt % T), bb = (int)(bt / T);
+        delta[((int64_t)bb * NH + hd) * T + t] = acc;
+    }
 }
 
-// dk, dv: grid (T/TILE, NH, B), block TILE: thread = key row j; loops over
-// query tiles from the diagonal down. Dynamic shared memory: kpad, vpad
-// (TILE, HS+1) this block's keys (padded: each thread reads its own row),
-// qs, dos (TILE, HS) the query tile (broadcast reads), lse and delta (TILE).
+// dk, dv: grid (T/64, NH, B), 128 threads; block = key tile kt (longest first),
+// warp w = its keys k0+16w .. k0+16w+15 (their k and v stay in shared memory;
+// fragments reloaded per query tile, which keeps the kernel within 168
+// registers: 3 blocks per SM). For each query tile qt >= kt (64 queries, column c):
+// S^T = k q^T and dP^T = v dout^T (16 x 64), then in registers
+// p = 2^(s*sl2 - lse2[c]) where query >= key and query < T (else 0),
+// ds = p (dp - delta[c]); both as bf16 to shared memory, then dv += p^T dout,
+// dk += ds^T q. dk is scaled by 1/sqrt(hs) at the end.
 template <int HS>
-__global__ void __launch_bounds__(FLASH_TILE) flash_backward_dkdv_kernel(bf16 *dqkv, const bf16 *qkv,
+__global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dkdv_kernel(bf16 *dqkv, const bf16 *qkv,
                                                                          const bf16 *dout, const float *lse,
                                                                          const float *delta, int T, int NH,
-                                                                         float scale) {
-    extern __shared__ float smem[];
-    float(*kpad)[HS + 1] = (float(*)[HS + 1])smem;
-    float(*vpad)[HS + 1] = (float(*)[HS + 1])(smem + FLASH_TILE * (HS + 1));
-    float(*qs)[HS] = (float(*)[HS])(smem + 2 * FLASH_TILE * (HS + 1));
-    float(*dos)[HS] = (float(*)[HS])(smem + 2 * FLASH_TILE * (HS + 1) + FLASH_TILE * HS);
-    float *ls = smem + 2 * FLASH_TILE * (HS + 1) + 2 * FLASH_TILE * HS;
-    float *ds_ = ls + FLASH_TILE;
-    int b = blockIdx.z, h = blockIdx.y, tile = blockIdx.x, ntiles = gridDim.x;
-    int C = NH * HS;
-    int j = tile * FLASH_TILE + threadIdx.x;
-    const bf16 *base = qkv + (int64_t)b * T * 3 * C + h * HS;
-    const bf16 *dobase = dout + (int64_t)b * T * C + h * HS;
+                                                                         float sl2, float scale) {
+    using namespace nvcuda;
+    using SM = FaDkvSmem<HS>;
+    constexpr int LDH = FaTile<HS>::LDH, ND = HS / 16, TE = FA_TILE * LDH;
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    bf16 *qs = (bf16 *)(fa_smem + SM::Q), *dos = (bf16 *)(fa_smem + SM::DO);
+    float2 *lds = (float2 *)(fa_smem + SM::LD);  // [2][64] (lse * log2e, delta) per query
+    const int w = threadIdx.x >> 5;
+    bf16 *pt = (bf16 *)(fa_smem + SM::PT + w * 2 * FA_WARP_P_BYTES), *dst = pt + 16 * FA_LDS;
+    const bf16 *kstage = (bf16 *)(fa_smem + SM::KV) + 16 * w * LDH, *vstage = kstage + TE;
+    const int b = blockIdx.z, h = blockIdx.y, kt = blockIdx.x, nt = gridDim.x, k0 = kt * FA_TILE;
+    const int C = NH * HS;
+    const int64_t C3 = 3 * (int64_t)C;
+    const bf16 *qbase = qkv + (int64_t)b * T * C3 + h * HS, *dobase = dout + (int64_t)b * T * C + h * HS;
     const float *lrow = lse + ((int64_t)b * NH + h) * T, *drow = delta + ((int64_t)b * NH + h) * T;
-    for (int e = threadIdx.x; e < FLASH_TILE * HS; e += FLASH_TILE) {
-        int r = e / HS, d = e % HS, jj = tile * FLASH_TILE + r;
-        kpad[r][d] = jj < T ? __bfloat162float(base[(int64_t)jj * 3 * C + C + d]) : 0.0f;
-        vpad[r][d] = jj < T ? __bfloat162float(base[(int64_t)jj * 3 * C + 2 * C + d]) : 0.0f;
-    }
-    float dk[HS], dv[HS];
-    #pragma unroll
-    for (int d = 0; d < HS; d++) { dk[d] = 0.0f; dv[d] = 0.0f; }
-    for (int qt = tile; qt < ntiles; qt++) {
-        __syncthreads();
-        for (int e = threadIdx.x; e < FLASH_TILE * HS; e += FLASH_TILE) {
-            int r = e / HS, d = e % HS, i = qt * FLASH_TILE + r;
-            qs[r][d] = i < T ? __bfloat162float(base[(int64_t)i * 3 * C + d]) : 0.0f;
-            dos[r][d] = i < T ? __bfloat162float(dobase[(int64_t)i * C + d]) : 0.0f;
+
+    // (lse*log2e, delta) of query tile qt into lds[buf] (plain stores, visible after a barrier)
+    auto load_stats = [&](int buf, int qt) {
+        if (threadIdx.x < FA_TILE) {
+            int q = qt * FA_TILE + threadIdx.x;
+            lds[buf * FA_TILE + threadIdx.x] = q < T ? make_float2(lrow[q] * FA_LOG2E, drow[q]) : make_float2(0.0f, 0.0f);
         }
-        int i0 = qt * FLASH_TILE + threadIdx.x;
-        ls[threadIdx.x] = i0 < T ? lrow[i0] : 0.0f;
-        ds_[threadIdx.x] = i0 < T ? drow[i0] : 0.0f;
+    };
+    fa_load_tile<HS>((bf16 *)(fa_smem + SM::KV), qbase + C, C3, k0, T);
+    fa_load_tile<HS>((bf16 *)(fa_smem + SM::KV) + TE, qbase + 2 * C, C3, k0, T);
+    fa_load_tile<HS>(qs, qbase, C3, k0, T);  // query tile qt = kt into buffer 0
+    fa_load_tile<HS>(dos, dobase, C, k0, T);
+    load_stats(0, kt);
+    fa_cp_async_commit();
+    fa_cp_async_wait<0>();
+    __syncthreads();
+    int frow[FA_ACC_N], fcol[FA_ACC_N];
+    fa_fragment_coords(frow, fcol, (float *)pt);
+
+    FaFragC dk[ND], dv[ND];
+    #pragma unroll
+    for (int d = 0; d < ND; d++) {
+        wmma::fill_fragment(dk[d], 0.0f);
+        wmma::fill_fragment(dv[d], 0.0f);
+    }
+    for (int qt = kt; qt < nt; qt++) {
+        const int buf = (qt - kt) & 1;
+        if (qt + 1 < nt) {
+            fa_load_tile<HS>(qs + (buf ^ 1) * TE, qbase, C3, (qt + 1) * FA_TILE, T);
+            fa_load_tile<HS>(dos + (buf ^ 1) * TE, dobase, C, (qt + 1) * FA_TILE, T);
+            load_stats(buf ^ 1, qt + 1);
+            fa_cp_async_commit();
+            fa_cp_async_wait<1>();
+        } else {
+            fa_cp_async_wait<0>();
+        }
         __syncthreads();
-        int rmin = max(0, j - qt * FLASH_TILE);            // causal: queries i >= j
-        int rmax = min(FLASH_TILE, T - qt * FLASH_TILE);   // and i < T
-        for (int r = rmin; r < rmax; r++) {
-            float s = 0.0f, dp = 0.0f;
+        const bf16 *q_s = qs + buf * TE, *do_s = dos + buf * TE;
+        const float2 *ld_s = lds + buf * FA_TILE;
+        const int q0 = qt * FA_TILE;
+        FaFragA kf[ND], vf[ND];
+        #pragma unroll
+        for (int kk = 0; kk < ND; kk++) {
+            wmma::load_matrix_sync(kf[kk], kstage + 16 * kk, LDH);
+            wmma::load_matrix_sync(vf[kk], vstage + 16 * kk, LDH);
+        }
+        #pragma unroll 1  // (unrolled, the compiler hoists the loads of all four past 168 registers)
+        for (int n = 0; n < 4; n++) {  // queries 16n..16n+15 of the tile
+            FaFragC sacc, pacc;
+            wmma::fill_fragment(sacc, 0.0f);
+            wmma::fill_fragment(pacc, 0.0f);
             #pragma unroll
-            for (int d = 0; d < HS; d++) {
-                s += qs[r][d] * kpad[threadIdx.x][d];
-                dp += dos[r][d] * vpad[threadIdx.x][d];
+            for (int kk = 0; kk < ND; kk++) {
+                FaFragBt qb, ob;
+                wmma::load_matrix_sync(qb, q_s + 16 * n * LDH + 16 * kk, LDH);
+                wmma::mma_sync(sacc, kf[kk], qb, sacc);
+                wmma::load_matrix_sync(ob, do_s + 16 * n * LDH + 16 * kk, LDH);
+                wmma::mma_sync(pacc, vf[kk], ob, pacc);
             }
-            float p = expf(s * scale - ls[r]);
-            float dsc = p * (dp - ds_[r]) * scale;
             #pragma unroll
-            for (int d = 0; d < HS; d++) {
-                dv[d] += p * dos[r][d];
-                dk[d] += dsc * qs[r][d];
+            for (int e = 0; e < FA_ACC_N; e++) {
+                const int c = 16 * n + fcol[e], qi = q0 + c, kj = k0 + 16 * w + frow[e];
+                const float2 st = ld_s[c];
+                const float p = (qi >= kj && qi < T) ? fa_exp2(sacc.x[e] * sl2 - st.x) : 0.0f;
+                pt[frow[e] * FA_LDS + c] = __float2bfloat16_rn(p);
+                dst[frow[e] * FA_LDS + c] = __float2bfloat16_rn(p * (pacc.x[e] - st.y));
             }
         }
+        __syncwarp();
+        FaFragA af[4];
+        #pragma unroll
+        for (int kk = 0; kk < 4; kk++) wmma::load_matrix_sync(af[kk], pt + 16 * kk, FA_LDS);
+        #pragma unroll
+        for (int d = 0; d < ND; d++) {  // dv += p^T dout
+            #pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                FaFragB ob;
+                wmma::load_matrix_sync(ob, do_s + 16 * kk * LDH + 16 * d, LDH);
+                wmma::mma_sync(dv[d], af[kk], ob, dv[d]);
+            }
+        }
+        #pragma unroll
+        for (int kk = 0; kk < 4; kk++) wmma::load_matrix_sync(af[kk], dst + 16 * kk, FA_LDS);
+        #pragma unroll
+        for (int d = 0; d < ND; d++) {  // dk += ds^T q
+            #pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                FaFragB qb;
+                wmma::load_matrix_sync(qb, q_s + 16 * kk * LDH + 16 * d, LDH);
+                wmma::mma_sync(dk[d], af[kk], qb, dk[d]);
+            }
+        }
+        __syncthreads();  // buffer buf and this warp's p^T / ds^T free for the next tile
     }
-    if (j >= T) return;
-    bf16 *o = dqkv + ((int64_t)b * T + j) * 3 * C + h * HS;
+    float *stage = (float *)fa_smem + w * (FA_WARP_S_BYTES / 4);  // over the q tiles, now unused
+    bf16 *drow0 = dqkv + (int64_t)b * T * C3 + h * HS;
     #pragma unroll
-    for (int d = 0; d < HS; d++) {
-        o[C + d] = __float2bfloat16_rn(dk[d]);
-        o[2 * C + d] = __float2bfloat16_rn(dv[d]);
+    for (int d = 0; d < ND; d++) {
+        #pragma unroll
+        for (int e = 0; e < FA_ACC_N; e++) dk[d].x[e] *= scale;
+        wmma::store_matrix_sync(stage + 16 * d, dk[d], FA_LDS, wmma::mem_row_major);
     }
+    __syncwarp();
+    fa_store_rows<HS>(drow0 + C, C3, stage, k0 + 16 * w, T);
+    __syncwarp();
+    #pragma unroll
+    for (int d = 0; d < ND; d++) wmma::store_matrix_sync(stage + 16 * d, dv[d], FA_LDS, wmma::mem_row_major);
+    __syncwarp();
+    fa_store_rows<HS>(drow0 + 2 * C, C3, stage, k0 + 16 * w, T);
 }
 
-// dq: grid (T/TILE, NH, B), block TILE: thread = query row i; loops over key
-// tiles up to the diagonal. Dynamic shared memory: ks, vs (TILE, HS) the key
-// tile (broadcast reads), dopad (TILE, HS+1) this block's output gradients.
+// dq: grid (T/64, NH, B), 128 threads; block = query tile qt (longest first),
+// warp w = its queries, whose q and dout fragments stay in registers, and whose
+// lse and delta per accumulator element are loaded once. For each key tile
+// kt <= qt: S = q k^T and dP = dout v^T (16 x 64), p and ds = p (dp - delta) in
+// registers (key <= query < T, else 0), ds as bf16 to shared memory, dq += ds k.
 template <int HS>
-__global__ void __launch_bounds__(FLASH_TILE) flash_backward_dq_kernel(bf16 *dqkv, const bf16 *qkv,
+__global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dq_kernel(bf16 *dqkv, const bf16 *qkv,
                                                                        const bf16 *dout, const float *lse,
                                                                        const float *delta, int T, int NH,
-                                                                       float scale) {
-    extern __shared__ float smem[];
-    float(*ks)[HS] = (float(*)[HS])smem;
-    float(*vs)[HS] = (float(*)[HS])(smem + FLASH_TILE * HS);
-    float(*dopad)[HS + 1] = (float(*)[HS + 1])(smem + 2 * FLASH_TILE * HS);
-    int b = blockIdx.z, h = blockIdx.y, tile = blockIdx.x;
-    int C = NH * HS;
-    int i = tile * FLASH_TILE + threadIdx.x;
-    const bf16 *base = qkv + (int64_t)b * T * 3 * C + h * HS;
+                                                                       float sl2, float scale) {
+    using namespace nvcuda;
+    using SM = FaDqSmem<HS>;
+    constexpr int LDH = FaTile<HS>::LDH, ND = HS / 16, TE = FA_TILE * LDH;
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    bf16 *ks = (bf16 *)(fa_smem + SM::K), *vs = (bf16 *)(fa_smem + SM::V);
+    const int w = threadIdx.x >> 5;
+    bf16 *dsw = (bf16 *)(fa_smem + SM::DS + w * FA_WARP_P_BYTES);
+    bf16 *qstage = ks + TE, *dostage = vs + TE;  // buffer 1 of each, before the loop
+    const int b = blockIdx.z, h = blockIdx.y, qt = gridDim.x - 1 - blockIdx.x, q0 = qt * FA_TILE;
+    const int C = NH * HS;
+    const int64_t C3 = 3 * (int64_t)C;
+    const bf16 *qbase = qkv + (int64_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
     const bf16 *dobase = dout + (int64_t)b * T * C + h * HS;
-    for (int e = threadIdx.x; e < FLASH_TILE * HS; e += FLASH_TILE) {
-        int r = e / HS, d = e % HS, ii = tile * FLASH_TILE + r;
-        dopad[r][d] = ii < T ? __bfloat162float(dobase[(int64_t)ii * C + d]) : 0.0f;
-    }
-    float q[HS], dq[HS];
+
+    fa_load_tile<HS>(qstage, qbase, C3, q0, T);
+    fa_load_tile<HS>(dostage, dobase, C, q0, T);
+    fa_load_tile<HS>(ks, kbase, C3, 0, T);
+    fa_load_tile<HS>(vs, vbase, C3, 0, T);
+    fa_cp_async_commit();
+    int frow[FA_ACC_N], fcol[FA_ACC_N];
+    fa_fragment_coords(frow, fcol, (float *)dsw);
+    float lse2[FA_ACC_N], dl[FA_ACC_N];
     #pragma unroll
-    for (int d = 0; d < HS; d++) {
-        q[d] = i < T ? __bfloat162float(base[(int64_t)i * 3 * C + d]) : 0.0f;
-        dq[d] = 0.0f;
+    for (int e = 0; e < FA_ACC_N; e++) {
+        const int qi = q0 + 16 * w + frow[e];
+        lse2[e] = qi < T ? lse[((int64_t)b * NH + h) * T + qi] * FA_LOG2E : 0.0f;
+        dl[e] = qi < T ? delta[((int64_t)b * NH + h) * T + qi] : 0.0f;
     }
-    float li = i < T ? lse[((int64_t)b * NH + h) * T + i] : 0.0f;
-    float di = i < T ? delta[((int64_t)b * NH + h) * T + i] : 0.0f;
-    for (int kt = 0; kt <= tile; kt++) {
-        __syncthreads();
-        for (int e = threadIdx.x; e < FLASH_TILE * HS; e += FLASH_TILE) {
-            int r = e / HS, d = e % HS, j = kt * FLASH_TILE + r;
-            ks[r][d] = j < T ? __bfloat162float(base[(int64_t)j * 3 * C + C + d]) : 0.0f;
-            vs[r][d] = j < T ? __bfloat162float(base[(int64_t)j * 3 * C + 2 * C + d]) : 0.0f;
+    fa_cp_async_wait<0>();
+    __syncthreads();
+    FaFragA qf[ND], of[ND];
+    #pragma unroll
+    for (int kk = 0; kk < ND; kk++) {
+        wmma::load_matrix_sync(qf[kk], qstage + 16 * w * LDH + 16 * kk, LDH);
+        wmma::load_matrix_sync(of[kk], dostage + 16 * w * LDH + 16 * kk, LDH);
+    }
+    __syncthreads();  // every warp has its q, dout: buffer 1 is free for key tile 1
+
+    FaFragC dq[ND];
+    #pragma unroll
+    for (int d = 0; d < ND; d++) wmma::fill_fragment(dq[d], 0.0f);
+    for (int kt = 0; kt <= qt; kt++) {
+        const int buf = kt & 1;
+        if (kt < qt) {
+            fa_load_tile<HS>(ks + (buf ^ 1) * TE, kbase, C3, (kt + 1) * FA_TILE, T);
+            fa_load_tile<HS>(vs + (buf ^ 1) * TE, vbase, C3, (kt + 1) * FA_TILE, T);
+            fa_cp_async_commit();
+            fa_cp_async_wait<1>();
+        } else {
+            fa_cp_async_wait<0>();
         }
         __syncthreads();
-        int jmax = min(FLASH_TILE, i - kt * FLASH_TILE + 1);
-        for (int r = 0; r < jmax; r++) {
-            float s = 0.0f, dp = 0.0f;
+        const bf16 *kt_s = ks + buf * TE, *vt_s = vs + buf * TE;
+        #pragma unroll
+        for (int n = 0; n < 4; n++) {  // keys 16n..16n+15 of the tile
+            FaFragC sacc, pacc;
+            wmma::fill_fragment(sacc, 0.0f);
+            wmma::fill_fragment(pacc, 0.0f);
             #pragma unroll
-            for (int d = 0; d < HS; d++) {
-                s += q[d] * ks[r][d];
-                dp += dopad[threadIdx.x][d] * vs[r][d];
+            for (int kk = 0; kk < ND; kk++) {
+                FaFragBt kb, vb;
+                wmma::load_matrix_sync(kb, kt_s + 16 * n * LDH + 16 * kk, LDH);
+                wmma::mma_sync(sacc, qf[kk], kb, sacc);
+                wmma::load_matrix_sync(vb, vt_s + 16 * n * LDH + 16 * kk, LDH);
+                wmma::mma_sync(pacc, of[kk], vb, pacc);
             }
-            float p = expf(s * scale - li);
-            float dsc = p * (dp - di) * scale;
             #pragma unroll
-            for (int d = 0; d < HS; d++) dq[d] += dsc * ks[r][d];
+            for (int e = 0; e < FA_ACC_N; e++) {
+                const int qi = q0 + 16 * w + frow[e], kj = kt * FA_TILE + 16 * n + fcol[e];
+                const float p = (kj <= qi && qi < T) ? fa_exp2(sacc.x[e] * sl2 - lse2[e]) : 0.0f;
+                dsw[frow[e] * FA_LDS + 16 * n + fcol[e]] = __float2bfloat16_rn(p * (pacc.x[e] - dl[e]));
+            }
         }
+        __syncwarp();
+        FaFragA af[4];
+        #pragma unroll
+        for (int kk = 0; kk < 4; kk++) wmma::load_matrix_sync(af[kk], dsw + 16 * kk, FA_LDS);
+        #pragma unroll
+        for (int d = 0; d < ND; d++) {  // dq += ds k
+            #pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                FaFragB kb;
+                wmma::load_matrix_sync(kb, kt_s + 16 * kk * LDH + 16 * d, LDH);
+                wmma::mma_sync(dq[d], af[kk], kb, dq[d]);
+            }
+        }
+        __syncthreads();  // buffer buf and this warp's ds free for the next tile
     }
-    if (i >= T) return;
-    bf16 *o = dqkv + ((int64_t)b * T + i) * 3 * C + h * HS;
+    float *stage = (float *)fa_smem + w * (FA_WARP_S_BYTES / 4);  // over the k tiles, now unused
     #pragma unroll
-    for (int d = 0; d < HS; d++) o[d] = __float2bfloat16_rn(dq[d]);
+    for (int d = 0; d < ND; d++) {
+        #pragma unroll
+        for (int e = 0; e < FA_ACC_N; e++) dq[d].x[e] *= scale;
+        wmma::store_matrix_sync(stage + 16 * d, dq[d], FA_LDS, wmma::mem_row_major);
+    }
+    __syncwarp();
+    fa_store_rows<HS>(dqkv + (int64_t)b * T * C3 + h * HS, C3, stage, q0 + 16 * w, T);
 }
+
+// --- host side ---
 
 // Head sizes with a compiled kernel (every GPT-2 preset has 64).
 static inline int flash_supports_head_size(int hs) { return hs == 32 || hs == 64; }
 
+// The kernels move 16 bytes at a time: every tensor must start 16-byte aligned
+// (the trainer's buffers are 256-byte aligned; C is a multiple of 32).
+static inline void flash_check_aligned(const void *p, const char *what) {
+    if ((uintptr_t)p % 16 != 0) DIE("flash attention: %s is not 16-byte aligned", what);
+}
+
 template <int HS>
 static void flash_forward_hs(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, cudaStream_t s) {
-    dim3 grid(ceil_div_int(T, FLASH_TILE), NH, B);
-    flash_forward_kernel<HS><<<grid, FLASH_TILE, 0, s>>>(out, lse, qkv, T, NH, 1.0f / sqrtf((float)HS));
+    flash_check_aligned(qkv, "qkv");
+    flash_check_aligned(out, "out");
+    int bytes = FaFwdSmem<HS>::BYTES;
+    CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    dim3 grid(ceil_div_int(T, FA_TILE), NH, B);
+    flash_forward_kernel<HS><<<grid, FA_THREADS, bytes, s>>>(out, lse, qkv, T, NH, FA_LOG2E / sqrtf((float)HS));
     CUDA_CHECK_LAUNCH();
 }
 
 template <int HS>
 static void flash_backward_hs(bf16 *dqkv, float *delta, const bf16 *dout, const bf16 *qkv, const bf16 *out,
                               const float *lse, int B, int T, int NH, cudaStream_t s) {
-    float scale = 1.0f / sqrtf((float)HS);
-    int64_t rows = (int64_t)B * NH * T;
-    flash_delta_kernel<HS><<<ceil_div_int(rows, 256), 256, 0, s>>>(delta, dout, out, B, T, NH);
+    flash_check_aligned(qkv, "qkv");
+    flash_check_aligned(out, "out");
+    flash_check_aligned(dout, "dout");
+    flash_check_aligned(dqkv, "dqkv");
+    float scale = 1.0f / sqrtf((float)HS), sl2 = FA_LOG2E * scale;
+    int64_t chunks = (int64_t)B * T * NH * (HS / 8);
+    flash_delta_kernel<HS><<<ceil_div_int(chunks, 256), 256, 0, s>>>(delta, dout, out, B, T, NH);
     CUDA_CHECK_LAUNCH();
-    dim3 grid(ceil_div_int(T, FLASH_TILE), NH, B);
-    size_t smem_kv = sizeof(float) * (2 * FLASH_TILE * (HS + 1) + 2 * FLASH_TILE * HS + 2 * FLASH_TILE);
-    size_t smem_q = sizeof(float) * (2 * FLASH_TILE * HS + FLASH_TILE * (HS + 1));
+    dim3 grid(ceil_div_int(T, FA_TILE), NH, B);
+    int bytes_kv = FaDkvSmem<HS>::BYTES, bytes_q = FaDqSmem<HS>::BYTES;
     CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dkdv_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)smem_kv));
+                                    bytes_kv));
     CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)smem_q));
-    flash_backward_dkdv_kernel<HS><<<grid, FLASH_TILE, smem_kv, s>>>(dqkv, qkv, dout, lse, delta, T, NH, scale);
+                                    bytes_q));
+    flash_backward_dkdv_kernel<HS><<<grid, FA_THREADS, bytes_kv, s>>>(dqkv, qkv, dout, lse, delta, T, NH, sl2, scale);
     CUDA_CHECK_LAUNCH();
-    flash_backward_dq_kernel<HS><<<grid, FLASH_TILE, smem_q, s>>>(dqkv, qkv, dout, lse, delta, T, NH, scale);
+    flash_backward_dq_kernel<HS><<<grid, FA_THREADS, bytes_q, s>>>(dqkv, qkv, dout, lse, delta, T, NH, sl2, scale);
     CUDA_CHECK_LAUNCH();
 }
 

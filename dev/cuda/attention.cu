@@ -1,61 +1,347 @@
-// dev/cuda/attention.cu: causal attention, three ways, checked against each
-// other: llmc/cpu_layers.h (attention_forward/backward, fp32, the reference),
-// version 1 = our flash kernel (llmc/attention_flash.cuh) and version 2 =
-// cuDNN's fused attention (llmc/attention_cudnn.cuh, when the build has
-// cuDNN). Output, softmax statistics and dq|dk|dv at several shapes (head sizes 32 and 64, T not
-// a multiple of the tile); then forward and backward timed at d12 size.
+// dev/cuda/attention.cu: causal attention, three ways, each checked against
+// llmc/cpu_layers.h (attention_forward/backward, fp32, the reference):
+//   version 1 = scalar flash kernels (below: one thread per query or key row,
+//               fp32 FMAs, online softmax; our first, obviously-correct
+//               flash attention, kept here as the reference the faster one
+//               replaced; it shares only flash_delta_kernel with llmc/),
+//   version 2 = cuDNN's fused attention (llmc/attention_cudnn.cuh, when the
+//               build has cuDNN),
+//   version 3 = our tensor-core flash attention (llmc/attention_flash.cuh,
+//               wmma bf16 fragments; what the trainer's --attention flash runs).
+// Output and dq|dk|dv of each against the CPU at several shapes (head sizes 32
+// and 64, T not a multiple of the 64-row tile, d12 heads at T=1024), the
+// softmax statistics (lse) of the versions against each other, and version 3
+// run twice for bit-identical results; then forward and backward of each timed
+// at d12 size (B=16 T=1024 C=768 NH=12), FLOPs counted causally.
 #include "dev/cuda/dev_common.cuh"
 #include "llmc/attention_cudnn.cuh"
 #include "llmc/attention_flash.cuh"
 #include "llmc/cpu_layers.h"
 
+// ---------------------------------------------------------------------------
+// version 1: scalar flash attention. Tiles of 64 keys/queries staged through
+// shared memory; one thread per query row (forward, dq) or key row (dk, dv).
+
+#define SCALAR_TILE 64
+
+// grid (T/TILE, NH, B), block TILE: thread = query row i.
+template <int HS>
+__global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_forward_kernel(bf16 *out, float *lse, const bf16 *qkv,
+                                                                           int T, int NH, float scale) {
+    __shared__ float ks[SCALAR_TILE][HS], vs[SCALAR_TILE][HS];
+    int b = blockIdx.z, h = blockIdx.y, tile = blockIdx.x;
+    int C = NH * HS;
+    int i = tile * SCALAR_TILE + threadIdx.x;
+    const bf16 *base = qkv + (int64_t)b * T * 3 * C + h * HS;
+    float q[HS], acc[HS];
+    #pragma unroll
+    for (int d = 0; d < HS; d++) {
+        q[d] = i < T ? __bfloat162float(base[(int64_t)i * 3 * C + d]) * scale : 0.0f;
+        acc[d] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int kt = 0; kt <= tile; kt++) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < SCALAR_TILE * HS; e += SCALAR_TILE) {
+            int r = e / HS, d = e % HS, j = kt * SCALAR_TILE + r;
+            ks[r][d] = j < T ? __bfloat162float(base[(int64_t)j * 3 * C + C + d]) : 0.0f;
+            vs[r][d] = j < T ? __bfloat162float(base[(int64_t)j * 3 * C + 2 * C + d]) : 0.0f;
+        }
+        __syncthreads();
+        int jmax = min(SCALAR_TILE, i - kt * SCALAR_TILE + 1);  // causal: keys j <= i
+        for (int r = 0; r < jmax; r++) {
+            float s = 0.0f;
+            #pragma unroll
+            for (int d = 0; d < HS; d++) s += q[d] * ks[r][d];
+            if (s > m) {  // new running max: rescale what was accumulated
+                float c = expf(m - s);
+                l *= c;
+                #pragma unroll
+                for (int d = 0; d < HS; d++) acc[d] *= c;
+                m = s;
+            }
+            float p = expf(s - m);
+            l += p;
+            #pragma unroll
+            for (int d = 0; d < HS; d++) acc[d] += p * vs[r][d];
+        }
+    }
+    if (i >= T) return;
+    float inv = 1.0f / l;
+    bf16 *o = out + ((int64_t)b * T + i) * C + h * HS;
+    #pragma unroll
+    for (int d = 0; d < HS; d++) o[d] = __float2bfloat16_rn(acc[d] * inv);
+    lse[((int64_t)b * NH + h) * T + i] = m + logf(l);
+}
+
+// dk, dv: grid (T/TILE, NH, B), block TILE: thread = key row j; loops over
+// query tiles from the diagonal down. Dynamic shared memory: kpad, vpad
+// (TILE, HS+1) this block's keys (padded: each thread reads its own row),
+// qs, dos (TILE, HS) the query tile (broadcast reads), lse and delta (TILE).
+template <int HS>
+__global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_backward_dkdv_kernel(bf16 *dqkv, const bf16 *qkv,
+                                                                                 const bf16 *dout, const float *lse,
+                                                                                 const float *delta, int T, int NH,
+                                                                                 float scale) {
+    extern __shared__ float smem[];
+    float(*kpad)[HS + 1] = (float(*)[HS + 1])smem;
+    float(*vpad)[HS + 1] = (float(*)[HS + 1])(smem + SCALAR_TILE * (HS + 1));
+    float(*qs)[HS] = (float(*)[HS])(smem + 2 * SCALAR_TILE * (HS + 1));
+    float(*dos)[HS] = (float(*)[HS])(smem + 2 * SCALAR_TILE * (HS + 1) + SCALAR_TILE * HS);
+    float *ls = smem + 2 * SCALAR_TILE * (HS + 1) + 2 * SCALAR_TILE * HS;
+    float *ds_ = ls + SCALAR_TILE;
+    int b = blockIdx.z, h = blockIdx.y, tile = blockIdx.x, ntiles = gridDim.x;
+    int C = NH * HS;
+    int j = tile * SCALAR_TILE + threadIdx.x;
+    const bf16 *base = qkv + (int64_t)b * T * 3 * C + h * HS;
+    const bf16 *dobase = dout + (int64_t)b * T * C + h * HS;
+    const float *lrow = lse + ((int64_t)b * NH + h) * T, *drow = delta + ((int64_t)b * NH + h) * T;
+    for (int e = threadIdx.x; e < SCALAR_TILE * HS; e += SCALAR_TILE) {
+        int r = e / HS, d = e % HS, jj = tile * SCALAR_TILE + r;
+        kpad[r][d] = jj < T ? __bfloat162float(base[(int64_t)jj * 3 * C + C + d]) : 0.0f;
+        vpad[r][d] = jj < T ? __bfloat162float(base[(int64_t)jj * 3 * C + 2 * C + d]) : 0.0f;
+    }
+    float dk[HS], dv[HS];
+    #pragma unroll
+    for (int d = 0; d < HS; d++) { dk[d] = 0.0f; dv[d] = 0.0f; }
+    for (int qt = tile; qt < ntiles; qt++) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < SCALAR_TILE * HS; e += SCALAR_TILE) {
+            int r = e / HS, d = e % HS, i = qt * SCALAR_TILE + r;
+            qs[r][d] = i < T ? __bfloat162float(base[(int64_t)i * 3 * C + d]) : 0.0f;
+            dos[r][d] = i < T ? __bfloat162float(dobase[(int64_t)i * C + d]) : 0.0f;
+        }
+        int i0 = qt * SCALAR_TILE + threadIdx.x;
+        ls[threadIdx.x] = i0 < T ? lrow[i0] : 0.0f;
+        ds_[threadIdx.x] = i0 < T ? drow[i0] : 0.0f;
+        __syncthreads();
+        int rmin = max(0, j - qt * SCALAR_TILE);            // causal: queries i >= j
+        int rmax = min(SCALAR_TILE, T - qt * SCALAR_TILE);   // and i < T
+        for (int r = rmin; r < rmax; r++) {
+            float s = 0.0f, dp = 0.0f;
+            #pragma unroll
+            for (int d = 0; d < HS; d++) {
+                s += qs[r][d] * kpad[threadIdx.x][d];
+                dp += dos[r][d] * vpad[threadIdx.x][d];
+            }
+            float p = expf(s * scale - ls[r]);
+            float dsc = p * (dp - ds_[r]) * scale;
+            #pragma unroll
+            for (int d = 0; d < HS; d++) {
+                dv[d] += p * dos[r][d];
+                dk[d] += dsc * qs[r][d];
+            }
+        }
+    }
+    if (j >= T) return;
+    bf16 *o = dqkv + ((int64_t)b * T + j) * 3 * C + h * HS;
+    #pragma unroll
+    for (int d = 0; d < HS; d++) {
+        o[C + d] = __float2bfloat16_rn(dk[d]);
+        o[2 * C + d] = __float2bfloat16_rn(dv[d]);
+    }
+}
+
+// dq: grid (T/TILE, NH, B), block TILE: thread = query row i; loops over key
+// tiles up to the diagonal. Dynamic shared memory: ks, vs (TILE, HS) the key
+// tile (broadcast reads), dopad (TILE, HS+1) this block's output gradients.
+template <int HS>
+__global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_backward_dq_kernel(bf16 *dqkv, const bf16 *qkv,
+                                                                               const bf16 *dout, const float *lse,
+                                                                               const float *delta, int T, int NH,
+                                                                               float scale) {
+    extern __shared__ float smem[];
+    float(*ks)[HS] = (float(*)[HS])smem;
+    float(*vs)[HS] = (float(*)[HS])(smem + SCALAR_TILE * HS);
+    float(*dopad)[HS + 1] = (float(*)[HS + 1])(smem + 2 * SCALAR_TILE * HS);
+    int b = blockIdx.z, h = blockIdx.y, tile = blockIdx.x;
+    int C = NH * HS;
+    int i = tile * SCALAR_TILE + threadIdx.x;
+    const bf16 *base = qkv + (int64_t)b * T * 3 * C + h * HS;
+    const bf16 *dobase = dout + (int64_t)b * T * C + h * HS;
+    for (int e = threadIdx.x; e < SCALAR_TILE * HS; e += SCALAR_TILE) {
+        int r = e / HS, d = e % HS, ii = tile * SCALAR_TILE + r;
+        dopad[r][d] = ii < T ? __bfloat162float(dobase[(int64_t)ii * C + d]) : 0.0f;
+    }
+    float q[HS], dq[HS];
+    #pragma unroll
+    for (int d = 0; d < HS; d++) {
+        q[d] = i < T ? __bfloat162float(base[(int64_t)i * 3 * C + d]) : 0.0f;
+        dq[d] = 0.0f;
+    }
+    float li = i < T ? lse[((int64_t)b * NH + h) * T + i] : 0.0f;
+    float di = i < T ? delta[((int64_t)b * NH + h) * T + i] : 0.0f;
+    for (int kt = 0; kt <= tile; kt++) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < SCALAR_TILE * HS; e += SCALAR_TILE) {
+            int r = e / HS, d = e % HS, j = kt * SCALAR_TILE + r;
+            ks[r][d] = j < T ? __bfloat162float(base[(int64_t)j * 3 * C + C + d]) : 0.0f;
+            vs[r][d] = j < T ? __bfloat162float(base[(int64_t)j * 3 * C + 2 * C + d]) : 0.0f;
+        }
+        __syncthreads();
+        int jmax = min(SCALAR_TILE, i - kt * SCALAR_TILE + 1);
+        for (int r = 0; r < jmax; r++) {
+            float s = 0.0f, dp = 0.0f;
+            #pragma unroll
+            for (int d = 0; d < HS; d++) {
+                s += q[d] * ks[r][d];
+                dp += dopad[threadIdx.x][d] * vs[r][d];
+            }
+            float p = expf(s * scale - li);
+            float dsc = p * (dp - di) * scale;
+            #pragma unroll
+            for (int d = 0; d < HS; d++) dq[d] += dsc * ks[r][d];
+        }
+    }
+    if (i >= T) return;
+    bf16 *o = dqkv + ((int64_t)b * T + i) * 3 * C + h * HS;
+    #pragma unroll
+    for (int d = 0; d < HS; d++) o[d] = __float2bfloat16_rn(dq[d]);
+}
+
+template <int HS>
+static void scalar_forward_hs(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH) {
+    dim3 grid(ceil_div_int(T, SCALAR_TILE), NH, B);
+    scalar_flash_forward_kernel<HS><<<grid, SCALAR_TILE>>>(out, lse, qkv, T, NH, 1.0f / sqrtf((float)HS));
+    CUDA_CHECK_LAUNCH();
+}
+
+template <int HS>
+static void scalar_backward_hs(bf16 *dqkv, float *delta, const bf16 *dout, const bf16 *qkv, const bf16 *out,
+                               const float *lse, int B, int T, int NH) {
+    float scale = 1.0f / sqrtf((float)HS);
+    int64_t chunks = (int64_t)B * T * NH * (HS / 8);
+    flash_delta_kernel<HS><<<ceil_div_int(chunks, 256), 256>>>(delta, dout, out, B, T, NH);
+    CUDA_CHECK_LAUNCH();
+    dim3 grid(ceil_div_int(T, SCALAR_TILE), NH, B);
+    size_t smem_kv = sizeof(float) * (2 * SCALAR_TILE * (HS + 1) + 2 * SCALAR_TILE * HS + 2 * SCALAR_TILE);
+    size_t smem_q = sizeof(float) * (2 * SCALAR_TILE * HS + SCALAR_TILE * (HS + 1));
+    CUDA_CHECK(cudaFuncSetAttribute(scalar_flash_backward_dkdv_kernel<HS>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+    CUDA_CHECK(cudaFuncSetAttribute(scalar_flash_backward_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)smem_q));
+    scalar_flash_backward_dkdv_kernel<HS><<<grid, SCALAR_TILE, smem_kv>>>(dqkv, qkv, dout, lse, delta, T, NH, scale);
+    CUDA_CHECK_LAUNCH();
+    scalar_flash_backward_dq_kernel<HS><<<grid, SCALAR_TILE, smem_q>>>(dqkv, qkv, dout, lse, delta, T, NH, scale);
+    CUDA_CHECK_LAUNCH();
+}
+
+static void scalar_attention_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int C, int NH) {
+    if (C / NH == 64) scalar_forward_hs<64>(out, lse, qkv, B, T, NH);
+    else if (C / NH == 32) scalar_forward_hs<32>(out, lse, qkv, B, T, NH);
+    else DIE("scalar flash: head size %d", C / NH);
+}
+
+static void scalar_attention_backward(bf16 *dqkv, float *delta, const bf16 *dout, const bf16 *qkv, const bf16 *out,
+                                      const float *lse, int B, int T, int C, int NH) {
+    if (C / NH == 64) scalar_backward_hs<64>(dqkv, delta, dout, qkv, out, lse, B, T, NH);
+    else if (C / NH == 32) scalar_backward_hs<32>(dqkv, delta, dout, qkv, out, lse, B, T, NH);
+    else DIE("scalar flash: head size %d", C / NH);
+}
+
+// ---------------------------------------------------------------------------
+// checks
+
+// Device inputs of one shape (bf16, as the CPU reference saw them) and the
+// CPU's fp32 answers.
+typedef struct {
+    int B, T, C, NH;
+    size_t nq, no, nl;
+    bf16 *qkv, *dout;
+    float *ref_out, *ref_dqkv;
+} Shape;
+
+// Host copies of what one version produced.
+typedef struct {
+    float *out, *dqkv, *lse;
+} Result;
+
+// Runs a version's forward then backward on fresh, poisoned outputs, checks
+// out and dqkv against the CPU; returns host copies (free with result_free).
+// fwd(out, lse) and bwd(dqkv, delta, out, lse) close over the shape's inputs.
+template <typename F, typename G>
+static Result run_version(const Shape *s, const char *name, F fwd, G bwd) {
+    char what[200];
+    bf16 *out = (bf16 *)cudaMallocCheck(s->no * 2), *dqkv = (bf16 *)cudaMallocCheck(s->nq * 2);
+    float *lse = (float *)cudaMallocCheck(s->nl * 4), *delta = (float *)cudaMallocCheck(s->nl * 4);
+    poison(out, s->no * 2); poison(dqkv, s->nq * 2); poison(lse, s->nl * 4); poison(delta, s->nl * 4);
+    fwd(out, lse);
+    CUDA_CHECK_LAUNCH();
+    bwd(dqkv, delta, out, lse);
+    CUDA_CHECK_LAUNCH();
+    Result r = {host_from_bf16(out, s->no), host_from_bf16(dqkv, s->nq), host_from_f32(lse, s->nl)};
+    snprintf(what, sizeof(what), "%s vs cpu B=%d T=%d C=%d NH=%d: out", name, s->B, s->T, s->C, s->NH);
+    check_close(what, r.out, s->ref_out, s->no, 1e-2, 2e-2);
+    snprintf(what, sizeof(what), "%s vs cpu B=%d T=%d C=%d NH=%d: dqkv", name, s->B, s->T, s->C, s->NH);
+    check_close(what, r.dqkv, s->ref_dqkv, s->nq, 2e-2, 3e-2);
+    void *dev[] = {out, dqkv, lse, delta};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
+    return r;
+}
+
+static void result_free(Result *r) { free(r->out); free(r->dqkv); free(r->lse); }
+
+static int same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+
 static void check_shape(Rng *rng, int B, int T, int C, int NH) {
-    char what[160];
-    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
-    float *qkv = host_random(rng, nq, 1.0f), *dout = host_random(rng, no, 1.0f);
-    float *out = (float *)mallocCheck(no * 4), *att = (float *)mallocCheck((size_t)B * NH * T * T * 4);
-    float *dqkv = (float *)mallocCheck(nq * 4), *scratch = (float *)mallocCheck((size_t)omp_threads() * T * T * 4);
-    attention_forward(out, att, qkv, B, T, C, NH);
-    attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
-    bf16 *d_qkv = device_bf16_from(qkv, nq), *d_dout = device_bf16_from(dout, no);
-    bf16 *d_out = (bf16 *)cudaMallocCheck(no * 2), *d_dqkv = (bf16 *)cudaMallocCheck(nq * 2);
-    float *d_lse = (float *)cudaMallocCheck(nl * 4), *d_delta = (float *)cudaMallocCheck(nl * 4);
-    poison(d_out, no * 2); poison(d_dqkv, nq * 2);
-    gpu_flash_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, 0);
-    gpu_flash_attention_backward(d_dqkv, d_delta, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0);
-    float *g_out = host_from_bf16(d_out, no), *g_dqkv = host_from_bf16(d_dqkv, nq);
-    snprintf(what, sizeof(what), "v1 flash vs cpu B=%d T=%d C=%d NH=%d: out", B, T, C, NH);
-    check_close(what, g_out, out, no, 1e-2, 2e-2);
-    snprintf(what, sizeof(what), "v1 flash vs cpu B=%d T=%d C=%d NH=%d: dqkv", B, T, C, NH);
-    check_close(what, g_dqkv, dqkv, nq, 2e-2, 3e-2);
+    char what[200];
+    Shape s = {B, T, C, NH, (size_t)B * T * 3 * C, (size_t)B * T * C, (size_t)B * NH * T, NULL, NULL, NULL, NULL};
+    float *qkv = host_random(rng, s.nq, 1.0f), *dout = host_random(rng, s.no, 1.0f);
+    float *att = (float *)mallocCheck((size_t)B * NH * T * T * 4);
+    float *scratch = (float *)mallocCheck((size_t)omp_threads() * T * T * 4);
+    s.ref_out = (float *)mallocCheck(s.no * 4);
+    s.ref_dqkv = (float *)mallocCheck(s.nq * 4);
+    attention_forward(s.ref_out, att, qkv, B, T, C, NH);
+    attention_backward(s.ref_dqkv, scratch, dout, qkv, att, B, T, C, NH);
+    s.qkv = device_bf16_from(qkv, s.nq);
+    s.dout = device_bf16_from(dout, s.no);
+
+    Result v1 = run_version(
+        &s, "v1 flash scalar",
+        [&](bf16 *out, float *lse) { scalar_attention_forward(out, lse, s.qkv, B, T, C, NH); },
+        [&](bf16 *dqkv, float *delta, bf16 *out, float *lse) {
+            scalar_attention_backward(dqkv, delta, s.dout, s.qkv, out, lse, B, T, C, NH);
+        });
+    auto v3_fwd = [&](bf16 *out, float *lse) { gpu_flash_attention_forward(out, lse, s.qkv, B, T, C, NH, 0); };
+    auto v3_bwd = [&](bf16 *dqkv, float *delta, bf16 *out, float *lse) {
+        gpu_flash_attention_backward(dqkv, delta, s.dout, s.qkv, out, lse, B, T, C, NH, 0);
+    };
+    Result v3 = run_version(&s, "v3 flash wmma", v3_fwd, v3_bwd);
+    snprintf(what, sizeof(what), "v3 flash wmma vs v1 flash scalar B=%d T=%d C=%d NH=%d: softmax statistics", B, T, C,
+             NH);
+    check_close(what, v3.lse, v1.lse, s.nl, 1e-3, 1e-3);
+    {  // deterministic: a second run gives the same bits (no atomics, fixed reduction order)
+        Result again = run_version(&s, "v3 flash wmma (second run)", v3_fwd, v3_bwd);
+        int same = same_bits(again.out, v3.out, s.no) && same_bits(again.dqkv, v3.dqkv, s.nq) &&
+                   same_bits(again.lse, v3.lse, s.nl);
+        test_result(same, "v3 flash wmma B=%d T=%d C=%d NH=%d: two runs bit-identical (out, lse, dqkv)", B, T, C, NH);
+        result_free(&again);
+    }
+
     if (cudnn_attention_available()) {
         GPTConfig cfg = {T, 2, 128, 1, NH, C};
         CudnnAttention ca;
         cudnn_attention_init(&ca, &cfg, B, T, 1);
-        bf16 *c_out = (bf16 *)cudaMallocCheck(no * 2), *c_dqkv = (bf16 *)cudaMallocCheck(nq * 2);
-        float *c_lse = (float *)cudaMallocCheck(nl * 4);
-        poison(c_out, no * 2); poison(c_dqkv, nq * 2);
-        gpu_cudnn_attention_forward(&ca, c_out, c_lse, d_qkv, B, T, C, NH, 0);
-        gpu_cudnn_attention_backward(&ca, c_dqkv, d_delta, d_dout, d_qkv, c_out, c_lse, B, T, C, NH, 0);
-        float *h_out = host_from_bf16(c_out, no), *h_dqkv = host_from_bf16(c_dqkv, nq);
-        float *h_lse = host_from_f32(c_lse, nl), *f_lse = host_from_f32(d_lse, nl);
-        snprintf(what, sizeof(what), "v2 cudnn vs cpu B=%d T=%d C=%d NH=%d: out", B, T, C, NH);
-        check_close(what, h_out, out, no, 1e-2, 2e-2);
-        snprintf(what, sizeof(what), "v2 cudnn vs cpu B=%d T=%d C=%d NH=%d: dqkv", B, T, C, NH);
-        check_close(what, h_dqkv, dqkv, nq, 2e-2, 3e-2);
-        snprintf(what, sizeof(what), "v2 cudnn vs v1 flash B=%d T=%d C=%d NH=%d: softmax statistics", B, T, C, NH);
-        check_close(what, h_lse, f_lse, nl, 1e-3, 1e-3);
-        snprintf(what, sizeof(what), "v2 cudnn vs v1 flash B=%d T=%d C=%d NH=%d: dqkv", B, T, C, NH);
-        check_close(what, h_dqkv, g_dqkv, nq, 2e-2, 3e-2);
-        CUDA_CHECK(cudaFree(c_out)); CUDA_CHECK(cudaFree(c_dqkv)); CUDA_CHECK(cudaFree(c_lse));
-        free(h_out); free(h_dqkv); free(h_lse); free(f_lse);
+        Result v2 = run_version(
+            &s, "v2 cudnn",
+            [&](bf16 *out, float *lse) { gpu_cudnn_attention_forward(&ca, out, lse, s.qkv, B, T, C, NH, 0); },
+            [&](bf16 *dqkv, float *delta, bf16 *out, float *lse) {
+                gpu_cudnn_attention_backward(&ca, dqkv, delta, s.dout, s.qkv, out, lse, B, T, C, NH, 0);
+            });
+        snprintf(what, sizeof(what), "v2 cudnn vs v3 flash wmma B=%d T=%d C=%d NH=%d: softmax statistics", B, T, C, NH);
+        check_close(what, v2.lse, v3.lse, s.nl, 1e-3, 1e-3);
+        snprintf(what, sizeof(what), "v2 cudnn vs v3 flash wmma B=%d T=%d C=%d NH=%d: dqkv", B, T, C, NH);
+        check_close(what, v2.dqkv, v3.dqkv, s.nq, 2e-2, 3e-2);
+        result_free(&v2);
         cudnn_attention_free(&ca);
     } else {
         test_skip("v2 cudnn B=%d T=%d C=%d NH=%d (no cuDNN in this build)", B, T, C, NH);
     }
-    void *dev[] = {d_qkv, d_dout, d_out, d_dqkv, d_lse, d_delta};
-    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
-    float *host[] = {qkv, dout, out, att, dqkv, scratch, g_out, g_dqkv};
+    result_free(&v1);
+    result_free(&v3);
+    CUDA_CHECK(cudaFree(s.qkv));
+    CUDA_CHECK(cudaFree(s.dout));
+    float *host[] = {qkv, dout, att, scratch, s.ref_out, s.ref_dqkv};
     for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
 }
 
@@ -65,8 +351,10 @@ int main(void) {
     rng_seed(&rng, 5);
     check_shape(&rng, 2, 64, 128, 2);     // head size 64, one tile
     check_shape(&rng, 1, 100, 128, 4);    // head size 32, a partial tile
+    check_shape(&rng, 2, 333, 256, 4);    // head size 64, 6 tiles, the last one of 13 rows
     check_shape(&rng, 2, 256, 768, 12);   // d12 heads
     check_shape(&rng, 1, 1024, 768, 12);  // d12 sequence length
+    check_shape(&rng, 2, 1024, 768, 12);  // and two sequences
 
     Bench b;
     bench_init(&b);
@@ -77,12 +365,13 @@ int main(void) {
     float *lse = (float *)cudaMallocCheck(nl * 4), *delta = (float *)cudaMallocCheck(nl * 4);
     fill_hash_bf16_kernel<<<ceil_div_int(nq, 256), 256>>>(qkv, (int64_t)nq, 11);
     fill_hash_bf16_kernel<<<ceil_div_int(no, 256), 256>>>(dout, (int64_t)no, 12);
-    // causal: half of the (T,T) scores; forward 2 matmuls, backward 5 (dq, dk, dv, and the recomputed p and dp)
+    // causal: half of the (T,T) scores; forward 2 matmuls, backward 5 (dq, dk, dv, and the recomputed p and dp;
+    // versions 1 and 3 recompute p and dp twice, once per backward kernel: 7 done, 5 counted)
     double fwd_flops = 2.0 * 2.0 * B * NH * (double)T * T * (C / NH) / 2.0;
-    double ms = bench_ms(&b, 10, [&] { gpu_flash_attention_forward(out, lse, qkv, B, T, C, NH, 0); });
-    bench_report(&b, "v1 flash forward d12 16x1024", ms, 0, fwd_flops);
-    ms = bench_ms(&b, 10, [&] { gpu_flash_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, 0); });
-    bench_report(&b, "v1 flash backward d12 16x1024", ms, 0, 2.5 * fwd_flops);
+    double ms = bench_ms(&b, 5, [&] { scalar_attention_forward(out, lse, qkv, B, T, C, NH); });
+    bench_report(&b, "v1 flash scalar forward d12 16x1024", ms, 0, fwd_flops);
+    ms = bench_ms(&b, 5, [&] { scalar_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH); });
+    bench_report(&b, "v1 flash scalar backward d12 16x1024", ms, 0, 2.5 * fwd_flops);
     if (cudnn_attention_available()) {
         GPTConfig cfg = {T, 2, 128, 1, NH, C};
         CudnnAttention ca;
@@ -93,6 +382,12 @@ int main(void) {
         bench_report(&b, "v2 cudnn backward d12 16x1024", ms, 0, 2.5 * fwd_flops);
         cudnn_attention_free(&ca);
     }
+    ms = bench_ms(&b, 10, [&] { gpu_flash_attention_forward(out, lse, qkv, B, T, C, NH, 0); });
+    bench_report(&b, "v3 flash wmma forward d12 16x1024", ms, 0, fwd_flops);
+    ms = bench_ms(&b, 10, [&] { gpu_flash_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, 0); });
+    bench_report(&b, "v3 flash wmma backward d12 16x1024", ms, 0, 2.5 * fwd_flops);
+    void *dev[] = {qkv, out, dout, dqkv, lse, delta};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
     bench_free(&b);
     return test_exit_code();
 }
