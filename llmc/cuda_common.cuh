@@ -1,8 +1,10 @@
 // cuda_common.cuh: what every CUDA file shares: error-checking macros that
 // name file:line (CUDA_CHECK, CUBLAS_CHECK, CUDNN_CHECK, NCCL_CHECK), the bf16
 // type and its conversions (round-to-nearest and stochastic), warp and block
-// reductions in a fixed order (so results are bit-reproducible), NVTX ranges,
-// and a checked device allocation that says how much memory was wanted.
+// reductions in a fixed order (so results are bit-reproducible), 16-byte
+// vectors of 8 bf16 for the memory-bound kernels (and the alignment test that
+// picks them), NVTX ranges, and a checked device allocation that says how much
+// memory was wanted.
 #ifndef LLMC_CUDA_COMMON_CUH
 #define LLMC_CUDA_COMMON_CUH
 
@@ -104,6 +106,88 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
     v = lane < nwarps ? scratch[lane] : -INFINITY;
     return warp_max(v);
 }
+
+// ---------------------------------------------------------------------------
+// 16-byte vectors: 8 bf16 packed in a uint4 (element 2i in the low half of
+// word i, as in memory), moved with one 16-byte load or store. The memory-bound
+// kernels use them when their pointers are 16-byte aligned and the row length
+// is a multiple of 8 (aligned16 below, tested at launch); the _n forms move
+// only the first n elements one by one (n <= 0: none; the rest read as 0), for
+// the general case with the same element order.
+
+__device__ __forceinline__ uint4 ld_bf16x8(const bf16 *p) { return *reinterpret_cast<const uint4 *>(p); }
+__device__ __forceinline__ void st_bf16x8(bf16 *p, uint4 v) { *reinterpret_cast<uint4 *>(p) = v; }
+
+__device__ __forceinline__ uint4 ld_bf16x8_n(const bf16 *p, int n) {
+    uint32_t w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        if (j < n) w[j / 2] |= (uint32_t)__bfloat16_as_ushort(p[j]) << (16 * (j % 2));
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+__device__ __forceinline__ void st_bf16x8_n(bf16 *p, uint4 v, int n) {
+    uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        if (j < n) p[j] = __ushort_as_bfloat16((unsigned short)(w[j / 2] >> (16 * (j % 2))));
+}
+
+// The 8 values as floats (exact), and 8 floats rounded to nearest into a vector.
+__device__ __forceinline__ void bf16x8_unpack(float f[8], uint4 v) {
+    uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+// The same values through byte permutes: a second unpacking that ptxas does not
+// recognise as the first one, so it re-derives the floats from a packed row
+// held in registers instead of keeping (or spilling) them from an earlier pass.
+__device__ __forceinline__ void bf16x8_unpack_prmt(float f[8], uint4 v) {
+    uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(__byte_perm(w[i], 0u, 0x1044));
+        f[2 * i + 1] = __uint_as_float(__byte_perm(w[i], 0u, 0x3244));
+    }
+}
+__device__ __forceinline__ uint4 bf16x8_pack(const float f[8]) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);  // .x (low half) = f[2i]
+        w[i] = (uint32_t)__bfloat16_as_ushort(h.x) | ((uint32_t)__bfloat16_as_ushort(h.y) << 16);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// An empty asm that "may change" v, between passes over a row held packed in
+// registers: the front end cannot carry v's unpacked floats (twice the
+// registers) across it. ptxas sees no instruction and may still reuse them;
+// bf16x8_unpack_prmt below is the stronger tool where that spills.
+__device__ __forceinline__ void reg_barrier(uint4 &v) {
+    asm volatile("" : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w));
+}
+
+// 1 if p may be accessed with 16-byte vectors.
+static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+// Runs LAUNCH(NV) (a macro taking a compile-time constant) with NV = nv for nv
+// in 1..8 and NV = 0 otherwise: kernels templated on how many vectors per
+// thread they keep in registers (0: none, re-read from memory).
+#define LLMC_NV_SWITCH(nv, LAUNCH)                                                                \
+    switch (nv) {                                                                                 \
+    case 1: LAUNCH(1); break;                                                                     \
+    case 2: LAUNCH(2); break;                                                                     \
+    case 3: LAUNCH(3); break;                                                                     \
+    case 4: LAUNCH(4); break;                                                                     \
+    case 5: LAUNCH(5); break;                                                                     \
+    case 6: LAUNCH(6); break;                                                                     \
+    case 7: LAUNCH(7); break;                                                                     \
+    case 8: LAUNCH(8); break;                                                                     \
+    default: LAUNCH(0); break;                                                                    \
+    }
 
 // ---------------------------------------------------------------------------
 // device memory

@@ -2,100 +2,282 @@
 // the plain forward, the fused residual add + LayerNorm forward, and a
 // deterministic backward (row pass, then parameter gradients as fixed-order
 // column reductions through a scratch of per-row-chunk partial sums).
-// One warp per row; both forwards normalise through the same device function,
-// so recomputing a LayerNorm in the backward (--recompute 2) gives the bits the
-// forward gave.
+// One warp per row. Lane l owns the 8-element chunks l, l+32, l+64, ... of its
+// row and, for C <= 2048, keeps them in registers from the one read to the
+// normalise (the forwards read each input once and write each output once; the
+// backward row pass reads dout and inp once); longer rows are re-read. Chunks
+// move as 16-byte vectors when C % 8 == 0 and every pointer is 16-byte aligned
+// (tested at launch), else element by element. Every path (vector or element,
+// held or re-read) visits the same elements in the same order with the same
+// arithmetic, and both forwards normalise through the same device function,
+// so recomputing a LayerNorm in the backward (--recompute 2) gives the bits
+// the forward gave, whichever path either call took.
 #ifndef LLMC_LAYERNORM_CUH
 #define LLMC_LAYERNORM_CUH
 
 #include "cuda_common.cuh"
 
 #define LN_EPS 1e-5f
+#define LN_WARPS 4    // rows (warps) per block in the forwards and the backward row pass
+#define LN_MAX_NV 8   // chunks per lane kept in registers: rows up to 8 * 32 * 8 = 2048
 
-// Normalises one row x (C) by the calling warp: out = (x - mean) * rstd * w + b.
-__device__ __forceinline__ void ln_row(bf16 *out, float *mean_out, float *rstd_out, const bf16 *x, const bf16 *w,
-                                       const bf16 *b, int C) {
-    int lane = threadIdx.x % 32;
-    float sum = 0.0f;
-    for (int c = lane; c < C; c += 32) sum += __bfloat162float(x[c]);
-    float m = warp_sum(sum) / C;
-    float var = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float d = __bfloat162float(x[c]) - m;
-        var += d * d;
+// Chunks per lane for a row of C: ceil(ceil(C / 8) / 32); 0 (re-read) above LN_MAX_NV.
+static inline int ln_nv(int C) {
+    int nv = (C + 255) / 256;
+    return nv <= LN_MAX_NV ? nv : 0;
+}
+
+// The chunk of row p starting at element e0 (< C: a chunk of the row; else zeros).
+template <bool VEC>
+__device__ __forceinline__ uint4 ln_load(const bf16 *p, int e0, int C) {
+    if constexpr (VEC) return e0 < C ? ld_bf16x8(p + e0) : make_uint4(0u, 0u, 0u, 0u);
+    else return ld_bf16x8_n(p + e0, C - e0);
+}
+template <bool VEC>
+__device__ __forceinline__ void ln_store(bf16 *p, uint4 v, int e0, int C) {
+    if constexpr (VEC) { if (e0 < C) st_bf16x8(p + e0, v); }
+    else st_bf16x8_n(p + e0, v, C - e0);
+}
+
+// Chunk k of this lane: from the registers r (NV > 0) or re-read from row x.
+template <int NV, bool VEC>
+__device__ __forceinline__ uint4 ln_chunk(const uint4 (&r)[NV > 0 ? NV : 1], const bf16 *x, int k, int lane, int C) {
+    if constexpr (NV > 0) return r[k];
+    else return ln_load<VEC>(x, (k * 32 + lane) * 8, C);
+}
+
+// Between passes over a row held in registers: see reg_barrier.
+template <int NV>
+__device__ __forceinline__ void ln_barrier(uint4 (&r)[NV > 0 ? NV : 1]) {
+    if constexpr (NV > 0) {
+#pragma unroll
+        for (int k = 0; k < NV; k++) reg_barrier(r[k]);
     }
-    float s = rsqrtf(warp_sum(var) / C + LN_EPS);
-    for (int c = lane; c < C; c += 32) {
-        float n = (__bfloat162float(x[c]) - m) * s;
-        out[c] = __float2bfloat16_rn(n * __bfloat162float(w[c]) + __bfloat162float(b[c]));
+}
+
+// Normalises one row by the calling warp: out = (x - mean) * rstd * w + b, the
+// row's chunks in r (NV > 0) or in x. Two-pass statistics in fp32; each lane
+// sums its elements in chunk order, then warp_sum's fixed butterfly. Explicit
+// fmas (__fmaf_rn), so no contraction choice can differ between the kernels.
+template <int NV, bool VEC>
+__device__ __forceinline__ void ln_row(bf16 *out, float *mean_out, float *rstd_out, uint4 (&r)[NV > 0 ? NV : 1],
+                                       const bf16 *x, const bf16 *w, const bf16 *b, int C) {
+    const int lane = threadIdx.x % 32;
+    const int nk = NV > 0 ? NV : (C + 255) / 256;
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < nk; k++) {
+        int e0 = (k * 32 + lane) * 8;
+        float f[8];
+        bf16x8_unpack(f, ln_chunk<NV, VEC>(r, x, k, lane, C));
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            if (e0 + j < C) sum += f[j];
+    }
+    const float m = warp_sum(sum) / C;
+    ln_barrier<NV>(r);
+    float var = 0.0f;
+#pragma unroll
+    for (int k = 0; k < nk; k++) {
+        int e0 = (k * 32 + lane) * 8;
+        float f[8];
+        bf16x8_unpack(f, ln_chunk<NV, VEC>(r, x, k, lane, C));
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float d = f[j] - m;
+            if (e0 + j < C) var = __fmaf_rn(d, d, var);
+        }
+    }
+    const float s = rsqrtf(warp_sum(var) / C + LN_EPS);
+    ln_barrier<NV>(r);
+#pragma unroll
+    for (int k = 0; k < nk; k++) {
+        int e0 = (k * 32 + lane) * 8;
+        if (e0 < C) {
+            float f[8], wf[8], bf[8], o[8];
+            bf16x8_unpack(f, ln_chunk<NV, VEC>(r, x, k, lane, C));
+            bf16x8_unpack(wf, ln_load<VEC>(w, e0, C));
+            bf16x8_unpack(bf, ln_load<VEC>(b, e0, C));
+#pragma unroll
+            for (int j = 0; j < 8; j++) o[j] = __fmaf_rn((f[j] - m) * s, wf[j], bf[j]);
+            ln_store<VEC>(out, bf16x8_pack(o), e0, C);
+        }
     }
     if (lane == 0) { *mean_out = m; *rstd_out = s; }
 }
 
 // out (N,C), mean (N), rstd (N) from inp (N,C).
-__global__ void layernorm_forward_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w,
-                                         const bf16 *b, int N, int C) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+template <int NV, bool VEC>
+__global__ void __launch_bounds__(LN_WARPS * 32)
+    layernorm_forward_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
+                             const bf16 *__restrict__ inp, const bf16 *__restrict__ w, const bf16 *__restrict__ b,
+                             int N, int C) {
+    int row = blockIdx.x * LN_WARPS + threadIdx.x / 32;
     if (row >= N) return;
+    int lane = threadIdx.x % 32;
     int64_t off = (int64_t)row * C;
-    ln_row(out + off, mean + row, rstd + row, inp + off, w, b, C);
+    const bf16 *x = inp + off;
+    uint4 r[NV > 0 ? NV : 1];
+    if constexpr (NV > 0) {
+#pragma unroll
+        for (int k = 0; k < NV; k++) r[k] = ln_load<VEC>(x, (k * 32 + lane) * 8, C);  // all in flight at once
+    }
+    ln_row<NV, VEC>(out + off, mean + row, rstd + row, r, x, w, b, C);
 }
 
-// residual_out (N,C) = res_in + x (rounded to bf16), then LayerNorm of it.
-__global__ void fused_residual_layernorm_kernel(bf16 *residual_out, bf16 *out, float *mean, float *rstd,
-                                                const bf16 *res_in, const bf16 *x, const bf16 *w, const bf16 *b,
-                                                int N, int C) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+// residual_out (N,C) = res_in + x (rounded to bf16), then LayerNorm of it (from
+// the rounded values kept in registers: what a LayerNorm of residual_out reads).
+template <int NV, bool VEC>
+__global__ void __launch_bounds__(LN_WARPS * 32)
+    fused_residual_layernorm_kernel(bf16 *__restrict__ residual_out, bf16 *__restrict__ out,
+                                    float *__restrict__ mean, float *__restrict__ rstd,
+                                    const bf16 *__restrict__ res_in, const bf16 *__restrict__ x,
+                                    const bf16 *__restrict__ w, const bf16 *__restrict__ b, int N, int C) {
+    int row = blockIdx.x * LN_WARPS + threadIdx.x / 32;
     if (row >= N) return;
+    int lane = threadIdx.x % 32;
     int64_t off = (int64_t)row * C;
-    for (int c = threadIdx.x % 32; c < C; c += 32)
-        residual_out[off + c] = __float2bfloat16_rn(__bfloat162float(res_in[off + c]) + __bfloat162float(x[off + c]));
-    __syncwarp();
-    ln_row(out + off, mean + row, rstd + row, residual_out + off, w, b, C);
+    uint4 r[NV > 0 ? NV : 1];
+    if constexpr (NV > 0) {
+        uint4 rx[NV];
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            int e0 = (k * 32 + lane) * 8;
+            r[k] = ln_load<VEC>(res_in + off, e0, C);
+            rx[k] = ln_load<VEC>(x + off, e0, C);
+        }
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            float a[8], c[8];
+            bf16x8_unpack(a, r[k]);
+            bf16x8_unpack(c, rx[k]);
+#pragma unroll
+            for (int j = 0; j < 8; j++) a[j] += c[j];
+            r[k] = bf16x8_pack(a);
+            ln_store<VEC>(residual_out + off, r[k], (k * 32 + lane) * 8, C);
+        }
+    } else {
+        // long rows: write the residual, then normalise it re-reading residual_out
+        for (int e0 = lane * 8; e0 < C; e0 += 32 * 8) {
+            float a[8], c[8];
+            bf16x8_unpack(a, ln_load<VEC>(res_in + off, e0, C));
+            bf16x8_unpack(c, ln_load<VEC>(x + off, e0, C));
+#pragma unroll
+            for (int j = 0; j < 8; j++) a[j] += c[j];
+            ln_store<VEC>(residual_out + off, bf16x8_pack(a), e0, C);
+        }
+        __syncwarp();  // orders the warp's stores before its loads of the same row
+    }
+    ln_row<NV, VEC>(out + off, mean + row, rstd + row, r, residual_out + off, w, b, C);
 }
-
-#define LN_WARPS 8  // rows per block in the forwards and the backward row pass
 
 static inline void gpu_layernorm_forward(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w,
                                          const bf16 *b, int N, int C, cudaStream_t s) {
-    layernorm_forward_kernel<<<ceil_div_int(N, LN_WARPS), LN_WARPS * 32, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
+    if (N <= 0) return;
+    int vec = C % 8 == 0 && aligned16(out) && aligned16(inp) && aligned16(w) && aligned16(b);
+    dim3 grid(ceil_div_int(N, LN_WARPS)), block(LN_WARPS * 32);
+#define LN_FWD(NV)                                                                                         \
+    if (vec) layernorm_forward_kernel<NV, true><<<grid, block, 0, s>>>(out, mean, rstd, inp, w, b, N, C); \
+    else layernorm_forward_kernel<NV, false><<<grid, block, 0, s>>>(out, mean, rstd, inp, w, b, N, C)
+    LLMC_NV_SWITCH(ln_nv(C), LN_FWD);
+#undef LN_FWD
     CUDA_CHECK_LAUNCH();
 }
 
 static inline void gpu_fused_residual_layernorm(bf16 *residual_out, bf16 *out, float *mean, float *rstd,
                                                 const bf16 *res_in, const bf16 *x, const bf16 *w, const bf16 *b,
                                                 int N, int C, cudaStream_t s) {
-    fused_residual_layernorm_kernel<<<ceil_div_int(N, LN_WARPS), LN_WARPS * 32, 0, s>>>(residual_out, out, mean,
-                                                                                       rstd, res_in, x, w, b, N, C);
+    if (N <= 0) return;
+    int vec = C % 8 == 0 && aligned16(residual_out) && aligned16(out) && aligned16(res_in) && aligned16(x) &&
+              aligned16(w) && aligned16(b);
+    dim3 grid(ceil_div_int(N, LN_WARPS)), block(LN_WARPS * 32);
+#define LN_FUSED(NV)                                                                                       \
+    if (vec) fused_residual_layernorm_kernel<NV, true><<<grid, block, 0, s>>>(residual_out, out, mean, rstd, \
+                                                                              res_in, x, w, b, N, C);       \
+    else fused_residual_layernorm_kernel<NV, false><<<grid, block, 0, s>>>(residual_out, out, mean, rstd,    \
+                                                                           res_in, x, w, b, N, C)
+    LLMC_NV_SWITCH(ln_nv(C), LN_FUSED);
+#undef LN_FUSED
     CUDA_CHECK_LAUNCH();
 }
 
 // ---------------------------------------------------------------------------
 // backward
 
-// dinp (N,C) fp32 += d/dinp, and dinp_bf16 = its bf16 copy (the next matmul's input).
-__global__ void layernorm_backward_rows_kernel(float *dinp, bf16 *dinp_bf16, const bf16 *dout, const bf16 *inp,
-                                               const bf16 *w, const float *mean, const float *rstd, int N, int C) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+// dinp (N,C) fp32 += d/dinp, and dinp_bf16 = its bf16 copy (the next matmul's
+// input). Chunks as in the forward; dout and inp stay in registers (NV > 0)
+// between the two passes.
+template <int NV, bool VEC>
+__global__ void __launch_bounds__(LN_WARPS * 32)
+    layernorm_backward_rows_kernel(float *__restrict__ dinp, bf16 *__restrict__ dinp_bf16,
+                                   const bf16 *__restrict__ dout, const bf16 *__restrict__ inp,
+                                   const bf16 *__restrict__ w, const float *__restrict__ mean,
+                                   const float *__restrict__ rstd, int N, int C) {
+    int row = blockIdx.x * LN_WARPS + threadIdx.x / 32;
     if (row >= N) return;
-    int lane = threadIdx.x % 32;
+    const int lane = threadIdx.x % 32;
+    const int nk = NV > 0 ? NV : (C + 255) / 256;
     int64_t off = (int64_t)row * C;
-    float m = mean[row], s = rstd[row];
+    const bf16 *dy = dout + off, *x = inp + off;
+    float *di = dinp + off;
+    bf16 *dib = dinp_bf16 + off;
+    uint4 rd[NV > 0 ? NV : 1], rx[NV > 0 ? NV : 1];
+    if constexpr (NV > 0) {
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            int e0 = (k * 32 + lane) * 8;
+            rd[k] = ln_load<VEC>(dy, e0, C);
+            rx[k] = ln_load<VEC>(x, e0, C);
+        }
+    }
+    const float m = mean[row], s = rstd[row];
     float dmean = 0.0f, dnorm_mean = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float norm = (__bfloat162float(inp[off + c]) - m) * s;
-        float dnorm = __bfloat162float(w[c]) * __bfloat162float(dout[off + c]);
-        dmean += dnorm;
-        dnorm_mean += dnorm * norm;
+#pragma unroll
+    for (int k = 0; k < nk; k++) {
+        int e0 = (k * 32 + lane) * 8;
+        float fd[8], fx[8], fw[8];
+        bf16x8_unpack(fd, ln_chunk<NV, VEC>(rd, dy, k, lane, C));
+        bf16x8_unpack(fx, ln_chunk<NV, VEC>(rx, x, k, lane, C));
+        bf16x8_unpack(fw, ln_load<VEC>(w, e0, C));
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float norm = (fx[j] - m) * s, dnorm = fw[j] * fd[j];
+            if (e0 + j < C) { dmean += dnorm; dnorm_mean = __fmaf_rn(dnorm, norm, dnorm_mean); }
+        }
     }
     dmean = warp_sum(dmean) / C;
     dnorm_mean = warp_sum(dnorm_mean) / C;
-    for (int c = lane; c < C; c += 32) {
-        float norm = (__bfloat162float(inp[off + c]) - m) * s;
-        float dnorm = __bfloat162float(w[c]) * __bfloat162float(dout[off + c]);
-        float d = dinp[off + c] + (dnorm - dmean - norm * dnorm_mean) * s;
-        dinp[off + c] = d;
-        dinp_bf16[off + c] = __float2bfloat16_rn(d);
+    ln_barrier<NV>(rd);
+    ln_barrier<NV>(rx);
+#pragma unroll
+    for (int k = 0; k < nk; k++) {
+        int e0 = (k * 32 + lane) * 8;
+        if (e0 >= C) continue;
+        float fd[8], fx[8], fw[8], d[8];
+        bf16x8_unpack(fd, ln_chunk<NV, VEC>(rd, dy, k, lane, C));
+        bf16x8_unpack(fx, ln_chunk<NV, VEC>(rx, x, k, lane, C));
+        bf16x8_unpack(fw, ln_load<VEC>(w, e0, C));
+        if constexpr (VEC) {
+            float4 a = *reinterpret_cast<const float4 *>(di + e0), c = *reinterpret_cast<const float4 *>(di + e0 + 4);
+            d[0] = a.x; d[1] = a.y; d[2] = a.z; d[3] = a.w; d[4] = c.x; d[5] = c.y; d[6] = c.z; d[7] = c.w;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) d[j] = e0 + j < C ? di[e0 + j] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float norm = (fx[j] - m) * s, dnorm = fw[j] * fd[j];
+            d[j] += (dnorm - dmean - norm * dnorm_mean) * s;
+        }
+        if constexpr (VEC) {
+            *reinterpret_cast<float4 *>(di + e0) = make_float4(d[0], d[1], d[2], d[3]);
+            *reinterpret_cast<float4 *>(di + e0 + 4) = make_float4(d[4], d[5], d[6], d[7]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                if (e0 + j < C) di[e0 + j] = d[j];
+        }
+        ln_store<VEC>(dib, bf16x8_pack(d), e0, C);
     }
 }
 
@@ -103,6 +285,7 @@ __global__ void layernorm_backward_rows_kernel(float *dinp, bf16 *dinp_bf16, con
 
 // partial[2][R][C]: for row chunk r (blockIdx.y), sums of dout * norm and of dout.
 // block (32, 8): 32 columns, 8 row lanes reduced in shared memory in a fixed order.
+// The general case (any C, any alignment).
 __global__ void layernorm_backward_params_kernel(float *partial, const bf16 *dout, const bf16 *inp,
                                                  const float *mean, const float *rstd, int N, int C) {
     __shared__ float sw[8][33], sb[8][33];
@@ -129,6 +312,53 @@ __global__ void layernorm_backward_params_kernel(float *partial, const bf16 *dou
     }
 }
 
+// The same sums with 16-byte loads (C % 8 == 0, dout and inp 16-byte aligned):
+// block (32, 8), thread x owns the 8 columns [(blockIdx.x * 32 + x) * 8, +8),
+// row lane y the rows r0 + y, r0 + y + 8, ...; the 8 row lanes are added in
+// order through shared memory, one column per thread.
+__global__ void __launch_bounds__(256)
+    layernorm_backward_params_vec_kernel(float *__restrict__ partial, const bf16 *__restrict__ dout,
+                                         const bf16 *__restrict__ inp, const float *__restrict__ mean,
+                                         const float *__restrict__ rstd, int N, int C) {
+    __shared__ float sw[8][256], sb[8][256];
+    int c0 = (blockIdx.x * 32 + threadIdx.x) * 8;
+    int r0 = blockIdx.y * LN_ROWS_PER_CHUNK;
+    int r1 = min(r0 + LN_ROWS_PER_CHUNK, N);
+    float aw[8], ab[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) { aw[j] = 0.0f; ab[j] = 0.0f; }
+    if (c0 < C) {
+#pragma unroll 4
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+            int64_t off = (int64_t)r * C + c0;
+            float fd[8], fx[8];
+            bf16x8_unpack(fd, ld_bf16x8(dout + off));
+            bf16x8_unpack(fx, ld_bf16x8(inp + off));
+            float m = mean[r], s = rstd[r];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                aw[j] += (fx[j] - m) * s * fd[j];
+                ab[j] += fd[j];
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        sw[threadIdx.y][threadIdx.x * 8 + j] = aw[j];
+        sb[threadIdx.y][threadIdx.x * 8 + j] = ab[j];
+    }
+    __syncthreads();
+    int t = threadIdx.y * 32 + threadIdx.x;  // column blockIdx.x * 256 + t
+    int c = blockIdx.x * 256 + t;
+    if (c < C) {
+        float w = sw[0][t], bsum = sb[0][t];
+        for (int k = 1; k < 8; k++) { w += sw[k][t]; bsum += sb[k][t]; }
+        int R = gridDim.y;
+        partial[(int64_t)blockIdx.y * C + c] = w;
+        partial[(int64_t)(R + blockIdx.y) * C + c] = bsum;
+    }
+}
+
 // dw[c] += sum_r partial[0][r][c]; db[c] += sum_r partial[1][r][c] (r in order).
 __global__ void layernorm_backward_finish_kernel(float *dw, float *db, const float *partial, int R, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -148,12 +378,25 @@ static inline size_t layernorm_scratch_floats(int N, int C) {
 static inline void gpu_layernorm_backward(float *dinp, bf16 *dinp_bf16, float *dw, float *db, float *scratch,
                                           const bf16 *dout, const bf16 *inp, const bf16 *w, const float *mean,
                                           const float *rstd, int N, int C, cudaStream_t s) {
-    layernorm_backward_rows_kernel<<<ceil_div_int(N, LN_WARPS), LN_WARPS * 32, 0, s>>>(dinp, dinp_bf16, dout, inp,
-                                                                                      w, mean, rstd, N, C);
+    if (N <= 0) return;
+    int vec_in = C % 8 == 0 && aligned16(dout) && aligned16(inp);
+    int vec = vec_in && aligned16(dinp) && aligned16(dinp_bf16) && aligned16(w);
+    dim3 grid(ceil_div_int(N, LN_WARPS)), block(LN_WARPS * 32);
+#define LN_BWD(NV)                                                                                                  \
+    if (vec) layernorm_backward_rows_kernel<NV, true><<<grid, block, 0, s>>>(dinp, dinp_bf16, dout, inp, w, mean,  \
+                                                                             rstd, N, C);                          \
+    else layernorm_backward_rows_kernel<NV, false><<<grid, block, 0, s>>>(dinp, dinp_bf16, dout, inp, w, mean,     \
+                                                                          rstd, N, C)
+    LLMC_NV_SWITCH(ln_nv(C), LN_BWD);
+#undef LN_BWD
     CUDA_CHECK_LAUNCH();
     int R = ceil_div_int(N, LN_ROWS_PER_CHUNK);
-    layernorm_backward_params_kernel<<<dim3(ceil_div_int(C, 32), R), dim3(32, 8), 0, s>>>(scratch, dout, inp, mean,
-                                                                                         rstd, N, C);
+    if (vec_in)
+        layernorm_backward_params_vec_kernel<<<dim3(ceil_div_int(C, 256), R), dim3(32, 8), 0, s>>>(
+            scratch, dout, inp, mean, rstd, N, C);
+    else
+        layernorm_backward_params_kernel<<<dim3(ceil_div_int(C, 32), R), dim3(32, 8), 0, s>>>(scratch, dout, inp,
+                                                                                             mean, rstd, N, C);
     CUDA_CHECK_LAUNCH();
     layernorm_backward_finish_kernel<<<ceil_div_int(C, 256), 256, 0, s>>>(dw, db, scratch, R, C);
     CUDA_CHECK_LAUNCH();

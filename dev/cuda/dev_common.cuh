@@ -4,7 +4,11 @@
 // element fails), abs+rel comparison printing PASS/FAIL (tests/testing.h),
 // and timing: the median of CUDA-event-timed runs with the L2 flushed before
 // each, reported against the chip's measured ceilings (a device-to-device copy
-// and a cuBLASLt bf16 matmul, measured in the same run).
+// and a cuBLASLt bf16 matmul, measured in the same run). Kernels with a 16-byte
+// vector path and an element-by-element fallback are checked on both: the
+// fallback through copies of the buffers at a misaligned address
+// (device_buffer, device_copy), and paths that must agree bit for bit through
+// bits_equal.
 #ifndef DEV_CUDA_DEV_COMMON_CUH
 #define DEV_CUDA_DEV_COMMON_CUH
 
@@ -63,8 +67,30 @@ static inline float *host_from_f32(const float *d, size_t n) {
     return h;
 }
 
+// 1 if the two host arrays hold the same bytes.
+static inline int bits_equal(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
+
 // Fills a device buffer with NaN bits (0xFF bytes: NaN in fp32 and bf16).
 static inline void poison(void *d, size_t bytes) { CUDA_CHECK(cudaMemset(d, 0xff, bytes)); }
+
+// A new device buffer of n elements, poisoned, starting at a 256-byte boundary
+// or (misaligned) one element past it, so that a kernel given it must take its
+// unaligned (element-by-element) path; and a copy of the device buffer d in
+// such a buffer. Free either with device_buffer_free(p, misaligned).
+template <typename T>
+static T *device_buffer(size_t n, int misaligned) {
+    char *base = (char *)cudaMallocCheck((n + 16) * sizeof(T));
+    poison(base, (n + 16) * sizeof(T));
+    return (T *)base + (misaligned ? 1 : 0);
+}
+template <typename T>
+static T *device_copy(const T *d, size_t n, int misaligned) {
+    T *p = device_buffer<T>(n, misaligned);
+    if (n > 0) CUDA_CHECK(cudaMemcpy(p, d, n * sizeof(T), cudaMemcpyDeviceToDevice));
+    return p;
+}
+template <typename T>
+static void device_buffer_free(T *p, int misaligned) { CUDA_CHECK(cudaFree(p - (misaligned ? 1 : 0))); }
 
 // PASS when every |got - ref| <= atol + rtol * |ref| (NaN never passes).
 static inline int check_close(const char *what, const float *got, const float *ref, size_t n, double atol,

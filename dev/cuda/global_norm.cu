@@ -1,22 +1,49 @@
-// dev/cuda/global_norm.cu: checks the deterministic sum of squares
-// (llmc/global_norm.cuh) against llmc/optimizer.h (sum_of_squares, double) at
-// several lengths, and that two runs give the same bits; then times it on a
-// d12-sized gradient buffer against the copy bandwidth.
+// dev/cuda/global_norm.cu: the deterministic sum of squares, two versions,
+// each checked against llmc/optimizer.h (sum_of_squares, double) at several
+// lengths, and that two runs give the same bits:
+//   version 1 = llmc's scalar partial-sum kernel (norm_partial_kernel, now
+//               its fallback for an unaligned buffer): one 4-byte load per
+//               thread per grid-stride step;
+//   version 2 = gpu_sum_of_squares (what the trainer runs): float4 loads when
+//               the buffer is 16-byte aligned, the n % 4 tail to the first
+//               threads; on a misaligned copy it takes version 1's path.
+// Then both are timed on a d12-sized gradient buffer against the copy bandwidth.
 #include "dev/cuda/dev_common.cuh"
 #include "llmc/global_norm.cuh"
 #include "llmc/model.h"
 #include "llmc/optimizer.h"
 
+// gpu_sum_of_squares with the scalar partial sums, whatever the alignment
+static void v1_sum_of_squares(float *scratch, const float *g, int64_t n, cudaStream_t s) {
+    norm_partial_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, s>>>(scratch, g, n);
+    CUDA_CHECK_LAUNCH();
+    norm_finish_kernel<<<1, 1, 0, s>>>((double *)(scratch + NORM_BLOCKS), scratch, NORM_BLOCKS);
+    CUDA_CHECK_LAUNCH();
+}
+
+typedef struct {
+    const char *name;
+    void (*run)(float *, const float *, int64_t, cudaStream_t);
+} Version;
+static const Version versions[] = {{"v1 scalar", v1_sum_of_squares}, {"v2 llmc", gpu_sum_of_squares}};
+
 static void check_size(Rng *rng, size_t n) {
     float *g = host_random(rng, n, 1.0f);
     double ref = sum_of_squares(g, (int64_t)n);
     float *d_g = device_f32_from(g, n), *scratch = (float *)cudaMallocCheck(global_norm_scratch_floats() * 4);
-    gpu_sum_of_squares(scratch, d_g, (int64_t)n, 0);
-    double got = global_norm_result(scratch, 0);
-    gpu_sum_of_squares(scratch, d_g, (int64_t)n, 0);
-    double again = global_norm_result(scratch, 0);
-    test_result(fabs(got - ref) <= 1e-5 * ref + 1e-30, "sum of squares n=%zu: %.9g vs cpu %.9g", n, got, ref);
-    test_result(memcmp(&got, &again, sizeof(got)) == 0, "sum of squares n=%zu is bit-reproducible", n);
+    for (int r = 0; r < 3; r++) {  // v1, v2, v2 misaligned
+        const Version *v = &versions[r == 0 ? 0 : 1];
+        const char *name = r == 2 ? "v2 llmc (misaligned: scalar path)" : v->name;
+        float *x = device_copy(d_g, n, r == 2);
+        v->run(scratch, x, (int64_t)n, 0);
+        double got = global_norm_result(scratch, 0);
+        v->run(scratch, x, (int64_t)n, 0);
+        double again = global_norm_result(scratch, 0);
+        test_result(fabs(got - ref) <= 1e-5 * ref + 1e-30, "%s sum of squares n=%zu: %.9g vs cpu %.9g", name, n, got,
+                    ref);
+        test_result(bits_equal(&got, &again, sizeof(got)), "%s sum of squares n=%zu is bit-reproducible", name, n);
+        device_buffer_free(x, r == 2);
+    }
     CUDA_CHECK(cudaFree(d_g));
     CUDA_CHECK(cudaFree(scratch));
     free(g);
@@ -28,7 +55,7 @@ int main(void) {
     rng_seed(&rng, 8);
     check_size(&rng, 1);
     check_size(&rng, 1000);
-    check_size(&rng, 12345679);
+    check_size(&rng, 12345679);  // n % 4 == 3: a tail after the float4s
 
     Bench b;
     bench_init(&b);
@@ -39,9 +66,17 @@ int main(void) {
     size_t n = (size_t)pl.num_elements;  // d12's flat gradient buffer
     param_layout_free(&pl);
     float *g = (float *)cudaMallocCheck(n * 4), *scratch = (float *)cudaMallocCheck(global_norm_scratch_floats() * 4);
-    CUDA_CHECK(cudaMemset(g, 0x3c, n * 4));
-    double ms = bench_ms(&b, 20, [&] { gpu_sum_of_squares(scratch, g, (int64_t)n, 0); });
-    bench_report(&b, "global norm d12 gradients", ms, (double)n * 4, 0);
+    // pairs of random bf16 read as fp32: finite, in [-1, 1]
+    fill_hash_bf16_kernel<<<ceil_div_int((int64_t)n * 2, 256), 256>>>((bf16 *)g, (int64_t)n * 2, 15);
+    CUDA_CHECK_LAUNCH();
+    for (const Version &v : versions) {
+        double ms = bench_ms(&b, 20, [&] { v.run(scratch, g, (int64_t)n, 0); });
+        char name[96];
+        snprintf(name, sizeof(name), "%s global norm d12 gradients", v.name);
+        bench_report(&b, name, ms, (double)n * 4, 0);
+    }
+    CUDA_CHECK(cudaFree(g));
+    CUDA_CHECK(cudaFree(scratch));
     bench_free(&b);
     return test_exit_code();
 }
