@@ -69,6 +69,21 @@ typedef struct {
     uint64_t seed;
 } AdamWArgs;
 
+// The kernel's scalars for one step: bias corrections folded into the step
+// size and the second-moment denominator, decoupled decay as a factor.
+static inline AdamWArgs adamw_args(const AdamWConfig *cfg, float grad_scale, uint64_t seed) {
+    AdamWArgs a;
+    a.beta1 = cfg->beta1;
+    a.beta2 = cfg->beta2;
+    a.eps = cfg->eps;
+    a.step_size = cfg->lr / (1.0f - powf(cfg->beta1, (float)cfg->step));
+    a.bc2_sqrt = sqrtf(1.0f - powf(cfg->beta2, (float)cfg->step));
+    a.decay_factor = 1.0f - cfg->lr * cfg->weight_decay;
+    a.grad_scale = grad_scale;
+    a.seed = seed;
+    return a;
+}
+
 // One element: p, m, v updated in place; returns the new master weight.
 __device__ __forceinline__ float adamw_elem(float *p, float g, float *m, float *v, float decay, const AdamWArgs &a) {
     float gi = g * a.grad_scale;
@@ -131,15 +146,7 @@ __global__ void adamw_kernel(float *__restrict__ params, bf16 *__restrict__ para
 static inline void gpu_adamw_update(const AdamWPlan *ap, float *params, bf16 *params_bf16, const float *grads,
                                     float *m, float *v, const AdamWConfig *cfg, float grad_scale, uint64_t seed,
                                     cudaStream_t s) {
-    AdamWArgs a;
-    a.beta1 = cfg->beta1;
-    a.beta2 = cfg->beta2;
-    a.eps = cfg->eps;
-    a.step_size = cfg->lr / (1.0f - powf(cfg->beta1, (float)cfg->step));
-    a.bc2_sqrt = sqrtf(1.0f - powf(cfg->beta2, (float)cfg->step));
-    a.decay_factor = 1.0f - cfg->lr * cfg->weight_decay;
-    a.grad_scale = grad_scale;
-    a.seed = seed;
+    AdamWArgs a = adamw_args(cfg, grad_scale, seed);
     if (ap->num_chunks == 0) return;
     adamw_kernel<<<ap->num_chunks, 256, 0, s>>>(params, params_bf16, grads, m, v, ap->d_chunks, ap->begin, a);
     CUDA_CHECK_LAUNCH();

@@ -42,15 +42,7 @@ __global__ void adamw_v1_kernel(float *params, bf16 *params_bf16, const float *g
 // gpu_adamw_update with the version 1 kernel
 static void v1_adamw_update(const AdamWPlan *ap, float *params, bf16 *params_bf16, const float *grads, float *m,
                             float *v, const AdamWConfig *cfg, float grad_scale, uint64_t seed, cudaStream_t s) {
-    AdamWArgs a;
-    a.beta1 = cfg->beta1;
-    a.beta2 = cfg->beta2;
-    a.eps = cfg->eps;
-    a.step_size = cfg->lr / (1.0f - powf(cfg->beta1, (float)cfg->step));
-    a.bc2_sqrt = sqrtf(1.0f - powf(cfg->beta2, (float)cfg->step));
-    a.decay_factor = 1.0f - cfg->lr * cfg->weight_decay;
-    a.grad_scale = grad_scale;
-    a.seed = seed;
+    AdamWArgs a = adamw_args(cfg, grad_scale, seed);
     adamw_v1_kernel<<<ap->num_chunks, 256, 0, s>>>(params, params_bf16, grads, m, v, ap->d_chunks, ap->begin, a);
     CUDA_CHECK_LAUNCH();
 }

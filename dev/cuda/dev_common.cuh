@@ -92,6 +92,19 @@ static T *device_copy(const T *d, size_t n, int misaligned) {
 template <typename T>
 static void device_buffer_free(T *p, int misaligned) { CUDA_CHECK(cudaFree(p - (misaligned ? 1 : 0))); }
 
+// Host floats into a new device buffer as bf16 / fp32, aligned or (misaligned)
+// one element past a 256-byte boundary, as device_buffer.
+static inline bf16 *upload_bf16(const float *h, size_t n, int misaligned) {
+    bf16 *tmp = device_bf16_from(h, n), *p = device_copy(tmp, n, misaligned);
+    CUDA_CHECK(cudaFree(tmp));
+    return p;
+}
+static inline float *upload_f32(const float *h, size_t n, int misaligned) {
+    float *p = device_buffer<float>(n, misaligned);
+    CUDA_CHECK(cudaMemcpy(p, h, n * sizeof(float), cudaMemcpyHostToDevice));
+    return p;
+}
+
 // PASS when every |got - ref| <= atol + rtol * |ref| (NaN never passes).
 static inline int check_close(const char *what, const float *got, const float *ref, size_t n, double atol,
                               double rtol) {

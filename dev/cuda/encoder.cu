@@ -75,17 +75,6 @@ static const Version versions[] = {
 // ---------------------------------------------------------------------------
 // checks
 
-static bf16 *upload_bf16(const float *h, size_t n, int misaligned) {
-    bf16 *tmp = device_bf16_from(h, n), *p = device_copy(tmp, n, misaligned);
-    CUDA_CHECK(cudaFree(tmp));
-    return p;
-}
-static float *upload_f32(const float *h, size_t n, int misaligned) {
-    float *p = device_buffer<float>(n, misaligned);
-    CUDA_CHECK(cudaMemcpy(p, h, n * 4, cudaMemcpyHostToDevice));
-    return p;
-}
-
 static void check_shape(Rng *rng, int B, int T, int C, int V) {
     int N = B * T;
     char what[160];

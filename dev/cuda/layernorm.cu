@@ -152,17 +152,6 @@ typedef struct {
     int misaligned;
 } DevIn;
 
-static bf16 *upload_bf16(const float *h, size_t n, int misaligned) {
-    bf16 *tmp = device_bf16_from(h, n), *p = device_copy(tmp, n, misaligned);
-    CUDA_CHECK(cudaFree(tmp));
-    return p;
-}
-static float *upload_f32(const float *h, size_t n, int misaligned) {
-    float *p = device_buffer<float>(n, misaligned);
-    CUDA_CHECK(cudaMemcpy(p, h, n * 4, cudaMemcpyHostToDevice));
-    return p;
-}
-
 static DevIn dev_in(const Case *k, int misaligned) {
     DevIn d;
     d.misaligned = misaligned;
