@@ -58,7 +58,16 @@ static inline cudnnBackendDescriptor_t cd_create(cudnnBackendDescriptorType_t ty
 }
 static inline void cd_set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t,
                           int64_t n, const void *v) {
-    CUDNN_CHECK(cudnnBackendSetAttribute(d, a, t, n, v));
+    cudnnStatus_t st = cudnnBackendSetAttribute(d, a, t, n, v);
+    if (st != CUDNN_STATUS_SUCCESS)
+        DIE("cuDNN error %d (%s): cudnnBackendSetAttribute(attribute %d, type %d, count %lld)", (int)st,
+            cudnnGetErrorString(st), (int)a, (int)t, (long long)n);
+}
+// what, id: which descriptor, for the error message (a tensor's uid, a pointwise mode)
+static inline void cd_finalize(cudnnBackendDescriptor_t d, const char *what, long long id) {
+    cudnnStatus_t st = cudnnBackendFinalize(d);
+    if (st != CUDNN_STATUS_SUCCESS)
+        DIE("cuDNN error %d (%s): cudnnBackendFinalize(%s %lld)", (int)st, cudnnGetErrorString(st), what, id);
 }
 
 // A 4-D tensor; by_value: a host scalar passed at execution.
@@ -73,7 +82,7 @@ static cudnnBackendDescriptor_t cd_tensor(int64_t uid, cudnnDataType_t dt, const
     cd_set(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
     cd_set(d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
     if (by_value) cd_set(d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
-    CUDNN_CHECK(cudnnBackendFinalize(d));
+    cd_finalize(d, "tensor uid", uid);
     return d;
 }
 
@@ -85,14 +94,14 @@ static cudnnBackendDescriptor_t cd_pointwise(cudnnPointwiseMode_t mode, cudnnDat
     cd_set(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
     cd_set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
     if (axis >= 0) cd_set(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
-    CUDNN_CHECK(cudnnBackendFinalize(pw));
+    cd_finalize(pw, "pointwise descriptor, mode", mode);
     cudnnBackendDescriptor_t op = cd_create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
     cd_set(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw);
     cd_set(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
     if (b) cd_set(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
     if (t) cd_set(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t);
     cd_set(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-    CUDNN_CHECK(cudnnBackendFinalize(op));
+    cd_finalize(op, "pointwise operation, mode", mode);
     CUDNN_CHECK(cudnnBackendDestroyDescriptor(pw));
     return op;
 }
@@ -108,7 +117,7 @@ static cudnnBackendDescriptor_t cd_reduction(cudnnReduceTensorOp_t red, cudnnBac
     cd_set(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
     cd_set(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
     cd_set(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd);
-    CUDNN_CHECK(cudnnBackendFinalize(op));
+    cd_finalize(op, "reduction operation, op", red);
     CUDNN_CHECK(cudnnBackendDestroyDescriptor(rd));
     return op;
 }
@@ -202,6 +211,7 @@ static CudnnPlan cudnn_make_plan(CudnnAttention *ca, CdGraph *g, int B, int T, i
     int64_t ncfg = 0;
     CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 8, &ncfg,
                                          cfgs));
+    if (ncfg > 8) ncfg = 8;  // ncfg is the heuristic's total count; only 8 were written
     CudnnPlan out;
     memset(&out, 0, sizeof(out));
     out.B = B;
