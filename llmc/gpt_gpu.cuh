@@ -499,7 +499,9 @@ static float gpu_gpt_forward(GPTGPU *m, const int *inputs, const int *targets, i
     }
     {
         NVTX_RANGE("classifier");
-        gpt_hooks_params_needed(h, 0, 0);
+        // wte: segment 0, made ready at the top of this pass (its own buffer, never evicted); no second
+        // params_needed(0) here, which ZeRO-3 would read as a new pass and gather layer 0 ahead (into a
+        // slot holding a layer the backward needs first)
         const bf16 *wte = gpu_param_bf16(m, PK_WTE, -1);
         // logits (N,Vp) over all Vp rows of wte (the padded rows are zero, and excluded below)
         gpu_matmul_forward(&m->mm, a->logits, NULL, a->lnf, wte, NULL, N, C, Vp, s);

@@ -25,6 +25,7 @@
 typedef struct {
     int transa, transb, m, n, k, lda, ldb, ldd, epilogue, accumulate;
     int align_a, align_b, align_d;  // bytes (<= 256) each operand's address is a multiple of
+    int align_bias, align_aux;      // the same for the epilogue's pointers (the heuristic reads them off the desc)
     cudaDataType_t dtype;
 } MatmulKey;
 
@@ -129,6 +130,7 @@ static void matmul_lt(MatmulContext *mc, void *d, cudaDataType_t dtype, const bf
     key.transa = transa; key.transb = transb; key.m = m; key.n = n; key.k = k;
     key.lda = lda; key.ldb = ldb; key.ldd = ldd; key.epilogue = (int)epilogue; key.accumulate = accumulate;
     key.align_a = matmul_ptr_alignment(a); key.align_b = matmul_ptr_alignment(b); key.align_d = matmul_ptr_alignment(d);
+    key.align_bias = bias ? matmul_ptr_alignment(bias) : 0; key.align_aux = aux ? matmul_ptr_alignment(aux) : 0;
     key.dtype = dtype;
     MatmulPlan *p = matmul_plan(mc, &key, bias, aux);
     if (bias) CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
