@@ -134,6 +134,9 @@ static int nccl_test(CommRequest *r) {
     cudaEvent_t done = (cudaEvent_t)r->impl;
     cudaError_t st = cudaEventQuery(done);
     if (st == cudaErrorNotReady) {
+        // the runtime also records "not ready" as the thread's last error; clear it, or the next
+        // CUDA_CHECK_LAUNCH (cudaGetLastError) would report it as a failed kernel launch
+        (void)cudaGetLastError();
         ncclResult_t async;
         NCCL_CHECK(ncclCommGetAsyncError(((NcclGroup *)r->group->impl)->nccl, &async));
         if (async != ncclSuccess) DIE("NCCL %s failed: %s", r->op, ncclGetErrorString(async));
