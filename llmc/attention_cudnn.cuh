@@ -6,7 +6,7 @@
 // forward's outputs); the backward writes dqkv (B,T,3C).
 // The operation graphs are the composite ones cuDNN's engines fuse into one
 // flash-attention kernel each (cuDNN < 9.21 has no single softmax operation);
-// see cudnn_build_forward / cudnn_build_backward. Q, K, V, dQ, dK, dV are
+// see cd_graph_forward / cd_graph_backward. Q, K, V, dQ, dK, dV are
 // strided (B, NH, T, hs) views into qkv / dqkv: no copies, no transposes.
 // A graph that no engine of the installed cuDNN runs is a one-line usage error
 // suggesting --attention flash. Without cuDNN in the build (no LLMC_CUDNN)
@@ -188,16 +188,33 @@ static cudnnBackendDescriptor_t cdg_causal_scores(CdGraph *g, cudnnBackendDescri
     return s_masked;
 }
 
-// Graph -> heuristics -> the first engine config that finalizes; destroys g's descriptors.
-static CudnnPlan cudnn_make_plan(CudnnAttention *ca, CdGraph *g, int B, int T, int backward) {
-    // the handle attributes are marked deprecated in the cuDNN 9 headers but still required: set by value
+static void cd_graph_free(CdGraph *g) {
+    for (int i = 0; i < g->nops; i++) CUDNN_CHECK(cudnnBackendDestroyDescriptor(g->ops[i]));
+    for (int i = 0; i < g->nt; i++) CUDNN_CHECK(cudnnBackendDestroyDescriptor(g->tensors[i]));
+    memset(g, 0, sizeof(*g));
+}
+
+// g's operations as a finalized operation graph in *out (CUDNN_STATUS_SUCCESS)
+// or the status cuDNN rejected it with. handle may be NULL: the graph is then
+// checked without a device (no engine can be chosen for it).
+static cudnnStatus_t cd_operation_graph(cudnnHandle_t handle, CdGraph *g, cudnnBackendDescriptor_t *out) {
+    // the handle attribute is marked deprecated in the cuDNN 9 headers but still required: set by value
     const cudnnBackendAttributeName_t graph_handle = (cudnnBackendAttributeName_t)800;  // OPERATIONGRAPH_HANDLE
-    const cudnnBackendAttributeName_t plan_handle = (cudnnBackendAttributeName_t)400;   // EXECUTION_PLAN_HANDLE
-    const char *what = backward ? "backward" : "forward";
     cudnnBackendDescriptor_t graph = cd_create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
     cd_set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->nops, g->ops);
-    cd_set(graph, graph_handle, CUDNN_TYPE_HANDLE, 1, &ca->handle);
+    if (handle) cd_set(graph, graph_handle, CUDNN_TYPE_HANDLE, 1, &handle);
     cudnnStatus_t st = cudnnBackendFinalize(graph);
+    if (st == CUDNN_STATUS_SUCCESS) *out = graph;
+    else CUDNN_CHECK(cudnnBackendDestroyDescriptor(graph));
+    return st;
+}
+
+// Graph -> heuristics -> the first engine config that finalizes; frees g.
+static CudnnPlan cudnn_make_plan(CudnnAttention *ca, CdGraph *g, int B, int T, int backward) {
+    const cudnnBackendAttributeName_t plan_handle = (cudnnBackendAttributeName_t)400;  // EXECUTION_PLAN_HANDLE
+    const char *what = backward ? "backward" : "forward";
+    cudnnBackendDescriptor_t graph;
+    cudnnStatus_t st = cd_operation_graph(ca->handle, g, &graph);
     if (st != CUDNN_STATUS_SUCCESS)
         die_usage("--attention cudnn: cuDNN %d rejects the attention %s graph (%s); use --attention flash",
                   CUDNN_VERSION, what, cudnnGetErrorString(st));
@@ -233,8 +250,7 @@ static CudnnPlan cudnn_make_plan(CudnnAttention *ca, CdGraph *g, int B, int T, i
     for (int i = 0; i < 8; i++) CUDNN_CHECK(cudnnBackendDestroyDescriptor(cfgs[i]));
     CUDNN_CHECK(cudnnBackendDestroyDescriptor(heur));
     CUDNN_CHECK(cudnnBackendDestroyDescriptor(graph));
-    for (int i = 0; i < g->nops; i++) CUDNN_CHECK(cudnnBackendDestroyDescriptor(g->ops[i]));
-    for (int i = 0; i < g->nt; i++) CUDNN_CHECK(cudnnBackendDestroyDescriptor(g->tensors[i]));
+    cd_graph_free(g);
     if (!out.plan)
         die_usage("--attention cudnn: no cuDNN %d engine runs the attention %s graph (B=%d T=%d C=%d NH=%d; %lld "
                   "configs tried); use --attention flash",
@@ -260,95 +276,96 @@ static CdShapes cd_shapes(const CudnnAttention *ca, int B, int T) {
 
 // Forward: S = causal(scale * Q @ K^T); m = max(S); E = exp(S - m); s = sum(E);
 // stats = m + log(s); P = E / s (bf16); O = P @ V.
-static CudnnPlan cudnn_build_forward(CudnnAttention *ca, int B, int T) {
+static void cd_graph_forward(const CudnnAttention *ca, CdGraph *g, int B, int T) {
     CdShapes d = cd_shapes(ca, B, T);
     cudnnDataType_t F = CUDNN_DATA_FLOAT, BF = CUDNN_DATA_BFLOAT16;
-    CdGraph g;
-    memset(&g, 0, sizeof(g));
-    g.next_virtual = 100;
-    cudnnBackendDescriptor_t q = cdg_tensor(&g, CD_Q, BF, d.qdim, d.qkv_str, false);
-    cudnnBackendDescriptor_t kt = cdg_tensor(&g, CD_K, BF, d.ktdim, d.kt_str, false);
-    cudnnBackendDescriptor_t v = cdg_tensor(&g, CD_V, BF, d.qdim, d.qkv_str, false);
-    cudnnBackendDescriptor_t o = cdg_tensor(&g, CD_O, BF, d.qdim, d.o_str, false);
-    cudnnBackendDescriptor_t stats = cdg_tensor(&g, CD_STATS, F, d.rdim, d.r_str, false);
-    cudnnBackendDescriptor_t scale = cdg_tensor(&g, CD_SCALE, F, d.one, d.one, true);
-    cudnnBackendDescriptor_t neg_inf = cdg_tensor(&g, CD_NEG_INF, F, d.one, d.one, true);
-    cudnnBackendDescriptor_t s = cdg_causal_scores(&g, q, kt, scale, neg_inf, d.sdim, d.s_str);
-    cudnnBackendDescriptor_t mx = cdg_tensor(&g, 0, F, d.rdim, d.r_str, false);
-    cudnnBackendDescriptor_t s_sub = cdg_tensor(&g, 0, F, d.sdim, d.s_str, false);
-    cudnnBackendDescriptor_t e = cdg_tensor(&g, 0, F, d.sdim, d.s_str, false);
-    cudnnBackendDescriptor_t sum = cdg_tensor(&g, 0, F, d.rdim, d.r_str, false);
-    cudnnBackendDescriptor_t logsum = cdg_tensor(&g, 0, F, d.rdim, d.r_str, false);
-    cudnnBackendDescriptor_t p = cdg_tensor(&g, 0, BF, d.sdim, d.s_str, false);
-    cdg_op(&g, cd_reduction(CUDNN_REDUCE_TENSOR_MAX, s, mx));
-    cdg_op(&g, cd_pointwise(CUDNN_POINTWISE_SUB, F, s, mx, NULL, s_sub, -1));
-    cdg_op(&g, cd_pointwise(CUDNN_POINTWISE_EXP, F, s_sub, NULL, NULL, e, -1));
-    cdg_op(&g, cd_reduction(CUDNN_REDUCE_TENSOR_ADD, e, sum));
-    cdg_op(&g, cd_pointwise(CUDNN_POINTWISE_LOG, F, sum, NULL, NULL, logsum, -1));
-    cdg_op(&g, cd_pointwise(CUDNN_POINTWISE_ADD, F, mx, logsum, NULL, stats, -1));
-    cdg_op(&g, cd_pointwise(CUDNN_POINTWISE_DIV, F, e, sum, NULL, p, -1));
-    cdg_op(&g, cd_matmul(p, v, o));
-    return cudnn_make_plan(ca, &g, B, T, 0);
+    memset(g, 0, sizeof(*g));
+    g->next_virtual = 100;
+    cudnnBackendDescriptor_t q = cdg_tensor(g, CD_Q, BF, d.qdim, d.qkv_str, false);
+    cudnnBackendDescriptor_t kt = cdg_tensor(g, CD_K, BF, d.ktdim, d.kt_str, false);
+    cudnnBackendDescriptor_t v = cdg_tensor(g, CD_V, BF, d.qdim, d.qkv_str, false);
+    cudnnBackendDescriptor_t o = cdg_tensor(g, CD_O, BF, d.qdim, d.o_str, false);
+    cudnnBackendDescriptor_t stats = cdg_tensor(g, CD_STATS, F, d.rdim, d.r_str, false);
+    cudnnBackendDescriptor_t scale = cdg_tensor(g, CD_SCALE, F, d.one, d.one, true);
+    cudnnBackendDescriptor_t neg_inf = cdg_tensor(g, CD_NEG_INF, F, d.one, d.one, true);
+    cudnnBackendDescriptor_t s = cdg_causal_scores(g, q, kt, scale, neg_inf, d.sdim, d.s_str);
+    cudnnBackendDescriptor_t mx = cdg_tensor(g, 0, F, d.rdim, d.r_str, false);
+    cudnnBackendDescriptor_t s_sub = cdg_tensor(g, 0, F, d.sdim, d.s_str, false);
+    cudnnBackendDescriptor_t e = cdg_tensor(g, 0, F, d.sdim, d.s_str, false);
+    cudnnBackendDescriptor_t sum = cdg_tensor(g, 0, F, d.rdim, d.r_str, false);
+    cudnnBackendDescriptor_t logsum = cdg_tensor(g, 0, F, d.rdim, d.r_str, false);
+    cudnnBackendDescriptor_t p = cdg_tensor(g, 0, BF, d.sdim, d.s_str, false);
+    cdg_op(g, cd_reduction(CUDNN_REDUCE_TENSOR_MAX, s, mx));
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_SUB, F, s, mx, NULL, s_sub, -1));
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_EXP, F, s_sub, NULL, NULL, e, -1));
+    cdg_op(g, cd_reduction(CUDNN_REDUCE_TENSOR_ADD, e, sum));
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_LOG, F, sum, NULL, NULL, logsum, -1));
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_ADD, F, mx, logsum, NULL, stats, -1));
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_DIV, F, e, sum, NULL, p, -1));
+    cdg_op(g, cd_matmul(p, v, o));
 }
 
 // Backward: softmax_sum = rowsum(dO * O); P = exp(causal(scale * Q @ K^T) - stats);
 // dV = P^T @ dO; dS = scale * P * (dO @ V^T - softmax_sum); dK = dS^T @ Q;
 // dQ = dS @ K (accumulated in an fp32 buffer, then written as bf16).
-static CudnnPlan cudnn_build_backward(CudnnAttention *ca, int B, int T) {
+static void cd_graph_backward(const CudnnAttention *ca, CdGraph *g, int B, int T) {
     CdShapes d = cd_shapes(ca, B, T);
     cudnnDataType_t F = CUDNN_DATA_FLOAT, BF = CUDNN_DATA_BFLOAT16;
     int64_t t = T, NH = ca->NH;
     const int64_t st_str[4] = {NH * t * t, t * t, 1, t};  // a (T,T) matrix read transposed
-    CdGraph g;
-    memset(&g, 0, sizeof(g));
-    g.next_virtual = 100;
-    cudnnBackendDescriptor_t q = cdg_tensor(&g, CD_Q, BF, d.qdim, d.qkv_str, false);
-    cudnnBackendDescriptor_t kt = cdg_tensor(&g, CD_K, BF, d.ktdim, d.kt_str, false);
-    cudnnBackendDescriptor_t vt = cdg_tensor(&g, CD_V, BF, d.ktdim, d.kt_str, false);
-    cudnnBackendDescriptor_t o = cdg_tensor(&g, CD_O, BF, d.qdim, d.o_str, false);
-    cudnnBackendDescriptor_t stats = cdg_tensor(&g, CD_STATS, F, d.rdim, d.r_str, false);
-    cudnnBackendDescriptor_t scale = cdg_tensor(&g, CD_SCALE, F, d.one, d.one, true);
-    cudnnBackendDescriptor_t neg_inf = cdg_tensor(&g, CD_NEG_INF, F, d.one, d.one, true);
-    cudnnBackendDescriptor_t one = cdg_tensor(&g, CD_ONE, F, d.one, d.one, true);
-    cudnnBackendDescriptor_t dout = cdg_tensor(&g, CD_DO, BF, d.qdim, d.o_str, false);
-    cudnnBackendDescriptor_t dq = cdg_tensor(&g, CD_DQ, BF, d.qdim, d.qkv_str, false);
-    cudnnBackendDescriptor_t dk = cdg_tensor(&g, CD_DK, BF, d.qdim, d.qkv_str, false);
-    cudnnBackendDescriptor_t dv = cdg_tensor(&g, CD_DV, BF, d.qdim, d.qkv_str, false);
-    cudnnBackendDescriptor_t softmax_sum = cdg_tensor(&g, CD_SOFTMAX_SUM, F, d.rdim, d.r_str, false);
-    cudnnBackendDescriptor_t dq_accum = cdg_tensor(&g, CD_DQ_ACCUM, F, d.qdim, d.packed, false);
+    memset(g, 0, sizeof(*g));
+    g->next_virtual = 100;
+    cudnnBackendDescriptor_t q = cdg_tensor(g, CD_Q, BF, d.qdim, d.qkv_str, false);
+    cudnnBackendDescriptor_t kt = cdg_tensor(g, CD_K, BF, d.ktdim, d.kt_str, false);
+    cudnnBackendDescriptor_t vt = cdg_tensor(g, CD_V, BF, d.ktdim, d.kt_str, false);
+    cudnnBackendDescriptor_t o = cdg_tensor(g, CD_O, BF, d.qdim, d.o_str, false);
+    cudnnBackendDescriptor_t stats = cdg_tensor(g, CD_STATS, F, d.rdim, d.r_str, false);
+    cudnnBackendDescriptor_t scale = cdg_tensor(g, CD_SCALE, F, d.one, d.one, true);
+    cudnnBackendDescriptor_t neg_inf = cdg_tensor(g, CD_NEG_INF, F, d.one, d.one, true);
+    cudnnBackendDescriptor_t one = cdg_tensor(g, CD_ONE, F, d.one, d.one, true);
+    cudnnBackendDescriptor_t dout = cdg_tensor(g, CD_DO, BF, d.qdim, d.o_str, false);
+    cudnnBackendDescriptor_t dq = cdg_tensor(g, CD_DQ, BF, d.qdim, d.qkv_str, false);
+    cudnnBackendDescriptor_t dk = cdg_tensor(g, CD_DK, BF, d.qdim, d.qkv_str, false);
+    cudnnBackendDescriptor_t dv = cdg_tensor(g, CD_DV, BF, d.qdim, d.qkv_str, false);
+    cudnnBackendDescriptor_t softmax_sum = cdg_tensor(g, CD_SOFTMAX_SUM, F, d.rdim, d.r_str, false);
+    cudnnBackendDescriptor_t dq_accum = cdg_tensor(g, CD_DQ_ACCUM, F, d.qdim, d.packed, false);
     // softmax_sum = rowsum(dO * O)
-    cudnnBackendDescriptor_t doo = cdg_tensor(&g, 0, F, d.qdim, d.packed, false);
-    cudnnBackendDescriptor_t rowsum = cdg_tensor(&g, 0, F, d.rdim, d.r_str, false);
-    cdg_op(&g, cd_pointwise(CUDNN_POINTWISE_MUL, F, dout, o, NULL, doo, -1));
-    cdg_op(&g, cd_reduction(CUDNN_REDUCE_TENSOR_ADD, doo, rowsum));
-    cdg_op(&g, cd_pointwise(CUDNN_POINTWISE_MUL, F, rowsum, one, NULL, softmax_sum, -1));
+    cudnnBackendDescriptor_t doo = cdg_tensor(g, 0, F, d.qdim, d.packed, false);
+    cudnnBackendDescriptor_t rowsum = cdg_tensor(g, 0, F, d.rdim, d.r_str, false);
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_MUL, F, dout, o, NULL, doo, -1));
+    cdg_op(g, cd_reduction(CUDNN_REDUCE_TENSOR_ADD, doo, rowsum));
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_MUL, F, rowsum, one, NULL, softmax_sum, -1));
     // P = exp(S - stats); dV = P^T @ dO
-    cudnnBackendDescriptor_t s = cdg_causal_scores(&g, q, kt, scale, neg_inf, d.sdim, d.s_str);
-    cudnnBackendDescriptor_t s_sub = cdg_tensor(&g, 0, F, d.sdim, d.s_str, false);
-    cudnnBackendDescriptor_t p = cdg_tensor(&g, 0, F, d.sdim, d.s_str, false);
-    cudnnBackendDescriptor_t pt = cdg_tensor(&g, 0, BF, d.sdim, st_str, false);
-    cdg_op(&g, cd_pointwise(CUDNN_POINTWISE_SUB, F, s, stats, NULL, s_sub, -1));
-    cdg_op(&g, cd_pointwise(CUDNN_POINTWISE_EXP, F, s_sub, NULL, NULL, p, -1));
-    cdg_op(&g, cd_reshape(p, pt));
-    cdg_op(&g, cd_matmul(pt, dout, dv));
+    cudnnBackendDescriptor_t s = cdg_causal_scores(g, q, kt, scale, neg_inf, d.sdim, d.s_str);
+    cudnnBackendDescriptor_t s_sub = cdg_tensor(g, 0, F, d.sdim, d.s_str, false);
+    cudnnBackendDescriptor_t p = cdg_tensor(g, 0, F, d.sdim, d.s_str, false);
+    cudnnBackendDescriptor_t pt = cdg_tensor(g, 0, BF, d.sdim, st_str, false);
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_SUB, F, s, stats, NULL, s_sub, -1));
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_EXP, F, s_sub, NULL, NULL, p, -1));
+    cdg_op(g, cd_reshape(p, pt));
+    cdg_op(g, cd_matmul(pt, dout, dv));
     // dS = scale * P * (dO @ V^T - softmax_sum)
-    cudnnBackendDescriptor_t dp = cdg_tensor(&g, 0, F, d.sdim, d.s_str, false);
-    cudnnBackendDescriptor_t dp_sub = cdg_tensor(&g, 0, F, d.sdim, d.s_str, false);
-    cudnnBackendDescriptor_t ds_unscaled = cdg_tensor(&g, 0, F, d.sdim, d.s_str, false);
-    cudnnBackendDescriptor_t ds = cdg_tensor(&g, 0, F, d.sdim, d.s_str, false);
-    cudnnBackendDescriptor_t dst = cdg_tensor(&g, 0, BF, d.sdim, st_str, false);
-    cdg_op(&g, cd_matmul(dout, vt, dp));
-    cdg_op(&g, cd_pointwise(CUDNN_POINTWISE_SUB, F, dp, softmax_sum, NULL, dp_sub, -1));
-    cdg_op(&g, cd_pointwise(CUDNN_POINTWISE_MUL, F, dp_sub, p, NULL, ds_unscaled, -1));
-    cdg_op(&g, cd_pointwise(CUDNN_POINTWISE_MUL, F, ds_unscaled, scale, NULL, ds, -1));
+    cudnnBackendDescriptor_t dp = cdg_tensor(g, 0, F, d.sdim, d.s_str, false);
+    cudnnBackendDescriptor_t dp_sub = cdg_tensor(g, 0, F, d.sdim, d.s_str, false);
+    cudnnBackendDescriptor_t ds_unscaled = cdg_tensor(g, 0, F, d.sdim, d.s_str, false);
+    cudnnBackendDescriptor_t ds = cdg_tensor(g, 0, F, d.sdim, d.s_str, false);
+    cudnnBackendDescriptor_t dst = cdg_tensor(g, 0, BF, d.sdim, st_str, false);
+    cdg_op(g, cd_matmul(dout, vt, dp));
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_SUB, F, dp, softmax_sum, NULL, dp_sub, -1));
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_MUL, F, dp_sub, p, NULL, ds_unscaled, -1));
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_MUL, F, ds_unscaled, scale, NULL, ds, -1));
     // dK = dS^T @ Q; dQ = dS @ K
-    cdg_op(&g, cd_reshape(ds, dst));
-    cdg_op(&g, cd_matmul(dst, q, dk));
-    cudnnBackendDescriptor_t k = cdg_tensor(&g, 0, BF, d.qdim, d.qkv_str, false);
-    cdg_op(&g, cd_reshape(kt, k));
-    cdg_op(&g, cd_matmul(ds, k, dq_accum));
-    cdg_op(&g, cd_pointwise(CUDNN_POINTWISE_IDENTITY, F, dq_accum, NULL, NULL, dq, -1));
-    return cudnn_make_plan(ca, &g, B, T, 1);
+    cdg_op(g, cd_reshape(ds, dst));
+    cdg_op(g, cd_matmul(dst, q, dk));
+    cudnnBackendDescriptor_t k = cdg_tensor(g, 0, BF, d.qdim, d.qkv_str, false);
+    cdg_op(g, cd_reshape(kt, k));
+    cdg_op(g, cd_matmul(ds, k, dq_accum));
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_IDENTITY, F, dq_accum, NULL, NULL, dq, -1));
+}
+
+static void cd_graph_build(const CudnnAttention *ca, CdGraph *g, int B, int T, int backward) {
+    if (backward) cd_graph_backward(ca, g, B, T);
+    else cd_graph_forward(ca, g, B, T);
 }
 
 // The cached plan for (B, T, direction), built on first use.
@@ -356,8 +373,30 @@ static CudnnPlan *cudnn_plan_for(CudnnAttention *ca, int B, int T, int backward)
     for (int i = 0; i < ca->num_plans; i++)
         if (ca->plans[i].B == B && ca->plans[i].T == T && ca->plans[i].backward == backward) return &ca->plans[i];
     CHECK(ca->num_plans < CUDNN_MAX_PLANS, "more than %d attention plans", CUDNN_MAX_PLANS);
-    ca->plans[ca->num_plans] = backward ? cudnn_build_backward(ca, B, T) : cudnn_build_forward(ca, B, T);
+    CdGraph g;
+    cd_graph_build(ca, &g, B, T, backward);
+    ca->plans[ca->num_plans] = cudnn_make_plan(ca, &g, B, T, backward);
     return &ca->plans[ca->num_plans++];
+}
+
+// Builds both attention graphs for (C, NH, B, T) and finalizes them without a
+// handle: every descriptor and attribute is checked by the installed cuDNN,
+// with no device (no engine is chosen). NULL when both pass, else which failed.
+static inline const char *cudnn_attention_check_graphs(int C, int NH, int B, int T) {
+    CudnnAttention ca;
+    memset(&ca, 0, sizeof(ca));
+    ca.C = C;
+    ca.NH = NH;
+    for (int backward = 0; backward < 2; backward++) {
+        CdGraph g;
+        cd_graph_build(&ca, &g, B, T, backward);
+        cudnnBackendDescriptor_t graph;
+        cudnnStatus_t st = cd_operation_graph(NULL, &g, &graph);
+        cd_graph_free(&g);
+        if (st != CUDNN_STATUS_SUCCESS) return backward ? "backward graph" : "forward graph";
+        CUDNN_CHECK(cudnnBackendDestroyDescriptor(graph));
+    }
+    return NULL;
 }
 
 static void cudnn_execute(CudnnAttention *ca, CudnnPlan *p, const int64_t *uids, void **ptrs, int n, cudaStream_t s) {

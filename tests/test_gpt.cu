@@ -5,7 +5,8 @@
 // micro-batches and cuDNN attention giving the gradients of the default;
 // bit-exact determinism of two identical runs; and models holding shards of
 // the master weights (ZeRO-1) updating their ranges exactly as the full model.
-// Without a GPU it prints SKIP and exits 0.
+// Without a GPU only the first check runs (the cuDNN attention graphs, which
+// the installed cuDNN validates with no device); the rest print SKIP.
 #include "llmc/gpt_cpu.h"
 #include "llmc/gpt_gpu.cuh"
 #include "llmc/optimizer.h"
@@ -89,7 +90,24 @@ static float gpu_step_grads(const GPTConfig *cfg, const float *params, int recom
     return loss;
 }
 
+// Every descriptor, attribute and operation of both cuDNN attention graphs is
+// accepted by the installed cuDNN (no device needed; engines are not chosen).
+static void check_cudnn_graphs(void) {
+#ifdef LLMC_CUDNN
+    const int shapes[][4] = {{768, 12, 4, 1024}, {128, 2, B_TEST, T_TEST}, {1600, 25, 1, 7}};  // C NH B T
+    for (int i = 0; i < 3; i++) {
+        const int *d = shapes[i];
+        const char *bad = cudnn_attention_check_graphs(d[0], d[1], d[2], d[3]);
+        test_result(bad == NULL, "cuDNN %d accepts the attention graphs at C=%d NH=%d B=%d T=%d%s%s", CUDNN_VERSION,
+                    d[0], d[1], d[2], d[3], bad ? ": rejects the " : "", bad ? bad : "");
+    }
+#else
+    test_skip("cuDNN attention graphs (no cuDNN in this build)");
+#endif
+}
+
 int main(void) {
+    check_cudnn_graphs();
     if (!cuda_device_present()) {
         test_skip("test_gpt_cu (no CUDA device)");
         return 0;
