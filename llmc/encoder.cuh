@@ -94,7 +94,8 @@ static inline void encoder_index_build(EncoderIndex *ix, const int *inp, int n, 
     CUDA_CHECK(cudaMemcpyAsync(ix->d_tok, ix->h_tok, sizeof(int) * (size_t)u, cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaMemcpyAsync(ix->d_start, ix->h_start, sizeof(int) * (size_t)(u + 1), cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaMemcpyAsync(ix->d_pos, ix->h_pos, sizeof(int) * (size_t)n, cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));  // the host buffers are reused by the next build
+    // no stream synchronisation: the host buffers are pageable (malloc), and an asynchronous copy from
+    // pageable memory returns only once its source is staged, so the next build may overwrite them
 }
 
 // 4 consecutive fp32 (the first cnt of them) from / to p.
