@@ -40,6 +40,7 @@ typedef struct {
     float *dq_accum;       // (B,NH,T,hs) fp32 accumulator of dq
     size_t dq_accum_bytes;
     float scale, neg_inf, one;  // by-value scalars: read from here at execution
+    char why[256];              // why the last plan could not be made
 } CudnnAttention;
 
 static inline int cudnn_attention_available(void) { return 1; }
@@ -209,15 +210,21 @@ static cudnnStatus_t cd_operation_graph(cudnnHandle_t handle, CdGraph *g, cudnnB
     return st;
 }
 
-// Graph -> heuristics -> the first engine config that finalizes; frees g.
-static CudnnPlan cudnn_make_plan(CudnnAttention *ca, CdGraph *g, int B, int T, int backward) {
+// Graph -> heuristics -> the first engine config that finalizes, into *out;
+// frees g. NULL, or why the installed cuDNN cannot run the graph (a message in
+// ca->why: the caller decides whether that ends the program).
+static const char *cudnn_make_plan(CudnnAttention *ca, CdGraph *g, int B, int T, int backward, CudnnPlan *out) {
     const cudnnBackendAttributeName_t plan_handle = (cudnnBackendAttributeName_t)400;  // EXECUTION_PLAN_HANDLE
     const char *what = backward ? "backward" : "forward";
     cudnnBackendDescriptor_t graph;
+    memset(out, 0, sizeof(*out));
     cudnnStatus_t st = cd_operation_graph(ca->handle, g, &graph);
-    if (st != CUDNN_STATUS_SUCCESS)
-        die_usage("--attention cudnn: cuDNN %d rejects the attention %s graph (%s); use --attention flash",
-                  CUDNN_VERSION, what, cudnnGetErrorString(st));
+    if (st != CUDNN_STATUS_SUCCESS) {
+        cd_graph_free(g);
+        snprintf(ca->why, sizeof(ca->why), "cuDNN %d rejects the attention %s graph (%s)", CUDNN_VERSION, what,
+                 cudnnGetErrorString(st));
+        return ca->why;
+    }
     cudnnBackendDescriptor_t heur = cd_create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
     cd_set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
@@ -229,20 +236,18 @@ static CudnnPlan cudnn_make_plan(CudnnAttention *ca, CdGraph *g, int B, int T, i
     CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 8, &ncfg,
                                          cfgs));
     if (ncfg > 8) ncfg = 8;  // ncfg is the heuristic's total count; only 8 were written
-    CudnnPlan out;
-    memset(&out, 0, sizeof(out));
-    out.B = B;
-    out.T = T;
-    out.backward = backward;
-    for (int64_t i = 0; i < ncfg && !out.plan; i++) {
+    out->B = B;
+    out->T = T;
+    out->backward = backward;
+    for (int64_t i = 0; i < ncfg && !out->plan; i++) {
         cudnnBackendDescriptor_t plan = cd_create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
         cd_set(plan, plan_handle, CUDNN_TYPE_HANDLE, 1, &ca->handle);
         cd_set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
         if (cudnnBackendFinalize(plan) == CUDNN_STATUS_SUCCESS) {
             int64_t n = 0;
             CUDNN_CHECK(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
-                                                 &n, &out.workspace_bytes));
-            out.plan = plan;
+                                                 &n, &out->workspace_bytes));
+            out->plan = plan;
         } else {
             CUDNN_CHECK(cudnnBackendDestroyDescriptor(plan));
         }
@@ -251,14 +256,19 @@ static CudnnPlan cudnn_make_plan(CudnnAttention *ca, CdGraph *g, int B, int T, i
     CUDNN_CHECK(cudnnBackendDestroyDescriptor(heur));
     CUDNN_CHECK(cudnnBackendDestroyDescriptor(graph));
     cd_graph_free(g);
-    if (!out.plan)
-        die_usage("--attention cudnn: no cuDNN %d engine runs the attention %s graph (B=%d T=%d C=%d NH=%d; %lld "
-                  "configs tried); use --attention flash",
-                  CUDNN_VERSION, what, B, T, ca->C, ca->NH, (long long)ncfg);
-    if ((size_t)out.workspace_bytes > ca->workspace_cap)
-        die_usage("--attention cudnn: the %s engine wants %lld bytes of workspace, more than the %zu reserved", what,
-                  (long long)out.workspace_bytes, ca->workspace_cap);
-    return out;
+    if (!out->plan) {
+        snprintf(ca->why, sizeof(ca->why), "no cuDNN %d engine runs the attention %s graph (B=%d T=%d C=%d NH=%d; %lld "
+                 "configs tried)", CUDNN_VERSION, what, B, T, ca->C, ca->NH, (long long)ncfg);
+        return ca->why;
+    }
+    if ((size_t)out->workspace_bytes > ca->workspace_cap) {
+        snprintf(ca->why, sizeof(ca->why), "the %s engine wants %lld bytes of workspace, more than the %zu reserved",
+                 what, (long long)out->workspace_bytes, ca->workspace_cap);
+        CUDNN_CHECK(cudnnBackendDestroyDescriptor(out->plan));
+        out->plan = NULL;
+        return ca->why;
+    }
+    return NULL;
 }
 
 // Shapes shared by both graphs, in (B, NH, T, hs) order.
@@ -368,15 +378,22 @@ static void cd_graph_build(const CudnnAttention *ca, CdGraph *g, int B, int T, i
     else cd_graph_forward(ca, g, B, T);
 }
 
-// The cached plan for (B, T, direction), built on first use.
-static CudnnPlan *cudnn_plan_for(CudnnAttention *ca, int B, int T, int backward) {
+// The cached plan for (B, T, direction), built on first use; NULL (the reason
+// in ca->why) when the installed cuDNN cannot run it.
+static CudnnPlan *cudnn_plan_try(CudnnAttention *ca, int B, int T, int backward) {
     for (int i = 0; i < ca->num_plans; i++)
         if (ca->plans[i].B == B && ca->plans[i].T == T && ca->plans[i].backward == backward) return &ca->plans[i];
     CHECK(ca->num_plans < CUDNN_MAX_PLANS, "more than %d attention plans", CUDNN_MAX_PLANS);
     CdGraph g;
     cd_graph_build(ca, &g, B, T, backward);
-    ca->plans[ca->num_plans] = cudnn_make_plan(ca, &g, B, T, backward);
+    if (cudnn_make_plan(ca, &g, B, T, backward, &ca->plans[ca->num_plans])) return NULL;
     return &ca->plans[ca->num_plans++];
+}
+// The same, where a plan cuDNN cannot run ends the program with one line.
+static CudnnPlan *cudnn_plan_for(CudnnAttention *ca, int B, int T, int backward) {
+    CudnnPlan *p = cudnn_plan_try(ca, B, T, backward);
+    if (!p) die_usage("--attention cudnn: %s; use --attention flash", ca->why);
+    return p;
 }
 
 // Builds both attention graphs for (C, NH, B, T) and finalizes them without a
@@ -410,10 +427,22 @@ static void cudnn_execute(CudnnAttention *ca, CudnnPlan *p, const int64_t *uids,
     CUDNN_CHECK(cudnnBackendDestroyDescriptor(vp));
 }
 
-static inline void cudnn_attention_init(CudnnAttention *ca, const GPTConfig *cfg, int B, int T, int enabled) {
+static inline void cudnn_attention_free(CudnnAttention *ca) {
+    if (!ca->enabled) return;
+    for (int i = 0; i < ca->num_plans; i++) CUDNN_CHECK(cudnnBackendDestroyDescriptor(ca->plans[i].plan));
+    CUDA_CHECK(cudaFree(ca->workspace));
+    CUDA_CHECK(cudaFree(ca->dq_accum));
+    CUDNN_CHECK(cudnnDestroy(ca->handle));
     memset(ca, 0, sizeof(*ca));
-    ca->enabled = enabled;
-    if (!enabled) return;
+}
+
+// Sets up cuDNN attention for micro-batches of B x T and builds both plans.
+// NULL, or why the installed cuDNN cannot run them (then ca is left disabled;
+// the text lasts until the next call).
+static inline const char *cudnn_attention_try_init(CudnnAttention *ca, const GPTConfig *cfg, int B, int T) {
+    static char why[sizeof(ca->why)];
+    memset(ca, 0, sizeof(*ca));
+    ca->enabled = 1;
     CUDNN_CHECK(cudnnCreate(&ca->handle));
     ca->C = cfg->channels;
     ca->NH = cfg->num_heads;
@@ -424,17 +453,19 @@ static inline void cudnn_attention_init(CudnnAttention *ca, const GPTConfig *cfg
     ca->workspace_cap = CUDNN_ENGINE_WORKSPACE;
     ca->dq_accum = (float *)cudaMallocCheck(ca->dq_accum_bytes);
     ca->workspace = cudaMallocCheck(ca->workspace_cap);
-    cudnn_plan_for(ca, B, T, 0);  // fail early, before training starts
-    cudnn_plan_for(ca, B, T, 1);
+    if (cudnn_plan_try(ca, B, T, 0) && cudnn_plan_try(ca, B, T, 1)) return NULL;
+    snprintf(why, sizeof(why), "%s", ca->why);
+    cudnn_attention_free(ca);
+    return why;
 }
 
-static inline void cudnn_attention_free(CudnnAttention *ca) {
-    if (!ca->enabled) return;
-    for (int i = 0; i < ca->num_plans; i++) CUDNN_CHECK(cudnnBackendDestroyDescriptor(ca->plans[i].plan));
-    CUDA_CHECK(cudaFree(ca->workspace));
-    CUDA_CHECK(cudaFree(ca->dq_accum));
-    CUDNN_CHECK(cudnnDestroy(ca->handle));
+// The same for the trainer: a plan cuDNN cannot run ends the program with one
+// line, before training starts. enabled 0: nothing is set up.
+static inline void cudnn_attention_init(CudnnAttention *ca, const GPTConfig *cfg, int B, int T, int enabled) {
     memset(ca, 0, sizeof(*ca));
+    if (!enabled) return;
+    const char *why = cudnn_attention_try_init(ca, cfg, B, T);
+    if (why) die_usage("--attention cudnn: %s; use --attention flash", why);
 }
 
 // out (B,T,C), lse (B,NH,T) from qkv (B,T,3C).
@@ -478,6 +509,11 @@ static inline void cudnn_attention_init(CudnnAttention *ca, const GPTConfig *cfg
     ca->enabled = 0;
 }
 static inline void cudnn_attention_free(CudnnAttention *ca) { ca->enabled = 0; }
+static inline const char *cudnn_attention_try_init(CudnnAttention *ca, const GPTConfig *cfg, int B, int T) {
+    (void)cfg; (void)B; (void)T;
+    ca->enabled = 0;
+    return "cuDNN is not in this build";
+}
 static inline void gpu_cudnn_attention_forward(CudnnAttention *ca, bf16 *out, float *lse, const bf16 *qkv, int B,
                                                int T, int C, int NH, cudaStream_t s) {
     (void)ca; (void)out; (void)lse; (void)qkv; (void)B; (void)T; (void)C; (void)NH; (void)s;

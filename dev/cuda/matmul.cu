@@ -1,8 +1,9 @@
 // dev/cuda/matmul.cu: checks llmc/matmul.cuh (cuBLASLt, bf16 in, fp32
 // accumulate) against llmc/cpu_layers.h (linear_forward, gelu_forward,
-// linear_backward): forward with the bias epilogue and with the GELU+bias
-// epilogue (pre-activation saved), and backward (dinp, dW accumulated in fp32,
-// dbias), at several shapes, once with every bf16 operand only 128-byte
+// linear_backward): forward with the bias epilogue, with the GELU+bias
+// epilogue (pre-activation saved) and with none (no bias), and backward (dinp,
+// dW accumulated in fp32, dbias from bf16 dout or from an fp32 source), at
+// several shapes, once with every bf16 operand only 128-byte
 // aligned (as a model's weights are when C is not a multiple of 128); then
 // times the d12 layer shapes against the measured cuBLASLt peak.
 #include "dev/cuda/dev_common.cuh"
@@ -61,11 +62,35 @@ static void check_shape(Rng *rng, MatmulContext *mc, int N, int IC, int OC, int 
     check_close(what, g_dw, dw, wo, 1e-3, 1e-3);
     snprintf(what, sizeof(what), "matmul backward N=%d IC=%d OC=%d: dbias", N, IC, OC);
     check_close(what, g_db, db, OC, 1e-3, 1e-3);
+
+    // as the classifier runs them: forward without a bias (the plain epilogue);
+    // and as the residual projections: the backward with dbias from an fp32
+    // source (gpu_matmul_backward<float>; a separate, unrounded array, so dbias
+    // must come from it) and dinp skipped (NULL), dW and dbias accumulating on
+    float *ref_nb = (float *)mallocCheck(no * 4), *dsrc = (float *)mallocCheck(no * 4);
+    linear_forward(ref_nb, inp, w, NULL, NULL, N, IC, OC);
+    poison(d_out, no * 2);
+    gpu_matmul_forward(mc, d_out, NULL, d_inp, d_w, NULL, N, IC, OC, 0);
+    float *got_nb = host_from_bf16(d_out, no);
+    snprintf(what, sizeof(what), "matmul forward, no bias N=%d IC=%d OC=%d", N, IC, OC);
+    check_close(what, got_nb, ref_nb, no, 1e-2, 1e-2);
+    for (size_t i = 0; i < no; i++) dsrc[i] = 2.0f * rng_uniform(rng) - 1.0f;
+    float *d_dsrc = device_f32_from(dsrc, no);
+    linear_backward(dinp, dw, NULL, dout, inp, w, N, IC, OC, 0);
+    column_sum_accumulate(db, dsrc, N, OC);
+    gpu_matmul_backward<float>(mc, NULL, d_dw, d_db, d_scratch, d_dout, d_dsrc, d_inp, d_w, N, IC, OC, 0);
+    float *g_dw2 = host_from_f32(d_dw, wo), *g_db2 = host_from_f32(d_db, OC);
+    snprintf(what, sizeof(what), "matmul backward, fp32 dbias source N=%d IC=%d OC=%d: dW (2nd accumulation)", N, IC, OC);
+    check_close(what, g_dw2, dw, wo, 1e-3, 1e-3);
+    snprintf(what, sizeof(what), "matmul backward, fp32 dbias source N=%d IC=%d OC=%d: dbias", N, IC, OC);
+    check_close(what, g_db2, db, OC, 1e-3, 1e-3);
+
     bf16 *dev_bf[] = {d_inp, d_w, d_bias, d_out, d_pre, d_dout, d_dinp};
     for (size_t i = 0; i < sizeof(dev_bf) / sizeof(dev_bf[0]); i++) CUDA_CHECK(cudaFree(dev_bf[i] - shift));
-    void *dev[] = {d_dw, d_db, d_scratch};
+    void *dev[] = {d_dw, d_db, d_scratch, d_dsrc};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
-    float *host[] = {inp, w, bias, ref, ref_gelu, got, pre, dout, dinp, dw, db, g_dinp, g_dw, g_db};
+    float *host[] = {inp, w, bias, ref, ref_gelu, got, pre, dout, dinp, dw, db, g_dinp, g_dw, g_db,
+                     ref_nb, dsrc, got_nb, g_dw2, g_db2};
     for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
 }
 
