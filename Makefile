@@ -146,6 +146,12 @@ $(info llmc build: OpenMP=$(or $(HAVE_OMP),no) BLAS=$(or $(HAVE_BLAS),no) MPI=$(
 PROGRAMS := train_gpt tokenize
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+# C++ tests: GPU kernels run on the CPU through tests/cuda_emulator.h. Kernel
+# code reinterprets registers the way nvcc allows (bf16 pairs as 32-bit words)
+# and carries #pragma unroll: without strict aliasing, and the pragma let be.
+TEST_CXX_SRCS := $(wildcard tests/test_*.cpp)
+TEST_BINS += $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_CXX_SRCS))
+CXXFLAGS = $(filter-out -std=c11,$(CFLAGS)) -std=c++17 -pthread -fno-strict-aliasing -Wno-unknown-pragmas
 DEV_BINS := $(BUILD)/dev/bench_comm $(BUILD)/dev/perf/bench_dataloader $(BUILD)/dev/perf/profile_step_cpu  # benchmarks (README)
 
 .PHONY: all test test-all debug run bench clean
@@ -167,6 +173,10 @@ $(BUILD)/%: %.c $(FLAGS_STAMP)
 $(BUILD)/tests/%: tests/%.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.cpp $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS) -pthread
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d $(BUILD)/dev/*.d $(BUILD)/dev/perf/*.d)
 

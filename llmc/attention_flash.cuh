@@ -19,11 +19,13 @@
 // rows of the block's 64 (queries in the forward and dq, keys in dk/dv), so a
 // warp's products are 16 x 64 x hs. Global -> shared copies are cp.async, two
 // tiles deep. Shared-memory rows are padded by 16 bytes (hs+8 bf16, 64+8 fp32 /
-// bf16) so the 8 rows a fragment load reads land in different banks. Blocks at
-// the long end of the causal triangle are launched first. Dynamic shared
-// memory at hs=64 (hs=32): forward 72.3 KB (52.3), dk/dv 73 KB (49), dq 45 KB
-// (29); opted in above 48 KB. Registers at hs=64: forward 132, dk/dv and dq
-// capped at 168, so 3 blocks (12 warps) per H100 SM for each kernel.
+// bf16) so the 8 rows a fragment load reads land in different banks. The grid is
+// (NH, B, T/64) with the tile index slowest, so the blocks at the long end of
+// the causal triangle, of every head and batch row, are dispatched first and
+// the short ones fill the tail. Dynamic shared memory at hs=64 (hs=32):
+// forward 72.3 KB (52.3), dk/dv 73 KB (49), dq 45 KB (29); opted in above 48
+// KB. Registers at hs=64: forward 132, dk/dv and dq capped at 168 (dk/dv spills
+// 8 bytes), so 3 blocks (12 warps) per H100 SM for each kernel.
 // wmma leaves the (row, col) of each accumulator element unspecified but fixed
 // per fragment type; fa_fragment_coords reads it off once per warp, which lets
 // the backward form p and ds in registers and the forward rescale its output
@@ -32,9 +34,14 @@
 #ifndef LLMC_ATTENTION_FLASH_CUH
 #define LLMC_ATTENTION_FLASH_CUH
 
+// LLMC_CUDA_EMULATION: compiled on the CPU by tests/test_flash_emulated.cpp,
+// whose tests/cuda_emulator.h stands in for the CUDA headers, the PTX helpers
+// and the dynamic shared memory; the kernels themselves are the same text.
+#ifndef LLMC_CUDA_EMULATION
 #include <mma.h>
 
 #include "cuda_common.cuh"
+#endif
 
 #define FA_TILE 64                  // queries / keys per tile and per block
 #define FA_WARPS 4                  // each owns 16 of the block's 64 rows
@@ -86,6 +93,7 @@ template <int HS> struct FaDkvSmem {
 
 // --- device helpers ---
 
+#ifndef LLMC_CUDA_EMULATION  // the emulator gives these the same semantics
 __device__ __forceinline__ void fa_cp_async16(void *smem, const void *gmem) {
     uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(__cvta_generic_to_global(gmem))
@@ -104,6 +112,7 @@ __device__ __forceinline__ float fa_exp2(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
+#endif
 
 // Rows [row0, row0 + 64) of a bf16 matrix with row stride `stride` elements,
 // hs columns from src, into a 64 x (hs+8) shared tile; rows >= T are zeros (so
@@ -162,7 +171,7 @@ __device__ __forceinline__ void fa_store_rows(bf16 *dst, int64_t stride, const f
 }
 
 // --- forward ---
-// grid (T/64, NH, B), 128 threads; block = query tile qt (longest first),
+// grid (NH, B, T/64), 128 threads; block = query tile qt (longest first),
 // warp w = its queries q0+16w .. q0+16w+15. For each key tile kt <= qt:
 // S = q k^T (16 x 64) to shared memory; two lanes per row take the row's max
 // over the causal keys (masked on the diagonal tile only), rescale the running
@@ -181,7 +190,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(bf16 *out, fl
     float *sw = (float *)(fa_smem + SM::S + w * FA_WARP_S_BYTES);
     bf16 *pw = (bf16 *)(fa_smem + SM::P + w * FA_WARP_P_BYTES);
     float *stat = (float *)(fa_smem + SM::STAT) + 16 * w;
-    const int b = blockIdx.z, h = blockIdx.y, qt = gridDim.x - 1 - blockIdx.x, q0 = qt * FA_TILE;
+    const int h = blockIdx.x, b = blockIdx.y, qt = gridDim.z - 1 - blockIdx.z, q0 = qt * FA_TILE;
     const int C = NH * HS;
     const int64_t C3 = 3 * (int64_t)C;
     const bf16 *qbase = qkv + (int64_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
@@ -349,7 +358,7 @@ __global__ void flash_delta_kernel(float *delta, const bf16 *dout, const bf16 *o
     }
 }
 
-// dk, dv: grid (T/64, NH, B), 128 threads; block = key tile kt (longest first),
+// dk, dv: grid (NH, B, T/64), 128 threads; block = key tile kt (longest first),
 // warp w = its keys k0+16w .. k0+16w+15 (their k and v stay in shared memory;
 // fragments reloaded per query tile, which keeps the kernel within 168
 // registers: 3 blocks per SM). For each query tile qt >= kt (64 queries, column c):
@@ -371,7 +380,7 @@ __global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dkdv_kernel(bf16
     const int w = threadIdx.x >> 5;
     bf16 *pt = (bf16 *)(fa_smem + SM::PT + w * 2 * FA_WARP_P_BYTES), *dst = pt + 16 * FA_LDS;
     const bf16 *kstage = (bf16 *)(fa_smem + SM::KV) + 16 * w * LDH, *vstage = kstage + TE;
-    const int b = blockIdx.z, h = blockIdx.y, kt = blockIdx.x, nt = gridDim.x, k0 = kt * FA_TILE;
+    const int h = blockIdx.x, b = blockIdx.y, kt = blockIdx.z, nt = gridDim.z, k0 = kt * FA_TILE;
     const int C = NH * HS;
     const int64_t C3 = 3 * (int64_t)C;
     const bf16 *qbase = qkv + (int64_t)b * T * C3 + h * HS, *dobase = dout + (int64_t)b * T * C + h * HS;
@@ -487,7 +496,7 @@ __global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dkdv_kernel(bf16
     fa_store_rows<HS>(drow0 + 2 * C, C3, stage, k0 + 16 * w, T);
 }
 
-// dq: grid (T/64, NH, B), 128 threads; block = query tile qt (longest first),
+// dq: grid (NH, B, T/64), 128 threads; block = query tile qt (longest first),
 // warp w = its queries, whose q and dout fragments stay in registers, and whose
 // lse and delta per accumulator element are loaded once. For each key tile
 // kt <= qt: S = q k^T and dP = dout v^T (16 x 64), p and ds = p (dp - delta) in
@@ -505,7 +514,7 @@ __global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dq_kernel(bf16 *
     const int w = threadIdx.x >> 5;
     bf16 *dsw = (bf16 *)(fa_smem + SM::DS + w * FA_WARP_P_BYTES);
     bf16 *qstage = ks + TE, *dostage = vs + TE;  // buffer 1 of each, before the loop
-    const int b = blockIdx.z, h = blockIdx.y, qt = gridDim.x - 1 - blockIdx.x, q0 = qt * FA_TILE;
+    const int h = blockIdx.x, b = blockIdx.y, qt = gridDim.z - 1 - blockIdx.z, q0 = qt * FA_TILE;
     const int C = NH * HS;
     const int64_t C3 = 3 * (int64_t)C;
     const bf16 *qbase = qkv + (int64_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
@@ -597,6 +606,7 @@ __global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dq_kernel(bf16 *
 }
 
 // --- host side ---
+#ifndef LLMC_CUDA_EMULATION
 
 // Head sizes with a compiled kernel (every GPT-2 preset has 64).
 static inline int flash_supports_head_size(int hs) { return hs == 32 || hs == 64; }
@@ -613,7 +623,7 @@ static void flash_forward_hs(bf16 *out, float *lse, const bf16 *qkv, int B, int 
     flash_check_aligned(out, "out");
     int bytes = FaFwdSmem<HS>::BYTES;
     CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    dim3 grid(ceil_div_int(T, FA_TILE), NH, B);
+    dim3 grid(NH, B, ceil_div_int(T, FA_TILE));  // tiles slowest: see the top
     flash_forward_kernel<HS><<<grid, FA_THREADS, bytes, s>>>(out, lse, qkv, T, NH, FA_LOG2E / sqrtf((float)HS));
     CUDA_CHECK_LAUNCH();
 }
@@ -629,7 +639,7 @@ static void flash_backward_hs(bf16 *dqkv, float *delta, const bf16 *dout, const 
     int64_t chunks = (int64_t)B * T * NH * (HS / 8);
     flash_delta_kernel<HS><<<ceil_div_int(chunks, 256), 256, 0, s>>>(delta, dout, out, B, T, NH);
     CUDA_CHECK_LAUNCH();
-    dim3 grid(ceil_div_int(T, FA_TILE), NH, B);
+    dim3 grid(NH, B, ceil_div_int(T, FA_TILE));  // tiles slowest: see the top
     int bytes_kv = FaDkvSmem<HS>::BYTES, bytes_q = FaDqSmem<HS>::BYTES;
     CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dkdv_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     bytes_kv));
@@ -659,5 +669,6 @@ static inline void gpu_flash_attention_backward(bf16 *dqkv, float *delta, const 
     else if (hs == 32) flash_backward_hs<32>(dqkv, delta, dout, qkv, out, lse, B, T, NH, s);
     else DIE("flash attention: head size %d has no kernel (32 or 64)", hs);
 }
+#endif  // LLMC_CUDA_EMULATION
 
 #endif  // LLMC_ATTENTION_FLASH_CUH
