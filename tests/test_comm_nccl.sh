@@ -2,9 +2,12 @@
 # test_comm_nccl.sh: builds tests/test_comm_nccl.cu (the device backends:
 # llmc/comm_nccl.cuh and llmc/comm_staged.cuh, with MPI when the build has it) with nvcc -- so the
 # backends compile and link wherever CUDA and NCCL are installed -- and runs
-# it: on one process, and on 2 ranks under mpirun when the node has 2 GPUs.
-# The program SKIPs without a GPU; this script SKIPs without nvcc or NCCL, and
-# in sanitizer builds (which leave CUDA out).
+# it: on one process, and on 2 ranks under mpirun when the build has MPI and
+# the node a GPU (the staged MPI backend always; NCCL only with a GPU per
+# rank, the program SKIPs it otherwise). A run that crashes, hangs (timeout)
+# or exits non-zero without a FAIL line is a FAIL. The program SKIPs without a
+# GPU; this script SKIPs without nvcc or NCCL, and in sanitizer builds (which
+# leave CUDA out).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -23,8 +26,10 @@ if [ "${HAVE_MPI:-}" = yes ]; then
     read -r -a mpi_flags <<<"-DLLMC_MPI $(mpicc --showme:compile)"
     read -r -a mpi_libs <<<"$(mpicc --showme:link)"
 fi
-bin=$BUILD/tests/test_comm_nccl
-mkdir -p "$BUILD/tests"
+# not build/tests/test_*: run_tests.sh runs every program there (this one would run twice, once stale)
+rm -f "$BUILD/tests/test_comm_nccl" "$BUILD/tests/test_comm_nccl.log"
+bin=$BUILD/tests/comm_nccl/test_comm_nccl
+mkdir -p "$(dirname "$bin")"
 if "$NVCC" -O2 -std=c++17 -arch="${CUDA_ARCH:-sm_90}" -I. -I"$NCCL_HOME/include" -Werror all-warnings \
     -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-function,-Wno-implicit-fallthrough "${mpi_flags[@]}" \
     tests/test_comm_nccl.cu -o "$bin" -L"$NCCL_LIB" -Xlinker -rpath="$NCCL_LIB" -lnccl "${mpi_libs[@]}" \
@@ -34,8 +39,28 @@ else
     echo "FAIL: device_comm_backends_build ($(head -c 400 "$bin.log"))"
     exit 1
 fi
-"$bin"
+status=0
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+run() {  # $1 name; the command after it. Its output, and a FAIL when it ends badly without saying so.
+    local name=$1 rc
+    shift
+    timeout 180 "$@" >"$out" 2>&1
+    rc=$?
+    cat "$out"
+    if [ $rc -ne 0 ]; then
+        status=1
+        grep -q '^FAIL: ' "$out" ||
+            echo "FAIL: device_comm_backends_$name (exit $rc$([ $rc -eq 124 ] && echo ', timed out after 180 s'))"
+    fi
+}
+run one_process "$bin"
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-if [ "${HAVE_MPI:-}" = yes ] && [ "$ngpu" -ge 2 ] && command -v mpirun >/dev/null 2>&1; then
-    mpirun --allow-run-as-root --oversubscribe -np 2 "$bin"
+if [ "$ngpu" -ge 1 ]; then
+    if [ "${HAVE_MPI:-}" = yes ] && command -v mpirun >/dev/null 2>&1; then
+        run np2 mpirun --allow-run-as-root --oversubscribe -np 2 "$bin"
+    else
+        echo "SKIP: device_comm_backends_np2 (built without MPI or no mpirun)"
+    fi
 fi
+exit $status

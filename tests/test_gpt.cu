@@ -1,10 +1,14 @@
 // test_gpt.cu: the GPU model (llmc/gpt_gpu.cuh) against the CPU model
 // (llmc/gpt_cpu.h) on the same weights and batches: logits, loss and every
 // gradient tensor of one step within bf16 tolerances; 10 AdamW steps of
-// losses; recomputation (--recompute 1, 2), gradient accumulation over two
-// micro-batches and cuDNN attention giving the gradients of the default;
-// bit-exact determinism of two identical runs; and models holding shards of
-// the master weights (ZeRO-1) updating their ranges exactly as the full model.
+// losses; recomputation (--recompute 1, 2) and gradient accumulation over two
+// micro-batches giving the gradients of the default (tensor by tensor);
+// bit-exact determinism of two identical runs; models holding shards of the
+// master weights (ZeRO-1) updating their ranges exactly as the full model; and
+// last, cuDNN attention giving flash's gradients (last: a cuDNN that accepts
+// no engine for the graphs ends the program, and the checks above still ran).
+// The batches are learnable (target = input + 1 mod V), so the 10 steps lower
+// the loss by more than a nat and an optimizer that does nothing fails.
 // Without a GPU only the first check runs (the cuDNN attention graphs, which
 // the installed cuDNN validates with no device); the rest print SKIP.
 #include "llmc/gpt_cpu.h"
@@ -17,15 +21,43 @@
 #define STEPS 10
 
 // bf16 weights and activations: about 3 significant digits per operation.
+// (A CPU emulation of this model rounding to bf16 where the GPU stores bf16
+// gives logits 4e-3, loss 1.3e-4, per-tensor gradients <= 7.6e-3, 10-step
+// losses <= 7e-4 apart from the fp32 model: each tolerance leaves 5x or more.)
 #define TOL_LOGITS 3e-2
 #define TOL_GRAD 6e-2
 #define TOL_LOSS 2e-2
+// GPU against GPU, the same arithmetic but for where a value is rounded (the
+// recomputed GELU comes from the bf16 pre-activation, the forward's from fp32:
+// 3e-3 on mlp.c_proj.weight in the emulation; accumulation: sums in another
+// order). Per tensor: a tensor whose gradients are small next to the largest
+// (ln_1.weight: 0.6% of it) still counts.
+#define TOL_SAME 2e-2
 
+// Random inputs, learnable targets (the next token id): on random targets the
+// 10 steps leave the loss within 0.03 nats of an untrained model's, so a GPU
+// that never updated its weights would follow the CPU's losses as well.
 static void random_batch(Rng *rng, int *x, int *y, int n, int V) {
     for (int i = 0; i < n; i++) {
         x[i] = (int)rng_below(rng, (uint64_t)V);
-        y[i] = (int)rng_below(rng, (uint64_t)V);
+        y[i] = (x[i] + 1) % V;
     }
+}
+
+// The largest relative error (rel_error) of any one tensor of the flat
+// gradient buffers a against b; *worst names that tensor.
+static double worst_tensor_error(const ParamLayout *pl, const float *a, const float *b, const char **worst) {
+    double e = 0.0;
+    *worst = "";
+    for (int t = 0; t < pl->num_tensors; t++) {
+        const ParamTensor *pt = &pl->tensors[t];
+        double et = rel_error(a + pt->offset, b + pt->offset, (long)pt->numel, 1e-6);
+        if (et > e || et != et) {
+            e = et != et ? INFINITY : et;
+            *worst = pt->name;
+        }
+    }
+    return e;
 }
 
 static AdamWConfig adamw_at(int step) {
@@ -162,11 +194,13 @@ int main(void) {
 
     // recomputation gives the same gradients
     float *grads_r = (float *)mallocCheck(sizeof(float) * (size_t)P);
+    const char *worst;
     for (int r = 1; r <= 2; r++) {
         float loss_r = gpu_step_grads(&cfg, init, r, ATTENTION_FLASH, xs[0], ys[0], grads_r);
-        double re = rel_error(grads_r, grads, (long)P, 1e-6);
-        test_result(loss_r == loss_g && re < 1e-2, "recompute %d: loss %.6f (no recompute %.6f), gradients rel err %.2e",
-                    r, loss_r, loss_g, re);
+        double re = worst_tensor_error(&cpu.layout, grads_r, grads, &worst);
+        test_result(loss_r == loss_g && re < TOL_SAME,
+                    "recompute %d: loss %.6f (no recompute %.6f), gradients rel err %.2e (worst tensor %s)", r, loss_r,
+                    loss_g, re, worst);
     }
 
     // gradient accumulation: two micro-batches of B/2 accumulate (in fp32) the gradients of one of B
@@ -182,21 +216,11 @@ int main(void) {
             gpu_gpt_backward(&ga);
         }
         gpu_gpt_get_grads(&ga, grads_r);
-        double ae = rel_error(grads_r, grads, (long)P, 1e-6);
-        test_result(fabs(la / 2 - loss_g) < 1e-3 && ae < 1e-2,
-                    "2 accumulated micro-batches of %d: loss %.6f (one batch %.6f), gradients rel err %.2e", half,
-                    la / 2, loss_g, ae);
+        double ae = worst_tensor_error(&cpu.layout, grads_r, grads, &worst);
+        test_result(fabs(la / 2 - loss_g) < 1e-3 && ae < TOL_SAME,
+                    "2 accumulated micro-batches of %d: loss %.6f (one batch %.6f), gradients rel err %.2e (worst "
+                    "tensor %s)", half, la / 2, loss_g, ae, worst);
         gpu_gpt_free(&ga);
-    }
-
-    // cuDNN attention gives the flash attention's loss and gradients
-    if (cudnn_attention_available()) {
-        float loss_n = gpu_step_grads(&cfg, init, 0, ATTENTION_CUDNN, xs[0], ys[0], grads_r);
-        double ne = rel_error(grads_r, grads, (long)P, 1e-6);
-        test_result(fabsf(loss_n - loss_g) < 2e-3f && ne < 3e-2, "attention cudnn: loss %.6f (flash %.6f), gradients rel err %.2e",
-                    loss_n, loss_g, ne);
-    } else {
-        test_skip("attention cudnn (no cuDNN in this build)");
     }
 
     // 10 steps of training
@@ -215,7 +239,9 @@ int main(void) {
         ok &= fabsf(lg[s] - lc[s]) < TOL_LOSS + 1e-2f * fabsf(lc[s]);
     }
     test_result(ok, "%d training steps: gpu losses follow cpu losses", STEPS);
-    test_result(lg[STEPS - 1] < lg[0], "gpu training lowers the loss (%.4f -> %.4f)", lg[0], lg[STEPS - 1]);
+    // the CPU's loss falls by 1.28 nats over these steps; an untrained model's moves by 0.02
+    test_result(lg[STEPS - 1] < lg[0] - 0.5f, "gpu training lowers the loss by over 0.5 (%.4f -> %.4f)", lg[0],
+                lg[STEPS - 1]);
 
     // determinism: a second identical run gives the same bits
     gpu_gpt_init(&g2, &cfg, B_TEST, T_TEST, 0, ATTENTION_FLASH, gpu_sharding(0, 0, 1));
@@ -235,6 +261,18 @@ int main(void) {
     for (int k = 0; k < 2; k++) gpu_shard_step(&cfg, init, k, 2, xs[0], ys[0], 0.5f, p2);
     test_result(memcmp(p1, p2, sizeof(float) * (size_t)P) == 0,
                 "models with shards 0 and 1 of 2 of the master weights update them as the full model does");
+
+    // cuDNN attention gives the flash attention's loss and gradients (last: gpu_gpt_init ends the
+    // program when no cuDNN engine runs the graphs; the exit status then fails the test)
+    if (cudnn_attention_available()) {
+        float loss_n = gpu_step_grads(&cfg, init, 0, ATTENTION_CUDNN, xs[0], ys[0], grads_r);
+        double ne = worst_tensor_error(&cpu.layout, grads_r, grads, &worst);
+        test_result(fabsf(loss_n - loss_g) < 2e-3f && ne < TOL_GRAD,
+                    "attention cudnn: loss %.6f (flash %.6f), gradients rel err %.2e (worst tensor %s)", loss_n, loss_g,
+                    ne, worst);
+    } else {
+        test_skip("attention cudnn (no cuDNN in this build)");
+    }
 
     for (int s = 0; s < STEPS; s++) { free(xs[s]); free(ys[s]); }
     free(init); free(logits); free(grads); free(grads_r); free(adam_m); free(adam_v); free(p1); free(p2);
