@@ -187,8 +187,10 @@ static inline size_t qkv_head_offset(int b, int h, int T, int C, int NH) {
     return (size_t)b * T * 3 * C + (size_t)h * (C / NH);
 }
 
-// out (B,T,C); att (B,NH,T,T) saves the softmax probabilities (zero above the diagonal).
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+// out (B,T,C); att (B,NH,T,T) saves the softmax probabilities (zero above the
+// diagonal); lse (B,NH,T), when not NULL, the natural log of each row's sum of
+// exp(scaled score) (what the GPU's flash attention saves instead of att).
+static void attention_forward(float *out, float *att, float *lse, const float *qkv, int B, int T, int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     size_t C3 = 3 * (size_t)C;
@@ -203,6 +205,7 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
                 float *row = p + (size_t)t * T;
                 float mx = vec_max(row, t + 1);
                 float sum = vec_exp_sum(row, t + 1, mx, 1.0f, 1);
+                if (lse) lse[((size_t)b * NH + h) * T + t] = mx + logf(sum);
                 float inv = 1.0f / sum;
                 for (int u = 0; u <= t; u++) row[u] *= inv;
                 for (int u = t + 1; u < T; u++) row[u] = 0.0f;

@@ -139,7 +139,7 @@ static float gpt_forward(GPT *m, const int *inputs, const int *targets, int B, i
         float *residual = l == 0 ? a->encoded : a->residual3[l - 1];
         layernorm_forward(a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C);
         linear_forward(a->qkv[l], a->ln1[l], w.qkvw, w.qkvb, NULL, N, C, 3 * C);
-        attention_forward(a->atty[l], a->att[l], a->qkv[l], B, T, C, NH);
+        attention_forward(a->atty[l], a->att[l], NULL, a->qkv[l], B, T, C, NH);
         linear_forward(a->residual2[l], a->atty[l], w.attprojw, w.attprojb, residual, N, C, C);
         layernorm_forward(a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w.ln2w, w.ln2b, N, C);
         linear_forward(a->fch[l], a->ln2[l], w.fcw, w.fcb, NULL, N, C, 4 * C);

@@ -1,14 +1,14 @@
 // test_flash_emulated.cpp: the flash-attention kernels of
 // llmc/attention_flash.cuh (forward, delta, dk/dv, dq: the text nvcc compiles
 // for the GPU) run on the CPU through tests/cuda_emulator.h, against the CPU
-// attention of llmc/cpu_layers.h on the same bf16 inputs: output and dq|dk|dv
-// within bf16 tolerances, nothing left unwritten (outputs start as NaN, shared
-// memory is NaN before every block), at head sizes 64 and 32, T from 1 to 257
-// (partial tiles, one tile, several), with cp.async completing at issue and at
-// the last moment, under a random accumulator layout. lse is checked through
-// the backward, which reads it. CI has no GPU: this is how every change to the
-// kernels' tiling, masking, barriers and indexing gets run there; speed and
-// the hardware's own rounding are for dev/cuda/attention.cu on a GPU.
+// attention of llmc/cpu_layers.h on the same bf16 inputs: output, lse and
+// dq|dk|dv within bf16 tolerances, nothing left unwritten (outputs start as
+// NaN, shared memory is NaN before every block), at head sizes 64 and 32, T
+// from 1 to 257 (partial tiles, one tile, several), with cp.async completing
+// at issue and at the last moment, under a random accumulator layout. CI has
+// no GPU: this is how every change to the kernels' tiling, masking, barriers
+// and indexing gets run there; speed and the hardware's own rounding are for
+// dev/cuda/attention.cu on a GPU.
 #include "llmc/cpu_layers.h"
 #include "llmc/rand.h"
 #include "tests/testing.h"
@@ -87,7 +87,8 @@ template <int HS> static void run_case(const Case &k, bool copy_at_issue, uint64
     // the CPU attention on the same values
     std::vector<float> ref_out(nout), att((size_t)B * NH * T * T), ref_dqkv(nqkv);
     std::vector<float> scratch((size_t)omp_threads() * T * T);
-    attention_forward(ref_out.data(), att.data(), qkv_f.data(), B, T, C, NH);
+    std::vector<float> ref_lse(nrow);
+    attention_forward(ref_out.data(), att.data(), ref_lse.data(), qkv_f.data(), B, T, C, NH);
     attention_backward(ref_dqkv.data(), scratch.data(), dout_f.data(), qkv_f.data(), att.data(), B, T, C, NH);
 
     // a bf16 rounding is 2^-8 (3.9e-3) relative: out carries its own and that
@@ -97,11 +98,16 @@ template <int HS> static void run_case(const Case &k, bool copy_at_issue, uint64
     double e_dq = excess(dqkv, ref_dqkv.data(), 0, 3 * (size_t)C, C, rows, 1.5e-2, 2e-2);
     double e_dk = excess(dqkv, ref_dqkv.data(), C, 3 * (size_t)C, C, rows, 1.5e-2, 2e-2);
     double e_dv = excess(dqkv, ref_dqkv.data(), 2 * (size_t)C, 3 * (size_t)C, C, rows, 1.5e-2, 2e-2);
-    double worst = fmax(fmax(e_out, e_dq), fmax(e_dk, e_dv));
+    double e_lse = 0;  // fp32 scores from exact products: ~1e-6 relative
+    for (size_t i = 0; i < nrow; i++) {
+        double e = fabs(lse[i] - ref_lse[i]) / (1e-4 + 1e-4 * fabs(ref_lse[i]));
+        e_lse = e == e ? fmax(e_lse, e) : INFINITY;
+    }
+    double worst = fmax(fmax(fmax(e_out, e_dq), fmax(e_dk, e_dv)), e_lse);
     test_result(worst <= 1.0,
                 "emulated flash attention hs=%d B=%d T=%d NH=%d (cp.async %s) matches the CPU: worst error / "
-                "tolerance out %.2f dq %.2f dk %.2f dv %.2f",
-                HS, B, T, NH, copy_at_issue ? "at issue" : "at the wait", e_out, e_dq, e_dk, e_dv);
+                "tolerance out %.2f lse %.2f dq %.2f dk %.2f dv %.2f",
+                HS, B, T, NH, copy_at_issue ? "at issue" : "at the wait", e_out, e_lse, e_dq, e_dk, e_dv);
 }
 
 int main(void) {

@@ -262,34 +262,6 @@ static void scalar_attention_backward(bf16 *dqkv, float *delta, const bf16 *dout
 #define TOL_DQKV 5e-3, 2e-2
 #define TOL_LSE 1e-3, 1e-3
 
-// lse (B,NH,T): the natural log of the sum over keys j <= i of exp(scale * q_i . k_j).
-static void cpu_attention_lse(float *lse, const float *qkv, int B, int T, int C, int NH) {
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
-#pragma omp parallel for collapse(2) schedule(dynamic)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            std::vector<float> s((size_t)T);
-            const float *base = qkv + qkv_head_offset(b, h, T, C, NH);
-            for (int i = 0; i < T; i++) {
-                const float *q = base + (size_t)i * C3;
-                float mx = -INFINITY;
-                for (int j = 0; j <= i; j++) {
-                    const float *k = base + (size_t)j * C3 + C;
-                    float dot = 0.0f;
-                    for (int d = 0; d < hs; d++) dot += q[d] * k[d];
-                    s[(size_t)j] = scale * dot;
-                    mx = fmaxf(mx, s[(size_t)j]);
-                }
-                double sum = 0.0;
-                for (int j = 0; j <= i; j++) sum += exp((double)s[(size_t)j] - mx);
-                lse[((size_t)b * NH + h) * T + i] = (float)(mx + log(sum));
-            }
-        }
-    }
-}
-
 // Device inputs of one shape (bf16, as the CPU reference saw them) and the
 // CPU's fp32 answers.
 typedef struct {
@@ -308,9 +280,8 @@ static void shape_init(Shape *s, Rng *rng, int B, int T, int C, int NH) {
     s->ref_out = (float *)mallocCheck(s->no * 4);
     s->ref_dqkv = (float *)mallocCheck(s->nq * 4);
     s->ref_lse = (float *)mallocCheck(s->nl * 4);
-    attention_forward(s->ref_out, att, qkv, B, T, C, NH);
+    attention_forward(s->ref_out, att, s->ref_lse, qkv, B, T, C, NH);
     attention_backward(s->ref_dqkv, scratch, dout, qkv, att, B, T, C, NH);
-    cpu_attention_lse(s->ref_lse, qkv, B, T, C, NH);
     s->qkv = device_bf16_from(qkv, s->nq);
     s->dout = device_bf16_from(dout, s->no);
     free(qkv); free(dout); free(att); free(scratch);
