@@ -39,9 +39,9 @@
 // and the dynamic shared memory; the kernels themselves are the same text.
 #ifndef LLMC_CUDA_EMULATION
 #include <mma.h>
+#endif
 
 #include "cuda_common.cuh"
-#endif
 
 #define FA_TILE 64                  // queries / keys per tile and per block
 #define FA_WARPS 4                  // each owns 16 of the block's 64 rows
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(bf16 *out, fl
     using namespace nvcuda;
     using SM = FaFwdSmem<HS>;
     constexpr int LDH = FaTile<HS>::LDH, ND = HS / 16, TE = FA_TILE * LDH;  // TE: elements per tile
-    extern __shared__ __align__(128) unsigned char fa_smem[];
+    DYNAMIC_SMEM(unsigned char, fa_smem);
     bf16 *qs = (bf16 *)(fa_smem + SM::Q), *ks = (bf16 *)(fa_smem + SM::K), *vs = (bf16 *)(fa_smem + SM::V);
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *sw = (float *)(fa_smem + SM::S + w * FA_WARP_S_BYTES);
@@ -374,7 +374,7 @@ __global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dkdv_kernel(bf16
     using namespace nvcuda;
     using SM = FaDkvSmem<HS>;
     constexpr int LDH = FaTile<HS>::LDH, ND = HS / 16, TE = FA_TILE * LDH;
-    extern __shared__ __align__(128) unsigned char fa_smem[];
+    DYNAMIC_SMEM(unsigned char, fa_smem);
     bf16 *qs = (bf16 *)(fa_smem + SM::Q), *dos = (bf16 *)(fa_smem + SM::DO);
     float2 *lds = (float2 *)(fa_smem + SM::LD);  // [2][64] (lse * log2e, delta) per query
     const int w = threadIdx.x >> 5;
@@ -509,7 +509,7 @@ __global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dq_kernel(bf16 *
     using namespace nvcuda;
     using SM = FaDqSmem<HS>;
     constexpr int LDH = FaTile<HS>::LDH, ND = HS / 16, TE = FA_TILE * LDH;
-    extern __shared__ __align__(128) unsigned char fa_smem[];
+    DYNAMIC_SMEM(unsigned char, fa_smem);
     bf16 *ks = (bf16 *)(fa_smem + SM::K), *vs = (bf16 *)(fa_smem + SM::V);
     const int w = threadIdx.x >> 5;
     bf16 *dsw = (bf16 *)(fa_smem + SM::DS + w * FA_WARP_P_BYTES);

@@ -12,6 +12,9 @@
 #ifndef LLMC_CLASSIFIER_CUH
 #define LLMC_CLASSIFIER_CUH
 
+// LLMC_CUDA_EMULATION (tests/test_kernels_emulated.cpp runs the kernel on the
+// CPU through tests/cuda_emulator.h): the PTX helper (the emulator has its
+// own) and the host launcher are left out.
 #include "cuda_common.cuh"
 
 #define CLASSIFIER_THREADS 1024
@@ -58,12 +61,14 @@ __device__ __forceinline__ void cls_barrier(uint4 (&r)[NV > 0 ? NV : 1]) {
 
 #define CLS_LOG2E 1.4426950408889634f
 
+#ifndef LLMC_CUDA_EMULATION
 // 2^x by the special-function unit (ex2.approx: ~2 ulp, subnormal results flushed to 0).
 __device__ __forceinline__ float cls_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
+#endif
 
 // logits (N, Vp) bf16 in/out; losses (N) fp32; targets (N).
 template <int NV, bool VEC>
@@ -130,6 +135,7 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS)
     }
 }
 
+#ifndef LLMC_CUDA_EMULATION
 // Losses of N rows; with dloss != 0 the rows become the logits' gradient.
 static inline void gpu_fused_classifier(bf16 *logits, float *losses, const int *targets, int N, int V, int Vp,
                                         float dloss, cudaStream_t s) {
@@ -146,5 +152,6 @@ static inline void gpu_fused_classifier(bf16 *logits, float *losses, const int *
 #undef CLS_LAUNCH
     CUDA_CHECK_LAUNCH();
 }
+#endif  // LLMC_CUDA_EMULATION
 
 #endif  // LLMC_CLASSIFIER_CUH

@@ -5,12 +5,19 @@
 // vectors of 8 bf16 for the memory-bound kernels (and the alignment test that
 // picks them), NVTX ranges, and a checked device allocation that says how much
 // memory was wanted.
+// LLMC_CUDA_EMULATION (tests/cuda_emulator.h, included first, stands in for
+// the CUDA headers): the CPU tests compile the device helpers below as they
+// are; only the NVTX ranges and the device queries are left out.
 #ifndef LLMC_CUDA_COMMON_CUH
 #define LLMC_CUDA_COMMON_CUH
 
+#ifndef LLMC_CUDA_EMULATION
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
+#elif !defined(LLMC_CUDA_EMULATOR_H)
+#error "LLMC_CUDA_EMULATION: include tests/cuda_emulator.h first"
+#endif
 #include <stdint.h>
 
 #include "utils.h"
@@ -39,6 +46,14 @@ typedef __nv_bfloat16 bf16;
 
 static inline int ceil_div_int(long long a, long long b) { return (int)((a + b - 1) / b); }
 
+// A kernel's dynamic shared memory (the launch's byte count), 128-byte aligned.
+// One spelling for every kernel, so that the emulator can define it as its own
+// buffer.
+#ifndef LLMC_CUDA_EMULATION
+#define DYNAMIC_SMEM(type, name) extern __shared__ __align__(128) type name[]
+#endif
+
+#ifndef LLMC_CUDA_EMULATION
 // ---------------------------------------------------------------------------
 // NVTX: a scoped range per phase (forward, backward, optimizer, ...), visible in
 // Nsight Systems and ncu's NVTX filter.
@@ -52,6 +67,7 @@ struct NvtxRange {
 #define NVTX_CONCAT2(a, b) a##b
 #define NVTX_CONCAT(a, b) NVTX_CONCAT2(a, b)
 #define NVTX_RANGE(name) NvtxRange NVTX_CONCAT(nvtx_range_, __LINE__)(name)
+#endif  // LLMC_CUDA_EMULATION
 
 // ---------------------------------------------------------------------------
 // bf16 conversions
@@ -209,6 +225,7 @@ static inline void *cuda_malloc_check_at(size_t bytes, const char *file, int lin
 }
 #define cudaMallocCheck(bytes) cuda_malloc_check_at((bytes), __FILE__, __LINE__)
 
+#ifndef LLMC_CUDA_EMULATION
 // The number of streaming multiprocessors of the current device.
 static inline int cuda_num_sms(void) {
     int dev = 0, sms = 0;
@@ -222,5 +239,6 @@ static inline int cuda_device_present(void) {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
+#endif  // LLMC_CUDA_EMULATION
 
 #endif  // LLMC_CUDA_COMMON_CUH

@@ -10,6 +10,10 @@
 #ifndef LLMC_ENCODER_CUH
 #define LLMC_ENCODER_CUH
 
+// LLMC_CUDA_EMULATION (tests/test_kernels_emulated.cpp runs the kernels on the
+// CPU through tests/cuda_emulator.h, whose host memory stands in for device
+// memory, so the index is built and "uploaded" as here): the host launchers
+// are left out.
 #include "cuda_common.cuh"
 
 // out (N,C) = wte[inp[n]] + wpe[n % T]; inp (N) on the device. Thread q: row
@@ -34,6 +38,7 @@ __global__ void encoder_forward_kernel(bf16 *__restrict__ out, const int *__rest
     else st_bf16x8_n(out + (int64_t)n * C + c, v, cnt);
 }
 
+#ifndef LLMC_CUDA_EMULATION
 static inline void gpu_encoder_forward(bf16 *out, const int *inp, const bf16 *wte, const bf16 *wpe, int B, int T,
                                        int C, cudaStream_t s) {
     int64_t nq = (int64_t)B * T * ((C + 7) / 8);
@@ -43,6 +48,7 @@ static inline void gpu_encoder_forward(bf16 *out, const int *inp, const bf16 *wt
     else encoder_forward_kernel<false><<<ceil_div_int(nq, 256), 256, 0, s>>>(out, inp, wte, wpe, B * T, T, C);
     CUDA_CHECK_LAUNCH();
 }
+#endif  // LLMC_CUDA_EMULATION
 
 // The positions of a batch grouped by token (CSR): token tok[u] occurs at the
 // positions pos[start[u] .. start[u+1]), in increasing order.
@@ -151,6 +157,7 @@ __global__ void encoder_backward_wpe_kernel(float *__restrict__ dwpe, const floa
     st_f32x4<VEC>(dwpe + idx, g, cnt);
 }
 
+#ifndef LLMC_CUDA_EMULATION
 // dout (B,T,C) fp32; dwte (Vp,C) and dwpe (maxT,C) fp32, accumulated.
 static inline void gpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const EncoderIndex *ix, int B,
                                         int T, int C, cudaStream_t s) {
@@ -171,5 +178,6 @@ static inline void gpu_encoder_backward(float *dwte, float *dwpe, const float *d
     else encoder_backward_wpe_kernel<false><<<blocks, 256, 0, s>>>(dwpe, dout, B, T, C);
     CUDA_CHECK_LAUNCH();
 }
+#endif  // LLMC_CUDA_EMULATION
 
 #endif  // LLMC_ENCODER_CUH

@@ -11,6 +11,8 @@
 #ifndef LLMC_GELU_CUH
 #define LLMC_GELU_CUH
 
+// LLMC_CUDA_EMULATION (tests/test_kernels_emulated.cpp runs the kernels on the
+// CPU through tests/cuda_emulator.h): the host launchers are left out.
 #include "cuda_common.cuh"
 
 #define GELU_K0 0.7978845608028654f  // sqrt(2 / pi)
@@ -72,6 +74,7 @@ __global__ void __launch_bounds__(GELU_THREADS) gelu_backward_inplace_kernel(bf1
     else st_bf16x8_n(dinout + e0, v, cnt);
 }
 
+#ifndef LLMC_CUDA_EMULATION
 // out (n) = gelu(inp)
 static inline void gpu_gelu_forward(bf16 *out, const bf16 *inp, int64_t n, cudaStream_t s) {
     if (n <= 0) return;
@@ -90,5 +93,6 @@ static inline void gpu_gelu_backward_inplace(bf16 *dinout, const bf16 *inp, int6
     else gelu_backward_inplace_kernel<false><<<blocks, GELU_THREADS, 0, s>>>(dinout, inp, n);
     CUDA_CHECK_LAUNCH();
 }
+#endif  // LLMC_CUDA_EMULATION
 
 #endif  // LLMC_GELU_CUH

@@ -15,6 +15,8 @@
 #ifndef LLMC_LAYERNORM_CUH
 #define LLMC_LAYERNORM_CUH
 
+// LLMC_CUDA_EMULATION (tests/test_kernels_emulated.cpp runs the kernels on the
+// CPU through tests/cuda_emulator.h): the host launchers are left out.
 #include "cuda_common.cuh"
 
 #define LN_EPS 1e-5f
@@ -171,6 +173,7 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
     ln_row<NV, VEC>(out + off, mean + row, rstd + row, r, residual_out + off, w, b, C);
 }
 
+#ifndef LLMC_CUDA_EMULATION
 static inline void gpu_layernorm_forward(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w,
                                          const bf16 *b, int N, int C, cudaStream_t s) {
     if (N <= 0) return;
@@ -200,6 +203,7 @@ static inline void gpu_fused_residual_layernorm(bf16 *residual_out, bf16 *out, f
 #undef LN_FUSED
     CUDA_CHECK_LAUNCH();
 }
+#endif  // LLMC_CUDA_EMULATION
 
 // ---------------------------------------------------------------------------
 // backward
@@ -374,6 +378,7 @@ static inline size_t layernorm_scratch_floats(int N, int C) {
     return 2 * (size_t)ceil_div_int(N, LN_ROWS_PER_CHUNK) * (size_t)C;
 }
 
+#ifndef LLMC_CUDA_EMULATION
 // dinp (N,C) fp32 += ..., dinp_bf16 = bf16(dinp); dw, db (C) fp32 += ...
 static inline void gpu_layernorm_backward(float *dinp, bf16 *dinp_bf16, float *dw, float *db, float *scratch,
                                           const bf16 *dout, const bf16 *inp, const bf16 *w, const float *mean,
@@ -401,5 +406,6 @@ static inline void gpu_layernorm_backward(float *dinp, bf16 *dinp_bf16, float *d
     layernorm_backward_finish_kernel<<<ceil_div_int(C, 256), 256, 0, s>>>(dw, db, scratch, R, C);
     CUDA_CHECK_LAUNCH();
 }
+#endif  // LLMC_CUDA_EMULATION
 
 #endif  // LLMC_LAYERNORM_CUH

@@ -1,55 +1,135 @@
 // cuda_emulator.h: just enough of CUDA to run a kernel's own source on the CPU,
-// for tests that CI (no GPU) can run: one OS thread per CUDA thread of a
-// block, blocks one after another; real barriers behind __syncthreads,
-// __syncwarp and the warp shuffles, so a missing barrier shows up as a wrong
-// result (or as a race under -fsanitize=thread); bf16 with round-to-nearest-
-// even; nvcuda::wmma 16x16x16 bf16 fragments whose accumulator (lane, element)
-// -> (row, col) mapping is a random permutation chosen by the test, since the
-// real one is unspecified; cp.async (as the fa_cp_async* helpers of
+// for tests that CI (no GPU) can run. Include it before the kernel headers; it
+// defines LLMC_CUDA_EMULATION, which those headers test to leave out their
+// CUDA-only includes, PTX helpers and host launchers (<<<...>>>), so what
+// remains (the kernels, llmc/cuda_common.cuh's device helpers) is the text
+// nvcc compiles. A test calls a kernel as emu_launch(grid, block, smem_bytes,
+// [&] { kernel<...>(args); }) with the grid, block and template arguments the
+// header's launcher would pick.
+//
+// Threads. Every CUDA thread of a block is a fiber (its own 256 KB stack, a
+// guard page below it) on the calling OS thread; a block's fibers run one at a
+// time, each until it reaches a barrier or returns, and the blocks of a grid
+// run one after another (x fastest). Barriers are real: __syncthreads waits for
+// every thread of the block, __syncwarp / the shuffles / the votes for every
+// lane of the warp (full masks only), so a missing barrier shows up as a wrong
+// result. The threads a barrier releases run in an order set by emu_schedule:
+// EMU_SCHEDULE_RANDOM (the default; a fixed-seed generator, emu_schedule_seed)
+// shuffles them, and per block either lets a warp whose lanes have all met
+// run on at once, ahead of the others, or queues it behind the threads
+// already waiting (the warps advance together); EMU_SCHEDULE_FORWARD and
+// _REVERSE run them in thread order, together. So a value written by one
+// thread and read by another without a barrier between them is seen in some
+// blocks and missed in others. A thread that returns while others of its
+// block (warp) wait at __syncthreads (a warp operation), __syncthreads after
+// some threads returned, a barrier some threads never reach (deadlock), a
+// full-mask warp operation in a warp of fewer than 32 threads, or lanes of one
+// warp meeting at different kinds of warp operation fail the test at once
+// (emu_fail: a message, then abort) instead of hanging. A context switch is a
+// few instructions on x86-64 (ucontext elsewhere, or with EMU_USE_UCONTEXT),
+// so a grid of 10^5..10^6 threads takes a fraction of a second;
+// AddressSanitizer is told about every stack switch.
+//
+// Memory. Global memory is host memory: a kernel gets host pointers, and the
+// few runtime calls the headers' host-side helpers make (cudaMalloc, cudaFree,
+// cudaMemcpy[Async], cudaMemset, cudaMemGetInfo, cudaGetErrorString) are host
+// stand-ins. Static __shared__ arrays are `static` locals (one copy, right
+// because blocks run one at a time): zero at program start and NOT refilled
+// between blocks, so a kernel must not rely on their contents across blocks
+// (nothing here can catch that). The dynamic shared memory (DYNAMIC_SMEM(type,
+// name), llmc/cuda_common.cuh's spelling of `extern __shared__ type name[]`)
+// is emu_smem, 256 KB, filled with NaN (0xff bytes, in fp32 and bf16) before
+// every block; a launch may ask for up to 227 KB and cp.async or wmma accesses
+// past what it asked for fail.
+//
+// Arithmetic. bf16 with round-to-nearest-even (NaN stays NaN); the fp32
+// intrinsics as exact or correctly rounded host operations, except: __expf is
+// exp2f(x * log2 e) (the GPU's rounding of the product; not its ex2.approx
+// last bits), __fdividef is a / b but 0 for 2^126 < |b| < 2^128 (as the GPU),
+// rsqrtf is 1 / sqrtf, ex2.approx.ftz (fa_exp2, cls_exp2) is exp2f with
+// subnormal results flushed to 0; __hmax2 as CUDA's (NaN loses, +0 > -0);
+// __byte_perm with selector nibbles 0..7 (a set bit 3, PTX's sign replication,
+// fails). nvcuda::wmma 16x16x16 bf16 fragments whose accumulator (lane,
+// element) -> (row, col) mapping is a random permutation chosen by the test,
+// since the real one is unspecified; cp.async (as the fa_cp_async* helpers of
 // llmc/attention_flash.cuh) either copied at issue or only at the wait that
-// must complete it, so both orders a GPU may show are exercised; and the
-// dynamic shared memory of a launch filled with NaN before every block and
-// bounded: cp.async and wmma accesses past the launch's byte count fail.
+// must complete it, so both orders a GPU may show are exercised. Atomics are
+// plain read-modify-writes (one fiber runs at a time).
+//
 // What it cannot show: speed, the hardware's accumulation order inside an mma,
-// ex2.approx's last-bit error, bank conflicts, and register or shared-memory
-// limits (the kernels are still compiled by nvcc for those).
-// Include it before the kernel header, with LLMC_CUDA_EMULATION defined.
+// the special-function unit's last-bit errors, bank conflicts, register or
+// shared-memory limits, races that running one thread at a time between
+// barriers hides (two threads writing one word, code relying on a warp's lanes
+// in lockstep), and ordering between blocks (they never overlap here). The
+// kernels are still compiled by nvcc for the rest, and checked on a GPU by
+// dev/cuda/*.cu.
 #ifndef LLMC_CUDA_EMULATOR_H
 #define LLMC_CUDA_EMULATOR_H
+
+#ifndef LLMC_CUDA_EMULATION
+#define LLMC_CUDA_EMULATION
+#endif
 
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
-#include <thread>
 #include <vector>
+
+#if defined(__x86_64__) && !defined(EMU_USE_UCONTEXT)
+#define EMU_X86_64_SWITCH 1
+#else
+#include <ucontext.h>
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_ASAN 1
+#endif
+#endif
+#ifdef EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #define __global__
 #define __device__
+#define __host__
 #define __forceinline__ inline
+#define __noinline__
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
-#define __shared__
-#define __align__(n)
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 
 [[noreturn]] static void emu_fail(const char *what) {
     fprintf(stderr, "error: cuda emulator: %s\n", what);
+    fflush(stderr);
     abort();
 }
 
-// ---- vector types and bf16 ----
+// ---- vector types ----
 struct alignas(16) uint4 { uint32_t x, y, z, w; };
+struct alignas(16) int4 { int x, y, z, w; };
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(8) float2 { float x, y; };
 struct alignas(8) uint2 { uint32_t x, y; };
+struct alignas(8) int2 { int x, y; };
 static inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return {a, b, c, d}; }
+static inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
+static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 static inline float2 make_float2(float a, float b) { return {a, b}; }
+static inline uint2 make_uint2(uint32_t a, uint32_t b) { return {a, b}; }
+static inline int2 make_int2(int a, int b) { return {a, b}; }
+
+// ---- bf16 ----
 struct __nv_bfloat16 { uint16_t bits; };
 typedef __nv_bfloat16 bf16;
 struct alignas(4) __nv_bfloat162 { __nv_bfloat16 x, y; };
@@ -66,107 +146,453 @@ static inline bf16 __float2bfloat16_rn(float f) {
     u += 0x7fffu + ((u >> 16) & 1u);
     return {(uint16_t)(u >> 16)};
 }
+static inline bf16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
+static inline float __bfloat162float(bf16 h) { return emu_bf16_to_float(h); }
+static inline unsigned short __bfloat16_as_ushort(bf16 h) { return h.bits; }
+static inline bf16 __ushort_as_bfloat16(unsigned short u) { return {u}; }
 static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
     return {__float2bfloat16_rn(a), __float2bfloat16_rn(b)};
 }
 static inline float2 __bfloat1622float2(__nv_bfloat162 h) { return {emu_bf16_to_float(h.x), emu_bf16_to_float(h.y)}; }
+static inline float __low2float(__nv_bfloat162 h) { return emu_bf16_to_float(h.x); }
+static inline float __high2float(__nv_bfloat162 h) { return emu_bf16_to_float(h.y); }
+// CUDA's __hmax: a NaN input loses to the other, two NaNs give the canonical NaN, +0 > -0
+static inline bf16 emu_bf16_max(bf16 a, bf16 b) {
+    float fa = emu_bf16_to_float(a), fb = emu_bf16_to_float(b);
+    if (fa != fa && fb != fb) return {0x7fff};
+    if (fa != fa) return b;
+    if (fb != fb) return a;
+    if (fa == 0.0f && fb == 0.0f) return (a.bits & 0x8000u) ? b : a;
+    return fa > fb ? a : b;
+}
+static inline bf16 __hmax(bf16 a, bf16 b) { return emu_bf16_max(a, b); }
+static inline __nv_bfloat162 __hmax2(__nv_bfloat162 a, __nv_bfloat162 b) {
+    return {emu_bf16_max(a.x, b.x), emu_bf16_max(a.y, b.y)};
+}
+
+// ---- fp32 / integer intrinsics ----
+static inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float __uint_as_float(unsigned u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline int __float_as_int(float f) { return (int)__float_as_uint(f); }
+static inline float __int_as_float(int i) { return __uint_as_float((unsigned)i); }
+// bytes of {y, x} (x the low word) picked by the selector nibbles of s
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    uint64_t in = ((uint64_t)y << 32) | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned sel = (s >> (4 * i)) & 0xfu;
+        if (sel & 8u) emu_fail("__byte_perm selector with bit 3 set (sign replication) is not emulated");
+        r |= (unsigned)((in >> (8 * sel)) & 0xffu) << (8 * i);
+    }
+    return r;
+}
+// (__expf and __logf are also glibc's internal names: macros, after <math.h>)
+static inline float emu_expf(float x) { return exp2f(x * 1.4426950408889634f); }
+static inline float emu_logf(float x) { return logf(x); }
+#define __expf(x) emu_expf(x)
+#define __logf(x) emu_logf(x)
+static inline float __fdividef(float a, float b) {
+    float ab = fabsf(b);
+    if (ab > 8.507059173023462e37f && ab < INFINITY) return 0.0f;  // 2^126 < |b| < 2^128
+    return a / b;
+}
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline float __saturatef(float x) { return x != x ? 0.0f : x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
+// ex2.approx.ftz.f32: subnormal results are 0
+static inline float emu_ex2_approx_ftz(float x) {
+    float y = exp2f(x);
+    return fabsf(y) < 1.17549435e-38f ? 0.0f : y;
+}
+// the device overloads of min / max for integers (host float code calls fminf / fmaxf)
+template <class T> static inline T min(T a, T b) { return a < b ? a : b; }
+template <class T> static inline T max(T a, T b) { return a > b ? a : b; }
+template <class T> static inline T __ldg(const T *p) { return *p; }
 
 // ---- the thread's place in the launch ----
 struct dim3 {
     unsigned x, y, z;
+    constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
-static thread_local dim3 threadIdx, blockIdx;
-static dim3 gridDim, blockDim;
+typedef dim3 uint3;
+static dim3 threadIdx, blockIdx, gridDim, blockDim;  // threadIdx: of the fiber now running
+static constexpr int warpSize = 32;
 
-struct EmuBarrier {
-    std::mutex m;
-    std::condition_variable cv;
-    int n = 0, count = 0;
-    long generation = 0;
-    void wait() {
-        std::unique_lock<std::mutex> lock(m);
-        long g = generation;
-        if (++count == n) {
-            count = 0;
-            generation++;
-            cv.notify_all();
-        } else {
-            cv.wait(lock, [&] { return generation != g; });
-        }
-    }
-};
-static EmuBarrier emu_block_barrier, emu_warp_barrier[32];
-static uint64_t emu_exchange[32][32];  // [warp][lane]: a shuffle's values
-
-static inline void __syncthreads() { emu_block_barrier.wait(); }
-static inline void __syncwarp(unsigned mask = 0xffffffffu) {
-    if (mask != 0xffffffffu) emu_fail("__syncwarp with a partial mask");
-    emu_warp_barrier[threadIdx.x / 32].wait();
-}
-// value v of lane src of this warp (every lane takes part)
-template <class T> static inline T emu_warp_exchange(T v, int src) {
-    int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    uint64_t u = 0;
-    memcpy(&u, &v, sizeof(T));
-    emu_exchange[w][lane] = u;
-    __syncwarp();
-    uint64_t r = emu_exchange[w][src];
-    __syncwarp();
-    T out;
-    memcpy(&out, &r, sizeof(T));
-    return out;
-}
-static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
-    if (mask != 0xffffffffu) emu_fail("shuffle with a partial mask");
-    return emu_warp_exchange(v, (int)(threadIdx.x % 32) ^ lane_mask);
-}
-static inline int __any_sync(unsigned mask, int predicate) {
-    if (mask != 0xffffffffu) emu_fail("vote with a partial mask");
-    int w = threadIdx.x / 32, any = 0;
-    emu_exchange[w][threadIdx.x % 32] = predicate != 0;
-    __syncwarp();
-    for (int lane = 0; lane < 32; lane++) any |= (int)emu_exchange[w][lane];
-    __syncwarp();
-    return any;
-}
-
-// ---- the launch's dynamic shared memory ----
-static unsigned char *emu_smem;  // the kernel's extern __shared__ array: the test defines it (256 KB) and sets this
-static size_t emu_smem_bytes;    // what the launch asked for
-static inline void emu_check_smem(const void *p, size_t bytes, const char *what) {
-    const unsigned char *c = (const unsigned char *)p;
-    if (c >= emu_smem && c < emu_smem + (size_t)256 * 1024 && c + bytes > emu_smem + emu_smem_bytes)
-        emu_fail(what);
-}
-
-// ---- cp.async, the ex2.approx.ftz helper ----
-static bool emu_copy_at_issue = false;  // else at the wait that must complete the copy
+// ---- fibers ----
+#define EMU_MAX_THREADS 1024
+#define EMU_STACK_BYTES ((size_t)256 * 1024)
+enum EmuState { EMU_RUNNING, EMU_AT_BLOCK_BARRIER, EMU_AT_WARP_OP, EMU_EXITED };
+enum EmuWarpOp { EMU_OP_SYNCWARP = 1, EMU_OP_SHUFFLE, EMU_OP_VOTE };
+static const char *const emu_op_name[] = {"", "__syncwarp", "a shuffle", "a vote"};
 struct EmuCopy {
     void *dst;
     const void *src;
 };
-static thread_local std::vector<EmuCopy> emu_open_group;
-static thread_local std::deque<std::vector<EmuCopy>> emu_committed;
+struct EmuThread {
+#ifdef EMU_X86_64_SWITCH
+    void *sp;  // saved stack pointer while switched out
+#else
+    ucontext_t ctx;
+#endif
+    unsigned char *stack;  // lowest byte of its stack
+    bool created;
+    EmuState state;
+    EmuWarpOp op;
+    int parity;             // which of the two exchange buffers its next warp operation uses
+    void *asan_fake_stack;  // AddressSanitizer's handle while switched out
+    std::vector<EmuCopy> open_group;                 // cp.async issued, not committed
+    std::vector<std::vector<EmuCopy>> committed;     // committed groups, oldest first
+};
+static EmuThread emu_threads[EMU_MAX_THREADS];
+static int emu_tid;  // linear index of the running thread in its block
+static const std::function<void()> *emu_kernel;
+static unsigned char *emu_stacks;
+#ifdef EMU_X86_64_SWITCH
+static void *emu_sched_sp;
+#else
+static ucontext_t emu_sched_ctx;
+#endif
+static const void *emu_sched_stack_bottom;  // the scheduler's (the test's) stack, for AddressSanitizer
+static size_t emu_sched_stack_size;
+static void *emu_sched_fake_stack;
+
+// The order in which the threads a barrier releases run (see the top).
+enum EmuSchedule { EMU_SCHEDULE_RANDOM, EMU_SCHEDULE_FORWARD, EMU_SCHEDULE_REVERSE };
+static EmuSchedule emu_schedule = EMU_SCHEDULE_RANDOM;
+static uint64_t emu_schedule_seed = 0x9e3779b97f4a7c15ull;
+
+static inline void emu_asan_start(void **fake_save, const void *bottom, size_t size) {
+#ifdef EMU_ASAN
+    __sanitizer_start_switch_fiber(fake_save, bottom, size);
+#else
+    (void)fake_save, (void)bottom, (void)size;
+#endif
+}
+static inline void emu_asan_finish(void *fake, const void **old_bottom, size_t *old_size) {
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, old_bottom, old_size);
+#else
+    (void)fake, (void)old_bottom, (void)old_size;
+#endif
+}
+
+#ifdef EMU_X86_64_SWITCH
+// Saves the callee-saved registers, MXCSR and the x87 control word on the
+// current stack, stores the stack pointer in *save_sp, loads load_sp and
+// restores the same from there (System V x86-64).
+__attribute__((naked, noinline)) static void emu_switch(void ** /*save_sp*/, void * /*load_sp*/) {
+    asm("pushq %rbp\n\t"
+        "pushq %rbx\n\t"
+        "pushq %r12\n\t"
+        "pushq %r13\n\t"
+        "pushq %r14\n\t"
+        "pushq %r15\n\t"
+        "subq $16, %rsp\n\t"
+        "stmxcsr (%rsp)\n\t"
+        "fnstcw 4(%rsp)\n\t"
+        "movq %rsp, (%rdi)\n\t"
+        "movq %rsi, %rsp\n\t"
+        "ldmxcsr (%rsp)\n\t"
+        "fldcw 4(%rsp)\n\t"
+        "addq $16, %rsp\n\t"
+        "popq %r15\n\t"
+        "popq %r14\n\t"
+        "popq %r13\n\t"
+        "popq %r12\n\t"
+        "popq %rbx\n\t"
+        "popq %rbp\n\t"
+        "ret\n\t");
+}
+#endif
+
+// A fiber's life: every time the scheduler starts it on a block, one call of
+// the kernel; then it reports itself exited and waits for the next block.
+[[noreturn]] static void emu_fiber_main() {
+    emu_asan_finish(nullptr, &emu_sched_stack_bottom, &emu_sched_stack_size);  // first entry
+    for (;;) {
+        (*emu_kernel)();
+        EmuThread &t = emu_threads[emu_tid];
+        t.state = EMU_EXITED;
+        asm volatile("" ::: "memory");
+        emu_asan_start(&t.asan_fake_stack, emu_sched_stack_bottom, emu_sched_stack_size);
+#ifdef EMU_X86_64_SWITCH
+        emu_switch(&t.sp, emu_sched_sp);
+#else
+        swapcontext(&t.ctx, &emu_sched_ctx);
+#endif
+        emu_asan_finish(emu_threads[emu_tid].asan_fake_stack, nullptr, nullptr);
+        asm volatile("" ::: "memory");
+    }
+}
+#ifndef EMU_X86_64_SWITCH
+static void emu_fiber_main_uc() { emu_fiber_main(); }
+#endif
+
+static void emu_create_fiber(int i) {
+    if (!emu_stacks) {
+        const size_t per = EMU_STACK_BYTES + 4096;
+        void *p = mmap(nullptr, per * EMU_MAX_THREADS, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) emu_fail("cannot map the fiber stacks");
+        emu_stacks = (unsigned char *)p;
+        for (int k = 0; k < EMU_MAX_THREADS; k++)  // a guard page below each stack
+            if (mprotect(emu_stacks + k * per, 4096, PROT_NONE) != 0) emu_fail("cannot protect a stack guard page");
+    }
+    EmuThread &t = emu_threads[i];
+    t.stack = emu_stacks + (size_t)i * (EMU_STACK_BYTES + 4096) + 4096;
+#ifdef EMU_X86_64_SWITCH
+    // the frame emu_switch pops: MXCSR and x87 control word, r15..rbp, then
+    // emu_fiber_main as the return address, entered as if called (rsp % 16 == 8)
+    uint64_t *top = (uint64_t *)(t.stack + EMU_STACK_BYTES);
+    uint64_t *f = top - 10;
+    memset(f, 0, 10 * sizeof(uint64_t));
+    uint32_t mxcsr;
+    uint16_t fpucw;
+    asm volatile("stmxcsr %0" : "=m"(mxcsr));
+    asm volatile("fnstcw %0" : "=m"(fpucw));
+    memcpy(f, &mxcsr, 4);
+    memcpy((char *)f + 4, &fpucw, 2);
+    void (*entry)() = emu_fiber_main;
+    memcpy(&f[8], &entry, sizeof(entry));
+    t.sp = f;
+#else
+    if (getcontext(&t.ctx) != 0) emu_fail("getcontext");
+    t.ctx.uc_stack.ss_sp = t.stack;
+    t.ctx.uc_stack.ss_size = EMU_STACK_BYTES;
+    t.ctx.uc_link = nullptr;
+    makecontext(&t.ctx, emu_fiber_main_uc, 0);
+#endif
+    t.created = true;
+}
+
+// Runs thread i of the current block until it next waits or exits.
+static void emu_resume(int i) {
+    EmuThread &t = emu_threads[i];
+    emu_tid = i;
+    threadIdx = dim3(i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y));
+    t.state = EMU_RUNNING;
+    emu_asan_start(&emu_sched_fake_stack, t.stack, EMU_STACK_BYTES);
+#ifdef EMU_X86_64_SWITCH
+    emu_switch(&emu_sched_sp, t.sp);
+#else
+    swapcontext(&emu_sched_ctx, &t.ctx);
+#endif
+    emu_asan_finish(emu_sched_fake_stack, nullptr, nullptr);
+}
+
+// The running thread waits (state: a barrier or a warp operation) until the
+// scheduler resumes it.
+static void emu_wait(EmuState state, EmuWarpOp op) {
+    EmuThread &t = emu_threads[emu_tid];
+    t.state = state;
+    t.op = op;
+    asm volatile("" ::: "memory");  // the other threads' stores are seen after it
+    emu_asan_start(&t.asan_fake_stack, emu_sched_stack_bottom, emu_sched_stack_size);
+#ifdef EMU_X86_64_SWITCH
+    emu_switch(&t.sp, emu_sched_sp);
+#else
+    swapcontext(&t.ctx, &emu_sched_ctx);
+#endif
+    emu_asan_finish(emu_threads[emu_tid].asan_fake_stack, nullptr, nullptr);
+    asm volatile("" ::: "memory");
+}
+
+static inline uint64_t emu_next_random(void) {
+    emu_schedule_seed = emu_schedule_seed * 6364136223846793005ull + 1442695040888963407ull;
+    return emu_schedule_seed >> 33;
+}
+// Queues threads [lo, hi) in the schedule's order: at the back (after every
+// thread already waiting to run: the warps advance together) or, with
+// run_ahead, at the front (the released warp runs on before the others).
+static void emu_release(std::deque<int> &runq, int lo, int hi, bool run_ahead) {
+    int ids[EMU_MAX_THREADS], n = hi - lo;
+    for (int k = 0; k < n; k++) ids[k] = emu_schedule == EMU_SCHEDULE_REVERSE ? hi - 1 - k : lo + k;
+    if (emu_schedule == EMU_SCHEDULE_RANDOM)
+        for (int k = n - 1; k > 0; k--) {
+            int j = (int)(emu_next_random() % (uint64_t)(k + 1)), t = ids[k];
+            ids[k] = ids[j];
+            ids[j] = t;
+        }
+    if (run_ahead)
+        for (int k = n - 1; k >= 0; k--) runq.push_front(ids[k]);
+    else
+        for (int k = 0; k < n; k++) runq.push_back(ids[k]);
+}
+
+// ---- barriers, shuffles, votes ----
+static inline void __syncthreads() { emu_wait(EMU_AT_BLOCK_BARRIER, EMU_OP_SYNCWARP); }
+static inline void emu_check_mask(unsigned mask, const char *what) {
+    if (mask != 0xffffffffu) emu_fail(what);
+}
+static inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    emu_check_mask(mask, "__syncwarp with a partial mask");
+    emu_wait(EMU_AT_WARP_OP, EMU_OP_SYNCWARP);
+}
+// [parity][warp][lane]: what each lane put in; two buffers, so a lane may write
+// the next operation's value while slower lanes still read this one's
+static uint64_t emu_exchange[2][EMU_MAX_THREADS / 32][32];
+// every lane publishes v; after the warp has met, the row of what its 32 lanes published
+template <class T> static inline const uint64_t *emu_warp_publish(T v, EmuWarpOp op) {
+    static_assert(sizeof(T) <= 8, "a warp operation on more than 8 bytes");
+    EmuThread &t = emu_threads[emu_tid];
+    int w = emu_tid / 32, lane = emu_tid % 32, p = t.parity;
+    t.parity ^= 1;
+    uint64_t u = 0;
+    memcpy(&u, &v, sizeof(T));
+    emu_exchange[p][w][lane] = u;
+    emu_wait(EMU_AT_WARP_OP, op);
+    return emu_exchange[p][w];
+}
+template <class T> static inline T emu_shuffle(unsigned mask, T v, int src) {
+    emu_check_mask(mask, "shuffle with a partial mask");
+    const uint64_t *row = emu_warp_publish(v, EMU_OP_SHUFFLE);
+    T out;
+    memcpy(&out, &row[src], sizeof(T));
+    return out;
+}
+static inline int emu_width_check(int width) {
+    if (width <= 0 || width > 32 || (width & (width - 1))) emu_fail("shuffle width not a power of 2 up to 32");
+    return width;
+}
+// CUDA's rules: the source lane within the width-lane segment; an index past
+// the segment (down, xor) or before it (up) returns the lane's own value
+template <class T> static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+    int lane = emu_tid % 32, base = lane & ~(emu_width_check(width) - 1);
+    return emu_shuffle(mask, v, base + (src & (width - 1)));
+}
+template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+    int lane = emu_tid % 32, base = lane & ~(emu_width_check(width) - 1), src = lane ^ lane_mask;
+    return emu_shuffle(mask, v, src >= base + width || src > 31 ? lane : src);
+}
+template <class T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    int lane = emu_tid % 32, base = lane & ~(emu_width_check(width) - 1), src = lane + (int)delta;
+    return emu_shuffle(mask, v, src >= base + width ? lane : src);
+}
+template <class T> static inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    int lane = emu_tid % 32, base = lane & ~(emu_width_check(width) - 1), src = lane - (int)delta;
+    return emu_shuffle(mask, v, src < base ? lane : src);
+}
+static inline unsigned __ballot_sync(unsigned mask, int predicate) {
+    emu_check_mask(mask, "vote with a partial mask");
+    const uint64_t *row = emu_warp_publish(predicate != 0 ? 1u : 0u, EMU_OP_VOTE);
+    unsigned b = 0;
+    for (int l = 0; l < 32; l++) b |= (unsigned)row[l] << l;
+    return b;
+}
+static inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
+static inline int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) == 0xffffffffu; }
+
+// ---- atomics (one fiber runs at a time) ----
+template <class T> static inline T atomicAdd(T *p, T v) {
+    T old = *p;
+    *p = old + v;
+    return old;
+}
+template <class T> static inline T atomicMax(T *p, T v) {
+    T old = *p;
+    *p = old > v ? old : v;
+    return old;
+}
+template <class T> static inline T atomicMin(T *p, T v) {
+    T old = *p;
+    *p = old < v ? old : v;
+    return old;
+}
+template <class T> static inline T atomicExch(T *p, T v) {
+    T old = *p;
+    *p = v;
+    return old;
+}
+template <class T> static inline T atomicCAS(T *p, T compare, T v) {
+    T old = *p;
+    if (old == compare) *p = v;
+    return old;
+}
+
+// ---- the launch's dynamic shared memory ----
+#define EMU_SMEM_CAP ((size_t)256 * 1024)
+alignas(128) static unsigned char emu_smem[EMU_SMEM_CAP];
+static size_t emu_smem_bytes;  // what the launch asked for
+#define DYNAMIC_SMEM(type, name) type *const name = reinterpret_cast<type *>(emu_smem)
+static inline void emu_check_smem(const void *p, size_t bytes, const char *what) {
+    const unsigned char *c = (const unsigned char *)p;
+    if (c >= emu_smem && c < emu_smem + EMU_SMEM_CAP && c + bytes > emu_smem + emu_smem_bytes) emu_fail(what);
+}
+
+// ---- PTX helpers of the kernel headers (left out there under LLMC_CUDA_EMULATION) ----
+// cp.async of llmc/attention_flash.cuh
+static bool emu_copy_at_issue = false;  // else at the wait that must complete the copy
 static inline void fa_cp_async16(void *smem, const void *gmem) {
     if ((uintptr_t)smem % 16 || (uintptr_t)gmem % 16) emu_fail("cp.async address not 16-byte aligned");
     emu_check_smem(smem, 16, "cp.async past the launch's shared memory");
     if (emu_copy_at_issue) memcpy(smem, gmem, 16);
-    else emu_open_group.push_back({smem, gmem});
+    else emu_threads[emu_tid].open_group.push_back({smem, gmem});
 }
 static inline void fa_cp_async_commit() {
-    emu_committed.push_back(emu_open_group);
-    emu_open_group.clear();
+    EmuThread &t = emu_threads[emu_tid];
+    t.committed.push_back(t.open_group);
+    t.open_group.clear();
 }
 template <int N> static inline void fa_cp_async_wait() {
-    while ((int)emu_committed.size() > N) {
-        for (const EmuCopy &c : emu_committed.front()) memcpy(c.dst, c.src, 16);
-        emu_committed.pop_front();
+    EmuThread &t = emu_threads[emu_tid];
+    while ((int)t.committed.size() > N) {
+        for (const EmuCopy &c : t.committed.front()) memcpy(c.dst, c.src, 16);
+        t.committed.erase(t.committed.begin());
     }
 }
-static inline float fa_exp2(float x) {  // ftz: subnormal results are 0
-    float y = exp2f(x);
-    return fabsf(y) < 1.17549435e-38f ? 0.0f : y;
+// ex2.approx.ftz of llmc/attention_flash.cuh and llmc/classifier.cuh
+static inline float fa_exp2(float x) { return emu_ex2_approx_ftz(x); }
+static inline float cls_exp2(float x) { return emu_ex2_approx_ftz(x); }
+
+// ---- host stand-ins for the runtime calls of the headers' host helpers ----
+typedef int cudaError_t;
+enum { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
+typedef struct EmuStream *cudaStream_t;
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost,
+    cudaMemcpyHostToDevice,
+    cudaMemcpyDeviceToHost,
+    cudaMemcpyDeviceToDevice,
+    cudaMemcpyDefault
+};
+static inline const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "out of memory"; }
+static inline cudaError_t cudaMalloc(void **p, size_t bytes) {
+    *p = malloc(bytes > 0 ? bytes : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
+static inline cudaError_t cudaFree(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind) {
+    if (bytes) memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                                          cudaStream_t = nullptr) {
+    return cudaMemcpy(dst, src, bytes, kind);
+}
+static inline cudaError_t cudaMemset(void *p, int value, size_t bytes) {
+    if (bytes) memset(p, value, bytes);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
+    *free_b = *total_b = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGE_SIZE);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+static inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 
 // ---- nvcuda::wmma, 16x16x16 bf16 with fp32 accumulators ----
 static int emu_acc_row[32][8], emu_acc_col[32][8];  // accumulator (lane, element) -> (row, col)
@@ -228,7 +654,7 @@ template <class Use> void load_matrix_sync(fragment<Use, 16, 16, 16, bf16, col_m
 }
 static inline void load_matrix_sync(EmuAccumulator &f, const float *p, unsigned ldm, layout_t layout) {
     emu_check_operand(p, ldm, 4, (size_t)(15 * ldm + 16) * 4);
-    int lane = threadIdx.x % 32;
+    int lane = emu_tid % 32;
     for (int e = 0; e < 8; e++) {
         int r = emu_acc_row[lane][e], c = emu_acc_col[lane][e];
         f.x[e] = layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
@@ -236,7 +662,7 @@ static inline void load_matrix_sync(EmuAccumulator &f, const float *p, unsigned 
 }
 static inline void store_matrix_sync(float *p, const EmuAccumulator &f, unsigned ldm, layout_t layout) {
     emu_check_operand(p, ldm, 4, (size_t)(15 * ldm + 16) * 4);
-    int lane = threadIdx.x % 32;
+    int lane = emu_tid % 32;
     for (int e = 0; e < 8; e++) {
         int r = emu_acc_row[lane][e], c = emu_acc_col[lane][e];
         (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[e];
@@ -246,7 +672,7 @@ static inline void store_matrix_sync(float *p, const EmuAccumulator &f, unsigned
 template <class LayoutA, class LayoutB>
 void mma_sync(EmuAccumulator &d, const fragment<matrix_a, 16, 16, 16, bf16, LayoutA> &a,
               const fragment<matrix_b, 16, 16, 16, bf16, LayoutB> &b, const EmuAccumulator &c) {
-    int lane = threadIdx.x % 32;
+    int lane = emu_tid % 32;
     EmuAccumulator out;
     for (int e = 0; e < 8; e++) {
         int r = emu_acc_row[lane][e], col = emu_acc_col[lane][e];
@@ -259,35 +685,93 @@ void mma_sync(EmuAccumulator &d, const fragment<matrix_a, 16, 16, 16, bf16, Layo
 }  // namespace wmma
 }  // namespace nvcuda
 
-// Runs kernel() for every block of grid, block_threads threads each, one block
-// at a time; the dynamic shared memory (smem_bytes of emu_smem) is NaN-filled
-// before each block. A block that leaves a cp.async group uncompleted fails.
-static inline void emu_launch(dim3 grid, int block_threads, size_t smem_bytes, const std::function<void()> &kernel) {
-    if (block_threads % 32 || block_threads > 1024) emu_fail("block size");
-    if (smem_bytes > (size_t)227 * 1024) emu_fail("more than 227 KB of shared memory");
-    if (!emu_smem) emu_fail("emu_smem is not set");
-    gridDim = grid;
-    blockDim = {(unsigned)block_threads, 1, 1};
-    emu_smem_bytes = smem_bytes;
-    emu_block_barrier.n = block_threads;
-    for (int w = 0; w < block_threads / 32; w++) emu_warp_barrier[w].n = 32;
-    std::vector<std::thread> threads;
-    for (int t = 0; t < block_threads; t++)
-        threads.emplace_back([&, t] {
-            threadIdx = {(unsigned)t, 0, 0};
-            for (unsigned z = 0; z < grid.z; z++)
-                for (unsigned y = 0; y < grid.y; y++)
-                    for (unsigned x = 0; x < grid.x; x++) {
-                        if (t == 0) memset(emu_smem, 0xff, (size_t)256 * 1024);  // NaN in fp32 and bf16
-                        emu_block_barrier.wait();
-                        blockIdx = {x, y, z};
-                        kernel();
-                        if (!emu_open_group.empty() || !emu_committed.empty())
-                            emu_fail("a block ended with cp.async copies not waited for");
-                        emu_block_barrier.wait();
+// ---- the launch ----
+static void emu_run_block(int nt) {
+    memset(emu_smem, 0xff, EMU_SMEM_CAP);  // NaN in fp32 and bf16
+    const int nw = (nt + 31) / 32;
+    int warp_waiting[EMU_MAX_THREADS / 32] = {0}, warp_exited[EMU_MAX_THREADS / 32] = {0};
+    int exited = 0, at_barrier = 0;
+    char msg[256];
+    for (int i = 0; i < nt; i++) {
+        EmuThread &t = emu_threads[i];
+        if (!t.created) emu_create_fiber(i);
+        t.parity = 0;
+        t.open_group.clear();
+        t.committed.clear();
+    }
+    // a warp whose lanes have all met runs on at once (run ahead) or after the
+    // threads already queued (together): per block at random, else together
+    const bool run_ahead = emu_schedule == EMU_SCHEDULE_RANDOM && (emu_next_random() & 1);
+    std::deque<int> runq;
+    emu_release(runq, 0, nt, false);
+    for (;;) {
+        if (runq.empty()) {
+            if (exited == nt) break;
+            if (at_barrier == nt) {  // every thread at __syncthreads
+                at_barrier = 0;
+                emu_release(runq, 0, nt, false);
+            } else {
+                int at_warp = 0;
+                for (int w = 0; w < nw; w++) at_warp += warp_waiting[w];
+                snprintf(msg, sizeof(msg),
+                         "deadlock in block (%u,%u,%u): %d threads at __syncthreads, %d at warp operations, %d exited",
+                         blockIdx.x, blockIdx.y, blockIdx.z, at_barrier, at_warp, exited);
+                emu_fail(msg);
+            }
+        }
+        const int i = runq.front(), w = i / 32, lanes = nt - 32 * w < 32 ? nt - 32 * w : 32;
+        runq.pop_front();
+        emu_resume(i);
+        EmuThread &t = emu_threads[i];
+        if (t.state == EMU_EXITED) {
+            if (!t.open_group.empty() || !t.committed.empty())
+                emu_fail("a thread ended with cp.async copies not waited for");
+            if (warp_waiting[w]) emu_fail("a thread exited while lanes of its warp wait at a warp operation");
+            if (at_barrier) emu_fail("a thread exited while others of its block wait at __syncthreads");
+            exited++;
+            warp_exited[w]++;
+        } else if (t.state == EMU_AT_BLOCK_BARRIER) {
+            if (exited) emu_fail("__syncthreads after some threads of the block exited");
+            at_barrier++;
+        } else if (t.state == EMU_AT_WARP_OP) {
+            if (lanes < 32) emu_fail("a full-mask warp operation in a warp of fewer than 32 threads");
+            if (warp_exited[w]) emu_fail("a warp operation after some lanes of the warp exited");
+            if (++warp_waiting[w] == 32) {
+                for (int l = 0; l < 32; l++)
+                    if (emu_threads[32 * w + l].op != t.op) {
+                        snprintf(msg, sizeof(msg), "lanes of warp %d met at different warp operations (%s and %s)", w,
+                                 emu_op_name[t.op], emu_op_name[emu_threads[32 * w + l].op]);
+                        emu_fail(msg);
                     }
-        });
-    for (std::thread &th : threads) th.join();
+                warp_waiting[w] = 0;
+                emu_release(runq, 32 * w, 32 * w + 32, run_ahead);
+            }
+        } else {
+            emu_fail("a thread switched out while running");
+        }
+    }
+}
+
+// Runs kernel() for every block of grid (x fastest), block threads each; the
+// dynamic shared memory (smem_bytes of emu_smem) NaN-filled before each block.
+static inline void emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &kernel) {
+    const uint64_t nt = (uint64_t)block.x * block.y * block.z;
+    if (nt == 0 || nt > EMU_MAX_THREADS || block.z > 64) emu_fail("block size");
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
+        emu_fail("grid size");
+    if (smem_bytes > (size_t)227 * 1024) emu_fail("more than 227 KB of shared memory");
+    if (emu_kernel) emu_fail("emu_launch inside a kernel");
+    gridDim = grid;
+    blockDim = block;
+    emu_smem_bytes = smem_bytes;
+    emu_kernel = &kernel;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                blockIdx = dim3(x, y, z);
+                emu_run_block((int)nt);
+            }
+    emu_kernel = nullptr;
 }
 
 #endif  // LLMC_CUDA_EMULATOR_H

@@ -16,8 +16,6 @@
 #define LLMC_CUDA_EMULATION
 #include "tests/cuda_emulator.h"
 
-alignas(128) unsigned char fa_smem[256 * 1024];  // the kernels' extern __shared__ array
-
 #include "llmc/attention_flash.cuh"
 
 struct Case {
@@ -111,7 +109,6 @@ template <int HS> static void run_case(const Case &k, bool copy_at_issue, uint64
 }
 
 int main(void) {
-    emu_smem = fa_smem;
     const int Ts[] = {1, 17, 64, 65, 130, 257};
     uint64_t seed = 1;
     for (int T : Ts) {
