@@ -53,8 +53,7 @@
 // element) -> (row, col) mapping is a random permutation chosen by the test,
 // since the real one is unspecified; cp.async (as the fa_cp_async* helpers of
 // llmc/attention_flash.cuh) either copied at issue or only at the wait that
-// must complete it, so both orders a GPU may show are exercised. Atomics are
-// plain read-modify-writes (one fiber runs at a time).
+// must complete it, so both orders a GPU may show are exercised.
 //
 // What it cannot show: speed, the hardware's accumulation order inside an mma,
 // the special-function unit's last-bit errors, bank conflicts, register or
@@ -156,7 +155,7 @@ static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
 static inline float2 __bfloat1622float2(__nv_bfloat162 h) { return {emu_bf16_to_float(h.x), emu_bf16_to_float(h.y)}; }
 static inline float __low2float(__nv_bfloat162 h) { return emu_bf16_to_float(h.x); }
 static inline float __high2float(__nv_bfloat162 h) { return emu_bf16_to_float(h.y); }
-// CUDA's __hmax: a NaN input loses to the other, two NaNs give the canonical NaN, +0 > -0
+// CUDA's __hmax (per half of __hmax2): a NaN input loses to the other, two NaNs give the canonical NaN, +0 > -0
 static inline bf16 emu_bf16_max(bf16 a, bf16 b) {
     float fa = emu_bf16_to_float(a), fb = emu_bf16_to_float(b);
     if (fa != fa && fb != fb) return {0x7fff};
@@ -165,7 +164,6 @@ static inline bf16 emu_bf16_max(bf16 a, bf16 b) {
     if (fa == 0.0f && fb == 0.0f) return (a.bits & 0x8000u) ? b : a;
     return fa > fb ? a : b;
 }
-static inline bf16 __hmax(bf16 a, bf16 b) { return emu_bf16_max(a, b); }
 static inline __nv_bfloat162 __hmax2(__nv_bfloat162 a, __nv_bfloat162 b) {
     return {emu_bf16_max(a.x, b.x), emu_bf16_max(a.y, b.y)};
 }
@@ -216,8 +214,6 @@ static inline float emu_ex2_approx_ftz(float x) {
 }
 // the device overloads of min / max for integers (host float code calls fminf / fmaxf)
 template <class T> static inline T min(T a, T b) { return a < b ? a : b; }
-template <class T> static inline T max(T a, T b) { return a > b ? a : b; }
-template <class T> static inline T __ldg(const T *p) { return *p; }
 
 // ---- the thread's place in the launch ----
 struct dim3 {
@@ -464,23 +460,10 @@ static inline int emu_width_check(int width) {
     if (width <= 0 || width > 32 || (width & (width - 1))) emu_fail("shuffle width not a power of 2 up to 32");
     return width;
 }
-// CUDA's rules: the source lane within the width-lane segment; an index past
-// the segment (down, xor) or before it (up) returns the lane's own value
-template <class T> static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
-    int lane = emu_tid % 32, base = lane & ~(emu_width_check(width) - 1);
-    return emu_shuffle(mask, v, base + (src & (width - 1)));
-}
+// CUDA's rule: a source lane past the width-lane segment returns the lane's own value
 template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
     int lane = emu_tid % 32, base = lane & ~(emu_width_check(width) - 1), src = lane ^ lane_mask;
     return emu_shuffle(mask, v, src >= base + width || src > 31 ? lane : src);
-}
-template <class T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
-    int lane = emu_tid % 32, base = lane & ~(emu_width_check(width) - 1), src = lane + (int)delta;
-    return emu_shuffle(mask, v, src >= base + width ? lane : src);
-}
-template <class T> static inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
-    int lane = emu_tid % 32, base = lane & ~(emu_width_check(width) - 1), src = lane - (int)delta;
-    return emu_shuffle(mask, v, src < base ? lane : src);
 }
 static inline unsigned __ballot_sync(unsigned mask, int predicate) {
     emu_check_mask(mask, "vote with a partial mask");
@@ -490,34 +473,6 @@ static inline unsigned __ballot_sync(unsigned mask, int predicate) {
     return b;
 }
 static inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
-static inline int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) == 0xffffffffu; }
-
-// ---- atomics (one fiber runs at a time) ----
-template <class T> static inline T atomicAdd(T *p, T v) {
-    T old = *p;
-    *p = old + v;
-    return old;
-}
-template <class T> static inline T atomicMax(T *p, T v) {
-    T old = *p;
-    *p = old > v ? old : v;
-    return old;
-}
-template <class T> static inline T atomicMin(T *p, T v) {
-    T old = *p;
-    *p = old < v ? old : v;
-    return old;
-}
-template <class T> static inline T atomicExch(T *p, T v) {
-    T old = *p;
-    *p = v;
-    return old;
-}
-template <class T> static inline T atomicCAS(T *p, T compare, T v) {
-    T old = *p;
-    if (old == compare) *p = v;
-    return old;
-}
 
 // ---- the launch's dynamic shared memory ----
 #define EMU_SMEM_CAP ((size_t)256 * 1024)
