@@ -4,7 +4,7 @@
 // GELU saves its pre-activation as the epilogue's auxiliary output. Backward:
 // dinp (bf16) = dout @ W; dW (fp32, +=) = dout^T @ inp, accumulated by the
 // matmul itself (beta = 1) so gradient accumulation across micro-steps stays in
-// fp32; dbias (fp32, +=) as a deterministic two-stage column sum.
+// fp32; dbias (fp32, +=) as a deterministic two-stage column sum (colsum.cuh).
 // Row-major (N,K) is column-major (K,N): every call below is written in
 // cuBLASLt's column-major terms. Plans (descriptors + the heuristic's algorithm)
 // are cached by shape and operand alignment, so the steady state does no
@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "colsum.cuh"
 #include "cuda_common.cuh"
 
 #define MATMUL_WORKSPACE_BYTES (32u << 20)
@@ -152,54 +153,6 @@ static inline void gpu_matmul_forward(MatmulContext *mc, bf16 *out, bf16 *pre_ge
 
 // ---------------------------------------------------------------------------
 // bias gradient: dbias (OC) += column sums of dout (N,OC), in a fixed order.
-
-#define COLSUM_ROWS_PER_CHUNK 256
-
-template <typename T>
-__device__ __forceinline__ float to_float(T v);
-template <>
-__device__ __forceinline__ float to_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ float to_float<bf16>(bf16 v) { return __bfloat162float(v); }
-
-// partial[r][c] = sum of rows [r*CHUNK, (r+1)*CHUNK) of column c. block (32, 8).
-template <typename T>
-__global__ void colsum_partial_kernel(float *partial, const T *a, int N, int C) {
-    __shared__ float sh[8][33];
-    int c = blockIdx.x * 32 + threadIdx.x;
-    int r0 = blockIdx.y * COLSUM_ROWS_PER_CHUNK, r1 = min(r0 + COLSUM_ROWS_PER_CHUNK, N);
-    float acc = 0.0f;
-    if (c < C)
-        for (int r = r0 + threadIdx.y; r < r1; r += 8) acc += to_float(a[(int64_t)r * C + c]);
-    sh[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        for (int k = 1; k < 8; k++) acc += sh[k][threadIdx.x];
-        partial[(int64_t)blockIdx.y * C + c] = acc;
-    }
-}
-
-__global__ void colsum_finish_kernel(float *out, const float *partial, int R, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float acc = 0.0f;
-    for (int r = 0; r < R; r++) acc += partial[(int64_t)r * C + c];
-    out[c] += acc;
-}
-
-// Floats of scratch gpu_colsum_accumulate needs for N rows of C.
-static inline size_t colsum_scratch_floats(int N, int C) {
-    return (size_t)ceil_div_int(N, COLSUM_ROWS_PER_CHUNK) * (size_t)C;
-}
-
-template <typename T>
-static inline void gpu_colsum_accumulate(float *out, float *scratch, const T *a, int N, int C, cudaStream_t s) {
-    int R = ceil_div_int(N, COLSUM_ROWS_PER_CHUNK);
-    colsum_partial_kernel<T><<<dim3(ceil_div_int(C, 32), R), dim3(32, 8), 0, s>>>(scratch, a, N, C);
-    CUDA_CHECK_LAUNCH();
-    colsum_finish_kernel<<<ceil_div_int(C, 256), 256, 0, s>>>(out, scratch, R, C);
-    CUDA_CHECK_LAUNCH();
-}
 
 // dinp (N,IC) = dout (N,OC) @ W (OC,IC) (bf16, overwritten; skipped when NULL);
 // dW (OC,IC) += dout^T @ inp (fp32); dbias (OC) += colsum(dbias_src) when

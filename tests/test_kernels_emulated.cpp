@@ -38,6 +38,7 @@
 
 #include "llmc/adamw.cuh"
 #include "llmc/classifier.cuh"
+#include "llmc/colsum.cuh"
 #include "llmc/encoder.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/global_norm.cuh"
@@ -583,6 +584,34 @@ static void check_global_norm(Rng *rng, size_t n, bool twice) {
     }
 }
 
+// ---------------------------------------------------------------------------
+// column sums (bias gradients): the launches of gpu_colsum_accumulate
+// (llmc/colsum.cuh), mirrored (keep in step)
+
+template <class T> static void emu_colsum_accumulate(float *out, float *scratch, const T *a, int N, int C) {
+    int R = ceil_div_int(N, COLSUM_ROWS_PER_CHUNK);
+    emu_launch(dim3{(unsigned)ceil_div_int(C, 32), (unsigned)R, 1}, dim3{32, 8, 1}, 0,
+               [&] { colsum_partial_kernel<T>(scratch, a, N, C); });
+    emu_launch(ceil_div_int(C, 256), 256, 0, [&] { colsum_finish_kernel(out, scratch, R, C); });
+}
+
+// out += column sums of an (N, C) bf16 matrix and of an fp32 one, against the
+// CPU's column_sum_accumulate: fp32 sums of N terms in another order
+template <class T> static void check_colsum(Rng *rng, int N, int C) {
+    std::vector<float> a = random_bf16(rng, (size_t)N * C, 1.0f), out0 = random_bf16(rng, (size_t)C, 1.0f);
+    std::vector<float> ref = out0;
+    column_sum_accumulate(ref.data(), a.data(), N, C);
+    Buf<T> da((size_t)N * C, 0);
+    Buf<float> dout((size_t)C, 0), scratch(colsum_scratch_floats(N, C), 0);
+    put(da.p, a);
+    put(dout.p, out0);
+    emu_colsum_accumulate<T>(dout.p, scratch.p, da.p, N, C);
+    std::vector<float> got = get(dout.p, (size_t)C);
+    double e = excess(got, ref, 1e-5 * N, 1e-5);  // |terms| <= 1: fp32 rounding of N terms
+    test_result(e <= 1.0, "emulated column sum (%s) N=%d C=%d: error / tolerance %.2f", sizeof(T) == 2 ? "bf16" : "fp32",
+                N, C, e);
+}
+
 int main(void) {
     Rng rng;
     rng_seed(&rng, 2);
@@ -631,5 +660,10 @@ int main(void) {
     check_global_norm(&rng, 1, false);
     check_global_norm(&rng, 1003, false);
     check_global_norm(&rng, 4 * 1024 * 512 + 4 * 700 + 3, true);
+    // column sums: one partial chunk; several chunks with a partial last one, C not a multiple of 32 or 256
+    rng_seed(&rng, 9);
+    check_colsum<bf16>(&rng, 5, 32);
+    check_colsum<bf16>(&rng, 600, 300);
+    check_colsum<float>(&rng, 513, 77);
     return test_exit_code();
 }
