@@ -311,6 +311,19 @@ __attribute__((naked, noinline)) static void emu_switch(void ** /*save_sp*/, voi
 }
 #endif
 
+// The running fiber t hands control to the scheduler; returns when the
+// scheduler resumes it (the compiler barrier after: other threads' stores seen).
+static void emu_to_scheduler(EmuThread &t) {
+    emu_asan_start(&t.asan_fake_stack, emu_sched_stack_bottom, emu_sched_stack_size);
+#ifdef EMU_X86_64_SWITCH
+    emu_switch(&t.sp, emu_sched_sp);
+#else
+    swapcontext(&t.ctx, &emu_sched_ctx);
+#endif
+    emu_asan_finish(emu_threads[emu_tid].asan_fake_stack, nullptr, nullptr);
+    asm volatile("" ::: "memory");
+}
+
 // A fiber's life: every time the scheduler starts it on a block, one call of
 // the kernel; then it reports itself exited and waits for the next block.
 [[noreturn]] static void emu_fiber_main() {
@@ -320,14 +333,7 @@ __attribute__((naked, noinline)) static void emu_switch(void ** /*save_sp*/, voi
         EmuThread &t = emu_threads[emu_tid];
         t.state = EMU_EXITED;
         asm volatile("" ::: "memory");
-        emu_asan_start(&t.asan_fake_stack, emu_sched_stack_bottom, emu_sched_stack_size);
-#ifdef EMU_X86_64_SWITCH
-        emu_switch(&t.sp, emu_sched_sp);
-#else
-        swapcontext(&t.ctx, &emu_sched_ctx);
-#endif
-        emu_asan_finish(emu_threads[emu_tid].asan_fake_stack, nullptr, nullptr);
-        asm volatile("" ::: "memory");
+        emu_to_scheduler(t);
     }
 }
 #ifndef EMU_X86_64_SWITCH
@@ -393,14 +399,7 @@ static void emu_wait(EmuState state, EmuWarpOp op) {
     t.state = state;
     t.op = op;
     asm volatile("" ::: "memory");  // the other threads' stores are seen after it
-    emu_asan_start(&t.asan_fake_stack, emu_sched_stack_bottom, emu_sched_stack_size);
-#ifdef EMU_X86_64_SWITCH
-    emu_switch(&t.sp, emu_sched_sp);
-#else
-    swapcontext(&t.ctx, &emu_sched_ctx);
-#endif
-    emu_asan_finish(emu_threads[emu_tid].asan_fake_stack, nullptr, nullptr);
-    asm volatile("" ::: "memory");
+    emu_to_scheduler(t);
 }
 
 static inline uint64_t emu_next_random(void) {
