@@ -170,6 +170,25 @@ __device__ __forceinline__ void fa_store_rows(bf16 *dst, int64_t stride, const f
     }
 }
 
+// acc (16 x hs: hs/16 fragments) += a (16 x 64 bf16, row stride FA_LDS: a
+// warp's p or ds) @ b (64 x hs bf16: a shared tile, row stride hs+8). One warp.
+template <int HS>
+__device__ __forceinline__ void fa_mma_16x64_tile(FaFragC (&acc)[HS / 16], const bf16 *a, const bf16 *b) {
+    constexpr int LDH = FaTile<HS>::LDH;
+    FaFragA af[4];
+    #pragma unroll
+    for (int kk = 0; kk < 4; kk++) nvcuda::wmma::load_matrix_sync(af[kk], a + 16 * kk, FA_LDS);
+    #pragma unroll
+    for (int d = 0; d < HS / 16; d++) {
+        #pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            FaFragB bf;
+            nvcuda::wmma::load_matrix_sync(bf, b + 16 * kk * LDH + 16 * d, LDH);
+            nvcuda::wmma::mma_sync(acc[d], af[kk], bf, acc[d]);
+        }
+    }
+}
+
 // --- forward ---
 // grid (NH, B, T/64), 128 threads; block = query tile qt (longest first),
 // warp w = its queries q0+16w .. q0+16w+15. For each key tile kt <= qt:
@@ -295,18 +314,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(bf16 *out, fl
                 for (int e = 0; e < FA_ACC_N; e++) o[d].x[e] *= arow[e];
             }
         }
-        FaFragA pf[4];
-        #pragma unroll
-        for (int kk = 0; kk < 4; kk++) wmma::load_matrix_sync(pf[kk], pw + 16 * kk, FA_LDS);
-        #pragma unroll
-        for (int d = 0; d < ND; d++) {  // O[:, 16d..] += p v
-            #pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
-                FaFragB vb;
-                wmma::load_matrix_sync(vb, vt_s + 16 * kk * LDH + 16 * d, LDH);
-                wmma::mma_sync(o[d], pf[kk], vb, o[d]);
-            }
-        }
+        fa_mma_16x64_tile<HS>(o, pw, vt_s);  // O += p v
         __syncthreads();  // buffer buf and this warp's scratch free for the next tile
     }
     if (half == 0) {
@@ -454,29 +462,8 @@ __global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dkdv_kernel(bf16
             }
         }
         __syncwarp();
-        FaFragA af[4];
-        #pragma unroll
-        for (int kk = 0; kk < 4; kk++) wmma::load_matrix_sync(af[kk], pt + 16 * kk, FA_LDS);
-        #pragma unroll
-        for (int d = 0; d < ND; d++) {  // dv += p^T dout
-            #pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
-                FaFragB ob;
-                wmma::load_matrix_sync(ob, do_s + 16 * kk * LDH + 16 * d, LDH);
-                wmma::mma_sync(dv[d], af[kk], ob, dv[d]);
-            }
-        }
-        #pragma unroll
-        for (int kk = 0; kk < 4; kk++) wmma::load_matrix_sync(af[kk], dst + 16 * kk, FA_LDS);
-        #pragma unroll
-        for (int d = 0; d < ND; d++) {  // dk += ds^T q
-            #pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
-                FaFragB qb;
-                wmma::load_matrix_sync(qb, q_s + 16 * kk * LDH + 16 * d, LDH);
-                wmma::mma_sync(dk[d], af[kk], qb, dk[d]);
-            }
-        }
+        fa_mma_16x64_tile<HS>(dv, pt, do_s);   // dv += p^T dout
+        fa_mma_16x64_tile<HS>(dk, dst, q_s);   // dk += ds^T q
         __syncthreads();  // buffer buf and this warp's p^T / ds^T free for the next tile
     }
     float *stage = (float *)fa_smem + w * (FA_WARP_S_BYTES / 4);  // over the q tiles, now unused
@@ -580,18 +567,7 @@ __global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dq_kernel(bf16 *
             }
         }
         __syncwarp();
-        FaFragA af[4];
-        #pragma unroll
-        for (int kk = 0; kk < 4; kk++) wmma::load_matrix_sync(af[kk], dsw + 16 * kk, FA_LDS);
-        #pragma unroll
-        for (int d = 0; d < ND; d++) {  // dq += ds k
-            #pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
-                FaFragB kb;
-                wmma::load_matrix_sync(kb, kt_s + 16 * kk * LDH + 16 * d, LDH);
-                wmma::mma_sync(dq[d], af[kk], kb, dq[d]);
-            }
-        }
+        fa_mma_16x64_tile<HS>(dq, dsw, kt_s);  // dq += ds k
         __syncthreads();  // buffer buf and this warp's ds free for the next tile
     }
     float *stage = (float *)fa_smem + w * (FA_WARP_S_BYTES / 4);  // over the k tiles, now unused
