@@ -26,6 +26,17 @@
 
 #define SCALAR_TILE 64
 
+// Keys and values kt*TILE .. +TILE of one head (base: its q columns in qkv,
+// rows 3C apart) into shared fp32 tiles; rows >= T are 0. All TILE threads.
+template <int HS>
+__device__ void scalar_load_kv_tile(float (*ks)[HS], float (*vs)[HS], const bf16 *base, int kt, int T, int C) {
+    for (int e = threadIdx.x; e < SCALAR_TILE * HS; e += SCALAR_TILE) {
+        int r = e / HS, d = e % HS, j = kt * SCALAR_TILE + r;
+        ks[r][d] = j < T ? __bfloat162float(base[(int64_t)j * 3 * C + C + d]) : 0.0f;
+        vs[r][d] = j < T ? __bfloat162float(base[(int64_t)j * 3 * C + 2 * C + d]) : 0.0f;
+    }
+}
+
 // grid (T/TILE, NH, B), block TILE: thread = query row i.
 template <int HS>
 __global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_forward_kernel(bf16 *out, float *lse, const bf16 *qkv,
@@ -44,11 +55,7 @@ __global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_forward_kernel(bf16 
     float m = -INFINITY, l = 0.0f;
     for (int kt = 0; kt <= tile; kt++) {
         __syncthreads();
-        for (int e = threadIdx.x; e < SCALAR_TILE * HS; e += SCALAR_TILE) {
-            int r = e / HS, d = e % HS, j = kt * SCALAR_TILE + r;
-            ks[r][d] = j < T ? __bfloat162float(base[(int64_t)j * 3 * C + C + d]) : 0.0f;
-            vs[r][d] = j < T ? __bfloat162float(base[(int64_t)j * 3 * C + 2 * C + d]) : 0.0f;
-        }
+        scalar_load_kv_tile<HS>(ks, vs, base, kt, T, C);
         __syncthreads();
         int jmax = min(SCALAR_TILE, i - kt * SCALAR_TILE + 1);  // causal: keys j <= i
         for (int r = 0; r < jmax; r++) {
@@ -175,11 +182,7 @@ __global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_backward_dq_kernel(b
     float di = i < T ? delta[((int64_t)b * NH + h) * T + i] : 0.0f;
     for (int kt = 0; kt <= tile; kt++) {
         __syncthreads();
-        for (int e = threadIdx.x; e < SCALAR_TILE * HS; e += SCALAR_TILE) {
-            int r = e / HS, d = e % HS, j = kt * SCALAR_TILE + r;
-            ks[r][d] = j < T ? __bfloat162float(base[(int64_t)j * 3 * C + C + d]) : 0.0f;
-            vs[r][d] = j < T ? __bfloat162float(base[(int64_t)j * 3 * C + 2 * C + d]) : 0.0f;
-        }
+        scalar_load_kv_tile<HS>(ks, vs, base, kt, T, C);
         __syncthreads();
         int jmax = min(SCALAR_TILE, i - kt * SCALAR_TILE + 1);
         for (int r = 0; r < jmax; r++) {
