@@ -120,27 +120,29 @@ struct alignas(16) int4 { int x, y, z, w; };
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(8) float2 { float x, y; };
 struct alignas(8) uint2 { uint32_t x, y; };
-struct alignas(8) int2 { int x, y; };
 static inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return {a, b, c, d}; }
 static inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
 static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 static inline float2 make_float2(float a, float b) { return {a, b}; }
 static inline uint2 make_uint2(uint32_t a, uint32_t b) { return {a, b}; }
-static inline int2 make_int2(int a, int b) { return {a, b}; }
 
-// ---- bf16 ----
-struct __nv_bfloat16 { uint16_t bits; };
-typedef __nv_bfloat16 bf16;
-struct alignas(4) __nv_bfloat162 { __nv_bfloat16 x, y; };
-static inline float emu_bf16_to_float(bf16 h) {
-    uint32_t u = (uint32_t)h.bits << 16;
+// ---- bits of an fp32, and bf16 ----
+static inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float __uint_as_float(unsigned u) {
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
+struct __nv_bfloat16 { uint16_t bits; };
+typedef __nv_bfloat16 bf16;
+struct alignas(4) __nv_bfloat162 { __nv_bfloat16 x, y; };
+static inline float emu_bf16_to_float(bf16 h) { return __uint_as_float((uint32_t)h.bits << 16); }
 static inline bf16 __float2bfloat16_rn(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
+    uint32_t u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return {0x7fc0};  // NaN stays NaN
     u += 0x7fffu + ((u >> 16) & 1u);
     return {(uint16_t)(u >> 16)};
@@ -169,18 +171,6 @@ static inline __nv_bfloat162 __hmax2(__nv_bfloat162 a, __nv_bfloat162 b) {
 }
 
 // ---- fp32 / integer intrinsics ----
-static inline unsigned __float_as_uint(float f) {
-    unsigned u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static inline float __uint_as_float(unsigned u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static inline int __float_as_int(float f) { return (int)__float_as_uint(f); }
-static inline float __int_as_float(int i) { return __uint_as_float((unsigned)i); }
 // bytes of {y, x} (x the low word) picked by the selector nibbles of s
 static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     uint64_t in = ((uint64_t)y << 32) | x;

@@ -218,22 +218,25 @@ static void got_free(Got *g) {
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) free(p[i]);
 }
 
+// A forward's out, mean and rstd against the CPU's.
+static void check_forward(const char *name, const char *kernel, const Case *k, const float *out, const float *mean,
+                          const float *rstd) {
+    char what[192];
+    snprintf(what, sizeof(what), "%s %s N=%d C=%d: out", name, kernel, k->N, k->C);
+    check_close(what, out, k->ref, k->nc, 2e-2, 1e-2);
+    snprintf(what, sizeof(what), "%s %s N=%d C=%d: mean, rstd", name, kernel, k->N, k->C);
+    check_close(what, mean, k->mean, k->N, 1e-5, 1e-4);
+    check_close(what, rstd, k->rstd, k->N, 1e-5, 1e-4);
+}
+
 static void check_against_cpu(const char *name, const Case *k, const Got *g) {
     char what[192];
     int N = k->N, C = k->C;
     size_t nc = k->nc;
-    snprintf(what, sizeof(what), "%s layernorm forward N=%d C=%d: out", name, N, C);
-    check_close(what, g->out, k->ref, nc, 2e-2, 1e-2);
-    snprintf(what, sizeof(what), "%s layernorm forward N=%d C=%d: mean, rstd", name, N, C);
-    check_close(what, g->mean, k->mean, N, 1e-5, 1e-4);
-    check_close(what, g->rstd, k->rstd, N, 1e-5, 1e-4);
+    check_forward(name, "layernorm forward", k, g->out, g->mean, g->rstd);
     snprintf(what, sizeof(what), "%s fused residual+layernorm N=%d C=%d: residual", name, N, C);
     check_close(what, g->fres, k->res, nc, 0, 0);
-    snprintf(what, sizeof(what), "%s fused residual+layernorm N=%d C=%d: out", name, N, C);
-    check_close(what, g->fout, k->ref, nc, 2e-2, 1e-2);
-    snprintf(what, sizeof(what), "%s fused residual+layernorm N=%d C=%d: mean, rstd", name, N, C);
-    check_close(what, g->fmean, k->mean, N, 1e-5, 1e-4);
-    check_close(what, g->frstd, k->rstd, N, 1e-5, 1e-4);
+    check_forward(name, "fused residual+layernorm", k, g->fout, g->fmean, g->frstd);
     snprintf(what, sizeof(what), "%s layernorm backward N=%d C=%d: dinp (fp32)", name, N, C);
     check_close(what, g->dinp, k->dinp, nc, 1e-4, 1e-3);
     snprintf(what, sizeof(what), "%s layernorm backward N=%d C=%d: dinp (bf16 copy)", name, N, C);
