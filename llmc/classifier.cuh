@@ -51,14 +51,6 @@ __device__ __forceinline__ __nv_bfloat162 u32_as_bf162(uint32_t u) {
     return h;
 }
 
-template <int NV>
-__device__ __forceinline__ void cls_barrier(uint4 (&r)[NV > 0 ? NV : 1]) {
-    if constexpr (NV > 0) {
-#pragma unroll
-        for (int k = 0; k < NV; k++) reg_barrier(r[k]);
-    }
-}
-
 #define CLS_LOG2E 1.4426950408889634f
 
 #ifndef LLMC_CUDA_EMULATION
@@ -96,7 +88,7 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS)
         m2 = __hmax2(__hmax2(m2, u32_as_bf162(c.x)), __hmax2(u32_as_bf162(c.y), __hmax2(u32_as_bf162(c.z), u32_as_bf162(c.w))));
     }
     float mx = block_max(fmaxf(__low2float(m2), __high2float(m2)), scratch);
-    cls_barrier<NV>(r);  // see reg_barrier
+    reg_barrier_row<NV>(r);  // see reg_barrier
     // sum of exp(x - mx) = 2^(x log2e - mx log2e); per chunk a fixed pairwise order
     const float mxl = mx * CLS_LOG2E;
     float sum = 0.0f;
@@ -109,7 +101,7 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS)
         sum += ((f[0] + f[1]) + (f[2] + f[3])) + ((f[4] + f[5]) + (f[6] + f[7]));
     }
     sum = block_sum(sum, scratch);
-    cls_barrier<NV>(r);
+    reg_barrier_row<NV>(r);
     const float lse = mx + logf(sum);
     if (t == 0) losses[row] = lse - xy;
     if (!write_dlogits) return;

@@ -185,6 +185,15 @@ __device__ __forceinline__ uint4 bf16x8_pack(const float f[8]) {
 __device__ __forceinline__ void reg_barrier(uint4 &v) {
     asm volatile("" : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w));
 }
+// reg_barrier on each of a row's NV vectors (none when NV = 0: the row is
+// re-read from memory instead of held).
+template <int NV>
+__device__ __forceinline__ void reg_barrier_row(uint4 (&r)[NV > 0 ? NV : 1]) {
+    if constexpr (NV > 0) {
+#pragma unroll
+        for (int k = 0; k < NV; k++) reg_barrier(r[k]);
+    }
+}
 
 // 1 if p may be accessed with 16-byte vectors.
 static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }

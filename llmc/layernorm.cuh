@@ -48,15 +48,6 @@ __device__ __forceinline__ uint4 ln_chunk(const uint4 (&r)[NV > 0 ? NV : 1], con
     else return ln_load<VEC>(x, (k * 32 + lane) * 8, C);
 }
 
-// Between passes over a row held in registers: see reg_barrier.
-template <int NV>
-__device__ __forceinline__ void ln_barrier(uint4 (&r)[NV > 0 ? NV : 1]) {
-    if constexpr (NV > 0) {
-#pragma unroll
-        for (int k = 0; k < NV; k++) reg_barrier(r[k]);
-    }
-}
-
 // Normalises one row by the calling warp: out = (x - mean) * rstd * w + b, the
 // row's chunks in r (NV > 0) or in x. Two-pass statistics in fp32; each lane
 // sums its elements in chunk order, then warp_sum's fixed butterfly. Explicit
@@ -77,7 +68,7 @@ __device__ __forceinline__ void ln_row(bf16 *out, float *mean_out, float *rstd_o
             if (e0 + j < C) sum += f[j];
     }
     const float m = warp_sum(sum) / C;
-    ln_barrier<NV>(r);
+    reg_barrier_row<NV>(r);
     float var = 0.0f;
 #pragma unroll
     for (int k = 0; k < nk; k++) {
@@ -91,7 +82,7 @@ __device__ __forceinline__ void ln_row(bf16 *out, float *mean_out, float *rstd_o
         }
     }
     const float s = rsqrtf(warp_sum(var) / C + LN_EPS);
-    ln_barrier<NV>(r);
+    reg_barrier_row<NV>(r);
 #pragma unroll
     for (int k = 0; k < nk; k++) {
         int e0 = (k * 32 + lane) * 8;
@@ -251,8 +242,8 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
     }
     dmean = warp_sum(dmean) / C;
     dnorm_mean = warp_sum(dnorm_mean) / C;
-    ln_barrier<NV>(rd);
-    ln_barrier<NV>(rx);
+    reg_barrier_row<NV>(rd);
+    reg_barrier_row<NV>(rx);
 #pragma unroll
     for (int k = 0; k < nk; k++) {
         int e0 = (k * 32 + lane) * 8;
