@@ -593,12 +593,21 @@ static inline void flash_check_aligned(const void *p, const char *what) {
     if ((uintptr_t)p % 16 != 0) DIE("flash attention: %s is not 16-byte aligned", what);
 }
 
+// Lets kernel use `bytes` of dynamic shared memory (above the 48 KB default).
+// The launchers keep the result in a function-local static: set once per
+// kernel and process (one GPU a process), not on every launch.
+template <typename Kernel> static bool flash_smem_opt_in(Kernel kernel, int bytes) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return true;
+}
+
 template <int HS>
 static void flash_forward_hs(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, cudaStream_t s) {
     flash_check_aligned(qkv, "qkv");
     flash_check_aligned(out, "out");
     int bytes = FaFwdSmem<HS>::BYTES;
-    CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    static const bool opted_in = flash_smem_opt_in(flash_forward_kernel<HS>, bytes);
+    (void)opted_in;
     dim3 grid(NH, B, ceil_div_int(T, FA_TILE));  // tiles slowest: see the top
     flash_forward_kernel<HS><<<grid, FA_THREADS, bytes, s>>>(out, lse, qkv, T, NH, FA_LOG2E / sqrtf((float)HS));
     CUDA_CHECK_LAUNCH();
@@ -617,10 +626,9 @@ static void flash_backward_hs(bf16 *dqkv, float *delta, const bf16 *dout, const 
     CUDA_CHECK_LAUNCH();
     dim3 grid(NH, B, ceil_div_int(T, FA_TILE));  // tiles slowest: see the top
     int bytes_kv = FaDkvSmem<HS>::BYTES, bytes_q = FaDqSmem<HS>::BYTES;
-    CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dkdv_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    bytes_kv));
-    CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    bytes_q));
+    static const bool opted_in = flash_smem_opt_in(flash_backward_dkdv_kernel<HS>, bytes_kv) &&
+                                 flash_smem_opt_in(flash_backward_dq_kernel<HS>, bytes_q);
+    (void)opted_in;
     flash_backward_dkdv_kernel<HS><<<grid, FA_THREADS, bytes_kv, s>>>(dqkv, qkv, dout, lse, delta, T, NH, sl2, scale);
     CUDA_CHECK_LAUNCH();
     flash_backward_dq_kernel<HS><<<grid, FA_THREADS, bytes_q, s>>>(dqkv, qkv, dout, lse, delta, T, NH, sl2, scale);
