@@ -14,9 +14,8 @@
 #ifndef LLMC_ADAMW_CUH
 #define LLMC_ADAMW_CUH
 
-// LLMC_CUDA_EMULATION (tests/test_kernels_emulated.cpp runs the kernel on the
-// CPU through tests/cuda_emulator.h, whose host memory stands in for device
-// memory, so the plan is built as here): the host launcher is left out.
+// tests/test_kernels_emulated.cpp runs this header, launcher and plan
+// included, on the CPU through tests/cuda_emulator.h.
 #include "cuda_common.cuh"
 #include "model.h"
 #include "optimizer.h"
@@ -144,7 +143,6 @@ __global__ void adamw_kernel(float *__restrict__ params, bf16 *__restrict__ para
     }
 }
 
-#ifndef LLMC_CUDA_EMULATION
 // One AdamW step (cfg as llmc/optimizer.h) on the plan's range. seed varies per
 // step (the caller mixes in the step number) so rounding noise is fresh.
 static inline void gpu_adamw_update(const AdamWPlan *ap, float *params, bf16 *params_bf16, const float *grads,
@@ -152,9 +150,9 @@ static inline void gpu_adamw_update(const AdamWPlan *ap, float *params, bf16 *pa
                                     cudaStream_t s) {
     AdamWArgs a = adamw_args(cfg, grad_scale, seed);
     if (ap->num_chunks == 0) return;
-    adamw_kernel<<<ap->num_chunks, 256, 0, s>>>(params, params_bf16, grads, m, v, ap->d_chunks, ap->begin, a);
+    launch_kernel(adamw_kernel, ap->num_chunks, 256, 0, s, params, params_bf16, grads, m, v, ap->d_chunks, ap->begin,
+                  a);
     CUDA_CHECK_LAUNCH();
 }
-#endif  // LLMC_CUDA_EMULATION
 
 #endif  // LLMC_ADAMW_CUH

@@ -35,8 +35,8 @@
 #define LLMC_ATTENTION_FLASH_CUH
 
 // LLMC_CUDA_EMULATION: compiled on the CPU by tests/test_flash_emulated.cpp,
-// whose tests/cuda_emulator.h stands in for the CUDA headers, the PTX helpers
-// and the dynamic shared memory; the kernels themselves are the same text.
+// whose tests/cuda_emulator.h stands in for the CUDA headers, the PTX helpers,
+// the dynamic shared memory and the launches; the rest is the same text.
 #ifndef LLMC_CUDA_EMULATION
 #include <mma.h>
 #endif
@@ -582,7 +582,6 @@ __global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dq_kernel(bf16 *
 }
 
 // --- host side ---
-#ifndef LLMC_CUDA_EMULATION
 
 // Head sizes with a compiled kernel (every GPT-2 preset has 64).
 static inline int flash_supports_head_size(int hs) { return hs == 32 || hs == 64; }
@@ -609,7 +608,8 @@ static void flash_forward_hs(bf16 *out, float *lse, const bf16 *qkv, int B, int 
     static const bool opted_in = flash_smem_opt_in(flash_forward_kernel<HS>, bytes);
     (void)opted_in;
     dim3 grid(NH, B, ceil_div_int(T, FA_TILE));  // tiles slowest: see the top
-    flash_forward_kernel<HS><<<grid, FA_THREADS, bytes, s>>>(out, lse, qkv, T, NH, FA_LOG2E / sqrtf((float)HS));
+    launch_kernel(flash_forward_kernel<HS>, grid, FA_THREADS, bytes, s, out, lse, qkv, T, NH,
+                  FA_LOG2E / sqrtf((float)HS));
     CUDA_CHECK_LAUNCH();
 }
 
@@ -622,16 +622,18 @@ static void flash_backward_hs(bf16 *dqkv, float *delta, const bf16 *dout, const 
     flash_check_aligned(dqkv, "dqkv");
     float scale = 1.0f / sqrtf((float)HS), sl2 = FA_LOG2E * scale;
     int64_t chunks = (int64_t)B * T * NH * (HS / 8);
-    flash_delta_kernel<HS><<<ceil_div_int(chunks, 256), 256, 0, s>>>(delta, dout, out, B, T, NH);
+    launch_kernel(flash_delta_kernel<HS>, ceil_div_int(chunks, 256), 256, 0, s, delta, dout, out, B, T, NH);
     CUDA_CHECK_LAUNCH();
     dim3 grid(NH, B, ceil_div_int(T, FA_TILE));  // tiles slowest: see the top
     int bytes_kv = FaDkvSmem<HS>::BYTES, bytes_q = FaDqSmem<HS>::BYTES;
     static const bool opted_in = flash_smem_opt_in(flash_backward_dkdv_kernel<HS>, bytes_kv) &&
                                  flash_smem_opt_in(flash_backward_dq_kernel<HS>, bytes_q);
     (void)opted_in;
-    flash_backward_dkdv_kernel<HS><<<grid, FA_THREADS, bytes_kv, s>>>(dqkv, qkv, dout, lse, delta, T, NH, sl2, scale);
+    launch_kernel(flash_backward_dkdv_kernel<HS>, grid, FA_THREADS, bytes_kv, s, dqkv, qkv, dout, lse, delta, T, NH,
+                  sl2, scale);
     CUDA_CHECK_LAUNCH();
-    flash_backward_dq_kernel<HS><<<grid, FA_THREADS, bytes_q, s>>>(dqkv, qkv, dout, lse, delta, T, NH, sl2, scale);
+    launch_kernel(flash_backward_dq_kernel<HS>, grid, FA_THREADS, bytes_q, s, dqkv, qkv, dout, lse, delta, T, NH, sl2,
+                  scale);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -653,6 +655,5 @@ static inline void gpu_flash_attention_backward(bf16 *dqkv, float *delta, const 
     else if (hs == 32) flash_backward_hs<32>(dqkv, delta, dout, qkv, out, lse, B, T, NH, s);
     else DIE("flash attention: head size %d has no kernel (32 or 64)", hs);
 }
-#endif  // LLMC_CUDA_EMULATION
 
 #endif  // LLMC_ATTENTION_FLASH_CUH

@@ -12,9 +12,8 @@
 #ifndef LLMC_CLASSIFIER_CUH
 #define LLMC_CLASSIFIER_CUH
 
-// LLMC_CUDA_EMULATION (tests/test_kernels_emulated.cpp runs the kernel on the
-// CPU through tests/cuda_emulator.h): the PTX helper (the emulator has its
-// own) and the host launcher are left out.
+// tests/test_kernels_emulated.cpp runs this header on the CPU through
+// tests/cuda_emulator.h (LLMC_CUDA_EMULATION: the PTX helper is the emulator's).
 #include "cuda_common.cuh"
 
 #define CLASSIFIER_THREADS 1024
@@ -127,7 +126,6 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS)
     }
 }
 
-#ifndef LLMC_CUDA_EMULATION
 // Losses of N rows; with dloss != 0 the rows become the logits' gradient.
 static inline void gpu_fused_classifier(bf16 *logits, float *losses, const int *targets, int N, int V, int Vp,
                                         float dloss, cudaStream_t s) {
@@ -135,15 +133,12 @@ static inline void gpu_fused_classifier(bf16 *logits, float *losses, const int *
     int vec = Vp % 8 == 0 && aligned16(logits);
     int nv = ceil_div_int(ceil_div_int(Vp, 8), CLASSIFIER_THREADS);
     int wd = dloss != 0.0f;
-#define CLS_LAUNCH(NV)                                                                                           \
-    if (vec) fused_classifier_kernel<NV, true><<<N, CLASSIFIER_THREADS, 0, s>>>(logits, losses, targets, V, Vp, \
-                                                                                dloss, wd);                     \
-    else fused_classifier_kernel<NV, false><<<N, CLASSIFIER_THREADS, 0, s>>>(logits, losses, targets, V, Vp,    \
-                                                                             dloss, wd)
+#define CLS_LAUNCH(NV)                                                                                      \
+    launch_kernel(vec ? fused_classifier_kernel<NV, true> : fused_classifier_kernel<NV, false>, N,              \
+                  CLASSIFIER_THREADS, 0, s, logits, losses, targets, V, Vp, dloss, wd)
     LLMC_NV_SWITCH(nv <= CLASSIFIER_MAX_NV ? nv : 0, CLS_LAUNCH);
 #undef CLS_LAUNCH
     CUDA_CHECK_LAUNCH();
 }
-#endif  // LLMC_CUDA_EMULATION
 
 #endif  // LLMC_CLASSIFIER_CUH

@@ -4,8 +4,8 @@
 // no atomics: each block sums a 256-row chunk of 32 columns (8 row lanes, then
 // the 8 partial sums in order) into scratch (R = ceil(N/256), C), then one
 // thread per column adds the R partial sums in chunk order; the same inputs
-// give the same bits on every run. LLMC_CUDA_EMULATION
-// (tests/test_kernels_emulated.cpp): the host launcher is left out.
+// give the same bits on every run. tests/test_kernels_emulated.cpp runs this
+// header on the CPU through tests/cuda_emulator.h.
 #ifndef LLMC_COLSUM_CUH
 #define LLMC_COLSUM_CUH
 
@@ -50,15 +50,13 @@ static inline size_t colsum_scratch_floats(int N, int C) {
     return (size_t)ceil_div_int(N, COLSUM_ROWS_PER_CHUNK) * (size_t)C;
 }
 
-#ifndef LLMC_CUDA_EMULATION
 template <typename T>
 static inline void gpu_colsum_accumulate(float *out, float *scratch, const T *a, int N, int C, cudaStream_t s) {
     int R = ceil_div_int(N, COLSUM_ROWS_PER_CHUNK);
-    colsum_partial_kernel<T><<<dim3(ceil_div_int(C, 32), R), dim3(32, 8), 0, s>>>(scratch, a, N, C);
+    launch_kernel(colsum_partial_kernel<T>, dim3(ceil_div_int(C, 32), R), dim3(32, 8), 0, s, scratch, a, N, C);
     CUDA_CHECK_LAUNCH();
-    colsum_finish_kernel<<<ceil_div_int(C, 256), 256, 0, s>>>(out, scratch, R, C);
+    launch_kernel(colsum_finish_kernel, ceil_div_int(C, 256), 256, 0, s, out, scratch, R, C);
     CUDA_CHECK_LAUNCH();
 }
-#endif  // LLMC_CUDA_EMULATION
 
 #endif  // LLMC_COLSUM_CUH

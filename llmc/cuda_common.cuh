@@ -32,6 +32,18 @@ typedef __nv_bfloat16 bf16;
 // After a kernel launch: catches bad launch configurations at once.
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
 
+// kernel<<<grid, block, smem, s>>>(args...): every llmc launcher launches
+// through this, so that tests/cuda_emulator.h, which defines its own (running
+// the kernel on the CPU), runs the launchers themselves. The caller checks the
+// launch (CUDA_CHECK_LAUNCH).
+#ifndef LLMC_CUDA_EMULATION
+template <typename... Params, typename... Args>
+static inline void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                                 Args... args) {
+    kernel<<<grid, block, smem, s>>>(args...);
+}
+#endif
+
 // cuBLAS(Lt), cuDNN and NCCL all return 0 on success; these macros need none
 // of their headers, so any file can use them. Look the code up in the
 // library's status enum (cublasStatus_t, cudnnStatus_t, ncclResult_t).

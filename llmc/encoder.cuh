@@ -10,10 +10,8 @@
 #ifndef LLMC_ENCODER_CUH
 #define LLMC_ENCODER_CUH
 
-// LLMC_CUDA_EMULATION (tests/test_kernels_emulated.cpp runs the kernels on the
-// CPU through tests/cuda_emulator.h, whose host memory stands in for device
-// memory, so the index is built and "uploaded" as here): the host launchers
-// are left out.
+// tests/test_kernels_emulated.cpp runs this header, launchers and index
+// included, on the CPU through tests/cuda_emulator.h.
 #include "cuda_common.cuh"
 
 // out (N,C) = wte[inp[n]] + wpe[n % T]; inp (N) on the device. Thread q: row
@@ -38,17 +36,15 @@ __global__ void encoder_forward_kernel(bf16 *__restrict__ out, const int *__rest
     else st_bf16x8_n(out + (int64_t)n * C + c, v, cnt);
 }
 
-#ifndef LLMC_CUDA_EMULATION
 static inline void gpu_encoder_forward(bf16 *out, const int *inp, const bf16 *wte, const bf16 *wpe, int B, int T,
                                        int C, cudaStream_t s) {
     int64_t nq = (int64_t)B * T * ((C + 7) / 8);
     if (nq <= 0) return;
-    if (C % 8 == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe))
-        encoder_forward_kernel<true><<<ceil_div_int(nq, 256), 256, 0, s>>>(out, inp, wte, wpe, B * T, T, C);
-    else encoder_forward_kernel<false><<<ceil_div_int(nq, 256), 256, 0, s>>>(out, inp, wte, wpe, B * T, T, C);
+    int vec = C % 8 == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe);
+    launch_kernel(vec ? encoder_forward_kernel<true> : encoder_forward_kernel<false>, ceil_div_int(nq, 256), 256, 0,
+                  s, out, inp, wte, wpe, B * T, T, C);
     CUDA_CHECK_LAUNCH();
 }
-#endif  // LLMC_CUDA_EMULATION
 
 // The positions of a batch grouped by token (CSR): token tok[u] occurs at the
 // positions pos[start[u] .. start[u+1]), in increasing order.
@@ -157,7 +153,6 @@ __global__ void encoder_backward_wpe_kernel(float *__restrict__ dwpe, const floa
     st_f32x4<VEC>(dwpe + idx, g, cnt);
 }
 
-#ifndef LLMC_CUDA_EMULATION
 // dout (B,T,C) fp32; dwte (Vp,C) and dwpe (maxT,C) fp32, accumulated.
 static inline void gpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const EncoderIndex *ix, int B,
                                         int T, int C, cudaStream_t s) {
@@ -167,17 +162,14 @@ static inline void gpu_encoder_backward(float *dwte, float *dwpe, const float *d
     int threads = C4 < 256 ? (C4 + 31) / 32 * 32 : 256;
     if (ix->num_unique > 0) {
         dim3 grid(ix->num_unique, ceil_div_int(C4, threads));
-        if (vec) encoder_backward_wte_kernel<true><<<grid, threads, 0, s>>>(dwte, dout, ix->d_tok, ix->d_start,
-                                                                           ix->d_pos, C);
-        else encoder_backward_wte_kernel<false><<<grid, threads, 0, s>>>(dwte, dout, ix->d_tok, ix->d_start,
-                                                                        ix->d_pos, C);
+        launch_kernel(vec ? encoder_backward_wte_kernel<true> : encoder_backward_wte_kernel<false>, grid, threads, 0,
+                      s, dwte, dout, ix->d_tok, ix->d_start, ix->d_pos, C);
         CUDA_CHECK_LAUNCH();
     }
     int blocks = ceil_div_int((int64_t)T * C4, 256);
-    if (vec) encoder_backward_wpe_kernel<true><<<blocks, 256, 0, s>>>(dwpe, dout, B, T, C);
-    else encoder_backward_wpe_kernel<false><<<blocks, 256, 0, s>>>(dwpe, dout, B, T, C);
+    launch_kernel(vec ? encoder_backward_wpe_kernel<true> : encoder_backward_wpe_kernel<false>, blocks, 256, 0, s,
+                  dwpe, dout, B, T, C);
     CUDA_CHECK_LAUNCH();
 }
-#endif  // LLMC_CUDA_EMULATION
 
 #endif  // LLMC_ENCODER_CUH

@@ -11,8 +11,8 @@
 #ifndef LLMC_GELU_CUH
 #define LLMC_GELU_CUH
 
-// LLMC_CUDA_EMULATION (tests/test_kernels_emulated.cpp runs the kernels on the
-// CPU through tests/cuda_emulator.h): the host launchers are left out.
+// tests/test_kernels_emulated.cpp runs this header on the CPU through
+// tests/cuda_emulator.h.
 #include "cuda_common.cuh"
 
 #define GELU_K0 0.7978845608028654f  // sqrt(2 / pi)
@@ -74,13 +74,13 @@ __global__ void __launch_bounds__(GELU_THREADS) gelu_backward_inplace_kernel(bf1
     else st_bf16x8_n(dinout + e0, v, cnt);
 }
 
-#ifndef LLMC_CUDA_EMULATION
 // out (n) = gelu(inp)
 static inline void gpu_gelu_forward(bf16 *out, const bf16 *inp, int64_t n, cudaStream_t s) {
     if (n <= 0) return;
     int blocks = ceil_div_int(n, 8 * GELU_THREADS);
-    if (aligned16(out) && aligned16(inp)) gelu_forward_kernel<true><<<blocks, GELU_THREADS, 0, s>>>(out, inp, n);
-    else gelu_forward_kernel<false><<<blocks, GELU_THREADS, 0, s>>>(out, inp, n);
+    int vec = aligned16(out) && aligned16(inp);
+    launch_kernel(vec ? gelu_forward_kernel<true> : gelu_forward_kernel<false>, blocks, GELU_THREADS, 0, s, out, inp,
+                  n);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -88,11 +88,10 @@ static inline void gpu_gelu_forward(bf16 *out, const bf16 *inp, int64_t n, cudaS
 static inline void gpu_gelu_backward_inplace(bf16 *dinout, const bf16 *inp, int64_t n, cudaStream_t s) {
     if (n <= 0) return;
     int blocks = ceil_div_int(n, 8 * GELU_THREADS);
-    if (aligned16(dinout) && aligned16(inp))
-        gelu_backward_inplace_kernel<true><<<blocks, GELU_THREADS, 0, s>>>(dinout, inp, n);
-    else gelu_backward_inplace_kernel<false><<<blocks, GELU_THREADS, 0, s>>>(dinout, inp, n);
+    int vec = aligned16(dinout) && aligned16(inp);
+    launch_kernel(vec ? gelu_backward_inplace_kernel<true> : gelu_backward_inplace_kernel<false>, blocks,
+                  GELU_THREADS, 0, s, dinout, inp, n);
     CUDA_CHECK_LAUNCH();
 }
-#endif  // LLMC_CUDA_EMULATION
 
 #endif  // LLMC_GELU_CUH

@@ -7,8 +7,8 @@
 #ifndef LLMC_GLOBAL_NORM_CUH
 #define LLMC_GLOBAL_NORM_CUH
 
-// LLMC_CUDA_EMULATION (tests/test_kernels_emulated.cpp runs the kernels on the
-// CPU through tests/cuda_emulator.h): the host launchers are left out.
+// tests/test_kernels_emulated.cpp runs this header on the CPU through
+// tests/cuda_emulator.h.
 #include "cuda_common.cuh"
 
 #define NORM_BLOCKS 1024   // fixed, so the summation order never depends on the device
@@ -52,13 +52,12 @@ __global__ void norm_finish_kernel(double *out, const float *partial, int nblock
 // Floats of scratch gpu_sum_of_squares needs (the per-block sums, then the double result).
 static inline size_t global_norm_scratch_floats(void) { return NORM_BLOCKS + 2; }
 
-#ifndef LLMC_CUDA_EMULATION
 // sum of g[i]^2 over [0, n), left in scratch (read it with global_norm_result).
 static inline void gpu_sum_of_squares(float *scratch, const float *g, int64_t n, cudaStream_t s) {
-    if (aligned16(g)) norm_partial_vec_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, s>>>(scratch, g, n);
-    else norm_partial_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, s>>>(scratch, g, n);
+    launch_kernel(aligned16(g) ? norm_partial_vec_kernel : norm_partial_kernel, NORM_BLOCKS, NORM_THREADS, 0, s,
+                  scratch, g, n);
     CUDA_CHECK_LAUNCH();
-    norm_finish_kernel<<<1, 1, 0, s>>>((double *)(scratch + NORM_BLOCKS), scratch, NORM_BLOCKS);
+    launch_kernel(norm_finish_kernel, 1, 1, 0, s, (double *)(scratch + NORM_BLOCKS), scratch, NORM_BLOCKS);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -69,6 +68,5 @@ static inline double global_norm_result(const float *scratch, cudaStream_t s) {
     CUDA_CHECK(cudaStreamSynchronize(s));
     return h;
 }
-#endif  // LLMC_CUDA_EMULATION
 
 #endif  // LLMC_GLOBAL_NORM_CUH

@@ -15,8 +15,8 @@
 #ifndef LLMC_LAYERNORM_CUH
 #define LLMC_LAYERNORM_CUH
 
-// LLMC_CUDA_EMULATION (tests/test_kernels_emulated.cpp runs the kernels on the
-// CPU through tests/cuda_emulator.h): the host launchers are left out.
+// tests/test_kernels_emulated.cpp runs this header on the CPU through
+// tests/cuda_emulator.h.
 #include "cuda_common.cuh"
 
 #define LN_EPS 1e-5f
@@ -164,15 +164,14 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
     ln_row<NV, VEC>(out + off, mean + row, rstd + row, r, residual_out + off, w, b, C);
 }
 
-#ifndef LLMC_CUDA_EMULATION
 static inline void gpu_layernorm_forward(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w,
                                          const bf16 *b, int N, int C, cudaStream_t s) {
     if (N <= 0) return;
     int vec = C % 8 == 0 && aligned16(out) && aligned16(inp) && aligned16(w) && aligned16(b);
     dim3 grid(ceil_div_int(N, LN_WARPS)), block(LN_WARPS * 32);
-#define LN_FWD(NV)                                                                                         \
-    if (vec) layernorm_forward_kernel<NV, true><<<grid, block, 0, s>>>(out, mean, rstd, inp, w, b, N, C); \
-    else layernorm_forward_kernel<NV, false><<<grid, block, 0, s>>>(out, mean, rstd, inp, w, b, N, C)
+#define LN_FWD(NV)                                                                                          \
+    launch_kernel(vec ? layernorm_forward_kernel<NV, true> : layernorm_forward_kernel<NV, false>, grid, block, 0, \
+                  s, out, mean, rstd, inp, w, b, N, C)
     LLMC_NV_SWITCH(ln_nv(C), LN_FWD);
 #undef LN_FWD
     CUDA_CHECK_LAUNCH();
@@ -185,16 +184,13 @@ static inline void gpu_fused_residual_layernorm(bf16 *residual_out, bf16 *out, f
     int vec = C % 8 == 0 && aligned16(residual_out) && aligned16(out) && aligned16(res_in) && aligned16(x) &&
               aligned16(w) && aligned16(b);
     dim3 grid(ceil_div_int(N, LN_WARPS)), block(LN_WARPS * 32);
-#define LN_FUSED(NV)                                                                                       \
-    if (vec) fused_residual_layernorm_kernel<NV, true><<<grid, block, 0, s>>>(residual_out, out, mean, rstd, \
-                                                                              res_in, x, w, b, N, C);       \
-    else fused_residual_layernorm_kernel<NV, false><<<grid, block, 0, s>>>(residual_out, out, mean, rstd,    \
-                                                                           res_in, x, w, b, N, C)
+#define LN_FUSED(NV)                                                                                        \
+    launch_kernel(vec ? fused_residual_layernorm_kernel<NV, true> : fused_residual_layernorm_kernel<NV, false>, \
+                  grid, block, 0, s, residual_out, out, mean, rstd, res_in, x, w, b, N, C)
     LLMC_NV_SWITCH(ln_nv(C), LN_FUSED);
 #undef LN_FUSED
     CUDA_CHECK_LAUNCH();
 }
-#endif  // LLMC_CUDA_EMULATION
 
 // ---------------------------------------------------------------------------
 // backward
@@ -369,7 +365,6 @@ static inline size_t layernorm_scratch_floats(int N, int C) {
     return 2 * (size_t)ceil_div_int(N, LN_ROWS_PER_CHUNK) * (size_t)C;
 }
 
-#ifndef LLMC_CUDA_EMULATION
 // dinp (N,C) fp32 += ..., dinp_bf16 = bf16(dinp); dw, db (C) fp32 += ...
 static inline void gpu_layernorm_backward(float *dinp, bf16 *dinp_bf16, float *dw, float *db, float *scratch,
                                           const bf16 *dout, const bf16 *inp, const bf16 *w, const float *mean,
@@ -378,25 +373,22 @@ static inline void gpu_layernorm_backward(float *dinp, bf16 *dinp_bf16, float *d
     int vec_in = C % 8 == 0 && aligned16(dout) && aligned16(inp);
     int vec = vec_in && aligned16(dinp) && aligned16(dinp_bf16) && aligned16(w);
     dim3 grid(ceil_div_int(N, LN_WARPS)), block(LN_WARPS * 32);
-#define LN_BWD(NV)                                                                                                  \
-    if (vec) layernorm_backward_rows_kernel<NV, true><<<grid, block, 0, s>>>(dinp, dinp_bf16, dout, inp, w, mean,  \
-                                                                             rstd, N, C);                          \
-    else layernorm_backward_rows_kernel<NV, false><<<grid, block, 0, s>>>(dinp, dinp_bf16, dout, inp, w, mean,     \
-                                                                          rstd, N, C)
+#define LN_BWD(NV)                                                                                          \
+    launch_kernel(vec ? layernorm_backward_rows_kernel<NV, true> : layernorm_backward_rows_kernel<NV, false>,   \
+                  grid, block, 0, s, dinp, dinp_bf16, dout, inp, w, mean, rstd, N, C)
     LLMC_NV_SWITCH(ln_nv(C), LN_BWD);
 #undef LN_BWD
     CUDA_CHECK_LAUNCH();
     int R = ceil_div_int(N, LN_ROWS_PER_CHUNK);
     if (vec_in)
-        layernorm_backward_params_vec_kernel<<<dim3(ceil_div_int(C, 256), R), dim3(32, 8), 0, s>>>(
-            scratch, dout, inp, mean, rstd, N, C);
+        launch_kernel(layernorm_backward_params_vec_kernel, dim3(ceil_div_int(C, 256), R), dim3(32, 8), 0, s, scratch,
+                      dout, inp, mean, rstd, N, C);
     else
-        layernorm_backward_params_kernel<<<dim3(ceil_div_int(C, 32), R), dim3(32, 8), 0, s>>>(scratch, dout, inp,
-                                                                                             mean, rstd, N, C);
+        launch_kernel(layernorm_backward_params_kernel, dim3(ceil_div_int(C, 32), R), dim3(32, 8), 0, s, scratch, dout,
+                      inp, mean, rstd, N, C);
     CUDA_CHECK_LAUNCH();
-    layernorm_backward_finish_kernel<<<ceil_div_int(C, 256), 256, 0, s>>>(dw, db, scratch, R, C);
+    launch_kernel(layernorm_backward_finish_kernel, ceil_div_int(C, 256), 256, 0, s, dw, db, scratch, R, C);
     CUDA_CHECK_LAUNCH();
 }
-#endif  // LLMC_CUDA_EMULATION
 
 #endif  // LLMC_LAYERNORM_CUH

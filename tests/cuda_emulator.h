@@ -1,11 +1,11 @@
 // cuda_emulator.h: just enough of CUDA to run a kernel's own source on the CPU,
 // for tests that CI (no GPU) can run. Include it before the kernel headers; it
 // defines LLMC_CUDA_EMULATION, which those headers test to leave out their
-// CUDA-only includes, PTX helpers and host launchers (<<<...>>>), so what
-// remains (the kernels, llmc/cuda_common.cuh's device helpers) is the text
-// nvcc compiles. A test calls a kernel as emu_launch(grid, block, smem_bytes,
-// [&] { kernel<...>(args); }) with the grid, block and template arguments the
-// header's launcher would pick.
+// CUDA-only includes and PTX helpers, so what remains (the kernels, their
+// launchers, llmc/cuda_common.cuh's device helpers) is the text nvcc
+// compiles. The launchers launch through launch_kernel (llmc/cuda_common.cuh),
+// which this header defines as emu_launch(grid, block, smem_bytes, [&] {
+// kernel(args...); }): a test calls the llmc launchers themselves.
 //
 // Threads. Every CUDA thread of a block is a fiber (its own 256 KB stack, a
 // guard page below it) on the calling OS thread; a block's fibers run one at a
@@ -716,6 +716,20 @@ static inline void emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const st
                 emu_run_block((int)nt);
             }
     emu_kernel = nullptr;
+}
+
+
+// llmc/cuda_common.cuh's launch_kernel, emulated: the llmc launchers run as
+// they are, each launch to completion in call order (the stream is not used).
+template <typename... Params, typename... Args>
+static inline void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t,
+                                 Args... args) {
+    emu_launch(grid, block, smem, [&] { kernel(args...); });
+}
+// The shared-memory opt-in the flash launchers make: emu_launch allows 227 KB.
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+template <typename Kernel> static inline cudaError_t cudaFuncSetAttribute(Kernel, cudaFuncAttribute, int) {
+    return cudaSuccess;
 }
 
 #endif  // LLMC_CUDA_EMULATOR_H

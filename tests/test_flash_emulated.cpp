@@ -1,6 +1,6 @@
-// test_flash_emulated.cpp: the flash-attention kernels of
-// llmc/attention_flash.cuh (forward, delta, dk/dv, dq: the text nvcc compiles
-// for the GPU) run on the CPU through tests/cuda_emulator.h, against the CPU
+// test_flash_emulated.cpp: the flash attention of llmc/attention_flash.cuh
+// (its launchers and the forward, delta, dk/dv and dq kernels: the text nvcc
+// compiles for the GPU) run on the CPU through tests/cuda_emulator.h, against the CPU
 // attention of llmc/cpu_layers.h on the same bf16 inputs: output, lse and
 // dq|dk|dv within bf16 tolerances, nothing left unwritten (outputs start as
 // NaN, shared memory is NaN before every block), at head sizes 64 and 32, T
@@ -55,7 +55,7 @@ static double excess(const std::vector<bf16> &got, const float *ref, size_t offs
 }
 
 template <int HS> static void run_case(const Case &k, bool copy_at_issue, uint64_t seed) {
-    const int B = k.B, T = k.T, NH = k.NH, C = NH * HS, nt = (T + FA_TILE - 1) / FA_TILE;
+    const int B = k.B, T = k.T, NH = k.NH, C = NH * HS;
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nrow = (size_t)B * NH * T;
     Rng rng;
     rng_seed(&rng, seed);
@@ -66,21 +66,9 @@ template <int HS> static void run_case(const Case &k, bool copy_at_issue, uint64
 
     emu_copy_at_issue = copy_at_issue;
     emu_shuffle_accumulator_layout(seed * 31 + 7);
-    const float scale = 1.0f / sqrtf((float)HS), sl2 = FA_LOG2E * scale;
-    const dim3 grid = {(unsigned)NH, (unsigned)B, (unsigned)nt};
-    emu_launch(grid, FA_THREADS, FaFwdSmem<HS>::BYTES,
-               [&] { flash_forward_kernel<HS>(out.data(), lse.data(), qkv.data(), T, NH, sl2); });
-    const int64_t chunks = (int64_t)B * T * NH * (HS / 8);
-    emu_launch({(unsigned)((chunks + 255) / 256), 1, 1}, 256, 0,
-               [&] { flash_delta_kernel<HS>(delta.data(), dout.data(), out.data(), B, T, NH); });
-    emu_launch(grid, FA_THREADS, FaDkvSmem<HS>::BYTES, [&] {
-        flash_backward_dkdv_kernel<HS>(dqkv.data(), qkv.data(), dout.data(), lse.data(), delta.data(), T, NH, sl2,
-                                       scale);
-    });
-    emu_launch(grid, FA_THREADS, FaDqSmem<HS>::BYTES, [&] {
-        flash_backward_dq_kernel<HS>(dqkv.data(), qkv.data(), dout.data(), lse.data(), delta.data(), T, NH, sl2,
-                                     scale);
-    });
+    gpu_flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, 0);
+    gpu_flash_attention_backward(dqkv.data(), delta.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C,
+                                 NH, 0);
 
     // the CPU attention on the same values
     std::vector<float> ref_out(nout), att((size_t)B * NH * T * T), ref_dqkv(nqkv);

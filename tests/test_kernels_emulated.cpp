@@ -2,8 +2,8 @@
 // gelu.cuh, classifier.cuh, encoder.cuh, adamw.cuh, global_norm.cuh: the text
 // nvcc compiles) run on the CPU through tests/cuda_emulator.h, against the CPU
 // references of llmc/cpu_layers.h and llmc/optimizer.h on the same bf16
-// inputs. Each family is launched with the grid, block and template arguments
-// its llmc launcher picks (one mirror per family below), at the shapes
+// inputs. Each family runs through its llmc launchers (the emulator's
+// launch_kernel runs the kernel they launch), at the shapes
 // dev/cuda/<family>.cu checks on a GPU, scaled down where the emulator would be
 // slow: both the 16-byte vector path and the element-by-element fallback
 // (C a multiple of 8 and not; every buffer one element past a 16-byte boundary;
@@ -105,67 +105,8 @@ static bool same_bits(const std::vector<float> &a, const std::vector<float> &b) 
 static const char *path_name(int misaligned) { return misaligned ? "element path" : "vector path"; }
 
 // ---------------------------------------------------------------------------
-// layernorm: the launches of gpu_layernorm_forward, gpu_fused_residual_layernorm
-// and gpu_layernorm_backward (llmc/layernorm.cuh), mirrored: the same path test,
-// grid, block and template arguments (keep in step with the launchers)
-
-static void emu_layernorm_forward(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w, const bf16 *b,
-                                  int N, int C) {
-    if (N <= 0) return;
-    int vec = C % 8 == 0 && aligned16(out) && aligned16(inp) && aligned16(w) && aligned16(b);
-    dim3 grid(ceil_div_int(N, LN_WARPS)), block(LN_WARPS * 32);
-#define LN_FWD(NV)                                                                                                  \
-    if (vec) emu_launch(grid, block, 0, [&] {                                                                      \
-        layernorm_forward_kernel<NV, true>(out, mean, rstd, inp, w, b, N, C);                                      \
-    });                                                                                                             \
-    else emu_launch(grid, block, 0, [&] {                                                                          \
-        layernorm_forward_kernel<NV, false>(out, mean, rstd, inp, w, b, N, C);                                     \
-    })
-    LLMC_NV_SWITCH(ln_nv(C), LN_FWD);
-#undef LN_FWD
-}
-
-static void emu_fused_residual_layernorm(bf16 *residual_out, bf16 *out, float *mean, float *rstd, const bf16 *res_in,
-                                         const bf16 *x, const bf16 *w, const bf16 *b, int N, int C) {
-    if (N <= 0) return;
-    int vec = C % 8 == 0 && aligned16(residual_out) && aligned16(out) && aligned16(res_in) && aligned16(x) &&
-              aligned16(w) && aligned16(b);
-    dim3 grid(ceil_div_int(N, LN_WARPS)), block(LN_WARPS * 32);
-#define LN_FUSED(NV)                                                                                                \
-    if (vec) emu_launch(grid, block, 0, [&] {                                                                      \
-        fused_residual_layernorm_kernel<NV, true>(residual_out, out, mean, rstd, res_in, x, w, b, N, C);           \
-    });                                                                                                             \
-    else emu_launch(grid, block, 0, [&] {                                                                          \
-        fused_residual_layernorm_kernel<NV, false>(residual_out, out, mean, rstd, res_in, x, w, b, N, C);          \
-    })
-    LLMC_NV_SWITCH(ln_nv(C), LN_FUSED);
-#undef LN_FUSED
-}
-
-static void emu_layernorm_backward(float *dinp, bf16 *dinp_bf16, float *dw, float *db, float *scratch, const bf16 *dout,
-                                   const bf16 *inp, const bf16 *w, const float *mean, const float *rstd, int N, int C) {
-    if (N <= 0) return;
-    int vec_in = C % 8 == 0 && aligned16(dout) && aligned16(inp);
-    int vec = vec_in && aligned16(dinp) && aligned16(dinp_bf16) && aligned16(w);
-    dim3 grid(ceil_div_int(N, LN_WARPS)), block(LN_WARPS * 32);
-#define LN_BWD(NV)                                                                                                  \
-    if (vec) emu_launch(grid, block, 0, [&] {                                                                      \
-        layernorm_backward_rows_kernel<NV, true>(dinp, dinp_bf16, dout, inp, w, mean, rstd, N, C);                 \
-    });                                                                                                             \
-    else emu_launch(grid, block, 0, [&] {                                                                          \
-        layernorm_backward_rows_kernel<NV, false>(dinp, dinp_bf16, dout, inp, w, mean, rstd, N, C);                \
-    })
-    LLMC_NV_SWITCH(ln_nv(C), LN_BWD);
-#undef LN_BWD
-    int R = ceil_div_int(N, LN_ROWS_PER_CHUNK);
-    if (vec_in)
-        emu_launch(dim3(ceil_div_int(C, 256), R), dim3(32, 8), 0,
-                   [&] { layernorm_backward_params_vec_kernel(scratch, dout, inp, mean, rstd, N, C); });
-    else
-        emu_launch(dim3(ceil_div_int(C, 32), R), dim3(32, 8), 0,
-                   [&] { layernorm_backward_params_kernel(scratch, dout, inp, mean, rstd, N, C); });
-    emu_launch(ceil_div_int(C, 256), 256, 0, [&] { layernorm_backward_finish_kernel(dw, db, scratch, R, C); });
-}
+// layernorm: gpu_layernorm_forward, gpu_fused_residual_layernorm and
+// gpu_layernorm_backward (llmc/layernorm.cuh)
 
 // One shape's inputs (bf16 values) and the CPU reference.
 struct LnCase {
@@ -189,16 +130,16 @@ static LnGot layernorm_run(const LnCase &k, int mis_in, int mis_out, const char 
     {  // plain forward of the residual
         Buf<bf16> out(nc, mis_out);
         Buf<float> m(N, mis_out), s(N, mis_out);
-        emu_layernorm_forward(out.p, m.p, s.p, res.p, w.p, b.p, N, C);
+        gpu_layernorm_forward(out.p, m.p, s.p, res.p, w.p, b.p, N, C, 0);
         g.out = get(out.p, nc), g.mean = get(m.p, N), g.rstd = get(s.p, N);
     }
     bool recompute_same;
     {  // fused residual + forward, then the plain forward of its residual (--recompute 2)
         Buf<bf16> out(nc, mis_out), resid(nc, mis_in), out2(nc, mis_out);
         Buf<float> m(N, mis_out), s(N, mis_out), m2(N, mis_out), s2(N, mis_out);
-        emu_fused_residual_layernorm(resid.p, out.p, m.p, s.p, r.p, x.p, w.p, b.p, N, C);
+        gpu_fused_residual_layernorm(resid.p, out.p, m.p, s.p, r.p, x.p, w.p, b.p, N, C, 0);
         g.fres = get(resid.p, nc), g.fout = get(out.p, nc), g.fmean = get(m.p, N), g.frstd = get(s.p, N);
-        emu_layernorm_forward(out2.p, m2.p, s2.p, resid.p, w.p, b.p, N, C);
+        gpu_layernorm_forward(out2.p, m2.p, s2.p, resid.p, w.p, b.p, N, C, 0);
         recompute_same = same_bits(get(out2.p, nc), g.fout) && same_bits(get(m2.p, N), g.fmean) &&
                          same_bits(get(s2.p, N), g.frstd);
     }
@@ -211,7 +152,7 @@ static LnGot layernorm_run(const LnCase &k, int mis_in, int mis_out, const char 
         Buf<float> scratch(layernorm_scratch_floats(N, C), 0);
         put(dinp.p, k.dinp0), put(dw.p, k.dw0), put(db.p, k.db0), put(m.p, k.mean), put(s.p, k.rstd);
         emu_schedule = run ? EMU_SCHEDULE_REVERSE : EMU_SCHEDULE_RANDOM;
-        emu_layernorm_backward(dinp.p, dinp_bf.p, dw.p, db.p, scratch.p, dout.p, res.p, w.p, m.p, s.p, N, C);
+        gpu_layernorm_backward(dinp.p, dinp_bf.p, dw.p, db.p, scratch.p, dout.p, res.p, w.p, m.p, s.p, N, C, 0);
         emu_schedule = EMU_SCHEDULE_RANDOM;
         got[run][0] = get(dinp.p, nc), got[run][1] = get(dinp_bf.p, nc), got[run][2] = get(dw.p, C),
         got[run][3] = get(db.p, C);
@@ -261,24 +202,7 @@ static void check_layernorm(Rng *rng, int N, int C, bool mixed) {
 }
 
 // ---------------------------------------------------------------------------
-// gelu: the launches of gpu_gelu_forward and gpu_gelu_backward_inplace (llmc/gelu.cuh),
-// mirrored (keep in step)
-
-static void emu_gelu_forward(bf16 *out, const bf16 *inp, int64_t n) {
-    if (n <= 0) return;
-    int blocks = ceil_div_int(n, 8 * GELU_THREADS);
-    if (aligned16(out) && aligned16(inp))
-        emu_launch(blocks, GELU_THREADS, 0, [&] { gelu_forward_kernel<true>(out, inp, n); });
-    else emu_launch(blocks, GELU_THREADS, 0, [&] { gelu_forward_kernel<false>(out, inp, n); });
-}
-
-static void emu_gelu_backward_inplace(bf16 *dinout, const bf16 *inp, int64_t n) {
-    if (n <= 0) return;
-    int blocks = ceil_div_int(n, 8 * GELU_THREADS);
-    if (aligned16(dinout) && aligned16(inp))
-        emu_launch(blocks, GELU_THREADS, 0, [&] { gelu_backward_inplace_kernel<true>(dinout, inp, n); });
-    else emu_launch(blocks, GELU_THREADS, 0, [&] { gelu_backward_inplace_kernel<false>(dinout, inp, n); });
-}
+// gelu: gpu_gelu_forward and gpu_gelu_backward_inplace (llmc/gelu.cuh)
 
 static void check_gelu(Rng *rng, size_t n) {
     std::vector<float> x = random_bf16(rng, n, 6.0f), d = random_bf16(rng, n, 1.0f);
@@ -292,8 +216,8 @@ static void check_gelu(Rng *rng, size_t n) {
     for (int mis = 0; mis < 2; mis++) {
         Buf<bf16> dx(n, mis), dd(n, mis), out(n, mis);
         put(dx.p, x), put(dd.p, d);
-        emu_gelu_forward(out.p, dx.p, (int64_t)n);
-        emu_gelu_backward_inplace(dd.p, dx.p, (int64_t)n);
+        gpu_gelu_forward(out.p, dx.p, (int64_t)n, 0);
+        gpu_gelu_backward_inplace(dd.p, dx.p, (int64_t)n, 0);
         fwd[mis] = get(out.p, n), bwd[mis] = get(dd.p, n);
         // one rounding; atol: the CPU tanh's 1e-7 absolute error times |x| <= 20, and __expf's
         double e_f = excess(fwd[mis], ref, 1e-5, BF16_U + 2e-5), e_b = excess(bwd[mis], dref, 1e-5, BF16_U + 2e-5);
@@ -306,23 +230,7 @@ static void check_gelu(Rng *rng, size_t n) {
 }
 
 // ---------------------------------------------------------------------------
-// classifier: the launch of gpu_fused_classifier (llmc/classifier.cuh), mirrored (keep in step)
-
-static void emu_fused_classifier(bf16 *logits, float *losses, const int *targets, int N, int V, int Vp, float dloss) {
-    if (N <= 0) return;
-    int vec = Vp % 8 == 0 && aligned16(logits);
-    int nv = ceil_div_int(ceil_div_int(Vp, 8), CLASSIFIER_THREADS);
-    int wd = dloss != 0.0f;
-#define CLS_LAUNCH(NV)                                                                                              \
-    if (vec) emu_launch(N, CLASSIFIER_THREADS, 0, [&] {                                                            \
-        fused_classifier_kernel<NV, true>(logits, losses, targets, V, Vp, dloss, wd);                              \
-    });                                                                                                             \
-    else emu_launch(N, CLASSIFIER_THREADS, 0, [&] {                                                                \
-        fused_classifier_kernel<NV, false>(logits, losses, targets, V, Vp, dloss, wd);                             \
-    })
-    LLMC_NV_SWITCH(nv <= CLASSIFIER_MAX_NV ? nv : 0, CLS_LAUNCH);
-#undef CLS_LAUNCH
-}
+// classifier: gpu_fused_classifier (llmc/classifier.cuh)
 
 static void check_classifier(Rng *rng, int N, int V, int Vp) {
     size_t n = (size_t)N * Vp;
@@ -341,11 +249,11 @@ static void check_classifier(Rng *rng, int N, int V, int Vp) {
         Buf<bf16> l(n, mis);
         Buf<float> loss(N, mis);
         put(l.p, lp);
-        emu_fused_classifier(l.p, loss.p, y.data(), N, V, Vp, 0.0f);  // eval: losses only
+        gpu_fused_classifier(l.p, loss.p, y.data(), N, V, Vp, 0.0f, 0);  // eval: losses only
         std::vector<float> eval_loss = get(loss.p, N);
         bool untouched = same_bits(get(l.p, n), lp);
         memset(loss.p, 0xff, N * sizeof(float));
-        emu_fused_classifier(l.p, loss.p, y.data(), N, V, Vp, dloss);
+        gpu_fused_classifier(l.p, loss.p, y.data(), N, V, Vp, dloss, 0);
         got_loss[mis] = get(loss.p, N), got_d[mis] = get(l.p, n);
         std::vector<float> d((size_t)N * V);
         size_t pad_nonzero = 0;
@@ -368,39 +276,7 @@ static void check_classifier(Rng *rng, int N, int V, int Vp) {
 }
 
 // ---------------------------------------------------------------------------
-// encoder: the launches of gpu_encoder_forward and gpu_encoder_backward (llmc/encoder.cuh),
-// mirrored (keep in step)
-
-static void emu_encoder_forward(bf16 *out, const int *inp, const bf16 *wte, const bf16 *wpe, int B, int T, int C) {
-    int64_t nq = (int64_t)B * T * ((C + 7) / 8);
-    if (nq <= 0) return;
-    const int blocks = ceil_div_int(nq, 256);
-    if (C % 8 == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe))
-        emu_launch(blocks, 256, 0, [&] { encoder_forward_kernel<true>(out, inp, wte, wpe, B * T, T, C); });
-    else emu_launch(blocks, 256, 0, [&] { encoder_forward_kernel<false>(out, inp, wte, wpe, B * T, T, C); });
-}
-
-static void emu_encoder_backward(float *dwte, float *dwpe, const float *dout, const EncoderIndex *ix, int B, int T,
-                                 int C) {
-    if (B * T <= 0 || C <= 0) return;
-    int vec = C % 4 == 0 && aligned16(dwte) && aligned16(dwpe) && aligned16(dout);
-    int C4 = (C + 3) / 4;
-    int threads = C4 < 256 ? (C4 + 31) / 32 * 32 : 256;
-    if (ix->num_unique > 0) {
-        dim3 grid(ix->num_unique, ceil_div_int(C4, threads));
-        if (vec)
-            emu_launch(grid, threads, 0, [&] {
-                encoder_backward_wte_kernel<true>(dwte, dout, ix->d_tok, ix->d_start, ix->d_pos, C);
-            });
-        else
-            emu_launch(grid, threads, 0, [&] {
-                encoder_backward_wte_kernel<false>(dwte, dout, ix->d_tok, ix->d_start, ix->d_pos, C);
-            });
-    }
-    int blocks = ceil_div_int((int64_t)T * C4, 256);
-    if (vec) emu_launch(blocks, 256, 0, [&] { encoder_backward_wpe_kernel<true>(dwpe, dout, B, T, C); });
-    else emu_launch(blocks, 256, 0, [&] { encoder_backward_wpe_kernel<false>(dwpe, dout, B, T, C); });
-}
+// encoder: gpu_encoder_forward and gpu_encoder_backward (llmc/encoder.cuh)
 
 static void check_encoder(Rng *rng, int B, int T, int C, int V) {
     const int N = B * T;
@@ -422,14 +298,14 @@ static void check_encoder(Rng *rng, int B, int T, int C, int V) {
     for (int mis = 0; mis < 2; mis++) {
         Buf<bf16> d_wte((size_t)V * C, mis), d_wpe((size_t)T * C, mis), out((size_t)N * C, mis);
         put(d_wte.p, wte), put(d_wpe.p, wpe);
-        emu_encoder_forward(out.p, inp[0].data(), d_wte.p, d_wpe.p, B, T, C);
+        gpu_encoder_forward(out.p, inp[0].data(), d_wte.p, d_wpe.p, B, T, C, 0);
         got[mis][0] = get(out.p, (size_t)N * C);
         Buf<float> g_wte((size_t)V * C, mis), g_wpe((size_t)T * C, mis), d_dout((size_t)N * C, mis);
         put(g_wte.p, dwte0), put(g_wpe.p, dwpe0);
         for (int k = 0; k < 2; k++) {
             encoder_index_build(&ix, inp[k].data(), N, nullptr);
             put(d_dout.p, dout[k]);
-            emu_encoder_backward(g_wte.p, g_wpe.p, d_dout.p, &ix, B, T, C);
+            gpu_encoder_backward(g_wte.p, g_wpe.p, d_dout.p, &ix, B, T, C, 0);
         }
         got[mis][1] = get(g_wte.p, (size_t)V * C), got[mis][2] = get(g_wpe.p, (size_t)T * C);
         // forward: one rounding of a sum of two bf16; backward: fp32 sums in another association (dev/cuda's)
@@ -450,15 +326,7 @@ static void check_encoder(Rng *rng, int B, int T, int C, int V) {
 }
 
 // ---------------------------------------------------------------------------
-// adamw: the launch of gpu_adamw_update (llmc/adamw.cuh), mirrored (keep in step)
-
-static void emu_adamw_update(const AdamWPlan *ap, float *params, bf16 *params_bf16, const float *grads, float *m,
-                             float *v, const AdamWConfig *cfg, float grad_scale, uint64_t seed) {
-    AdamWArgs a = adamw_args(cfg, grad_scale, seed);
-    if (ap->num_chunks == 0) return;
-    emu_launch(ap->num_chunks, 256, 0,
-               [&] { adamw_kernel(params, params_bf16, grads, m, v, ap->d_chunks, ap->begin, a); });
-}
+// adamw: gpu_adamw_update (llmc/adamw.cuh)
 
 // The stochastic rounding of x with random bits `bits`, restated: x + (bits &
 // 0xffff) in the low half of its fp32 pattern, truncated to the high half.
@@ -494,7 +362,7 @@ static void check_adamw(Rng *rng, const ParamLayout *pl, int64_t begin, int64_t 
         const uint64_t last_seed = 99 + 3;
         for (int step = 1; step <= 3; step++) {
             AdamWConfig cfg = {1e-3f * step, 0.9f, 0.95f, 1e-8f, 0.1f, step};
-            emu_adamw_update(&ap, dp.p, db.p, dg.p, dm.p, dv.p, &cfg, 0.5f, 99 + step);
+            gpu_adamw_update(&ap, dp.p, db.p, dg.p, dm.p, dv.p, &cfg, 0.5f, 99 + step, 0);
         }
         got[mis][0] = get(dp.p, P), got[mis][1] = get(dm.p, n), got[mis][2] = get(dv.p, n), got[mis][3] = get(db.p, P);
         // inside the range: the bf16 copy is exactly the stochastic rounding of the
@@ -528,9 +396,9 @@ static void check_adamw(Rng *rng, const ParamLayout *pl, int64_t begin, int64_t 
             std::vector<float> before_m = got[0][1], before_v = got[0][2];
             AdamWConfig cfg = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 4};
             put(dp2.p, got[0][0]), put(dm2.p, before_m), put(dv2.p, before_v);
-            emu_adamw_update(&ap, dp.p, db.p, dg.p, dm.p, dv.p, &cfg, 0.5f, 7);
+            gpu_adamw_update(&ap, dp.p, db.p, dg.p, dm.p, dv.p, &cfg, 0.5f, 7, 0);
             emu_schedule = EMU_SCHEDULE_REVERSE;
-            emu_adamw_update(&ap, dp2.p, db2.p, dg.p, dm2.p, dv2.p, &cfg, 0.5f, 7);
+            gpu_adamw_update(&ap, dp2.p, db2.p, dg.p, dm2.p, dv2.p, &cfg, 0.5f, 7, 0);
             emu_schedule = EMU_SCHEDULE_RANDOM;
             bool same = same_bits(get(dp.p + begin, n), get(dp2.p + begin, n)) &&
                         same_bits(get(db.p + begin, n), get(db2.p + begin, n)) &&
@@ -551,13 +419,7 @@ static void check_adamw(Rng *rng, const ParamLayout *pl, int64_t begin, int64_t 
 }
 
 // ---------------------------------------------------------------------------
-// global norm: the launches of gpu_sum_of_squares (llmc/global_norm.cuh), mirrored (keep in step)
-
-static void emu_sum_of_squares(float *scratch, const float *g, int64_t n) {
-    if (aligned16(g)) emu_launch(NORM_BLOCKS, NORM_THREADS, 0, [&] { norm_partial_vec_kernel(scratch, g, n); });
-    else emu_launch(NORM_BLOCKS, NORM_THREADS, 0, [&] { norm_partial_kernel(scratch, g, n); });
-    emu_launch(1, 1, 0, [&] { norm_finish_kernel((double *)(scratch + NORM_BLOCKS), scratch, NORM_BLOCKS); });
-}
+// global norm: gpu_sum_of_squares (llmc/global_norm.cuh)
 
 static void check_global_norm(Rng *rng, size_t n, bool twice) {
     std::vector<float> g = random_bf16(rng, n, 1.0f);
@@ -566,13 +428,13 @@ static void check_global_norm(Rng *rng, size_t n, bool twice) {
     for (int mis = 0; mis < 2; mis++) {
         Buf<float> dg(n, mis), scratch(global_norm_scratch_floats(), 0);
         put(dg.p, g);
-        emu_sum_of_squares(scratch.p, dg.p, (int64_t)n);
+        gpu_sum_of_squares(scratch.p, dg.p, (int64_t)n, 0);
         memcpy(&got[mis], scratch.p + NORM_BLOCKS, sizeof(double));
         bool repro = true;
         if (twice) {  // threads in reverse order: the same bits
             memset(scratch.p, 0xff, global_norm_scratch_floats() * sizeof(float));
             emu_schedule = EMU_SCHEDULE_REVERSE;
-            emu_sum_of_squares(scratch.p, dg.p, (int64_t)n);
+            gpu_sum_of_squares(scratch.p, dg.p, (int64_t)n, 0);
             emu_schedule = EMU_SCHEDULE_RANDOM;
             repro = memcmp(&got[mis], scratch.p + NORM_BLOCKS, sizeof(double)) == 0;
         }
@@ -585,15 +447,7 @@ static void check_global_norm(Rng *rng, size_t n, bool twice) {
 }
 
 // ---------------------------------------------------------------------------
-// column sums (bias gradients): the launches of gpu_colsum_accumulate
-// (llmc/colsum.cuh), mirrored (keep in step)
-
-template <class T> static void emu_colsum_accumulate(float *out, float *scratch, const T *a, int N, int C) {
-    int R = ceil_div_int(N, COLSUM_ROWS_PER_CHUNK);
-    emu_launch(dim3{(unsigned)ceil_div_int(C, 32), (unsigned)R, 1}, dim3{32, 8, 1}, 0,
-               [&] { colsum_partial_kernel<T>(scratch, a, N, C); });
-    emu_launch(ceil_div_int(C, 256), 256, 0, [&] { colsum_finish_kernel(out, scratch, R, C); });
-}
+// column sums (bias gradients): gpu_colsum_accumulate (llmc/colsum.cuh)
 
 // out += column sums of an (N, C) bf16 matrix and of an fp32 one, against the
 // CPU's column_sum_accumulate: fp32 sums of N terms in another order
@@ -605,7 +459,7 @@ template <class T> static void check_colsum(Rng *rng, int N, int C) {
     Buf<float> dout((size_t)C, 0), scratch(colsum_scratch_floats(N, C), 0);
     put(da.p, a);
     put(dout.p, out0);
-    emu_colsum_accumulate<T>(dout.p, scratch.p, da.p, N, C);
+    gpu_colsum_accumulate<T>(dout.p, scratch.p, da.p, N, C, 0);
     std::vector<float> got = get(dout.p, (size_t)C);
     double e = excess(got, ref, 1e-5 * N, 1e-5);  // |terms| <= 1: fp32 rounding of N terms
     test_result(e <= 1.0, "emulated column sum (%s) N=%d C=%d: error / tolerance %.2f", sizeof(T) == 2 ? "bf16" : "fp32",
