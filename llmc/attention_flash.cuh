@@ -170,6 +170,25 @@ __device__ __forceinline__ void fa_store_rows(bf16 *dst, int64_t stride, const f
     }
 }
 
+// Key/value double buffering (forward, dq): tile kt is in buffer kt & 1.
+// Starts copying tile kt + 1 into the other buffer when kt < last, then waits
+// for this thread's copies of tile kt (the caller's __syncthreads makes every
+// thread's visible).
+template <int HS>
+__device__ __forceinline__ void fa_next_kv_tile(bf16 *ks, bf16 *vs, const bf16 *kbase, const bf16 *vbase, int64_t C3,
+                                                int kt, int last, int T) {
+    constexpr int TE = FA_TILE * FaTile<HS>::LDH;
+    if (kt < last) {
+        const int other = (kt & 1) ^ 1;
+        fa_load_tile<HS>(ks + other * TE, kbase, C3, (kt + 1) * FA_TILE, T);
+        fa_load_tile<HS>(vs + other * TE, vbase, C3, (kt + 1) * FA_TILE, T);
+        fa_cp_async_commit();
+        fa_cp_async_wait<1>();
+    } else {
+        fa_cp_async_wait<0>();
+    }
+}
+
 // acc (16 x hs: hs/16 fragments) += a (16 x 64 bf16, row stride FA_LDS: a
 // warp's p or ds) @ b (64 x hs bf16: a shared tile, row stride hs+8). One warp.
 template <int HS>
@@ -232,14 +251,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(bf16 *out, fl
     float m = -INFINITY, l = 0.0f;
     for (int kt = 0; kt <= qt; kt++) {
         const int buf = kt & 1;
-        if (kt < qt) {  // prefetch the next key tile into the other buffer
-            fa_load_tile<HS>(ks + (buf ^ 1) * TE, kbase, C3, (kt + 1) * FA_TILE, T);
-            fa_load_tile<HS>(vs + (buf ^ 1) * TE, vbase, C3, (kt + 1) * FA_TILE, T);
-            fa_cp_async_commit();
-            fa_cp_async_wait<1>();
-        } else {
-            fa_cp_async_wait<0>();
-        }
+        fa_next_kv_tile<HS>(ks, vs, kbase, vbase, C3, kt, qt, T);
         __syncthreads();  // tile kt (and, the first time, q) visible to all
         if (kt == 0) {
             #pragma unroll
@@ -536,14 +548,7 @@ __global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dq_kernel(bf16 *
     for (int d = 0; d < ND; d++) wmma::fill_fragment(dq[d], 0.0f);
     for (int kt = 0; kt <= qt; kt++) {
         const int buf = kt & 1;
-        if (kt < qt) {
-            fa_load_tile<HS>(ks + (buf ^ 1) * TE, kbase, C3, (kt + 1) * FA_TILE, T);
-            fa_load_tile<HS>(vs + (buf ^ 1) * TE, vbase, C3, (kt + 1) * FA_TILE, T);
-            fa_cp_async_commit();
-            fa_cp_async_wait<1>();
-        } else {
-            fa_cp_async_wait<0>();
-        }
+        fa_next_kv_tile<HS>(ks, vs, kbase, vbase, C3, kt, qt, T);
         __syncthreads();
         const bf16 *kt_s = ks + buf * TE, *vt_s = vs + buf * TE;
         #pragma unroll
