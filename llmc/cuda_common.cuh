@@ -6,8 +6,8 @@
 // picks them), NVTX ranges, and a checked device allocation that says how much
 // memory was wanted.
 // LLMC_CUDA_EMULATION (tests/cuda_emulator.h, included first, stands in for
-// the CUDA headers): the CPU tests compile the device helpers below as they
-// are; only the NVTX ranges and the device queries are left out.
+// the CUDA headers and runtime): the CPU tests compile everything below as it
+// is, but for launch_kernel and DYNAMIC_SMEM, which the emulator defines.
 #ifndef LLMC_CUDA_COMMON_CUH
 #define LLMC_CUDA_COMMON_CUH
 
@@ -65,7 +65,6 @@ static inline int ceil_div_int(long long a, long long b) { return (int)((a + b -
 #define DYNAMIC_SMEM(type, name) extern __shared__ __align__(128) type name[]
 #endif
 
-#ifndef LLMC_CUDA_EMULATION
 // ---------------------------------------------------------------------------
 // NVTX: a scoped range per phase (forward, backward, optimizer, ...), visible in
 // Nsight Systems and ncu's NVTX filter.
@@ -79,7 +78,6 @@ struct NvtxRange {
 #define NVTX_CONCAT2(a, b) a##b
 #define NVTX_CONCAT(a, b) NVTX_CONCAT2(a, b)
 #define NVTX_RANGE(name) NvtxRange NVTX_CONCAT(nvtx_range_, __LINE__)(name)
-#endif  // LLMC_CUDA_EMULATION
 
 // ---------------------------------------------------------------------------
 // bf16 conversions
@@ -246,7 +244,6 @@ static inline void *cuda_malloc_check_at(size_t bytes, const char *file, int lin
 }
 #define cudaMallocCheck(bytes) cuda_malloc_check_at((bytes), __FILE__, __LINE__)
 
-#ifndef LLMC_CUDA_EMULATION
 // The number of streaming multiprocessors of the current device.
 static inline int cuda_num_sms(void) {
     int dev = 0, sms = 0;
@@ -260,6 +257,5 @@ static inline int cuda_device_present(void) {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
-#endif  // LLMC_CUDA_EMULATION
 
 #endif  // LLMC_CUDA_COMMON_CUH

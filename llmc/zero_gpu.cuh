@@ -122,8 +122,8 @@ static void zero_gpu_grads_ready(void *ctx, int s) {
             if (z->stage >= 2) {
                 recv = phi > plo ? shard + plo : m->grad_shard;
                 if (z->accumulate && phi > plo) {
-                    zero_add_kernel<<<ceil_div_int(phi - plo, 256), 256, 0, m->stream>>>(g + plo, shard + plo,
-                                                                                          phi - plo);
+                    launch_kernel(zero_add_kernel, ceil_div_int(phi - plo, 256), 256, 0, m->stream, g + plo,
+                                  (const float *)shard + plo, phi - plo);
                     CUDA_CHECK_LAUNCH();
                 }
             }

@@ -38,9 +38,9 @@
 // between blocks, so a kernel must not rely on their contents across blocks
 // (nothing here can catch that). The dynamic shared memory (DYNAMIC_SMEM(type,
 // name), llmc/cuda_common.cuh's spelling of `extern __shared__ type name[]`)
-// is emu_smem, 256 KB, filled with NaN (0xff bytes, in fp32 and bf16) before
-// every block; a launch may ask for up to 227 KB and cp.async or wmma accesses
-// past what it asked for fail.
+// is emu_smem, 256 KB, whose bytes the launch asked for (up to 227 KB) are
+// filled with NaN (0xff bytes, in fp32 and bf16) before every block;
+// cp.async or wmma accesses past them fail.
 //
 // Arithmetic. bf16 with round-to-nearest-even (NaN stays NaN); the fp32
 // intrinsics as exact or correctly rounded host operations, except: __expf is
@@ -498,46 +498,6 @@ template <int N> static inline void fa_cp_async_wait() {
 static inline float fa_exp2(float x) { return emu_ex2_approx_ftz(x); }
 static inline float cls_exp2(float x) { return emu_ex2_approx_ftz(x); }
 
-// ---- host stand-ins for the runtime calls of the headers' host helpers ----
-typedef int cudaError_t;
-enum { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
-typedef struct EmuStream *cudaStream_t;
-enum cudaMemcpyKind {
-    cudaMemcpyHostToHost,
-    cudaMemcpyHostToDevice,
-    cudaMemcpyDeviceToHost,
-    cudaMemcpyDeviceToDevice,
-    cudaMemcpyDefault
-};
-static inline const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "out of memory"; }
-static inline cudaError_t cudaMalloc(void **p, size_t bytes) {
-    *p = malloc(bytes > 0 ? bytes : 1);
-    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-static inline cudaError_t cudaFree(void *p) {
-    free(p);
-    return cudaSuccess;
-}
-static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind) {
-    if (bytes) memmove(dst, src, bytes);
-    return cudaSuccess;
-}
-static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
-                                          cudaStream_t = nullptr) {
-    return cudaMemcpy(dst, src, bytes, kind);
-}
-static inline cudaError_t cudaMemset(void *p, int value, size_t bytes) {
-    if (bytes) memset(p, value, bytes);
-    return cudaSuccess;
-}
-static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
-    *free_b = *total_b = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGE_SIZE);
-    return cudaSuccess;
-}
-static inline cudaError_t cudaGetLastError() { return cudaSuccess; }
-static inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-static inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-
 // ---- nvcuda::wmma, 16x16x16 bf16 with fp32 accumulators ----
 static int emu_acc_row[32][8], emu_acc_col[32][8];  // accumulator (lane, element) -> (row, col)
 // A random bijection of the 256 (lane, element) pairs onto the 16x16 tile.
@@ -557,6 +517,8 @@ static inline void emu_shuffle_accumulator_layout(uint64_t seed) {
             emu_acc_col[lane][e] = perm[lane * 8 + e] % 16;
         }
 }
+// a program that never chooses one gets this one
+static const bool emu_acc_layout_chosen = (emu_shuffle_accumulator_layout(0x5eedull), true);
 
 namespace nvcuda {
 namespace wmma {
@@ -631,7 +593,7 @@ void mma_sync(EmuAccumulator &d, const fragment<matrix_a, 16, 16, 16, bf16, Layo
 
 // ---- the launch ----
 static void emu_run_block(int nt) {
-    memset(emu_smem, 0xff, EMU_SMEM_CAP);  // NaN in fp32 and bf16
+    memset(emu_smem, 0xff, emu_smem_bytes);  // NaN in fp32 and bf16
     const int nw = (nt + 31) / 32;
     int warp_waiting[EMU_MAX_THREADS / 32] = {0}, warp_exited[EMU_MAX_THREADS / 32] = {0};
     int exited = 0, at_barrier = 0;
@@ -719,17 +681,8 @@ static inline void emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const st
 }
 
 
-// llmc/cuda_common.cuh's launch_kernel, emulated: the llmc launchers run as
-// they are, each launch to completion in call order (the stream is not used).
-template <typename... Params, typename... Args>
-static inline void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t,
-                                 Args... args) {
-    emu_launch(grid, block, smem, [&] { kernel(args...); });
-}
-// The shared-memory opt-in the flash launchers make: emu_launch allows 227 KB.
-enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
-template <typename Kernel> static inline cudaError_t cudaFuncSetAttribute(Kernel, cudaFuncAttribute, int) {
-    return cudaSuccess;
-}
+// the runtime (memory, streams, events, device queries, launch_kernel) and cuBLASLt
+#include "cuda_runtime_emulator.h"
+#include "cublaslt_emulator.h"
 
 #endif  // LLMC_CUDA_EMULATOR_H

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# run_tests.sh: runs every test program (build/tests/test_*) and test script
-# (tests/test_*.sh), tallies their PASS:/FAIL:/SKIP: lines, and prints the
+# run_tests.sh: runs every test program (build/tests/test_*), test script
+# (tests/test_*.sh) and emulated GPU program (build/emu/), tallies their PASS:/FAIL:/SKIP: lines, and prints the
 # closing line "N passed, N failed, N skipped". A test that exits non-zero
 # without printing FAIL counts as one failure. Exit status 1 on any failure.
 set -u
@@ -35,6 +35,16 @@ for t in tests/test_*.sh; do
     [ -n "$only" ] && ! [[ "$(basename "$t")" =~ $only ]] && continue
     run_one "$(basename "$t")" bash "$t"
 done
+# the GPU programs on the CPU (train_gpt.cu and tests/test_gpt.cu compiled for
+# tests/cuda_emulator.h; the Makefile's EMU_BINS)
+emulated() {
+    local name=$1; shift
+    [ -n "$only" ] && ! [[ "$name" =~ $only ]] && return
+    if [ -x "$BUILD/emu/test_gpt_cu" ]; then run_one "$name" "$@"; else echo "SKIP: $name (not built)"; skipped=$((skipped + 1)); fi
+}
+emulated test_gpt_cu_emulated "$BUILD/emu/test_gpt_cu"
+emulated test_train_gpu_emulated env EMULATED=1 bash tests/test_train_gpu.sh
+emulated test_distributed_gpu_emulated env EMULATED=1 bash tests/test_distributed_gpu.sh
 rm -f "$log"
 echo
 echo "$passed passed, $failed failed, $skipped skipped"

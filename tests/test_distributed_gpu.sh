@@ -7,8 +7,12 @@
 # steps and the final weights match the single-process run of the same global
 # batch (the micro-batches and the gradient sums differ in order: 1e-3 and
 # 5e-4, see below), ZeRO 1-3 match ZeRO-0 closely (same batches, sums in
-# another order), only rank 0 prints, and the memory line follows the ZeRO
+# another order: losses and norms to 5e-4, as the emulated run shows 8.8e-5 at
+# ZeRO 2-3, which add a rank's running shard in before each micro-step's
+# reduce-scatter; weights to 1e-4), only rank 0 prints, and the memory line follows the ZeRO
 # formula. SKIPs without train_gptcu, a GPU, or MPI (build or mpirun).
+# EMULATED=1 (tests/run_tests.sh, every build): the same checks on the
+# emulated trainer (tests/gpu_trainer.sh).
 # --eps 1e-4, not the default 1e-8: some gradients are zero but for rounding
 # (the key bias's: softmax ignores a shift of a query's scores), and in bf16
 # that noise is ~1e-7, above 1e-8, so AdamW turns it into full lr steps whose
@@ -23,22 +27,14 @@ set -u
 cd "$(dirname "$0")/.."
 . tests/zero_memory_check.sh
 BUILD=${BUILD:-build}
-TRAIN=$BUILD/train_gptcu
+. tests/gpu_trainer.sh distributed_gpu
 CMP=$BUILD/tests/test_zero
-if [ ! -x "$TRAIN" ]; then
-    echo "SKIP: distributed_gpu (no $TRAIN: built without CUDA, or a sanitizer build)"
-    exit 0
-fi
-if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-    echo "SKIP: distributed_gpu (no GPU)"
-    exit 0
-fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 cat llmc/*.h > "$tmp/corpus.txt"
 "$BUILD/tokenize" --bytes 1 --out-dir "$tmp" --name d "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
-    { echo "FAIL: distributed_gpu_data ($(tail -1 "$tmp/tok.log"))"; exit 1; }
+    { echo "FAIL: ${P}distributed_gpu_data ($(tail -1 "$tmp/tok.log"))"; exit 1; }
 # global batch 4 x 64 tokens x 2 accumulation steps (np 2: 2 x 64 a rank); small buckets: many, the last one
 # uneven; 3 layers: the layers take turns in the slots (2 for gradients, 3 for weights)
 COMMON=(--data-train "$tmp/d_train_*.bin" --n-layer 3 --n-embd 128 --n-head 2 --vocab-size 257 --max-seq-len 64
@@ -46,9 +42,9 @@ COMMON=(--data-train "$tmp/d_train_*.bin" --n-layer 3 --n-embd 128 --n-head 2 --
         --peak-tflops 1 --bucket-mb 0.05 --comm-timeout 120)
 
 timeout 300 "$TRAIN" "${COMMON[@]}" --batch-size 4 --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" \
-    >"$tmp/ref.log" 2>&1 || { echo "FAIL: distributed_gpu_reference_run (exit $?: $(tail -2 "$tmp/ref.log"))"; exit 1; }
+    >"$tmp/ref.log" 2>&1 || { echo "FAIL: ${P}distributed_gpu_reference_run (exit $?: $(tail -2 "$tmp/ref.log"))"; exit 1; }
 for zero in 1 2 3; do
-    name="gpu_zero${zero}_one_process"
+    name="${P}gpu_zero${zero}_one_process"
     if timeout 300 "$TRAIN" "${COMMON[@]}" --batch-size 4 --zero "$zero" --log-json "$tmp/$name.json" \
             --save-model "$tmp/$name.bin" >"$tmp/$name.log" 2>&1; then
         "$CMP" --compare-logs "$tmp/ref.json" "$tmp/$name.json" 1e-4 "${name}_loss_and_norm_match_zero0"
@@ -59,13 +55,13 @@ for zero in 1 2 3; do
 done
 
 if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
-    echo "SKIP: distributed_gpu_np2 (built without MPI or no mpirun)"
+    echo "SKIP: ${P}distributed_gpu_np2 (built without MPI or no mpirun)"
     exit 0
 fi
-export OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_rmaps_base_oversubscribe=1  # MPI's own allocations
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS)
 for zero in 0 1 2 3; do
-    name="gpu_zero${zero}_np2"
+    name="${P}gpu_zero${zero}_np2"
     out=$tmp/$name
     timeout 300 "${MPIRUN[@]}" "$TRAIN" "${COMMON[@]}" --batch-size 2 --zero "$zero" --comm mpi \
         --log-json "$out.json" --save-model "$out.bin" >"$out.log" 2>&1
@@ -88,8 +84,8 @@ for zero in 0 1 2 3; do
     fi
     check_zero_memory_line "$name" "$out.log" "$zero" 2 2 4 12  # bf16 params, fp32 grads, master + m + v
     [ "$zero" -eq 0 ] && continue
-    if [ -f "$tmp/gpu_zero0_np2.json" ]; then
-        "$CMP" --compare-logs "$tmp/gpu_zero0_np2.json" "$out.json" 1e-4 "${name}_matches_zero0_np2"
-        "$CMP" --compare-models "$tmp/gpu_zero0_np2.bin" "$out.bin" 1e-4 "${name}_weights_match_zero0_np2"
+    if [ -f "$tmp/${P}gpu_zero0_np2.json" ]; then
+        "$CMP" --compare-logs "$tmp/${P}gpu_zero0_np2.json" "$out.json" 5e-4 "${name}_matches_zero0_np2"
+        "$CMP" --compare-models "$tmp/${P}gpu_zero0_np2.bin" "$out.bin" 1e-4 "${name}_weights_match_zero0_np2"
     fi
 done

@@ -49,7 +49,9 @@ static const double BF16_U = 1.0 / 256;  // bf16 round-to-nearest: relative erro
 // ---------------------------------------------------------------------------
 // buffers and comparisons
 
-// n elements of T, filled with NaN bits, starting 256-byte aligned or
+// n elements of T in device memory (the tests read and write it directly:
+// every launch here is on the legacy default stream, so it has run when the
+// launcher returns), filled with NaN bits, starting 256-byte aligned or
 // (misaligned) one element past it: a kernel handed it takes its element path.
 template <class T> struct Buf {
     unsigned char *base;
@@ -57,12 +59,11 @@ template <class T> struct Buf {
     size_t n;
     Buf(size_t n_, int misaligned) : n(n_) {
         size_t bytes = ((n + 16) * sizeof(T) + 255) / 256 * 256;
-        base = (unsigned char *)aligned_alloc(256, bytes);
-        if (!base) emu_fail("out of memory");
+        CUDA_CHECK(cudaMalloc((void **)&base, bytes));
         memset(base, 0xff, bytes);
         p = (T *)base + (misaligned ? 1 : 0);
     }
-    ~Buf() { free(base); }
+    ~Buf() { CUDA_CHECK(cudaFree(base)); }
     Buf(const Buf &) = delete;
     Buf &operator=(const Buf &) = delete;
 };

@@ -1,0 +1,338 @@
+// cuda_runtime_emulator.h: the CUDA runtime calls llmc makes, on the CPU, for
+// tests/cuda_emulator.h (which includes it): device and pinned memory,
+// streams, events, kernel launches (launch_kernel) and the device queries, so
+// that a whole GPU program (train_gpt.cu, tests/test_gpt.cu) runs in CI.
+//
+// Asynchrony, as late as CUDA allows. Work queued on a stream (a launch, a
+// cuBLASLt matmul, an async copy or memset, a wait for an event) does not run
+// when it is queued: it runs when the host must see it -- cudaStreamSynchronize,
+// cudaEventSynchronize or cudaEventQuery on an event after it, a synchronous
+// cudaMemcpy / cudaMemset or any work on the legacy default stream (which first
+// runs every blocking stream to its end), cudaFree / cudaFreeHost /
+// cudaDeviceSynchronize (all streams) -- or when another stream's queued
+// cudaStreamWaitEvent needs it. So a host that reads a result without
+// synchronising reads stale memory, a stream that reads another's buffer
+// without waiting for its event reads it before the other wrote it, and host
+// memory freed or rewritten before an async copy out of pinned memory ran is
+// read late (AddressSanitizer catches the freed case): the tests fail as they
+// would on a GPU, every time instead of now and then. The documented
+// exceptions are kept: cudaMemcpyAsync from pageable host memory takes its
+// source at the call (staged), into pageable host memory it returns once the
+// copy is done. cudaEventQuery on an event not yet reached returns
+// cudaErrorNotReady once and runs the stream up to it (a GPU makes progress
+// while the host polls).
+//
+// Memory. cudaMalloc returns 256-byte aligned host memory and records it, as
+// cudaMallocHost records pinned memory; a copy whose kind says "device" for a
+// side that is not inside one recorded device allocation (or "host" for one
+// that is) fails the test, and so does cudaFree of a pointer cudaMalloc did
+// not return. Kernels dereference the pointers they get directly.
+//
+// Device queries: one device, "CUDA emulator (CPU)", sm_90, EMU_NUM_SMS SMs,
+// the machine's RAM as its memory. NVTX ranges are no-ops.
+#ifndef LLMC_CUDA_RUNTIME_EMULATOR_H
+#define LLMC_CUDA_RUNTIME_EMULATOR_H
+
+#ifndef LLMC_CUDA_EMULATOR_H
+#error "include tests/cuda_emulator.h, which includes this"
+#endif
+
+#include <map>
+#include <memory>
+
+typedef int cudaError_t;
+enum {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorNotReady = 600
+};
+static inline const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNotReady: return "device not ready";
+    default: return "unknown error";
+    }
+}
+static inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+
+// ---- memory: the allocations (start -> bytes) of each kind ----
+static std::map<uintptr_t, size_t> emu_device_allocs, emu_pinned_allocs;
+
+// 1 if [p, p + bytes) lies inside one allocation of the map.
+static inline bool emu_inside(const std::map<uintptr_t, size_t> &allocs, const void *p, size_t bytes) {
+    uintptr_t u = (uintptr_t)p;
+    auto it = allocs.upper_bound(u);
+    if (it == allocs.begin()) return false;
+    --it;
+    return u >= it->first && u + bytes <= it->first + it->second;
+}
+static inline bool emu_is_device(const void *p, size_t bytes) { return emu_inside(emu_device_allocs, p, bytes); }
+static inline bool emu_is_pinned(const void *p, size_t bytes) { return emu_inside(emu_pinned_allocs, p, bytes); }
+// 1 if p is in no device allocation (host memory: pageable or pinned)
+static inline bool emu_is_host(const void *p) { return !emu_is_device(p, 1); }
+
+// ---- streams and events ----
+struct EmuStream {
+    std::deque<std::function<void()>> ops;
+    uint64_t queued = 0, done = 0;  // operations ever queued / run
+    bool blocking = true;           // synchronises with the legacy default stream
+    bool running = false;
+};
+typedef EmuStream *cudaStream_t;  // nullptr: the legacy default stream
+struct EmuEvent {
+    EmuStream *stream = nullptr;  // where it was last recorded (nullptr: complete)
+    uint64_t target = 0;          // complete once stream->done reaches it
+};
+typedef EmuEvent *cudaEvent_t;
+static std::vector<std::unique_ptr<EmuStream>> emu_all_streams;  // never freed: events may still name them
+
+// Runs stream s's queue until `upto` operations of it have run.
+static void emu_stream_run(EmuStream *s, uint64_t upto) {
+    if (s->done >= upto) return;
+    if (s->running) emu_fail("streams wait for each other in a cycle");
+    s->running = true;
+    while (s->done < upto) {
+        std::function<void()> op = std::move(s->ops.front());
+        s->ops.pop_front();
+        op();
+        s->done++;
+    }
+    s->running = false;
+}
+static void emu_stream_drain(EmuStream *s) { emu_stream_run(s, s->queued); }
+// What the legacy default stream waits for: every blocking stream's work.
+static void emu_sync_blocking_streams() {
+    for (auto &s : emu_all_streams)
+        if (s->blocking) emu_stream_drain(s.get());
+}
+static void emu_sync_all_streams() {
+    for (auto &s : emu_all_streams) emu_stream_drain(s.get());
+}
+// Queues op on s; on the legacy default stream it runs now, after every blocking stream's work.
+static void emu_enqueue(cudaStream_t s, std::function<void()> op) {
+    if (!s) {
+        emu_sync_blocking_streams();
+        op();
+        return;
+    }
+    s->ops.push_back(std::move(op));
+    s->queued++;
+}
+
+enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
+enum { cudaEventDefault = 0, cudaEventDisableTiming = 2 };
+static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    emu_all_streams.emplace_back(new EmuStream);
+    *s = emu_all_streams.back().get();
+    (*s)->blocking = !(flags & cudaStreamNonBlocking);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+static inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags, int) {
+    return cudaStreamCreateWithFlags(s, flags);
+}
+static inline cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
+    *least = 0;
+    *greatest = -5;
+    return cudaSuccess;
+}
+// As CUDA: the work already queued still runs.
+static inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (!s) return cudaErrorInvalidValue;
+    emu_stream_drain(s);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    if (s) emu_stream_drain(s);
+    else emu_sync_blocking_streams();
+    return cudaSuccess;
+}
+static inline cudaError_t cudaDeviceSynchronize() {
+    emu_sync_all_streams();
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
+    *e = new EmuEvent;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
+static inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    delete e;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
+    if (!s) emu_sync_blocking_streams();
+    e->stream = s;
+    e->target = s ? s->queued : 0;
+    return cudaSuccess;
+}
+static inline bool emu_event_done(const EmuEvent *e) { return !e->stream || e->stream->done >= e->target; }
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (e->stream) emu_stream_run(e->stream, e->target);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventQuery(cudaEvent_t e) {
+    if (emu_event_done(e)) return cudaSuccess;
+    emu_stream_run(e->stream, e->target);
+    return cudaErrorNotReady;
+}
+// No clock: every interval is 1 ms (only the peak-rate probe times events).
+static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    if (!emu_event_done(a) || !emu_event_done(b)) return cudaErrorNotReady;
+    *ms = 1.0f;
+    return cudaSuccess;
+}
+// s waits (on the device) for the work before e's last record.
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0) {
+    EmuStream *es = e->stream;
+    uint64_t target = e->target;
+    emu_enqueue(s, [es, target] {
+        if (es) emu_stream_run(es, target);
+    });
+    return cudaSuccess;
+}
+
+// ---- memory calls ----
+static inline cudaError_t cudaMalloc(void **p, size_t bytes) {
+    size_t rounded = (bytes + 255) / 256 * 256;
+    *p = aligned_alloc(256, rounded > 0 ? rounded : 256);
+    if (!*p) return cudaErrorMemoryAllocation;
+    emu_device_allocs[(uintptr_t)*p] = bytes;
+    return cudaSuccess;
+}
+// As CUDA, synchronises the device first.
+static inline cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    if (!emu_device_allocs.count((uintptr_t)p)) emu_fail("cudaFree of a pointer cudaMalloc did not return");
+    emu_sync_all_streams();
+    emu_device_allocs.erase((uintptr_t)p);
+    free(p);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMallocHost(void **p, size_t bytes) {
+    *p = malloc(bytes > 0 ? bytes : 1);
+    if (!*p) return cudaErrorMemoryAllocation;
+    emu_pinned_allocs[(uintptr_t)*p] = bytes;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaFreeHost(void *p) {
+    if (!p) return cudaSuccess;
+    if (!emu_pinned_allocs.count((uintptr_t)p)) emu_fail("cudaFreeHost of a pointer cudaMallocHost did not return");
+    emu_sync_all_streams();
+    emu_pinned_allocs.erase((uintptr_t)p);
+    free(p);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
+    *free_b = *total_b = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGE_SIZE);
+    return cudaSuccess;
+}
+
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost,
+    cudaMemcpyHostToDevice,
+    cudaMemcpyDeviceToHost,
+    cudaMemcpyDeviceToDevice,
+    cudaMemcpyDefault
+};
+// Fails the test when a side of the copy is not the memory its kind names.
+static inline void emu_check_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, const char *call) {
+    if (bytes == 0 || kind == cudaMemcpyDefault) return;
+    bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    char msg[200];
+    if (dst_dev ? !emu_is_device(dst, bytes) : !emu_is_host(dst)) {
+        snprintf(msg, sizeof(msg), "%s of %zu bytes: the destination is not %s memory", call, bytes,
+                 dst_dev ? "(one allocation of) device" : "host");
+        emu_fail(msg);
+    }
+    if (src_dev ? !emu_is_device(src, bytes) : !emu_is_host(src)) {
+        snprintf(msg, sizeof(msg), "%s of %zu bytes: the source is not %s memory", call, bytes,
+                 src_dev ? "(one allocation of) device" : "host");
+        emu_fail(msg);
+    }
+}
+// Synchronous: on the legacy default stream, after every blocking stream's work.
+static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    emu_check_copy(dst, src, bytes, kind, "cudaMemcpy");
+    emu_sync_blocking_streams();
+    if (bytes) memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                                          cudaStream_t s = nullptr) {
+    emu_check_copy(dst, src, bytes, kind, "cudaMemcpyAsync");
+    if (bytes == 0) return cudaSuccess;
+    if (kind == cudaMemcpyHostToDevice && !emu_is_pinned(src, bytes)) {  // pageable: staged at the call
+        std::shared_ptr<std::vector<unsigned char>> staged(
+            new std::vector<unsigned char>((const unsigned char *)src, (const unsigned char *)src + bytes));
+        emu_enqueue(s, [dst, staged] { memcpy(dst, staged->data(), staged->size()); });
+        return cudaSuccess;
+    }
+    emu_enqueue(s, [dst, src, bytes] { memmove(dst, src, bytes); });
+    if (kind == cudaMemcpyDeviceToHost && !emu_is_pinned(dst, bytes) && s) emu_stream_drain(s);  // pageable: done on return
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s = nullptr) {
+    if (bytes && !emu_is_device(p, bytes)) emu_fail("cudaMemsetAsync: not (one allocation of) device memory");
+    emu_enqueue(s, [p, value, bytes] { memset(p, value, bytes); });
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemset(void *p, int value, size_t bytes) { return cudaMemsetAsync(p, value, bytes); }
+
+// ---- launches ----
+// llmc/cuda_common.cuh's launch_kernel: the kernel and its arguments (by
+// value, as a launch takes them) queued on the stream.
+template <typename... Params, typename... Args>
+static inline void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                                 Args... args) {
+    emu_enqueue(s, [=] { emu_launch(grid, block, smem, [&] { kernel(args...); }); });
+}
+// The shared-memory opt-in the flash launchers make: emu_launch allows 227 KB.
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+template <typename Kernel> static inline cudaError_t cudaFuncSetAttribute(Kernel, cudaFuncAttribute, int) {
+    return cudaSuccess;
+}
+
+// ---- the device ----
+#define EMU_NUM_SMS 8
+static inline cudaError_t cudaGetDeviceCount(int *n) {
+    *n = 1;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+static inline cudaError_t cudaGetDevice(int *d) {
+    *d = 0;
+    return cudaSuccess;
+}
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount };
+static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int device) {
+    *v = EMU_NUM_SMS;
+    return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+}
+struct cudaDeviceProp {
+    char name[256];
+    int major, minor, multiProcessorCount;
+    size_t totalGlobalMem;
+};
+static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device) {
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "CUDA emulator (CPU)");
+    p->major = 9;
+    p->multiProcessorCount = EMU_NUM_SMS;
+    size_t free_b;
+    cudaMemGetInfo(&free_b, &p->totalGlobalMem);
+    return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+}
+
+// ---- NVTX ----
+static inline int nvtxRangePushA(const char *) { return 0; }
+static inline int nvtxRangePop() { return 0; }
+
+#endif  // LLMC_CUDA_RUNTIME_EMULATOR_H
