@@ -6,7 +6,8 @@
 # (correctness, then benchmarks against the copy bandwidth and cuBLASLt bf16
 # peak they measure); time train_gptcu on random token shards, d12 at batch
 # 16 x 1024 with each attention kind; run the GPU ZeRO stages
-# (tests/test_distributed_gpu.sh: one process always, 2 ranks with MPI) and the
+# (tests/test_distributed_gpu.sh: one process always, 2 ranks with MPI), the
+# trainer end to end against the CPU trainer (tests/test_train_gpu.sh) and the
 # device communication backends (tests/test_comm_nccl.sh); then time d24, d36
 # and d48 (--recompute 1) with the faster attention (the trainer says so when a
 # model does not fit). Steps run in that order within BUDGET_S (default 540 s);
@@ -67,7 +68,7 @@ HAVE_MPI=no MPI_MAKE=NO_MPI=1
 if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then HAVE_MPI=yes MPI_MAKE=; fi
 export HAVE_MPI
 elapsed "building (MPI: $HAVE_MPI)"
-if ! make -j"$(nproc)" CUDA_ARCH=sm_90 $MPI_MAKE train_gptcu tokenize build/tests/test_gpt_cu build/tests/test_zero \
+if ! make -j"$(nproc)" CUDA_ARCH=sm_90 $MPI_MAKE train_gptcu tokenize build/train_gpt build/tests/test_gpt_cu build/tests/test_zero \
         $DEV_BINS >"$OUT/build.log" 2>&1; then
     tail -30 "$OUT/build.log"
     echo "BUILD FAILED (full log: $OUT/build.log)"
@@ -152,6 +153,7 @@ bench_train d12 cudnn
 best=flash
 grep -q '^d12    cudnn  *[0-9]' <(printf '%s\n' "${table[@]}") && best=cudnn
 run_check test_distributed_gpu bash tests/test_distributed_gpu.sh
+run_check test_train_gpu bash tests/test_train_gpu.sh
 run_check test_comm_nccl bash tests/test_comm_nccl.sh
 bench_train d24 "$best"
 bench_train d36 "$best"

@@ -199,35 +199,35 @@ static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, uns
 }
 
 // ---- memory calls ----
-static inline cudaError_t cudaMalloc(void **p, size_t bytes) {
+// An allocation recorded in allocs: 256-byte aligned (as cudaMalloc's), or NULL.
+static inline void *emu_alloc(std::map<uintptr_t, size_t> &allocs, size_t bytes) {
     size_t rounded = (bytes + 255) / 256 * 256;
-    *p = aligned_alloc(256, rounded > 0 ? rounded : 256);
-    if (!*p) return cudaErrorMemoryAllocation;
-    emu_device_allocs[(uintptr_t)*p] = bytes;
-    return cudaSuccess;
+    void *p = aligned_alloc(256, rounded > 0 ? rounded : 256);
+    if (p) allocs[(uintptr_t)p] = bytes;
+    return p;
 }
-// As CUDA, synchronises the device first.
-static inline cudaError_t cudaFree(void *p) {
+// Frees an allocation of allocs after every stream's work (as cudaFree and cudaFreeHost synchronise).
+static inline cudaError_t emu_free(std::map<uintptr_t, size_t> &allocs, void *p, const char *not_ours) {
     if (!p) return cudaSuccess;
-    if (!emu_device_allocs.count((uintptr_t)p)) emu_fail("cudaFree of a pointer cudaMalloc did not return");
+    if (!allocs.count((uintptr_t)p)) emu_fail(not_ours);
     emu_sync_all_streams();
-    emu_device_allocs.erase((uintptr_t)p);
+    allocs.erase((uintptr_t)p);
     free(p);
     return cudaSuccess;
+}
+static inline cudaError_t cudaMalloc(void **p, size_t bytes) {
+    *p = emu_alloc(emu_device_allocs, bytes);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+static inline cudaError_t cudaFree(void *p) {
+    return emu_free(emu_device_allocs, p, "cudaFree of a pointer cudaMalloc did not return");
 }
 static inline cudaError_t cudaMallocHost(void **p, size_t bytes) {
-    *p = malloc(bytes > 0 ? bytes : 1);
-    if (!*p) return cudaErrorMemoryAllocation;
-    emu_pinned_allocs[(uintptr_t)*p] = bytes;
-    return cudaSuccess;
+    *p = emu_alloc(emu_pinned_allocs, bytes);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 static inline cudaError_t cudaFreeHost(void *p) {
-    if (!p) return cudaSuccess;
-    if (!emu_pinned_allocs.count((uintptr_t)p)) emu_fail("cudaFreeHost of a pointer cudaMallocHost did not return");
-    emu_sync_all_streams();
-    emu_pinned_allocs.erase((uintptr_t)p);
-    free(p);
-    return cudaSuccess;
+    return emu_free(emu_pinned_allocs, p, "cudaFreeHost of a pointer cudaMallocHost did not return");
 }
 static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
     *free_b = *total_b = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGE_SIZE);

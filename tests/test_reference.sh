@@ -9,8 +9,7 @@ set -u
 cd "$(dirname "$0")/.."
 ref=dev/reference/gpt_reference.py
 fix=tests/fixtures
-pass() { echo "PASS: $1"; }
-fail() { echo "FAIL: $1 ($2)"; }
+. tests/checks.sh
 
 if ! python3 -c "import numpy" 2>/dev/null; then
     echo "SKIP: reference fixtures (python3 with numpy not found)"

@@ -12,8 +12,8 @@ DATA=${REPO:-.}/../shared/data
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
-pass() { echo "PASS: tokenize_$1"; }
-fail() { echo "FAIL: tokenize_$1 ($2)"; }
+P=tokenize_
+. tests/checks.sh
 # header_ints FILE: the first three int32 of a shard header
 header_ints() { od -A n -t d4 -N 12 "$1" | tr -s ' ' | sed 's/^ //'; }
 

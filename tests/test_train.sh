@@ -9,16 +9,12 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 TRAIN="$BUILD/train_gpt"
 TOKENIZE="$BUILD/tokenize"
-pass() { echo "PASS: $1"; }
-fail() { echo "FAIL: $1 ($2)"; }
-check() { if eval "$2"; then pass "$1"; else fail "$1" "${3:-condition false: $2}"; fi; }
+. tests/checks.sh
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-cat llmc/*.h train_gpt.c > "$tmp/corpus.txt"
-"$TOKENIZE" --bytes 1 --out-dir "$tmp/data" --name src --val-tokens 20000 "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
-    { fail "tokenize test corpus" "$(tail -1 "$tmp/tok.log")"; exit 1; }
+tokenize_sources "$tmp/data" llmc/*.h train_gpt.c
 TINY=(--data-train "$tmp/data/src_train_*.bin" --data-val "$tmp/data/src_val_*.bin" --n-layer 2 --n-embd 64 --n-head 4
       --vocab-size 257 --max-seq-len 64 --seq-len 32 --batch-size 4 --peak-tflops 0.1)
 
@@ -29,30 +25,22 @@ missing=$(for f in data-train data-val model batch-size seq-len total-batch-toke
     grep -q -- "--$f " "$tmp/help" || echo "$f"; done)
 check "--help exits 0 and lists every flag" '[ $rc -eq 0 ] && [ -z "$missing" ]' "rc=$rc missing: $missing"
 
-expect_usage_error() {  # name, expected text in the message, args...
-    local name=$1 want=$2; shift 2
-    "$TRAIN" "$@" >"$tmp/stdout" 2>"$tmp/err"
-    local rc=$? lines
-    lines=$(wc -l <"$tmp/err")
-    if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && grep -q -- "$want" "$tmp/err"; then pass "rejects $name"
-    else fail "rejects $name" "rc=$rc, $lines stderr lines: $(head -c 300 "$tmp/err")"; fi
-}
-expect_usage_error "an unknown flag" "--bogus" "${TINY[@]}" --bogus 1
-expect_usage_error "a non-integer value" "--steps" "${TINY[@]}" --steps ten
-expect_usage_error "an out-of-range value" "--batch-size" "${TINY[@]}" --batch-size 0
-expect_usage_error "a flag without its value" "--lr" "${TINY[@]}" --lr
-expect_usage_error "a bad schedule name" "--lr-schedule" "${TINY[@]}" --lr-schedule exp
-expect_usage_error "a missing --data-train" "--data-train" --steps 1
-expect_usage_error "seq-len above max-seq-len" "max-seq-len" "${TINY[@]}" --seq-len 65
-expect_usage_error "a total batch that is not a multiple of B*T" "total-batch-tokens" "${TINY[@]}" --total-batch-tokens 200
-expect_usage_error "n-embd not divisible by n-head" "n-head" "${TINY[@]}" --n-head 5
-expect_usage_error "a missing model file" "nope.bin" "${TINY[@]}" --model "$tmp/nope.bin"
-expect_usage_error "an empty data glob" "$tmp/none" "${TINY[@]}" --data-train "$tmp/none*.bin"
-expect_usage_error "--eval-every without --data-val" "data-val" --data-train "$tmp/data/src_train_*.bin" --n-layer 2 \
+expect_usage_error "an unknown flag" "--bogus" "$TRAIN" "${TINY[@]}" --bogus 1
+expect_usage_error "a non-integer value" "--steps" "$TRAIN" "${TINY[@]}" --steps ten
+expect_usage_error "an out-of-range value" "--batch-size" "$TRAIN" "${TINY[@]}" --batch-size 0
+expect_usage_error "a flag without its value" "--lr" "$TRAIN" "${TINY[@]}" --lr
+expect_usage_error "a bad schedule name" "--lr-schedule" "$TRAIN" "${TINY[@]}" --lr-schedule exp
+expect_usage_error "a missing --data-train" "--data-train" "$TRAIN" --steps 1
+expect_usage_error "seq-len above max-seq-len" "max-seq-len" "$TRAIN" "${TINY[@]}" --seq-len 65
+expect_usage_error "a total batch that is not a multiple of B*T" "total-batch-tokens" "$TRAIN" "${TINY[@]}" --total-batch-tokens 200
+expect_usage_error "n-embd not divisible by n-head" "n-head" "$TRAIN" "${TINY[@]}" --n-head 5
+expect_usage_error "a missing model file" "nope.bin" "$TRAIN" "${TINY[@]}" --model "$tmp/nope.bin"
+expect_usage_error "an empty data glob" "$tmp/none" "$TRAIN" "${TINY[@]}" --data-train "$tmp/none*.bin"
+expect_usage_error "--eval-every without --data-val" "data-val" "$TRAIN" --data-train "$tmp/data/src_train_*.bin" --n-layer 2 \
     --n-embd 64 --n-head 4 --vocab-size 257 --max-seq-len 64 --seq-len 32 --eval-every 5
 head -c 3000 "$tmp/data/src_train_000001.bin" > "$tmp/trunc_train.bin"
-expect_usage_error "a truncated data shard" "trunc_train.bin" "${TINY[@]}" --data-train "$tmp/trunc_train.bin"
-expect_usage_error "tokens outside the vocabulary" "vocab size 100" "${TINY[@]}" --vocab-size 100
+expect_usage_error "a truncated data shard" "trunc_train.bin" "$TRAIN" "${TINY[@]}" --data-train "$tmp/trunc_train.bin"
+expect_usage_error "tokens outside the vocabulary" "vocab size 100" "$TRAIN" "${TINY[@]}" --vocab-size 100
 
 # --- a short training run ---
 "$TRAIN" "${TINY[@]}" --steps 40 --lr 3e-3 --warmup-steps 5 --eval-every 20 --eval-batches 4 \
@@ -88,12 +76,12 @@ check "--shuffle 1 is reproducible and differs from the file order" \
 v1=$(grep val_loss "$tmp/run.jsonl" | tail -1 | sed 's/.*"val_loss":\([0-9.]*\).*/\1/')
 v2=$(grep val_loss "$tmp/reload.jsonl" | tail -1 | sed 's/.*"val_loss":\([0-9.]*\).*/\1/')
 check "saved model reloads to the same val loss ($v1 vs $v2)" '[ -n "$v1" ] && [ "$v1" = "$v2" ]'
-expect_usage_error "a model flag that disagrees with the model file" "n-layer" "${TINY[@]}" --model "$tmp/model.bin" \
+expect_usage_error "a model flag that disagrees with the model file" "n-layer" "$TRAIN" "${TINY[@]}" --model "$tmp/model.bin" \
     --n-layer 3
 head -c 5000 "$tmp/model.bin" > "$tmp/trunc_model.bin"
-expect_usage_error "a truncated model file" "trunc_model.bin" "${TINY[@]}" --model "$tmp/trunc_model.bin"
+expect_usage_error "a truncated model file" "trunc_model.bin" "$TRAIN" "${TINY[@]}" --model "$tmp/trunc_model.bin"
 printf 'not a model file at all, just some text that is long enough to have a header.....' > "$tmp/bad_model.bin"
-expect_usage_error "a file that is not a model" "bad_model.bin" "${TINY[@]}" --model "$tmp/bad_model.bin"
+expect_usage_error "a file that is not a model" "bad_model.bin" "$TRAIN" "${TINY[@]}" --model "$tmp/bad_model.bin"
 
 # --- gradient accumulation: 2 x B=2 equals 1 x B=4 ---
 "$TRAIN" "${TINY[@]}" --steps 5 --lr 1e-3 --log-json "$tmp/b4.jsonl" >/dev/null 2>&1

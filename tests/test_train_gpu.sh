@@ -13,15 +13,11 @@ BUILD=${BUILD:-build}
 . tests/gpu_trainer.sh train_gpu
 CPU="$BUILD/train_gpt"
 CMP="$BUILD/tests/test_zero"
-pass() { echo "PASS: $P$1"; }
-fail() { echo "FAIL: $P$1 ($2)"; }
-check() { if eval "$2"; then pass "$1"; else fail "$1" "${3:-condition false: $2}"; fi; }
+. tests/checks.sh
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cat llmc/*.h train_gpt.cu > "$tmp/corpus.txt"
-"$BUILD/tokenize" --bytes 1 --out-dir "$tmp/data" --name src --val-tokens 20000 "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
-    { fail "tokenize test corpus" "$(tail -1 "$tmp/tok.log")"; exit 1; }
+tokenize_sources "$tmp/data" llmc/*.h train_gpt.cu
 # head size 32 (the flash kernels take 32 and 64)
 TINY=(--data-train "$tmp/data/src_train_*.bin" --data-val "$tmp/data/src_val_*.bin" --n-layer 2 --n-embd 64 --n-head 2
       --vocab-size 257 --max-seq-len 64 --seq-len 32 --batch-size 4 --peak-tflops 0.1)
@@ -32,21 +28,13 @@ strip() { sed 's/,"ms".*//' "$1"; }
 missing=$(for f in attention recompute zero comm bucket-mb data-train steps; do
     grep -q -- "--$f " "$tmp/help" || echo "$f"; done)
 check "--help exits 0 and lists the GPU flags" '[ $rc -eq 0 ] && [ -z "$missing" ]' "rc=$rc missing: $missing"
-expect_usage_error() {  # name, expected text in the message, args...
-    local name=$1 want=$2; shift 2
-    "$TRAIN" "$@" >"$tmp/stdout" 2>"$tmp/err"
-    local rc=$? lines
-    lines=$(wc -l <"$tmp/err")
-    if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && grep -q -- "$want" "$tmp/err"; then pass "rejects $name"
-    else fail "rejects $name" "rc=$rc, $lines stderr lines: $(head -c 300 "$tmp/err")"; fi
-}
-expect_usage_error "a head size the flash kernels lack" "head size 16" "${TINY[@]}" --n-head 4
+expect_usage_error "a head size the flash kernels lack" "head size 16" "$TRAIN" "${TINY[@]}" --n-head 4
 # d48 at 64 x 1024: ~1 TB of activations, more than any GPU (or the emulator's RAM) has
-expect_usage_error "a model that does not fit" "needs .* GB on the GPU" --data-train "$tmp/data/src_train_*.bin" \
+expect_usage_error "a model that does not fit" "needs .* GB on the GPU" "$TRAIN" --data-train "$tmp/data/src_train_*.bin" \
     --model d48 --batch-size 64 --seq-len 1024 --peak-tflops 1
 if [ "$EMULATED" = 1 ]; then  # built without cuDNN and NCCL
-    expect_usage_error "--attention cudnn without cuDNN" "no cuDNN" "${TINY[@]}" --attention cudnn
-    expect_usage_error "--comm nccl without NCCL" "without NCCL" "${TINY[@]}" --comm nccl
+    expect_usage_error "--attention cudnn without cuDNN" "no cuDNN" "$TRAIN" "${TINY[@]}" --attention cudnn
+    expect_usage_error "--comm nccl without NCCL" "without NCCL" "$TRAIN" "${TINY[@]}" --comm nccl
 fi
 
 # --- a training run, and the CPU trainer's run of the same flags ---

@@ -1,0 +1,28 @@
+# checks.sh (sourced by the test scripts): the PASS:/FAIL: lines tests/run_tests.sh
+# counts. P (optional) prefixes every check name; expect_usage_error writes its
+# scratch files under $tmp.
+P=${P:-}
+pass() { echo "PASS: $P$1"; }
+fail() { echo "FAIL: $P$1 ($2)"; }
+# check NAME CONDITION [WHY]: CONDITION is eval'd; WHY replaces it in the FAIL line
+check() { if eval "$2"; then pass "$1"; else fail "$1" "${3:-condition false: $2}"; fi; }
+# expect_usage_error NAME REGEX COMMAND...: COMMAND exits 2 with exactly one
+# line on stderr, which matches REGEX (bad input: one clear line, no crash)
+expect_usage_error() {
+    local name=$1 want=$2; shift 2
+    "$@" >"$tmp/stdout" 2>"$tmp/err"
+    local rc=$? lines
+    lines=$(wc -l <"$tmp/err")
+    if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && grep -q -- "$want" "$tmp/err"; then pass "rejects $name"
+    else fail "rejects $name" "rc=$rc, $lines stderr lines: $(head -c 300 "$tmp/err")"; fi
+}
+# tokenize_sources OUT_DIR FILE...: the files (this repository's sources) as
+# byte-level shards OUT_DIR/src_train_*.bin and src_val_*.bin (20000
+# validation tokens) through $BUILD/tokenize, via $tmp/corpus.txt; on failure
+# a FAIL line and exit
+tokenize_sources() {
+    local out=$1; shift
+    cat "$@" >"$tmp/corpus.txt"
+    "$BUILD/tokenize" --bytes 1 --out-dir "$out" --name src --val-tokens 20000 "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
+        { fail "tokenize test corpus" "$(tail -1 "$tmp/tok.log")"; exit 1; }
+}
