@@ -152,10 +152,12 @@ TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 TEST_CXX_SRCS := $(wildcard tests/test_*.cpp)
 TEST_BINS += $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_CXX_SRCS))
 CXXFLAGS = $(filter-out -std=c11,$(CFLAGS)) -std=c++17 -pthread -fno-strict-aliasing -Wno-unknown-pragmas
-# The GPU trainer and its model test compiled for tests/cuda_emulator.h (every
-# kernel, cuBLASLt call, stream and copy run on the CPU; without cuDNN and
-# NCCL, with MPI when the build has it): CI runs the GPU code paths end to end.
-EMU_BINS := $(BUILD)/emu/train_gptcu $(BUILD)/emu/test_gpt_cu
+# The GPU trainer, its model test and the device communication test compiled
+# for tests/cuda_emulator.h (every kernel, cuBLASLt call, stream and copy run
+# on the CPU; NCCL emulated over MPI by tests/emu_include/nccl.h; no cuDNN;
+# MPI when the build has it): CI runs the GPU code paths end to end.
+EMU_BINS := $(BUILD)/emu/train_gptcu $(BUILD)/emu/test_gpt_cu $(BUILD)/emu/test_comm_nccl
+EMU_FLAGS := -x c++ -include tests/cuda_emulator.h -Itests/emu_include -DLLMC_NCCL
 TEST_BINS += $(EMU_BINS)
 DEV_BINS := $(BUILD)/dev/bench_comm $(BUILD)/dev/perf/bench_dataloader $(BUILD)/dev/perf/profile_step_cpu  # benchmarks (README)
 
@@ -185,11 +187,11 @@ $(BUILD)/tests/%: tests/%.cpp $(FLAGS_STAMP)
 
 $(BUILD)/emu/train_gptcu: train_gpt.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -x c++ -include tests/cuda_emulator.h $< -x none -o $@ $(LDFLAGS) $(LDLIBS) -pthread
+	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) $< -x none -o $@ $(LDFLAGS) $(LDLIBS) -pthread
 
-$(BUILD)/emu/test_gpt_cu: tests/test_gpt.cu $(FLAGS_STAMP)
+$(BUILD)/emu/test_%: tests/test_%.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -x c++ -include tests/cuda_emulator.h $< -x none -o $@ $(LDFLAGS) $(LDLIBS) -pthread
+	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) $< -x none -o $@ $(LDFLAGS) $(LDLIBS) -pthread
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d $(BUILD)/dev/*.d $(BUILD)/dev/perf/*.d $(BUILD)/emu/*.d)
 

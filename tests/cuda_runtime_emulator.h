@@ -28,8 +28,11 @@
 // that is) fails the test, and so does cudaFree of a pointer cudaMalloc did
 // not return. Kernels dereference the pointers they get directly.
 //
-// Device queries: one device, "CUDA emulator (CPU)", sm_90, EMU_NUM_SMS SMs,
-// the machine's RAM as its memory. NVTX ranges are no-ops.
+// Device queries: EMU_NUM_DEVICES devices (a node of 8, so every rank of an
+// mpirun job on one machine has "a GPU of its own", as NCCL wants), each "CUDA
+// emulator (CPU)", sm_90, EMU_NUM_SMS SMs, the machine's RAM as its memory;
+// all of them are this one CPU (a rank's cudaSetDevice changes nothing else).
+// NVTX ranges are no-ops.
 #ifndef LLMC_CUDA_RUNTIME_EMULATOR_H
 #define LLMC_CUDA_RUNTIME_EMULATOR_H
 
@@ -77,8 +80,19 @@ static inline bool emu_is_pinned(const void *p, size_t bytes) { return emu_insid
 static inline bool emu_is_host(const void *p) { return !emu_is_device(p, 1); }
 
 // ---- streams and events ----
+// Queued work: a function, or (wait_on set) a wait for another stream to have
+// run wait_target operations (cudaStreamWaitEvent). A completion (the end of
+// an operation already under way, as tests/emu_include/nccl.h queues) needs
+// nothing of the stream's earlier work to have run before the next operation starts.
+struct EmuStream;
+struct EmuOp {
+    std::function<void()> fn;
+    EmuStream *wait_on = nullptr;
+    uint64_t wait_target = 0;
+    bool completion = false;
+};
 struct EmuStream {
-    std::deque<std::function<void()>> ops;
+    std::deque<EmuOp> ops;
     uint64_t queued = 0, done = 0;  // operations ever queued / run
     bool blocking = true;           // synchronises with the legacy default stream
     bool running = false;
@@ -97,9 +111,10 @@ static void emu_stream_run(EmuStream *s, uint64_t upto) {
     if (s->running) emu_fail("streams wait for each other in a cycle");
     s->running = true;
     while (s->done < upto) {
-        std::function<void()> op = std::move(s->ops.front());
+        EmuOp op = std::move(s->ops.front());
         s->ops.pop_front();
-        op();
+        if (op.wait_on) emu_stream_run(op.wait_on, op.wait_target);
+        else op.fn();
         s->done++;
     }
     s->running = false;
@@ -114,14 +129,27 @@ static void emu_sync_all_streams() {
     for (auto &s : emu_all_streams) emu_stream_drain(s.get());
 }
 // Queues op on s; on the legacy default stream it runs now, after every blocking stream's work.
-static void emu_enqueue(cudaStream_t s, std::function<void()> op) {
+static void emu_enqueue(cudaStream_t s, std::function<void()> op, bool completion = false) {
     if (!s) {
         emu_sync_blocking_streams();
         op();
         return;
     }
-    s->ops.push_back(std::move(op));
+    s->ops.push_back(EmuOp{std::move(op), nullptr, 0, completion});
     s->queued++;
+}
+// Makes everything queued on s before now that a new operation's start needs
+// have run: the other streams' work s waits for, then s's own work, unless
+// all of it is waits (done now) and completions, which stay queued (the
+// operations they end are under way and may end later, as on a GPU).
+static void emu_stream_ready_for_start(EmuStream *s) {
+    for (size_t i = 0; i < s->ops.size(); i++)
+        if (s->ops[i].wait_on) emu_stream_run(s->ops[i].wait_on, s->ops[i].wait_target);
+    for (size_t i = 0; i < s->ops.size(); i++)
+        if (!s->ops[i].wait_on && !s->ops[i].completion) {
+            emu_stream_drain(s);
+            return;
+        }
 }
 
 enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
@@ -190,11 +218,14 @@ static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEve
 }
 // s waits (on the device) for the work before e's last record.
 static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0) {
-    EmuStream *es = e->stream;
-    uint64_t target = e->target;
-    emu_enqueue(s, [es, target] {
-        if (es) emu_stream_run(es, target);
-    });
+    if (!e->stream) return cudaSuccess;  // complete
+    if (!s) {
+        emu_sync_blocking_streams();
+        emu_stream_run(e->stream, e->target);
+        return cudaSuccess;
+    }
+    s->ops.push_back(EmuOp{nullptr, e->stream, e->target, false});
+    s->queued++;
     return cudaSuccess;
 }
 
@@ -302,19 +333,26 @@ template <typename Kernel> static inline cudaError_t cudaFuncSetAttribute(Kernel
 
 // ---- the device ----
 #define EMU_NUM_SMS 8
+#define EMU_NUM_DEVICES 8
+static int emu_current_device;
+static inline bool emu_valid_device(int d) { return d >= 0 && d < EMU_NUM_DEVICES; }
 static inline cudaError_t cudaGetDeviceCount(int *n) {
-    *n = 1;
+    *n = EMU_NUM_DEVICES;
     return cudaSuccess;
 }
-static inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+static inline cudaError_t cudaSetDevice(int d) {
+    if (!emu_valid_device(d)) return cudaErrorInvalidDevice;
+    emu_current_device = d;
+    return cudaSuccess;
+}
 static inline cudaError_t cudaGetDevice(int *d) {
-    *d = 0;
+    *d = emu_current_device;
     return cudaSuccess;
 }
 enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount };
 static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int device) {
     *v = EMU_NUM_SMS;
-    return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+    return emu_valid_device(device) ? cudaSuccess : cudaErrorInvalidDevice;
 }
 struct cudaDeviceProp {
     char name[256];
@@ -328,7 +366,7 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device)
     p->multiProcessorCount = EMU_NUM_SMS;
     size_t free_b;
     cudaMemGetInfo(&free_b, &p->totalGlobalMem);
-    return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+    return emu_valid_device(device) ? cudaSuccess : cudaErrorInvalidDevice;
 }
 
 // ---- NVTX ----

@@ -45,6 +45,7 @@ emulated() {
 emulated test_gpt_cu_emulated "$BUILD/emu/test_gpt_cu"
 emulated test_train_gpu_emulated env EMULATED=1 bash tests/test_train_gpu.sh
 emulated test_distributed_gpu_emulated env EMULATED=1 bash tests/test_distributed_gpu.sh
+emulated test_comm_nccl_emulated env EMULATED=1 bash tests/test_comm_nccl.sh
 rm -f "$log"
 echo
 echo "$passed passed, $failed failed, $skipped skipped"

@@ -7,39 +7,52 @@
 # rank, the program SKIPs it otherwise). A run that crashes, hangs (timeout)
 # or exits non-zero without a FAIL line is a FAIL. The program SKIPs without a
 # GPU; this script SKIPs without nvcc or NCCL, and in sanitizer builds (which
-# leave CUDA out).
+# leave CUDA out). EMULATED=1 (every build, CI included): the Makefile's
+# build/emu/test_comm_nccl instead (tests/cuda_emulator.h, NCCL emulated over
+# MPI by tests/emu_include/nccl.h, 8 emulated devices), on one process and on
+# 2 and 4 ranks.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-NCCL_HOME=${NCCL_HOME:-$CUDA_HOME}
-NVCC=$(command -v nvcc || echo "$CUDA_HOME/bin/nvcc")
-NCCL_LIB=$NCCL_HOME/lib
-[ -d "$NCCL_LIB" ] || NCCL_LIB=$NCCL_HOME/lib64
-case "$BUILD" in build-*) echo "SKIP: device_comm_backends_build (sanitizer build)"; exit 0;; esac
-if [ ! -x "$NVCC" ] || [ ! -f "$NCCL_HOME/include/nccl.h" ]; then
-    echo "SKIP: device_comm_backends_build (no nvcc or nccl.h)"
-    exit 0
-fi
-mpi_flags=() mpi_libs=()
-if [ "${HAVE_MPI:-}" = yes ]; then
-    read -r -a mpi_flags <<<"-DLLMC_MPI $(mpicc --showme:compile)"
-    read -r -a mpi_libs <<<"$(mpicc --showme:link)"
-fi
-# not build/tests/test_*: run_tests.sh runs every program there (this one would run twice, once stale)
-rm -f "$BUILD/tests/test_comm_nccl" "$BUILD/tests/test_comm_nccl.log"
-bin=$BUILD/tests/comm_nccl/test_comm_nccl
-mkdir -p "$(dirname "$bin")"
-if "$NVCC" -O2 -std=c++17 -arch="${CUDA_ARCH:-sm_90}" -I. -I"$NCCL_HOME/include" -Werror all-warnings \
-    -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-function,-Wno-implicit-fallthrough "${mpi_flags[@]}" \
-    tests/test_comm_nccl.cu -o "$bin" -L"$NCCL_LIB" -Xlinker -rpath="$NCCL_LIB" -lnccl "${mpi_libs[@]}" \
-    >"$bin.log" 2>&1; then
-    echo "PASS: device_comm_backends_build"
+build_with_nvcc() {  # sets bin; SKIPs or FAILs (and exits) when it cannot
+    CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+    NCCL_HOME=${NCCL_HOME:-$CUDA_HOME}
+    NVCC=$(command -v nvcc || echo "$CUDA_HOME/bin/nvcc")
+    NCCL_LIB=$NCCL_HOME/lib
+    [ -d "$NCCL_LIB" ] || NCCL_LIB=$NCCL_HOME/lib64
+    case "$BUILD" in build-*) echo "SKIP: device_comm_backends_build (sanitizer build)"; exit 0;; esac
+    if [ ! -x "$NVCC" ] || [ ! -f "$NCCL_HOME/include/nccl.h" ]; then
+        echo "SKIP: device_comm_backends_build (no nvcc or nccl.h)"
+        exit 0
+    fi
+    mpi_flags=() mpi_libs=()
+    if [ "${HAVE_MPI:-}" = yes ]; then
+        read -r -a mpi_flags <<<"-DLLMC_MPI $(mpicc --showme:compile)"
+        read -r -a mpi_libs <<<"$(mpicc --showme:link)"
+    fi
+    # not build/tests/test_*: run_tests.sh runs every program there (this one would run twice, once stale)
+    rm -f "$BUILD/tests/test_comm_nccl" "$BUILD/tests/test_comm_nccl.log"
+    bin=$BUILD/tests/comm_nccl/test_comm_nccl
+    mkdir -p "$(dirname "$bin")"
+    if "$NVCC" -O2 -std=c++17 -arch="${CUDA_ARCH:-sm_90}" -I. -I"$NCCL_HOME/include" -Werror all-warnings \
+        -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-function,-Wno-implicit-fallthrough "${mpi_flags[@]}" \
+        tests/test_comm_nccl.cu -o "$bin" -L"$NCCL_LIB" -Xlinker -rpath="$NCCL_LIB" -lnccl "${mpi_libs[@]}" \
+        >"$bin.log" 2>&1; then
+        echo "PASS: device_comm_backends_build"
+    else
+        echo "FAIL: device_comm_backends_build ($(head -c 400 "$bin.log"))"
+        exit 1
+    fi
+}
+if [ "${EMULATED:-0}" = 1 ]; then
+    bin=$BUILD/emu/test_comm_nccl ngpu=8
+    [ -x "$bin" ] || { echo "SKIP: emulated_device_comm_backends (no $bin)"; exit 0; }
 else
-    echo "FAIL: device_comm_backends_build ($(head -c 400 "$bin.log"))"
-    exit 1
+    build_with_nvcc
+    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 fi
 status=0
+export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0  # LeakSanitizer: MPI's own allocations are not ours
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 run() {  # $1 name; the command after it. Its output, and a FAIL when it ends badly without saying so.
@@ -55,10 +68,10 @@ run() {  # $1 name; the command after it. Its output, and a FAIL when it ends ba
     fi
 }
 run one_process "$bin"
-ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ "$ngpu" -ge 1 ]; then
     if [ "${HAVE_MPI:-}" = yes ] && command -v mpirun >/dev/null 2>&1; then
         run np2 mpirun --allow-run-as-root --oversubscribe -np 2 "$bin"
+        [ "${EMULATED:-0}" = 1 ] && run np4 mpirun --allow-run-as-root --oversubscribe -np 4 "$bin"
     else
         echo "SKIP: device_comm_backends_np2 (built without MPI or no mpirun)"
     fi

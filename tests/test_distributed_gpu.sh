@@ -3,13 +3,14 @@
 # device self backend, no MPI needed): ZeRO 1, 2 and 3 -- sharded state,
 # gradient slots, weights gathered into slots -- match ZeRO-0 over 10 steps.
 # Under mpirun -np 2 on one GPU (--comm mpi: MPI staged through host memory;
-# NCCL wants one GPU per rank), for ZeRO 0-3: the loss and gradient norm of 10
-# steps and the final weights match the single-process run of the same global
-# batch (the micro-batches and the gradient sums differ in order: 1e-3 and
-# 5e-4, see below), ZeRO 1-3 match ZeRO-0 closely (same batches, sums in
-# another order: losses and norms to 5e-4, as the emulated run shows 8.8e-5 at
-# ZeRO 2-3, which add a rank's running shard in before each micro-step's
-# reduce-scatter; weights to 1e-4), only rank 0 prints, and the memory line follows the ZeRO
+# also --comm nccl with two GPUs, as NCCL wants one per rank), for ZeRO 0-3:
+# the loss and gradient norm of 10 steps and the final weights match the
+# single-process run of the same global batch (the micro-batches and the
+# gradient sums differ in order: 1e-3 and 5e-4, see below), ZeRO 1-3 match
+# ZeRO-0 closely (same batches, sums in another order: losses and norms to
+# 5e-4, as the emulated run shows 8.8e-5 at ZeRO 2-3, which add a rank's
+# running shard in before each micro-step's reduce-scatter; weights to 1e-4),
+# only rank 0 prints, and the memory line follows the ZeRO
 # formula. SKIPs without train_gptcu, a GPU, or MPI (build or mpirun).
 # EMULATED=1 (tests/run_tests.sh, every build): the same checks on the
 # emulated trainer (tests/gpu_trainer.sh).
@@ -60,10 +61,18 @@ if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
 fi
 export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_rmaps_base_oversubscribe=1  # MPI's own allocations
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS)
+# NCCL wants a GPU per rank: two GPUs, or the emulator's (whose NCCL is MPI underneath)
+COMMS=(mpi)
+if [ "$EMULATED" = 1 ] || { [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ] &&
+        grep -q -- '-DLLMC_NCCL' "$BUILD/flags.stamp"; }; then
+    COMMS+=(nccl)
+fi
+for comm in "${COMMS[@]}"; do
+sfx=$([ "$comm" = nccl ] && echo _nccl)
 for zero in 0 1 2 3; do
-    name="${P}gpu_zero${zero}_np2"
+    name="${P}gpu_zero${zero}_np2$sfx"
     out=$tmp/$name
-    timeout 300 "${MPIRUN[@]}" "$TRAIN" "${COMMON[@]}" --batch-size 2 --zero "$zero" --comm mpi \
+    timeout 300 "${MPIRUN[@]}" "$TRAIN" "${COMMON[@]}" --batch-size 2 --zero "$zero" --comm "$comm" \
         --log-json "$out.json" --save-model "$out.bin" >"$out.log" 2>&1
     rc=$?
     if [ $rc -ne 0 ]; then
@@ -84,8 +93,10 @@ for zero in 0 1 2 3; do
     fi
     check_zero_memory_line "$name" "$out.log" "$zero" 2 2 4 12  # bf16 params, fp32 grads, master + m + v
     [ "$zero" -eq 0 ] && continue
-    if [ -f "$tmp/${P}gpu_zero0_np2.json" ]; then
-        "$CMP" --compare-logs "$tmp/${P}gpu_zero0_np2.json" "$out.json" 5e-4 "${name}_matches_zero0_np2"
-        "$CMP" --compare-models "$tmp/${P}gpu_zero0_np2.bin" "$out.bin" 1e-4 "${name}_weights_match_zero0_np2"
+    z0=$tmp/${P}gpu_zero0_np2$sfx
+    if [ -f "$z0.json" ]; then
+        "$CMP" --compare-logs "$z0.json" "$out.json" 5e-4 "${name}_matches_zero0_np2$sfx"
+        "$CMP" --compare-models "$z0.bin" "$out.bin" 1e-4 "${name}_weights_match_zero0_np2$sfx"
     fi
+done
 done
