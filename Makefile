@@ -185,13 +185,12 @@ $(BUILD)/tests/%: tests/%.cpp $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS) -pthread
 
-$(BUILD)/emu/train_gptcu: train_gpt.cu $(FLAGS_STAMP)
+$(BUILD)/emu/train_gptcu: train_gpt.cu
+$(BUILD)/emu/test_gpt_cu: tests/test_gpt.cu
+$(BUILD)/emu/test_comm_nccl: tests/test_comm_nccl.cu
+$(EMU_BINS): $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) $< -x none -o $@ $(LDFLAGS) $(LDLIBS) -pthread
-
-$(BUILD)/emu/test_%: tests/test_%.cu $(FLAGS_STAMP)
-	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) $< -x none -o $@ $(LDFLAGS) $(LDLIBS) -pthread
+	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) $(filter %.cu,$^) -x none -o $@ $(LDFLAGS) $(LDLIBS) -pthread
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d $(BUILD)/dev/*.d $(BUILD)/dev/perf/*.d $(BUILD)/emu/*.d)
 
