@@ -143,8 +143,16 @@ static void emu_enqueue(cudaStream_t s, std::function<void()> op, bool completio
 // all of it is waits (done now) and completions, which stay queued (the
 // operations they end are under way and may end later, as on a GPU).
 static void emu_stream_ready_for_start(EmuStream *s) {
-    for (size_t i = 0; i < s->ops.size(); i++)
-        if (s->ops[i].wait_on) emu_stream_run(s->ops[i].wait_on, s->ops[i].wait_target);
+    // (running another stream may run s's own queue too, through a wait on s: rescan after each)
+    for (bool again = true; again;) {
+        again = false;
+        for (const EmuOp &op : s->ops)
+            if (op.wait_on && op.wait_on->done < op.wait_target) {
+                emu_stream_run(op.wait_on, op.wait_target);
+                again = true;
+                break;
+            }
+    }
     for (size_t i = 0; i < s->ops.size(); i++)
         if (!s->ops[i].wait_on && !s->ops[i].completion) {
             emu_stream_drain(s);
