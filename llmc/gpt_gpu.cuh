@@ -404,8 +404,8 @@ static void gpu_gpt_set_params(GPTGPU *m, const float *host) {
                                    m->stream));
         int64_t a = whole_bf16 || lo > begin ? lo : begin, b = whole_bf16 || hi < end ? hi : end;
         if (b > a) {
-            launch_kernel(f32_to_bf16_kernel, ceil_div_int(b - a, 256), 256, 0, m->stream, bf + a,
-                          (const float *)staging + (a - lo), b - a);
+            launch_kernel(f32_to_bf16_kernel, ceil_div_int(b - a, 256), 256, 0, m->stream, bf + a, staging + (a - lo),
+                          b - a);
             CUDA_CHECK_LAUNCH();
         }
         a = lo > begin ? lo : begin;

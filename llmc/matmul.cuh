@@ -185,8 +185,8 @@ static double matmul_measure_peak_tflops(MatmulContext *mc, int n, int reps, cud
     bf16 *a = (bf16 *)cudaMallocCheck(elems * sizeof(bf16));
     bf16 *b = (bf16 *)cudaMallocCheck(elems * sizeof(bf16));
     bf16 *d = (bf16 *)cudaMallocCheck(elems * sizeof(bf16));
-    launch_kernel(fill_hash_bf16_kernel, ceil_div_int(elems, 256), 256, 0, s, a, (int64_t)elems, (uint64_t)1);
-    launch_kernel(fill_hash_bf16_kernel, ceil_div_int(elems, 256), 256, 0, s, b, (int64_t)elems, (uint64_t)2);
+    launch_kernel(fill_hash_bf16_kernel, ceil_div_int(elems, 256), 256, 0, s, a, (int64_t)elems, 1);
+    launch_kernel(fill_hash_bf16_kernel, ceil_div_int(elems, 256), 256, 0, s, b, (int64_t)elems, 2);
     CUDA_CHECK_LAUNCH();
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));

@@ -123,7 +123,7 @@ static void zero_gpu_grads_ready(void *ctx, int s) {
                 recv = phi > plo ? shard + plo : m->grad_shard;
                 if (z->accumulate && phi > plo) {
                     launch_kernel(zero_add_kernel, ceil_div_int(phi - plo, 256), 256, 0, m->stream, g + plo,
-                                  (const float *)shard + plo, phi - plo);
+                                  shard + plo, phi - plo);
                     CUDA_CHECK_LAUNCH();
                 }
             }

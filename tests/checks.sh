@@ -16,6 +16,8 @@ expect_usage_error() {
     if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && grep -q -- "$want" "$tmp/err"; then pass "rejects $name"
     else fail "rejects $name" "rc=$rc, $lines stderr lines: $(head -c 300 "$tmp/err")"; fi
 }
+# the GPUs nvidia-smi lists (0 without a driver)
+gpu_count() { nvidia-smi -L 2>/dev/null | grep -c '^GPU'; }
 # tokenize_sources OUT_DIR FILE...: the files (this repository's sources) as
 # byte-level shards OUT_DIR/src_train_*.bin and src_val_*.bin (20000
 # validation tokens) through $BUILD/tokenize, via $tmp/corpus.txt; on failure

@@ -43,6 +43,7 @@ enum cublasLtEpilogue_t {
     CUBLASLT_EPILOGUE_GELU_BIAS = 32 | 4,
     CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4,
 };
+#define EMU_LT_EPILOGUE_AUX 128  // the bit of the epilogues that write the aux matrix
 enum cublasLtMatmulDescAttributes_t {
     CUBLASLT_MATMUL_DESC_TRANSA = 3,
     CUBLASLT_MATMUL_DESC_TRANSB = 4,
@@ -177,7 +178,7 @@ static inline cublasStatus_t emu_lt_shape(const EmuLtDesc *d, const EmuLtLayout 
     if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && e != CUBLASLT_EPILOGUE_GELU &&
         e != CUBLASLT_EPILOGUE_GELU_AUX && e != CUBLASLT_EPILOGUE_GELU_BIAS && e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
         return CUBLAS_STATUS_NOT_SUPPORTED;  // not emulated
-    if ((e & 128) && (d->aux_ld % 8 != 0 || d->aux_ld < (int64_t)s->m)) return CUBLAS_STATUS_INVALID_VALUE;
+    if ((e & EMU_LT_EPILOGUE_AUX) && (d->aux_ld % 8 != 0 || d->aux_ld < (int64_t)s->m)) return CUBLAS_STATUS_INVALID_VALUE;
     return CUBLAS_STATUS_SUCCESS;
 }
 static inline uint32_t emu_lt_alignment(const void *p) {
@@ -256,7 +257,7 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
         }
     if (algo->workspace > 0 && (!workspace || workspace_bytes < algo->workspace))
         emu_fail("cublasLtMatmul: less workspace than the heuristic was allowed");
-    if (((d->epilogue & CUBLASLT_EPILOGUE_BIAS) && !d->bias) || ((d->epilogue & 128) && !d->aux))
+    if (((d->epilogue & CUBLASLT_EPILOGUE_BIAS) && !d->bias) || ((d->epilogue & EMU_LT_EPILOGUE_AUX) && !d->aux))
         return CUBLAS_STATUS_INVALID_VALUE;
     const EmuLtDesc desc = *d;  // the attributes as they are now
     const EmuLtLayout la = *al, lb = *bl, lc = *cl, ld = *dl;
@@ -280,7 +281,7 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
                 if (beta_v != 0.0f) v += beta_v * emu_lt_load(C, lc.type, i + j * lc.ld);
                 if (bias) v += emu_lt_load(desc.bias, ld.type, i);
                 if (gelu) {
-                    if (desc.epilogue & 128) emu_lt_store(desc.aux, ld.type, i + j * (size_t)desc.aux_ld, v);
+                    if (desc.epilogue & EMU_LT_EPILOGUE_AUX) emu_lt_store(desc.aux, ld.type, i + j * (size_t)desc.aux_ld, v);
                     v = emu_lt_gelu(v);
                 }
                 emu_lt_store(D, ld.type, i + j * ld.ld, v);

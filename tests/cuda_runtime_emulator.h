@@ -105,6 +105,11 @@ struct EmuEvent {
 typedef EmuEvent *cudaEvent_t;
 static std::vector<std::unique_ptr<EmuStream>> emu_all_streams;  // never freed: events may still name them
 
+static void emu_stream_run(EmuStream *s, uint64_t upto);
+static void emu_run_op(const EmuOp &op) {
+    if (op.wait_on) emu_stream_run(op.wait_on, op.wait_target);
+    else op.fn();
+}
 // Runs stream s's queue until `upto` operations of it have run.
 static void emu_stream_run(EmuStream *s, uint64_t upto) {
     if (s->done >= upto) return;
@@ -113,8 +118,7 @@ static void emu_stream_run(EmuStream *s, uint64_t upto) {
     while (s->done < upto) {
         EmuOp op = std::move(s->ops.front());
         s->ops.pop_front();
-        if (op.wait_on) emu_stream_run(op.wait_on, op.wait_target);
-        else op.fn();
+        emu_run_op(op);
         s->done++;
     }
     s->running = false;
@@ -129,14 +133,17 @@ static void emu_sync_all_streams() {
     for (auto &s : emu_all_streams) emu_stream_drain(s.get());
 }
 // Queues op on s; on the legacy default stream it runs now, after every blocking stream's work.
-static void emu_enqueue(cudaStream_t s, std::function<void()> op, bool completion = false) {
+static void emu_enqueue_op(cudaStream_t s, EmuOp op) {
     if (!s) {
         emu_sync_blocking_streams();
-        op();
+        emu_run_op(op);
         return;
     }
-    s->ops.push_back(EmuOp{std::move(op), nullptr, 0, completion});
+    s->ops.push_back(std::move(op));
     s->queued++;
+}
+static void emu_enqueue(cudaStream_t s, std::function<void()> fn, bool completion = false) {
+    emu_enqueue_op(s, EmuOp{std::move(fn), nullptr, 0, completion});
 }
 // Makes everything queued on s before now that a new operation's start needs
 // have run: the other streams' work s waits for, then s's own work, unless
@@ -226,14 +233,7 @@ static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEve
 }
 // s waits (on the device) for the work before e's last record.
 static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0) {
-    if (!e->stream) return cudaSuccess;  // complete
-    if (!s) {
-        emu_sync_blocking_streams();
-        emu_stream_run(e->stream, e->target);
-        return cudaSuccess;
-    }
-    s->ops.push_back(EmuOp{nullptr, e->stream, e->target, false});
-    s->queued++;
+    if (e->stream) emu_enqueue_op(s, EmuOp{nullptr, e->stream, e->target, false});  // (else complete)
     return cudaSuccess;
 }
 

@@ -14,6 +14,7 @@
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
+. tests/checks.sh  # gpu_count
 build_with_nvcc() {  # sets bin; SKIPs or FAILs (and exits) when it cannot
     CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
     NCCL_HOME=${NCCL_HOME:-$CUDA_HOME}
@@ -49,7 +50,7 @@ if [ "${EMULATED:-0}" = 1 ]; then
     [ -x "$bin" ] || { echo "SKIP: emulated_device_comm_backends (no $bin)"; exit 0; }
 else
     build_with_nvcc
-    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    ngpu=$(gpu_count)
 fi
 status=0
 export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0  # LeakSanitizer: MPI's own allocations are not ours

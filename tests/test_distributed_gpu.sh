@@ -63,7 +63,7 @@ export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_rmaps_base_oversub
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS)
 # NCCL wants a GPU per rank: two GPUs, or the emulator's (whose NCCL is MPI underneath)
 COMMS=(mpi)
-if [ "$EMULATED" = 1 ] || { [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ] &&
+if [ "$EMULATED" = 1 ] || { [ "$(gpu_count)" -ge 2 ] &&
         grep -q -- '-DLLMC_NCCL' "$BUILD/flags.stamp"; }; then
     COMMS+=(nccl)
 fi

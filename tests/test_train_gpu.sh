@@ -14,7 +14,6 @@ BUILD=${BUILD:-build}
 . tests/gpu_trainer.sh train_gpu
 CPU="$BUILD/train_gpt"
 CMP="$BUILD/tests/test_zero"
-. tests/checks.sh
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -30,7 +30,7 @@
 #endif
 #include <time.h>
 
-#include "llmc/comm.h"  // comm_mpi_lock
+#include "llmc/comm.h"  // comm_mpi_lock, CommDType
 
 typedef enum { ncclSuccess = 0, ncclInvalidArgument = 4, ncclInvalidUsage = 5 } ncclResult_t;
 typedef enum { ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 } ncclDataType_t;
@@ -46,7 +46,10 @@ struct EmuNcclComm {
 typedef EmuNcclComm *ncclComm_t;
 
 static inline const char *ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "invalid usage"; }
-static inline size_t emu_nccl_size(ncclDataType_t t) { return t == ncclFloat64 ? 8 : t == ncclFloat32 ? 4 : 2; }
+// comm.h's name for the type (its element size, its MPI type)
+static inline CommDType emu_nccl_comm_dtype(ncclDataType_t t) {
+    return t == ncclFloat64 ? COMM_F64 : t == ncclFloat32 ? COMM_F32 : COMM_BF16;
+}
 
 // A fresh id: this process's pid, its count of ids and the time.
 static inline ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
@@ -109,7 +112,7 @@ static inline ncclResult_t ncclGroupEnd() { return ncclSuccess; }
 enum EmuNcclKind { EMU_ALL_REDUCE, EMU_REDUCE_SCATTER, EMU_ALL_GATHER, EMU_REDUCE, EMU_BROADCAST, EMU_SEND, EMU_RECV };
 static ncclResult_t emu_nccl_op(EmuNcclKind kind, const void *send, void *recv, size_t count, ncclDataType_t t,
                                 int root_or_peer, ncclComm_t comm, cudaStream_t stream) {
-    const size_t es = emu_nccl_size(t), n = comm->size;
+    const size_t es = comm_dtype_size(emu_nccl_comm_dtype(t)), n = comm->size;
     const bool sums = kind == EMU_ALL_REDUCE || kind == EMU_REDUCE_SCATTER || kind == EMU_REDUCE;
     if (sums && t == ncclBfloat16) emu_fail("emulated NCCL: bf16 sums are not emulated");
     size_t in_elems = 0, out_elems = 0;  // of this rank
@@ -135,7 +138,7 @@ static ncclResult_t emu_nccl_op(EmuNcclKind kind, const void *send, void *recv, 
 #ifdef LLMC_MPI
     std::shared_ptr<MPI_Request> req(new MPI_Request(MPI_REQUEST_NULL));
     if (comm->mpi != MPI_COMM_NULL) {
-        MPI_Datatype dt = t == ncclFloat64 ? MPI_DOUBLE : t == ncclFloat32 ? MPI_FLOAT : MPI_UINT16_T;
+        MPI_Datatype dt = mpi_move_dtype(emu_nccl_comm_dtype(t));  // (bf16 only moves: checked above)
         int c = (int)count;
         comm_mpi_lock();
         int rc = MPI_SUCCESS;
