@@ -137,7 +137,7 @@ CFLAGS := $(CFLAGS_BASE) $(OPT) $(CFLAGS_EXTRA)
 # removed (MPI, OpenBLAS, ...) or another knob rebuilds it; the stamp file is
 # rewritten only when the flags change.
 FLAGS_STAMP := $(BUILD)/flags.stamp
-FLAGS_NOW := $(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS) | $(NVCC_FLAGS) $(NVCC_LIBS)
+FLAGS_NOW := $(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS) | $(NVCC_FLAGS) $(NVCC_LIBS) | $(EMU_FLAGS)
 $(shell mkdir -p $(BUILD) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
 
 $(info llmc build: OpenMP=$(or $(HAVE_OMP),no) BLAS=$(or $(HAVE_BLAS),no) MPI=$(or $(HAVE_MPI),no) zstd=$(or $(HAVE_ZSTD),no) CUDA=$(or $(HAVE_CUDA),no) -> $(BUILD)/)
@@ -154,10 +154,11 @@ TEST_BINS += $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_CXX_SRCS))
 CXXFLAGS = $(filter-out -std=c11,$(CFLAGS)) -std=c++17 -pthread -fno-strict-aliasing -Wno-unknown-pragmas
 # The GPU trainer, its model test and the device communication test compiled
 # for tests/cuda_emulator.h (every kernel, cuBLASLt call, stream and copy run
-# on the CPU; NCCL emulated over MPI by tests/emu_include/nccl.h; no cuDNN;
-# MPI when the build has it): CI runs the GPU code paths end to end.
+# on the CPU; NCCL emulated over MPI by tests/emu_include/nccl.h; cuDNN's
+# backend API by tests/emu_include/cudnn.h, which runs the attention graphs
+# node by node; MPI when the build has it): CI runs the GPU code paths end to end.
 EMU_BINS := $(BUILD)/emu/train_gptcu $(BUILD)/emu/test_gpt_cu $(BUILD)/emu/test_comm_nccl
-EMU_FLAGS := -x c++ -include tests/cuda_emulator.h -Itests/emu_include -DLLMC_NCCL
+EMU_FLAGS := -x c++ -include tests/cuda_emulator.h -Itests/emu_include -DLLMC_NCCL -DLLMC_CUDNN
 TEST_BINS += $(EMU_BINS)
 DEV_BINS := $(BUILD)/dev/bench_comm $(BUILD)/dev/perf/bench_dataloader $(BUILD)/dev/perf/profile_step_cpu  # benchmarks (README)
 

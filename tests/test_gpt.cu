@@ -10,7 +10,9 @@
 // The batches are learnable (target = input + 1 mod V), so the 10 steps lower
 // the loss by more than a nat and an optimizer that does nothing fails.
 // Without a GPU only the first check runs (the cuDNN attention graphs, which
-// the installed cuDNN validates with no device); the rest print SKIP.
+// the installed cuDNN validates with no device); the rest print SKIP. In the
+// emulated build (tests/cuda_emulator.h) everything runs, cuDNN attention
+// included (tests/emu_include/cudnn.h runs its graphs node by node).
 #include "llmc/gpt_cpu.h"
 #include "llmc/gpt_gpu.cuh"
 #include "llmc/optimizer.h"
@@ -123,15 +125,21 @@ static float gpu_step_grads(const GPTConfig *cfg, const float *params, int recom
 }
 
 // Every descriptor, attribute and operation of both cuDNN attention graphs is
-// accepted by the installed cuDNN (no device needed; engines are not chosen).
+// accepted by the installed cuDNN (no device needed; engines are not chosen),
+// or in the emulated build by tests/emu_include/cudnn.h.
 static void check_cudnn_graphs(void) {
 #ifdef LLMC_CUDNN
+#ifdef LLMC_CUDA_EMULATION
+    const char *which = "emulated cuDNN";
+#else
+    const char *which = "cuDNN";
+#endif
     const int shapes[][4] = {{768, 12, 4, 1024}, {128, 2, B_TEST, T_TEST}, {1600, 25, 1, 7}};  // C NH B T
     for (int i = 0; i < 3; i++) {
         const int *d = shapes[i];
         const char *bad = cudnn_attention_check_graphs(d[0], d[1], d[2], d[3]);
-        test_result(bad == NULL, "cuDNN %d accepts the attention graphs at C=%d NH=%d B=%d T=%d%s%s", CUDNN_VERSION,
-                    d[0], d[1], d[2], d[3], bad ? ": rejects the " : "", bad ? bad : "");
+        test_result(bad == NULL, "%s %d accepts the attention graphs at C=%d NH=%d B=%d T=%d%s%s", which,
+                    CUDNN_VERSION, d[0], d[1], d[2], d[3], bad ? ": rejects the " : "", bad ? bad : "");
     }
 #else
     test_skip("cuDNN attention graphs (no cuDNN in this build)");
