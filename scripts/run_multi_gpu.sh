@@ -6,7 +6,7 @@
 # Usage: scripts/run_multi_gpu.sh [NGPU] [-- trainer flags...]
 #   NGPU: GPUs to use (default: all that nvidia-smi lists)
 #   env: TRAINER (default ./train_gptcu; ./train_gpt runs the CPU trainer over
-#        MPI the same way), ZERO (default 1; train_gptcu takes 0 or 1), THREADS
+#        MPI the same way), ZERO (default 1; 0-3), THREADS
 #        (OpenMP threads a rank)
 set -eu
 cd "$(dirname "$0")/.."

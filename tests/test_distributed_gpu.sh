@@ -11,7 +11,9 @@
 # 5e-4, as the emulated run shows 8.8e-5 at ZeRO 2-3, which add a rank's
 # running shard in before each micro-step's reduce-scatter; weights to 1e-4),
 # only rank 0 prints, and the memory line follows the ZeRO
-# formula. SKIPs without train_gptcu, a GPU, or MPI (build or mpirun).
+# formula; scripts/run_multi_gpu.sh and scripts/train_slurm.sbatch (through an
+# srun that is mpirun) give the same run. SKIPs without train_gptcu, a GPU, or
+# MPI (build or mpirun).
 # EMULATED=1 (tests/run_tests.sh, every build): the same checks on the
 # emulated trainer (tests/gpu_trainer.sh).
 # --eps 1e-4, not the default 1e-8: some gradients are zero but for rounding
@@ -102,3 +104,30 @@ for zero in 0 1 2 3; do
     fi
 done
 done
+
+# The run scripts with these flags give the run above: scripts/run_multi_gpu.sh (mpirun, one rank a
+# GPU, NCCL) and scripts/train_slurm.sbatch (its srun line, through an srun that starts the ranks with
+# mpirun: the flags it passes and its environment, not Slurm)
+if [ "$EMULATED" = 1 ] || [ "$(gpu_count)" -ge 2 ]; then
+    case "$BUILD" in build-*) [ "$EMULATED" = 1 ] && exit 0 ;; esac  # (CI's time: the normal build runs them)
+    mkdir -p "$tmp/bin"
+    printf '#!/bin/sh\nwhile [ "${1#--}" != "$1" ]; do shift; done\nexec mpirun --allow-run-as-root --oversubscribe -np 2 "$@"\n' \
+        >"$tmp/bin/srun"
+    chmod +x "$tmp/bin/srun"
+    for script in run_multi_gpu train_slurm; do
+        name="${P}${script}_script_np2"
+        if [ $script = run_multi_gpu ]; then
+            TRAINER=$TRAIN ZERO=1 THREADS=1 timeout 300 scripts/run_multi_gpu.sh 2 -- "${COMMON[@]}" --batch-size 2 \
+                --log-json "$tmp/$name.json" >"$tmp/$name.log" 2>&1
+        else
+            PATH="$tmp/bin:$PATH" TRAINER=$TRAIN ZERO=1 SLURM_CPUS_PER_TASK=1 timeout 300 bash scripts/train_slurm.sbatch \
+                "${COMMON[@]}" --batch-size 2 --log-json "$tmp/$name.json" >"$tmp/$name.log" 2>&1
+        fi
+        rc=$?
+        if [ $rc -eq 0 ] && grep -q '^ranks: 2 (mpirun launch, MPI on) | data parallel 2 | ZeRO-1 | comm nccl' "$tmp/$name.log"; then
+            "$CMP" --compare-logs "$tmp/ref.json" "$tmp/$name.json" 1e-3 "${name}_matches_one_process"
+        else
+            echo "FAIL: ${name}_runs (exit $rc: $(grep -m1 '^ranks:' "$tmp/$name.log") $(tail -2 "$tmp/$name.log" | tr '\n' ' '))"
+        fi
+    done
+fi
