@@ -127,7 +127,7 @@ ifeq ($(HAVE_CUDA),yes)
     NVCC_LIBS += -lzstd
   endif
   DEV_CUDA_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/cuda/dev_%,$(wildcard dev/cuda/*.cu))
-  CUDA_BINS := train_gptcu $(BUILD)/tests/test_gpt_cu $(DEV_CUDA_BINS)
+  CUDA_BINS := train_gptcu $(BUILD)/tests/test_gpt_cu $(DEV_CUDA_BINS) $(BUILD)/cuda/profile_step_gpu
   HAVE_CUDA := yes(cuDNN=$(or $(HAVE_CUDNN),no),NCCL=$(or $(HAVE_NCCL),no),$(CUDA_ARCH))
 endif
 
@@ -157,7 +157,7 @@ CXXFLAGS = $(filter-out -std=c11,$(CFLAGS)) -std=c++17 -pthread -fno-strict-alia
 # on the CPU; NCCL emulated over MPI by tests/emu_include/nccl.h; cuDNN's
 # backend API by tests/emu_include/cudnn.h, which runs the attention graphs
 # node by node; MPI when the build has it): CI runs the GPU code paths end to end.
-EMU_BINS := $(BUILD)/emu/train_gptcu $(BUILD)/emu/test_gpt_cu $(BUILD)/emu/test_comm_nccl
+EMU_BINS := $(BUILD)/emu/train_gptcu $(BUILD)/emu/test_gpt_cu $(BUILD)/emu/test_comm_nccl $(BUILD)/emu/profile_step_gpu
 EMU_FLAGS := -x c++ -include tests/cuda_emulator.h -Itests/emu_include -DLLMC_NCCL -DLLMC_CUDNN
 TEST_BINS += $(EMU_BINS)
 DEV_BINS := $(BUILD)/dev/bench_comm $(BUILD)/dev/perf/bench_dataloader $(BUILD)/dev/perf/profile_step_cpu  # benchmarks (README)
@@ -189,6 +189,7 @@ $(BUILD)/tests/%: tests/%.cpp $(FLAGS_STAMP)
 $(BUILD)/emu/train_gptcu: train_gpt.cu
 $(BUILD)/emu/test_gpt_cu: tests/test_gpt.cu
 $(BUILD)/emu/test_comm_nccl: tests/test_comm_nccl.cu
+$(BUILD)/emu/profile_step_gpu: dev/perf/profile_step_gpu.cu
 $(EMU_BINS): $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) $(filter %.cu,$^) -x none -o $@ $(LDFLAGS) $(LDLIBS) -pthread
@@ -211,6 +212,9 @@ $(BUILD)/tests/test_gpt_cu: tests/test_gpt.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
 $(BUILD)/cuda/dev_%: dev/cuda/%.cu $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
+$(BUILD)/cuda/profile_step_gpu: dev/perf/profile_step_gpu.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
 -include $(wildcard $(BUILD)/cuda/*.d)

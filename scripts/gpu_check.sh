@@ -5,7 +5,9 @@
 # mpicc is there); run tests/test_gpt.cu and every dev/cuda kernel check
 # (correctness, then benchmarks against the copy bandwidth and cuBLASLt bf16
 # peak they measure); time train_gptcu on random token shards, d12 at batch
-# 16 x 1024 with each attention kind; run the GPU ZeRO stages
+# 16 x 1024 with each attention kind, and where its step's time goes
+# (dev/perf/profile_step_gpu.cu: matmul, attention, the rest, and the host's
+# time to queue the backward); run the GPU ZeRO stages
 # (tests/test_distributed_gpu.sh: one process always, 2 ranks with MPI), the
 # trainer end to end against the CPU trainer (tests/test_train_gpu.sh) and the
 # device communication backends (tests/test_comm_nccl.sh); then time d24, d36
@@ -69,7 +71,7 @@ if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then H
 export HAVE_MPI
 elapsed "building (MPI: $HAVE_MPI)"
 if ! make -j"$(nproc)" CUDA_ARCH=sm_90 $MPI_MAKE train_gptcu tokenize build/train_gpt build/tests/test_gpt_cu build/tests/test_zero \
-        $DEV_BINS >"$OUT/build.log" 2>&1; then
+        build/cuda/profile_step_gpu $DEV_BINS >"$OUT/build.log" 2>&1; then
     tail -30 "$OUT/build.log"
     echo "BUILD FAILED (full log: $OUT/build.log)"
     exit 1
@@ -152,6 +154,9 @@ bench_train d12 flash
 bench_train d12 cudnn
 best=flash
 grep -q '^d12    cudnn  *[0-9]' <(printf '%s\n' "${table[@]}") && best=cudnn
+# where a d12 step's GPU time goes (matmul, attention, the rest; the host's time to queue the backward)
+run_check profile_d12_flash build/cuda/profile_step_gpu d12 16 1024 flash
+[ "$best" = cudnn ] && run_check profile_d12_cudnn build/cuda/profile_step_gpu d12 16 1024 cudnn
 run_check test_distributed_gpu bash tests/test_distributed_gpu.sh
 run_check test_train_gpu bash tests/test_train_gpu.sh
 run_check test_comm_nccl bash tests/test_comm_nccl.sh
@@ -168,3 +173,5 @@ grep -h '^ceilings' "$OUT"/dev_matmul.log 2>/dev/null | head -1
 echo "== train_gptcu, batch 16 x 1024, median of steps 4..$STEPS"
 printf '%-6s %-6s %12s %10s %10s %10s\n' model attn "tokens/s" "ms/step" "MFU(meas)" "MFU(989)"
 printf '%s\n' "${table[@]}"
+echo "== where a d12 step goes (build/cuda/profile_step_gpu; CUDA events)"
+grep -h '^BENCH profile_step' "$OUT"/profile_d12_*.log 2>/dev/null

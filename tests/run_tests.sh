@@ -47,6 +47,21 @@ emulated() {
 emulated test_train_gpu_emulated env EMULATED=1 bash tests/test_train_gpu.sh
 emulated test_distributed_gpu_emulated env EMULATED=1 bash tests/test_distributed_gpu.sh
 emulated test_comm_nccl_emulated env EMULATED=1 bash tests/test_comm_nccl.sh
+# the GPU step profiler (dev/perf/profile_step_gpu.cu) on the emulated model: it runs with either
+# attention, and the FLOPs its wrappers count call by call add up to the model's formula (a matmul or
+# attention call it does not time fails this; its times mean nothing on the emulator)
+profile_counts() {
+    local attn out
+    for attn in flash cudnn; do
+        out=$("$BUILD/emu/profile_step_gpu" tiny 2 32 "$attn" 1 3 2>&1)
+        if grep -q "the model's formula .*: equal" <<<"$out"; then
+            echo "PASS: profile_step_gpu --attention $attn counts every matmul and attention call"
+        else
+            echo "FAIL: profile_step_gpu --attention $attn: $(tail -2 <<<"$out" | tr '\n' ' ')"
+        fi
+    done
+}
+[ -x "$BUILD/emu/profile_step_gpu" ] && emulated profile_step_gpu_emulated profile_counts
 rm -f "$log"
 echo
 echo "$passed passed, $failed failed, $skipped skipped"
