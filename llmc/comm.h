@@ -31,6 +31,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -110,6 +111,8 @@ struct Comm {
     const char *launcher;              // launch.h's name for who started us
     CommGroup groups[COMM_NUM_GROUPS];
     int mpi_initialized;
+    const char *fault;                 // LLMC_TEST_FAULT (tests only): "hang:R" or "die:R" (comm_test_fault)
+    int fault_rank;
 };
 
 static inline CommGroup *comm_group(Comm *c, CommGroupKind k) { return &c->groups[k]; }
@@ -298,6 +301,26 @@ static inline int comm_test(CommRequest *r) {
     return !r->active;
 }
 
+// The one line a wait past --comm-timeout prints before the job is ended.
+static inline void comm_report_timeout(const Comm *c, const char *op, size_t bytes, const CommGroup *g) {
+    fprintf(stderr,
+            "error: rank %d: %s of %zu bytes on the %s group (%d ranks) did not complete within %.0f s "
+            "(--comm-timeout): a rank has died or hangs; aborting all ranks\n",
+            c->rank, op, bytes, COMM_GROUP_NAMES[g->kind], g->size, c->timeout_s);
+    fflush(stderr);
+}
+
+// Tests only: LLMC_TEST_FAULT=hang:R or die:R makes world rank R hang (or be
+// killed) where the distributed layer calls this, at its first collective, so
+// that tests can check that the other ranks end the job (--comm-timeout).
+static inline void comm_test_fault(const Comm *c) {
+    if (!c->fault || c->rank != c->fault_rank) return;
+    fprintf(stderr, "rank %d: LLMC_TEST_FAULT=%s\n", c->rank, c->fault);
+    fflush(stderr);
+    if (strncmp(c->fault, "die", 3) == 0) raise(SIGKILL);
+    for (;;) pause();  // hang
+}
+
 // Completes a request. Past the communicator's deadline it prints which rank
 // waited for what and ends the whole job (exit status 3 on every rank).
 static inline void comm_wait(CommRequest *r) {
@@ -306,11 +329,7 @@ static inline void comm_wait(CommRequest *r) {
     double deadline = c->timeout_s > 0 ? wall_seconds() + c->timeout_s : 0;
     for (long spins = 0; !comm_test(r); spins++) {
         if (deadline > 0 && wall_seconds() > deadline) {
-            fprintf(stderr,
-                    "error: rank %d: %s of %zu bytes on the %s group (%d ranks) did not complete within %.0f s "
-                    "(--comm-timeout): a rank has died or hangs; aborting all ranks\n",
-                    c->rank, r->op, r->bytes, COMM_GROUP_NAMES[r->group->kind], r->group->size, c->timeout_s);
-            fflush(stderr);
+            comm_report_timeout(c, r->op, r->bytes, r->group);
             r->group->be->abort(c, 3);
         }
         if (spins > 64) {  // back off: the ranks may share cores
@@ -416,6 +435,13 @@ static inline void comm_init(Comm *c, int *argc, char ***argv, int tp, int pp, d
     c->rank = li.rank;
     c->world = li.world;
     c->local_rank = li.local_rank;
+    c->fault = getenv("LLMC_TEST_FAULT");
+    if (c->fault) {
+        const char *colon = strchr(c->fault, ':');
+        if (!colon || (strncmp(c->fault, "hang", 4) != 0 && strncmp(c->fault, "die", 3) != 0))
+            die_usage("LLMC_TEST_FAULT='%s' is not hang:RANK or die:RANK", c->fault);
+        c->fault_rank = atoi(colon + 1);
+    }
     const CommBackend *be = &COMM_SELF;
 #ifdef LLMC_MPI
     int provided = 0;

@@ -11,6 +11,12 @@
 // records an event. comm_wait polls that event against --comm-timeout (on
 // expiry: every NCCL communicator is aborted, then MPI_Abort);
 // comm_stream_wait makes a stream wait for it without blocking the host.
+// Watchdog: a stream that waits for a collective on the device can hold the
+// host in a synchronisation on that stream (a loss read back, the gradient
+// norm) before any comm_wait sees the deadline, and a collective a dead or
+// hung rank never joins never completes. So a host thread (with
+// --comm-timeout > 0) keeps every operation in flight with its start time and
+// ends the job, with comm_wait's message, when one outlives the timeout.
 //
 // Uneven reduce-scatter / all-gather counts (padded ZeRO shards need none,
 // but a range of the flat buffer does) become grouped ncclReduce /
@@ -19,6 +25,7 @@
 #define LLMC_COMM_NCCL_CUH
 
 #include <nccl.h>
+#include <pthread.h>
 
 #include "comm.h"
 #include "cuda_common.cuh"
@@ -33,6 +40,107 @@ typedef struct {
 static inline ncclDataType_t nccl_dtype(CommDType t) {
     return t == COMM_F64 ? ncclFloat64 : t == COMM_F32 ? ncclFloat32 : ncclBfloat16;
 }
+
+// ---------------------------------------------------------------------------
+// watchdog: the operations in flight, registered when queued and removed when
+// a test finds them complete (before their event is destroyed)
+
+typedef struct {
+    cudaEvent_t done;
+    const char *op;
+    size_t bytes;
+    const CommGroup *group;
+    double start;  // wall_seconds() when queued
+} NcclInFlight;
+
+typedef struct {
+    pthread_mutex_t mutex;  // guards the table below and the events in it
+    NcclInFlight *ops;
+    int num, cap;
+    pthread_t thread;
+    int running, stop;
+    int device;             // the trainer's GPU (a thread's current device is its own)
+    Comm *comm;
+} NcclWatchdog;
+static NcclWatchdog nccl_watchdog = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, pthread_t(), 0, 0, 0, NULL};
+
+static void nccl_abort(Comm *c, int code);
+
+static void *nccl_watchdog_main(void *arg) {
+    NcclWatchdog *w = (NcclWatchdog *)arg;
+    CUDA_CHECK(cudaSetDevice(w->device));
+    const double timeout = w->comm->timeout_s;
+    struct timespec nap = {0, timeout < 2.0 ? 10000000 : 100000000};  // 10 or 100 ms between looks
+    for (;;) {
+        nanosleep(&nap, NULL);
+        pthread_mutex_lock(&w->mutex);
+        if (w->stop) {
+            pthread_mutex_unlock(&w->mutex);
+            return NULL;
+        }
+        double now = wall_seconds();
+        for (int i = 0; i < w->num; i++) {
+            NcclInFlight *f = &w->ops[i];
+            if (now - f->start <= timeout || cudaEventQuery(f->done) != cudaErrorNotReady) continue;
+            comm_report_timeout(w->comm, f->op, f->bytes, f->group);
+            nccl_abort(w->comm, 3);  // does not return
+        }
+        (void)cudaGetLastError();  // "not ready" is this thread's last error now
+        pthread_mutex_unlock(&w->mutex);
+    }
+}
+
+static void nccl_watchdog_add(const CommRequest *r, cudaEvent_t done) {
+    NcclWatchdog *w = &nccl_watchdog;
+    if (!w->running) return;
+    pthread_mutex_lock(&w->mutex);
+    if (w->num == w->cap) {
+        w->cap = w->cap ? 2 * w->cap : 64;
+        w->ops = (NcclInFlight *)realloc(w->ops, sizeof(NcclInFlight) * (size_t)w->cap);
+        CHECK(w->ops != NULL, "out of memory");
+    }
+    NcclInFlight f = {done, r->op, r->bytes, r->group, wall_seconds()};
+    w->ops[w->num++] = f;
+    pthread_mutex_unlock(&w->mutex);
+}
+
+static void nccl_watchdog_remove(cudaEvent_t done) {
+    NcclWatchdog *w = &nccl_watchdog;
+    if (!w->running) return;
+    pthread_mutex_lock(&w->mutex);
+    for (int i = 0; i < w->num; i++)
+        if (w->ops[i].done == done) {
+            w->ops[i] = w->ops[--w->num];
+            break;
+        }
+    pthread_mutex_unlock(&w->mutex);
+}
+
+static void nccl_watchdog_start(Comm *c) {
+    NcclWatchdog *w = &nccl_watchdog;
+    if (c->timeout_s <= 0 || w->running) return;
+    w->comm = c;
+    CUDA_CHECK(cudaGetDevice(&w->device));
+    w->stop = 0;
+    CHECK(pthread_create(&w->thread, NULL, nccl_watchdog_main, w) == 0, "pthread_create failed");
+    w->running = 1;
+}
+
+static void nccl_watchdog_stop(void) {
+    NcclWatchdog *w = &nccl_watchdog;
+    if (!w->running) return;
+    pthread_mutex_lock(&w->mutex);
+    w->stop = 1;
+    pthread_mutex_unlock(&w->mutex);
+    pthread_join(w->thread, NULL);
+    w->running = 0;
+    free(w->ops);
+    w->ops = NULL;
+    w->num = w->cap = 0;
+}
+
+// ---------------------------------------------------------------------------
+// operations
 
 // The communication stream waits for everything already queued on the compute stream.
 static inline NcclGroup *nccl_begin(CommGroup *g) {
@@ -50,6 +158,7 @@ static inline void nccl_end(NcclGroup *ng, CommRequest *r) {
     CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(done, ng->stream));
     r->impl = (void *)done;
+    nccl_watchdog_add(r, done);
 }
 
 static inline int nccl_all_equal(const size_t *counts, int n) {
@@ -143,6 +252,7 @@ static int nccl_test(CommRequest *r) {
         return 0;
     }
     CUDA_CHECK(st);
+    nccl_watchdog_remove(done);
     CUDA_CHECK(cudaEventDestroy(done));
     r->impl = NULL;
     return 1;
@@ -200,6 +310,7 @@ static inline CommGroup *comm_nccl_init(Comm *c) {
         dev->be = &COMM_NCCL;
         dev->impl = ng;
     }
+    nccl_watchdog_start(c);
     return comm_nccl_groups;
 }
 
@@ -207,6 +318,7 @@ static inline CommGroup *comm_nccl_init(Comm *c) {
 static inline void comm_nccl_set_compute_stream(CommGroup *g, cudaStream_t s) { ((NcclGroup *)g->impl)->compute = s; }
 
 static inline void comm_nccl_free(void) {
+    nccl_watchdog_stop();
     for (int k = 0; k < COMM_NUM_GROUPS; k++) {
         NcclGroup *ng = (NcclGroup *)comm_nccl_groups[k].impl;
         if (!ng) continue;

@@ -29,7 +29,6 @@
 #define LLMC_ZERO_CPU_H
 
 #include <math.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -68,8 +67,6 @@ typedef struct {
     int prefetch_segment;   // stage 3: the segment being gathered ahead (-1: none)
     CommRequest prefetch_req;
     size_t *counts;         // scratch: dp->size counts
-    const char *fault;      // LLMC_TEST_FAULT (tests only): "hang:R" or "die:R" at the first reduction
-    int fault_rank;
 } Zero;
 
 // ---------------------------------------------------------------------------
@@ -162,18 +159,10 @@ static inline void zero_launch(Zero *z, int64_t lo, int64_t hi) {
     z->inflight[z->num_inflight++] = b;
 }
 
-static inline void zero_inject_fault(Zero *z) {
-    if (!z->fault || z->dp->comm->rank != z->fault_rank) return;
-    fprintf(stderr, "rank %d: LLMC_TEST_FAULT=%s\n", z->fault_rank, z->fault);
-    fflush(stderr);
-    if (strncmp(z->fault, "die", 3) == 0) raise(SIGKILL);
-    for (;;) pause();  // hang
-}
-
 static void zero_grads_ready(void *ctx, int segment) {
     Zero *z = (Zero *)ctx;
     if (!z->reduce_now) return;
-    zero_inject_fault(z);
+    comm_test_fault(z->dp->comm);  // (tests only: LLMC_TEST_FAULT)
     int64_t lo, hi;
     param_segment_range(&z->model->layout, segment, &lo, &hi);
     if (z->pending_hi == z->pending_lo) z->pending_hi = hi;
@@ -291,13 +280,6 @@ static inline void zero_init(Zero *z, GPT *model, Comm *comm, int stage, double 
     model->hooks.ctx = z;
     model->hooks.grads_ready = zero_grads_ready;
     model->hooks.params_needed = stage == 3 ? zero_params_needed : NULL;
-    z->fault = getenv("LLMC_TEST_FAULT");
-    if (z->fault) {
-        const char *colon = strchr(z->fault, ':');
-        if (!colon || (strncmp(z->fault, "hang", 4) != 0 && strncmp(z->fault, "die", 3) != 0))
-            die_usage("LLMC_TEST_FAULT='%s' is not hang:RANK or die:RANK", z->fault);
-        z->fault_rank = atoi(colon + 1);
-    }
 }
 
 // The memory this rank holds (shard.h's formula; fp32 params are the master copy).

@@ -105,6 +105,7 @@ __global__ void zero_add_kernel(float *dst, const float *src, int64_t n) {
 static void zero_gpu_grads_ready(void *ctx, int s) {
     ZeroGPU *z = (ZeroGPU *)ctx;
     if (!z->reduce_now) return;
+    comm_test_fault(z->dp->comm);  // (tests only: LLMC_TEST_FAULT)
     GPTGPU *m = z->model;
     float *g = m->grad_view[s];  // indexed like the flat buffer
     float *shard = m->grad_shard ? gpu_shard_grads(m) : NULL;
@@ -153,6 +154,7 @@ static void zero_gpu_bind_grad_slot(ZeroGPU *z, int s) {
 
 // Starts gathering segment s's bf16 weights into its buffer or slot.
 static void zero_gpu_gather_start(ZeroGPU *z, int s) {
+    comm_test_fault(z->dp->comm);  // (tests only: LLMC_TEST_FAULT)
     GPTGPU *m = z->model;
     comm_wait(&z->gather[s]);  // an earlier gather of s (long done)
     if (zero_gpu_is_layer(z, s)) {

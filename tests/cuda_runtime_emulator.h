@@ -22,6 +22,13 @@
 // cudaErrorNotReady once and runs the stream up to it (a GPU makes progress
 // while the host polls).
 //
+// Threads. The thread that started the program drives the emulated device
+// (work runs on it, as described above); another thread (comm_nccl.cuh's
+// watchdog) may query an event, which only looks: it runs nothing, so work
+// that the driving thread is stuck before stays not ready, as on a GPU whose
+// collective never completes. The current device is a thread's own, as in
+// CUDA.
+//
 // Memory. cudaMalloc returns 256-byte aligned host memory and records it, as
 // cudaMallocHost records pinned memory; a copy whose kind says "device" for a
 // side that is not inside one recorded device allocation (or "host" for one
@@ -40,8 +47,10 @@
 #error "include tests/cuda_emulator.h, which includes this"
 #endif
 
+#include <atomic>
 #include <map>
 #include <memory>
+#include <thread>
 
 typedef int cudaError_t;
 enum {
@@ -93,7 +102,8 @@ struct EmuOp {
 };
 struct EmuStream {
     std::deque<EmuOp> ops;
-    uint64_t queued = 0, done = 0;  // operations ever queued / run
+    uint64_t queued = 0;               // operations ever queued
+    std::atomic<uint64_t> done{0};     // operations run (another thread's event query reads it)
     bool blocking = true;           // synchronises with the legacy default stream
     bool running = false;
 };
@@ -220,9 +230,10 @@ static inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     if (e->stream) emu_stream_run(e->stream, e->target);
     return cudaSuccess;
 }
+static const std::thread::id emu_device_thread = std::this_thread::get_id();  // (static init: the main thread)
 static inline cudaError_t cudaEventQuery(cudaEvent_t e) {
     if (emu_event_done(e)) return cudaSuccess;
-    emu_stream_run(e->stream, e->target);
+    if (std::this_thread::get_id() == emu_device_thread) emu_stream_run(e->stream, e->target);
     return cudaErrorNotReady;
 }
 // No clock: every interval is 1 ms (only the peak-rate probe times events).
@@ -342,7 +353,7 @@ template <typename Kernel> static inline cudaError_t cudaFuncSetAttribute(Kernel
 // ---- the device ----
 #define EMU_NUM_SMS 8
 #define EMU_NUM_DEVICES 8
-static int emu_current_device;
+static thread_local int emu_current_device;
 static inline bool emu_valid_device(int d) { return d >= 0 && d < EMU_NUM_DEVICES; }
 static inline cudaError_t cudaGetDeviceCount(int *n) {
     *n = EMU_NUM_DEVICES;

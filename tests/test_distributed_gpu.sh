@@ -12,7 +12,8 @@
 # running shard in before each micro-step's reduce-scatter; weights to 1e-4),
 # only rank 0 prints, and the memory line follows the ZeRO
 # formula; scripts/run_multi_gpu.sh and scripts/train_slurm.sbatch (through an
-# srun that is mpirun) give the same run. SKIPs without train_gptcu, a GPU, or
+# srun that is mpirun) give the same run; over NCCL, a rank that hangs or dies
+# ends the job (--comm-timeout: comm_nccl.cuh's watchdog). SKIPs without train_gptcu, a GPU, or
 # MPI (build or mpirun).
 # EMULATED=1 (tests/run_tests.sh, every build): the same checks on the
 # emulated trainer (tests/gpu_trainer.sh).
@@ -104,6 +105,27 @@ for zero in 0 1 2 3; do
     fi
 done
 done
+
+# A rank that hangs at its first collective (ZeRO-3: the first layer's all-gather, in the forward): the
+# other's compute stream waits for that gather on the device and its host blocks reading the loss back,
+# where no comm_wait looks at the deadline; comm_nccl.cuh's watchdog still ends the job after
+# --comm-timeout, naming the rank and the operation. A rank that dies ends the job too.
+if [[ " ${COMMS[*]} " == *" nccl "* ]]; then
+    for fault in hang die; do
+        name="${P}gpu_zero3_np2_nccl_rank_that_${fault}s_ends_job"
+        start=$(date +%s)
+        LLMC_TEST_FAULT=$fault:1 timeout 60 "${MPIRUN[@]}" -x LLMC_TEST_FAULT "$TRAIN" "${COMMON[@]}" --batch-size 2 \
+            --zero 3 --comm nccl --comm-timeout 3 >"$tmp/$name.log" 2>&1
+        rc=$?
+        took=$(($(date +%s) - start))
+        msg='rank 0: all-gather of [0-9]* bytes on the data group (2 ranks) did not complete within 3 s'
+        if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 40 ] && { [ $fault = die ] || grep -q "$msg" "$tmp/$name.log"; }; then
+            echo "PASS: $name (exit $rc after $took s)"
+        else
+            echo "FAIL: $name (exit $rc after $took s: $(grep -m2 -i 'error\|abort' "$tmp/$name.log" | tr '\n' ' '))"
+        fi
+    done
+fi
 
 # The run scripts with these flags give the run above: scripts/run_multi_gpu.sh (mpirun, one rank a
 # GPU, NCCL) and scripts/train_slurm.sbatch (its srun line, through an srun that starts the ranks with
