@@ -12,7 +12,8 @@
 //     nothing once finalized; finalizing checks what each needs;
 //   - tensors are 4-D (dims, strides in elements, a unique id); virtual ones
 //     live inside the graph, by-value ones are host scalars read when the
-//     plan is executed, the others device memory from the variant pack;
+//     plan is executed, the others device memory from the variant pack, at
+//     least as aligned as their BYTE_ALIGNMENT says;
 //   - pointwise y = mode(x[, b][, t]) with x, b, t broadcast to y's dims (a
 //     dim of 1 or equal); GEN_INDEX y = the index along AXIS; CMP_GE
 //     y = x >= b; BINARY_SELECT y = t ? x : b;
@@ -166,7 +167,7 @@ static inline cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s) {
 // ---- the graph as the engine keeps it (copied out of the descriptors, which
 // the caller may destroy once the plan is made)
 struct EmuCudnnTensor {
-    int64_t uid = 0, dims[4] = {0, 0, 0, 0}, strides[4] = {0, 0, 0, 0};
+    int64_t uid = 0, dims[4] = {0, 0, 0, 0}, strides[4] = {0, 0, 0, 0}, alignment = 0;  // (bytes)
     cudnnDataType_t type = CUDNN_DATA_FLOAT;
     bool is_virtual = false, by_value = false;
     int64_t extent() const {  // elements from the first to the last one addressed, + 1
@@ -179,6 +180,7 @@ struct EmuCudnnTensor {
     }
     bool same(const EmuCudnnTensor &o) const {
         return uid == o.uid && type == o.type && is_virtual == o.is_virtual && by_value == o.by_value &&
+               alignment == o.alignment &&
                !memcmp(dims, o.dims, sizeof(dims)) && !memcmp(strides, o.strides, sizeof(strides));
     }
 };
@@ -324,9 +326,9 @@ static inline cudnnStatus_t emu_cudnn_finalize_tensor(EmuCudnnDesc *d) {
     EmuCudnnTensor &t = d->tensor;
     const EmuCudnnAttr *dims = emu_cudnn_attr(d, CUDNN_ATTR_TENSOR_DIMENSIONS);
     const EmuCudnnAttr *strides = emu_cudnn_attr(d, CUDNN_ATTR_TENSOR_STRIDES);
-    int64_t align = 0;
     if (!dims || !strides || !emu_cudnn_get(d, CUDNN_ATTR_TENSOR_DATA_TYPE, &t.type) ||
-        !emu_cudnn_get(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, &t.uid) || !emu_cudnn_get(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &align))
+        !emu_cudnn_get(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, &t.uid) ||
+        !emu_cudnn_get(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &t.alignment))
         return CUDNN_STATUS_BAD_PARAM;
     if (dims->count != strides->count) return CUDNN_STATUS_BAD_PARAM;
     if (dims->count != 4) return CUDNN_STATUS_NOT_SUPPORTED;  // (this emulation's limit)
@@ -340,7 +342,7 @@ static inline cudnnStatus_t emu_cudnn_finalize_tensor(EmuCudnnDesc *d) {
     emu_cudnn_get(d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, &t.is_virtual);
     emu_cudnn_get(d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, &t.by_value);
     if (t.is_virtual && t.by_value) return CUDNN_STATUS_BAD_PARAM;
-    if (align < 1) return CUDNN_STATUS_BAD_PARAM;
+    if (t.alignment < 1) return CUDNN_STATUS_BAD_PARAM;
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -689,6 +691,11 @@ static inline cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDes
                         fprintf(stderr, "emulated cuDNN: tensor uid %lld (%lld elements) is not device memory\n",
                                 (long long)t->uid, (long long)t->extent());
                         emu_fail("emulated cuDNN: a tensor outside device memory");
+                    }
+                    if ((uintptr_t)p % (uintptr_t)t->alignment != 0) {
+                        fprintf(stderr, "emulated cuDNN: tensor uid %lld is not %lld-byte aligned, as declared\n",
+                                (long long)t->uid, (long long)t->alignment);
+                        emu_fail("emulated cuDNN: a tensor less aligned than its descriptor says");
                     }
                     s.dev = p;
                 }
