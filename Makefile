@@ -157,7 +157,11 @@ CXXFLAGS = $(filter-out -std=c11,$(CFLAGS)) -std=c++17 -pthread -fno-strict-alia
 # on the CPU; NCCL emulated over MPI by tests/emu_include/nccl.h; cuDNN's
 # backend API by tests/emu_include/cudnn.h, which runs the attention graphs
 # node by node; MPI when the build has it): CI runs the GPU code paths end to end.
+# The dev/cuda kernel checkers too (build/emu/dev_<family>): their validation
+# at small shapes, no benchmarks (they need a GPU).
 EMU_BINS := $(BUILD)/emu/train_gptcu $(BUILD)/emu/test_gpt_cu $(BUILD)/emu/test_comm_nccl $(BUILD)/emu/profile_step_gpu
+DEV_EMU_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/emu/dev_%,$(wildcard dev/cuda/*.cu))
+EMU_BINS += $(DEV_EMU_BINS)
 EMU_FLAGS := -x c++ -include tests/cuda_emulator.h -Itests/emu_include -DLLMC_NCCL -DLLMC_CUDNN
 TEST_BINS += $(EMU_BINS)
 DEV_BINS := $(BUILD)/dev/bench_comm $(BUILD)/dev/perf/bench_dataloader $(BUILD)/dev/perf/profile_step_cpu  # benchmarks (README)
@@ -190,6 +194,7 @@ $(BUILD)/emu/train_gptcu: train_gpt.cu
 $(BUILD)/emu/test_gpt_cu: tests/test_gpt.cu
 $(BUILD)/emu/test_comm_nccl: tests/test_comm_nccl.cu
 $(BUILD)/emu/profile_step_gpu: dev/perf/profile_step_gpu.cu
+$(DEV_EMU_BINS): $(BUILD)/emu/dev_%: dev/cuda/%.cu
 $(EMU_BINS): $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) $(filter %.cu,$^) -x none -o $@ $(LDFLAGS) $(LDLIBS) -pthread

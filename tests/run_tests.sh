@@ -62,6 +62,11 @@ profile_counts() {
     done
 }
 [ -x "$BUILD/emu/profile_step_gpu" ] && emulated profile_step_gpu_emulated profile_counts
+# the dev/cuda kernel checkers' validation at small shapes (no benchmarks: they SKIP them)
+for f in dev/cuda/*.cu; do
+    t=$BUILD/emu/dev_$(basename "$f" .cu)
+    [ -x "$t" ] && emulated "$(basename "$t")_emulated" "$t"
+done
 rm -f "$log"
 echo
 echo "$passed passed, $failed failed, $skipped skipped"

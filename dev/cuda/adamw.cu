@@ -43,7 +43,8 @@ __global__ void adamw_v1_kernel(float *params, bf16 *params_bf16, const float *g
 static void v1_adamw_update(const AdamWPlan *ap, float *params, bf16 *params_bf16, const float *grads, float *m,
                             float *v, const AdamWConfig *cfg, float grad_scale, uint64_t seed, cudaStream_t s) {
     AdamWArgs a = adamw_args(cfg, grad_scale, seed);
-    adamw_v1_kernel<<<ap->num_chunks, 256, 0, s>>>(params, params_bf16, grads, m, v, ap->d_chunks, ap->begin, a);
+    launch_kernel(adamw_v1_kernel, ap->num_chunks, 256, 0, s, params, params_bf16, grads, m, v, ap->d_chunks,
+                  ap->begin, a);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -182,7 +183,8 @@ static void bench_model(Bench *b, const char *preset) {
     // random p, g, m (pairs of random bf16 read as fp32: finite, in [-1, 1]); v starts at 0 (it must stay >= 0)
     float *bufs[] = {p, g, m};
     for (int i = 0; i < 3; i++)
-        fill_hash_bf16_kernel<<<ceil_div_int((int64_t)P * 2, 256), 256>>>((bf16 *)bufs[i], (int64_t)P * 2, 20 + i);
+        launch_kernel(fill_hash_bf16_kernel, ceil_div_int((int64_t)P * 2, 256), 256, 0, 0, (bf16 *)bufs[i],
+                      (int64_t)P * 2, 20 + i);
     CUDA_CHECK_LAUNCH();
     CUDA_CHECK(cudaMemset(v, 0, P * 4));
     AdamWPlan ap;
@@ -213,6 +215,7 @@ int main(void) {
     check_range(&rng, &pl, (P / 3) | 1, 2 * P / 3 + 1);          // odd start: element path throughout
     check_range(&rng, &pl, (P / 4) & ~(int64_t)3, ((3 * P / 4) & ~(int64_t)3) + 3);  // float4 path, 3-element tail
     param_layout_free(&pl);
+    if (!dev_benchmarks("dev_adamw")) return test_exit_code();
 
     Bench b;
     bench_init(&b);

@@ -37,6 +37,10 @@ __device__ void scalar_load_kv_tile(float (*ks)[HS], float (*vs)[HS], const bf16
     }
 }
 
+// CUDA's device min/max, spelled so that the emulator (plain C++) compiles them too.
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
+
 // grid (T/TILE, NH, B), block TILE: thread = query row i.
 template <int HS>
 __global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_forward_kernel(bf16 *out, float *lse, const bf16 *qkv,
@@ -57,7 +61,7 @@ __global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_forward_kernel(bf16 
         __syncthreads();
         scalar_load_kv_tile<HS>(ks, vs, base, kt, T, C);
         __syncthreads();
-        int jmax = min(SCALAR_TILE, i - kt * SCALAR_TILE + 1);  // causal: keys j <= i
+        int jmax = imin(SCALAR_TILE, i - kt * SCALAR_TILE + 1);  // causal: keys j <= i
         for (int r = 0; r < jmax; r++) {
             float s = 0.0f;
             #pragma unroll
@@ -92,7 +96,7 @@ __global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_backward_dkdv_kernel
                                                                                  const bf16 *dout, const float *lse,
                                                                                  const float *delta, int T, int NH,
                                                                                  float scale) {
-    extern __shared__ float smem[];
+    DYNAMIC_SMEM(float, smem);
     float(*kpad)[HS + 1] = (float(*)[HS + 1])smem;
     float(*vpad)[HS + 1] = (float(*)[HS + 1])(smem + SCALAR_TILE * (HS + 1));
     float(*qs)[HS] = (float(*)[HS])(smem + 2 * SCALAR_TILE * (HS + 1));
@@ -124,8 +128,8 @@ __global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_backward_dkdv_kernel
         ls[threadIdx.x] = i0 < T ? lrow[i0] : 0.0f;
         ds_[threadIdx.x] = i0 < T ? drow[i0] : 0.0f;
         __syncthreads();
-        int rmin = max(0, j - qt * SCALAR_TILE);            // causal: queries i >= j
-        int rmax = min(SCALAR_TILE, T - qt * SCALAR_TILE);   // and i < T
+        int rmin = imax(0, j - qt * SCALAR_TILE);            // causal: queries i >= j
+        int rmax = imin(SCALAR_TILE, T - qt * SCALAR_TILE);   // and i < T
         for (int r = rmin; r < rmax; r++) {
             float s = 0.0f, dp = 0.0f;
             #pragma unroll
@@ -159,7 +163,7 @@ __global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_backward_dq_kernel(b
                                                                                const bf16 *dout, const float *lse,
                                                                                const float *delta, int T, int NH,
                                                                                float scale) {
-    extern __shared__ float smem[];
+    DYNAMIC_SMEM(float, smem);
     float(*ks)[HS] = (float(*)[HS])smem;
     float(*vs)[HS] = (float(*)[HS])(smem + SCALAR_TILE * HS);
     float(*dopad)[HS + 1] = (float(*)[HS + 1])(smem + 2 * SCALAR_TILE * HS);
@@ -184,7 +188,7 @@ __global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_backward_dq_kernel(b
         __syncthreads();
         scalar_load_kv_tile<HS>(ks, vs, base, kt, T, C);
         __syncthreads();
-        int jmax = min(SCALAR_TILE, i - kt * SCALAR_TILE + 1);
+        int jmax = imin(SCALAR_TILE, i - kt * SCALAR_TILE + 1);
         for (int r = 0; r < jmax; r++) {
             float s = 0.0f, dp = 0.0f;
             #pragma unroll
@@ -207,7 +211,8 @@ __global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_backward_dq_kernel(b
 template <int HS>
 static void scalar_forward_hs(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH) {
     dim3 grid(ceil_div_int(T, SCALAR_TILE), NH, B);
-    scalar_flash_forward_kernel<HS><<<grid, SCALAR_TILE>>>(out, lse, qkv, T, NH, 1.0f / sqrtf((float)HS));
+    launch_kernel(scalar_flash_forward_kernel<HS>, grid, SCALAR_TILE, 0, 0, out, lse, qkv, T, NH,
+                  1.0f / sqrtf((float)HS));
     CUDA_CHECK_LAUNCH();
 }
 
@@ -216,7 +221,7 @@ static void scalar_backward_hs(bf16 *dqkv, float *delta, const bf16 *dout, const
                                const float *lse, int B, int T, int NH) {
     float scale = 1.0f / sqrtf((float)HS);
     int64_t chunks = (int64_t)B * T * NH * (HS / 8);
-    flash_delta_kernel<HS><<<ceil_div_int(chunks, 256), 256>>>(delta, dout, out, B, T, NH);
+    launch_kernel(flash_delta_kernel<HS>, ceil_div_int(chunks, 256), 256, 0, 0, delta, dout, out, B, T, NH);
     CUDA_CHECK_LAUNCH();
     dim3 grid(ceil_div_int(T, SCALAR_TILE), NH, B);
     size_t smem_kv = sizeof(float) * (2 * SCALAR_TILE * (HS + 1) + 2 * SCALAR_TILE * HS + 2 * SCALAR_TILE);
@@ -225,9 +230,11 @@ static void scalar_backward_hs(bf16 *dqkv, float *delta, const bf16 *dout, const
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
     CUDA_CHECK(cudaFuncSetAttribute(scalar_flash_backward_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)smem_q));
-    scalar_flash_backward_dkdv_kernel<HS><<<grid, SCALAR_TILE, smem_kv>>>(dqkv, qkv, dout, lse, delta, T, NH, scale);
+    launch_kernel(scalar_flash_backward_dkdv_kernel<HS>, grid, SCALAR_TILE, smem_kv, 0, dqkv, qkv, dout, lse, delta,
+                  T, NH, scale);
     CUDA_CHECK_LAUNCH();
-    scalar_flash_backward_dq_kernel<HS><<<grid, SCALAR_TILE, smem_q>>>(dqkv, qkv, dout, lse, delta, T, NH, scale);
+    launch_kernel(scalar_flash_backward_dq_kernel<HS>, grid, SCALAR_TILE, smem_q, 0, dqkv, qkv, dout, lse, delta, T,
+                  NH, scale);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -377,34 +384,42 @@ int main(void) {
                            {2, 256, 768, 12},   // d12 heads
                            {1, 1024, 768, 12},  // d12 sequence length
                            {16, 1024, 768, 12}};  // the d12 step's shape, as benchmarked below
-    const int nshapes = (int)(sizeof(dims) / sizeof(dims[0]));
+    // the emulator: the first four, the d12 heads' one at a partial tile of 80 rows
+    const int nshapes = DEV_EMULATED ? 4 : (int)(sizeof(dims) / sizeof(dims[0]));
     Shape shapes[sizeof(dims) / sizeof(dims[0])];
     for (int i = 0; i < nshapes; i++) {
         Shape *s = &shapes[i];
-        shape_init(s, &rng, dims[i][0], dims[i][1], dims[i][2], dims[i][3]);
+        shape_init(s, &rng, DEV_EMULATED && i == 3 ? 1 : dims[i][0], DEV_EMULATED && i == 3 ? 80 : dims[i][1],
+                   dims[i][2], dims[i][3]);
         check_flash(s);
     }
 
+    // the emulator: the cuDNN checks below, no benchmarks
+    const int bench = dev_benchmarks("dev_attention");
     Bench b;
-    bench_init(&b);
     int B = 16, T = 1024, C = 768, NH = 12;
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
-    bf16 *qkv = (bf16 *)cudaMallocCheck(nq * 2), *out = (bf16 *)cudaMallocCheck(no * 2);
-    bf16 *dout = (bf16 *)cudaMallocCheck(no * 2), *dqkv = (bf16 *)cudaMallocCheck(nq * 2);
-    float *lse = (float *)cudaMallocCheck(nl * 4), *delta = (float *)cudaMallocCheck(nl * 4);
-    fill_hash_bf16_kernel<<<ceil_div_int(nq, 256), 256>>>(qkv, (int64_t)nq, 11);
-    fill_hash_bf16_kernel<<<ceil_div_int(no, 256), 256>>>(dout, (int64_t)no, 12);
+    bf16 *qkv = NULL, *out = NULL, *dout = NULL, *dqkv = NULL;
+    float *lse = NULL, *delta = NULL;
     // causal: half of the (T,T) scores; forward 2 matmuls, backward 5 (dq, dk, dv, and the recomputed p and dp;
     // versions 1 and 3 recompute p and dp twice, once per backward kernel: 7 done, 5 counted)
-    double fwd_flops = 2.0 * 2.0 * B * NH * (double)T * T * (C / NH) / 2.0;
-    double ms = bench_ms(&b, 5, [&] { scalar_attention_forward(out, lse, qkv, B, T, C, NH); });
-    bench_report(&b, "v1 flash scalar forward d12 16x1024", ms, 0, fwd_flops);
-    ms = bench_ms(&b, 5, [&] { scalar_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH); });
-    bench_report(&b, "v1 flash scalar backward d12 16x1024", ms, 0, 2.5 * fwd_flops);
-    ms = bench_ms(&b, 10, [&] { gpu_flash_attention_forward(out, lse, qkv, B, T, C, NH, 0); });
-    bench_report(&b, "v3 flash wmma forward d12 16x1024", ms, 0, fwd_flops);
-    ms = bench_ms(&b, 10, [&] { gpu_flash_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, 0); });
-    bench_report(&b, "v3 flash wmma backward d12 16x1024", ms, 0, 2.5 * fwd_flops);
+    double fwd_flops = 2.0 * 2.0 * B * NH * (double)T * T * (C / NH) / 2.0, ms;
+    if (bench) {
+        bench_init(&b);
+        qkv = (bf16 *)cudaMallocCheck(nq * 2), out = (bf16 *)cudaMallocCheck(no * 2);
+        dout = (bf16 *)cudaMallocCheck(no * 2), dqkv = (bf16 *)cudaMallocCheck(nq * 2);
+        lse = (float *)cudaMallocCheck(nl * 4), delta = (float *)cudaMallocCheck(nl * 4);
+        launch_kernel(fill_hash_bf16_kernel, ceil_div_int(nq, 256), 256, 0, 0, qkv, (int64_t)nq, 11);
+        launch_kernel(fill_hash_bf16_kernel, ceil_div_int(no, 256), 256, 0, 0, dout, (int64_t)no, 12);
+        ms = bench_ms(&b, 5, [&] { scalar_attention_forward(out, lse, qkv, B, T, C, NH); });
+        bench_report(&b, "v1 flash scalar forward d12 16x1024", ms, 0, fwd_flops);
+        ms = bench_ms(&b, 5, [&] { scalar_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH); });
+        bench_report(&b, "v1 flash scalar backward d12 16x1024", ms, 0, 2.5 * fwd_flops);
+        ms = bench_ms(&b, 10, [&] { gpu_flash_attention_forward(out, lse, qkv, B, T, C, NH, 0); });
+        bench_report(&b, "v3 flash wmma forward d12 16x1024", ms, 0, fwd_flops);
+        ms = bench_ms(&b, 10, [&] { gpu_flash_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, 0); });
+        bench_report(&b, "v3 flash wmma backward d12 16x1024", ms, 0, 2.5 * fwd_flops);
+    }
 
     if (cudnn_attention_available()) {
         // the benchmark's (d12) shape first and timed at once, the odd shapes (partial tiles) last
@@ -418,7 +433,7 @@ int main(void) {
                 continue;
             }
             check_cudnn(s, &ca);
-            if (s->B == B && s->T == T && s->C == C && s->NH == NH) {
+            if (bench && s->B == B && s->T == T && s->C == C && s->NH == NH) {
                 ms = bench_ms(&b, 10, [&] { gpu_cudnn_attention_forward(&ca, out, lse, qkv, B, T, C, NH, 0); });
                 bench_report(&b, "v2 cudnn forward d12 16x1024", ms, 0, fwd_flops);
                 ms = bench_ms(&b, 10, [&] {
@@ -432,8 +447,10 @@ int main(void) {
         test_skip("v2 cudnn (no cuDNN in this build)");
     }
     for (int i = 0; i < nshapes; i++) shape_free(&shapes[i]);
-    void *dev[] = {qkv, out, dout, dqkv, lse, delta};
-    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
-    bench_free(&b);
+    if (bench) {
+        void *dev[] = {qkv, out, dout, dqkv, lse, delta};
+        for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
+        bench_free(&b);
+    }
     return test_exit_code();
 }

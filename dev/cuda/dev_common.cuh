@@ -20,12 +20,25 @@
 #include "llmc/rand.h"
 #include "tests/testing.h"
 
-// Exits 0 with a SKIP line when no GPU is present.
+// Exits 0 with a SKIP line when no GPU is present (the emulator has one).
 static inline void dev_require_gpu(const char *name) {
     if (!cuda_device_present()) {
         test_skip("%s (no CUDA device)", name);
         exit(0);
     }
+}
+
+// Compiled for tests/cuda_emulator.h (build/emu/dev_<family>, run by
+// tests/run_tests.sh), a checker validates at the small shapes it lists under
+// DEV_EMULATED and skips its benchmarks: 0 then, after one SKIP line.
+#ifdef LLMC_CUDA_EMULATION
+#define DEV_EMULATED 1
+#else
+#define DEV_EMULATED 0
+#endif
+static inline int dev_benchmarks(const char *name) {
+    if (DEV_EMULATED) test_skip("%s benchmarks (they need a GPU)", name);
+    return !DEV_EMULATED;
 }
 
 static inline float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
@@ -138,7 +151,9 @@ typedef struct {
 static inline void bench_init(Bench *b) {
     int dev = 0, l2 = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
+#ifndef LLMC_CUDA_EMULATION  // (never run there: dev_benchmarks)
     CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+#endif
     b->flush_bytes = 2 * (size_t)l2;
     b->flush = (char *)cudaMallocCheck(b->flush_bytes);
     CUDA_CHECK(cudaEventCreate(&b->e0));

@@ -49,16 +49,16 @@ __global__ void encoder_backward_wpe_v1_kernel(float *dwpe, const float *dout, i
 static void v1_encoder_forward(bf16 *out, const int *inp, const bf16 *wte, const bf16 *wpe, int B, int T, int C,
                                cudaStream_t s) {
     int64_t n = (int64_t)B * T * C;
-    encoder_forward_v1_kernel<<<ceil_div_int(n, 256), 256, 0, s>>>(out, inp, wte, wpe, B * T, T, C);
+    launch_kernel(encoder_forward_v1_kernel, ceil_div_int(n, 256), 256, 0, s, out, inp, wte, wpe, B * T, T, C);
     CUDA_CHECK_LAUNCH();
 }
 
 static void v1_encoder_backward(float *dwte, float *dwpe, const float *dout, const EncoderIndex *ix, int B, int T,
                                 int C, cudaStream_t s) {
     dim3 grid(ix->num_unique, ceil_div_int(C, 256));
-    encoder_backward_wte_v1_kernel<<<grid, 256, 0, s>>>(dwte, dout, ix->d_tok, ix->d_start, ix->d_pos, C);
+    launch_kernel(encoder_backward_wte_v1_kernel, grid, 256, 0, s, dwte, dout, ix->d_tok, ix->d_start, ix->d_pos, C);
     CUDA_CHECK_LAUNCH();
-    encoder_backward_wpe_v1_kernel<<<ceil_div_int((int64_t)T * C, 256), 256, 0, s>>>(dwpe, dout, B, T, C);
+    launch_kernel(encoder_backward_wpe_v1_kernel, ceil_div_int((int64_t)T * C, 256), 256, 0, s, dwpe, dout, B, T, C);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -135,10 +135,14 @@ int main(void) {
     dev_require_gpu("dev_encoder");
     Rng rng;
     rng_seed(&rng, 1);
-    check_shape(&rng, 2, 16, 64, 5);        // heavy token repetition
-    check_shape(&rng, 3, 33, 100, 300);     // C % 8 != 0: forward element path; C % 4 == 0: backward float4
-    check_shape(&rng, 2, 7, 30, 11);        // C % 4 != 0: both element paths
-    check_shape(&rng, 4, 256, 768, 50257);
+    const int shapes[][4] = {
+        {2, 16, 64, 5},     // heavy token repetition
+        {3, 33, 100, 300},  // C % 8 != 0: forward element path; C % 4 == 0: backward float4
+        {2, 7, 30, 11},     // C % 4 != 0: both element paths
+        {DEV_EMULATED ? 1 : 4, DEV_EMULATED ? 64 : 256, 768, 50257},
+    };
+    for (const auto &s : shapes) check_shape(&rng, s[0], s[1], s[2], s[3]);
+    if (!dev_benchmarks("dev_encoder")) return test_exit_code();
 
     Bench b;
     bench_init(&b);
@@ -149,15 +153,16 @@ int main(void) {
     CUDA_CHECK(cudaMemcpy(d_inp, inp, sizeof(int) * (size_t)N, cudaMemcpyHostToDevice));
     bf16 *wte = (bf16 *)cudaMallocCheck(sizeof(bf16) * (size_t)V * C), *wpe = (bf16 *)cudaMallocCheck(sizeof(bf16) * (size_t)T * C);
     bf16 *out = (bf16 *)cudaMallocCheck(sizeof(bf16) * (size_t)N * C);
-    fill_hash_bf16_kernel<<<ceil_div_int((int64_t)V * C, 256), 256>>>(wte, (int64_t)V * C, 3);
-    fill_hash_bf16_kernel<<<ceil_div_int((int64_t)T * C, 256), 256>>>(wpe, (int64_t)T * C, 4);
+    launch_kernel(fill_hash_bf16_kernel, ceil_div_int((int64_t)V * C, 256), 256, 0, 0, wte, (int64_t)V * C, 3);
+    launch_kernel(fill_hash_bf16_kernel, ceil_div_int((int64_t)T * C, 256), 256, 0, 0, wpe, (int64_t)T * C, 4);
     CUDA_CHECK_LAUNCH();
     float *dwte = (float *)cudaMallocCheck(sizeof(float) * (size_t)V * C), *dwpe = (float *)cudaMallocCheck(sizeof(float) * (size_t)T * C);
     float *dout = (float *)cudaMallocCheck(sizeof(float) * (size_t)N * C);
     CUDA_CHECK(cudaMemset(dwte, 0, sizeof(float) * (size_t)V * C));
     CUDA_CHECK(cudaMemset(dwpe, 0, sizeof(float) * (size_t)T * C));
     // random dout: pairs of random bf16 read as fp32 (finite, in [-1, 1])
-    fill_hash_bf16_kernel<<<ceil_div_int((int64_t)N * C * 2, 256), 256>>>((bf16 *)dout, (int64_t)N * C * 2, 14);
+    launch_kernel(fill_hash_bf16_kernel, ceil_div_int((int64_t)N * C * 2, 256), 256, 0, 0, (bf16 *)dout,
+                  (int64_t)N * C * 2, 14);
     CUDA_CHECK_LAUNCH();
     EncoderIndex ix;
     encoder_index_init(&ix, N, V);
