@@ -9,8 +9,9 @@ tp=0; tf=0; ts=0; status=0
 log=$(mktemp)
 for cfg in "" "SANITIZER=address" "SANITIZER=undefined"; do
     echo "==== make test $cfg"
-    # MPI's own allocations are reported by LeakSanitizer; they are not ours
-    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} make --no-print-directory test $cfg 2>&1 | tee "$log"
+    # MPI's own allocations are reported by LeakSanitizer; they are not ours. The programs build on
+    # every core (the tests themselves then run one after another)
+    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} make --no-print-directory -j"$(nproc)" test $cfg 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     tally=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
     if [ -z "$tally" ]; then
