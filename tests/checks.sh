@@ -16,6 +16,21 @@ expect_usage_error() {
     if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && grep -q -- "$want" "$tmp/err"; then pass "rejects $name"
     else fail "rejects $name" "rc=$rc, $lines stderr lines: $(head -c 300 "$tmp/err")"; fi
 }
+# expect_job_ends NAME REGEX COMMAND...: a job with a faulty rank (LLMC_TEST_FAULT) ends by itself: COMMAND
+# exits non-zero within 40 s (not by the 60 s timeout), and its output matches REGEX (empty: anything);
+# the output is kept in $tmp/NAME.log
+expect_job_ends() {
+    local name=$1 want=$2 start rc took; shift 2
+    start=$(date +%s)
+    timeout 60 "$@" >"$tmp/$name.log" 2>&1
+    rc=$?
+    took=$(($(date +%s) - start))
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 40 ] && { [ -z "$want" ] || grep -q -- "$want" "$tmp/$name.log"; }; then
+        pass "$name (exit $rc after $took s)"
+    else
+        fail "$name" "exit $rc after $took s: $(grep -m2 -i 'error\|abort' "$tmp/$name.log" | tr '\n' ' ')"
+    fi
+}
 # the GPUs nvidia-smi lists (0 without a driver)
 gpu_count() { nvidia-smi -L 2>/dev/null | grep -c '^GPU'; }
 # tokenize_sources OUT_DIR FILE...: the files (this repository's sources) as

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # test_train_gpu.sh: the GPU trainer end to end, against the CPU trainer:
 # --help, the GPU trainer's own usage errors (head size, a model that does not
-# fit), a training run with
-# validation, sampling and the JSON log whose losses follow the CPU trainer's
-# run of the same flags
-# (same data, init and schedule; bf16 tolerances), determinism, --recompute and
+# fit), a training run with validation, sampling and the JSON log whose losses
+# follow the CPU trainer's run of the same flags (same data, init and
+# schedule; bf16 tolerances), determinism, --recompute and
 # gradient accumulation against the plain run, cuDNN attention against flash
 # (or, in a GPU build without cuDNN, its usage error), and model files crossing
 # between the trainers both ways. On a GPU, or (EMULATED=1, every build in CI)

@@ -191,9 +191,9 @@ int main(int argc, char **argv) {
     int k = steps - warmup;
     double total = 0;
     for (int p = 0; p < NUM_PHASES; p++) total += gpu_ms[p] / k;
-    double formula = (6.0 * (12.0 * cfg.num_layers * cfg.channels * (double)cfg.channels +
-                             (double)cfg.padded_vocab_size * cfg.channels) +
-                      12.0 * cfg.num_layers * cfg.channels * (double)T) * N;
+    GPTConfig padded = cfg;  // the classifier's matmuls run over all Vp rows of wte
+    padded.vocab_size = cfg.padded_vocab_size;
+    double formula = gpt_flops_per_token(&padded, T) * N;
     double counted = (kind_flops[0][KIND_MATMUL] + kind_flops[0][KIND_ATTENTION] + kind_flops[1][KIND_MATMUL] +
                       kind_flops[1][KIND_ATTENTION]) / k;
     double model_flops = gpt_flops_per_token(&cfg, T) * N;  // MFU counts the real vocabulary, as the trainer does
