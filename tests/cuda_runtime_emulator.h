@@ -368,9 +368,10 @@ static inline cudaError_t cudaGetDevice(int *d) {
     *d = emu_current_device;
     return cudaSuccess;
 }
-enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount };
-static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int device) {
-    *v = EMU_NUM_SMS;
+#define EMU_L2_BYTES (1 << 20)  // (the dev/cuda benchmarks' L2 flush; they do not run here)
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount, cudaDevAttrL2CacheSize };
+static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr attr, int device) {
+    *v = attr == cudaDevAttrL2CacheSize ? EMU_L2_BYTES : EMU_NUM_SMS;
     return emu_valid_device(device) ? cudaSuccess : cudaErrorInvalidDevice;
 }
 struct cudaDeviceProp {

@@ -151,9 +151,7 @@ typedef struct {
 static inline void bench_init(Bench *b) {
     int dev = 0, l2 = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
-#ifndef LLMC_CUDA_EMULATION  // (never run there: dev_benchmarks)
     CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-#endif
     b->flush_bytes = 2 * (size_t)l2;
     b->flush = (char *)cudaMallocCheck(b->flush_bytes);
     CUDA_CHECK(cudaEventCreate(&b->e0));
