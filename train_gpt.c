@@ -81,19 +81,19 @@ int main(int argc, char **argv) {
     double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)plan.total_tokens;
     ZeroMemory zm = zero_cpu_memory(&zero);
     if (rank == 0) {
-    train_print_header(&o, &cfg, model.layout.num_params, from_file, &plan, world, &train_loader, have_val);
-    printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d | ZeRO-%d | bucket %.1f MB | "
-           "comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp, comm.tp,
-           comm.pp, o.zero, zero.bucket_elems * 4 / 1e6, o.comm_timeout);
-    printf("memory per rank (ZeRO-%d: N = %lld elements, shard S = %lld): params %.3f MB (4 B x %s) + grads %.3f MB "
-           "(4 B x %s) + AdamW m,v %.3f MB (8 B x %s; the fp32 params are the master copy) = %.3f MB | activations "
-           "%.1f MB\n", o.zero, (long long)zero.map.num_elements, (long long)zero.map.shard, zm.params / 1e6,
-           o.zero >= 3 ? "S" : "N", zm.grads / 1e6, o.zero >= 2 ? "S" : "N", zm.optimizer / 1e6,
-           o.zero >= 1 ? "S" : "N", (zm.params + zm.grads + zm.optimizer) / 1e6, model.acts.num_floats * 4 / 1e6);
-    printf("compute: %d threads, matmul %s, peak %.1f GFLOP/s (%s), %.2f GFLOP/step\n", omp_threads(),
-           matmul_backend_name(), peak_gflops, o.peak_tflops > 0 ? "--peak-tflops" : MATMUL_PEAK_SOURCE,
-           flops_per_step * 1e-9);
-    fflush(stdout);
+        train_print_header(&o, &cfg, model.layout.num_params, from_file, &plan, world, &train_loader, have_val);
+        printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d | ZeRO-%d | bucket %.1f MB | "
+               "comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp, comm.tp,
+               comm.pp, o.zero, zero.bucket_elems * 4 / 1e6, o.comm_timeout);
+        printf("memory per rank (ZeRO-%d: N = %lld elements, shard S = %lld): params %.3f MB (4 B x %s) + grads %.3f MB "
+               "(4 B x %s) + AdamW m,v %.3f MB (8 B x %s; the fp32 params are the master copy) = %.3f MB | activations "
+               "%.1f MB\n", o.zero, (long long)zero.map.num_elements, (long long)zero.map.shard, zm.params / 1e6,
+               o.zero >= 3 ? "S" : "N", zm.grads / 1e6, o.zero >= 2 ? "S" : "N", zm.optimizer / 1e6,
+               o.zero >= 1 ? "S" : "N", (zm.params + zm.grads + zm.optimizer) / 1e6, model.acts.num_floats * 4 / 1e6);
+        printf("compute: %d threads, matmul %s, peak %.1f GFLOP/s (%s), %.2f GFLOP/step\n", omp_threads(),
+               matmul_backend_name(), peak_gflops, o.peak_tflops > 0 ? "--peak-tflops" : MATMUL_PEAK_SOURCE,
+               flops_per_step * 1e-9);
+        fflush(stdout);
     }
 
     CpuTrainer trainer = {&model, &zero};

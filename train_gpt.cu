@@ -132,24 +132,24 @@ int main(int argc, char **argv) {
     const GPUMemory *mem = &model.mem;
     ZeroMemory zm = zero_gpu_memory(&zero);
     if (rank == 0) {
-    train_print_header(&o, &cfg, model.layout.num_params, from_file, &plan, world, &train_loader, have_val);
-    printf("ranks: %d (%s launch, MPI %s) | data parallel %d | ZeRO-%d | comm %s | bucket %.1f MB | comm timeout "
-           "%.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp, o.zero, dp->be->name,
-           zero.bucket_elems * sizeof(float) / 1e6, o.comm_timeout);
-    printf("memory per rank (ZeRO-%d: N = %lld elements, shard S = %lld): params %.3f MB (%zu B x %s, bf16) + grads "
-           "%.3f MB (%zu B x %s) + master weights and AdamW m,v %.3f MB (%zu B x %s) = %.3f MB | segment buffers "
-           "and layer slots %.3f MB\n", o.zero, (long long)zero.map.num_elements, (long long)zero.map.shard,
-           zm.params / 1e6, sizeof(bf16), o.zero >= 3 ? "S" : "N", zm.grads / 1e6, sizeof(float),
-           o.zero >= 2 ? "S" : "N", zm.optimizer / 1e6, 3 * sizeof(float), o.zero >= 1 ? "S" : "N",
-           (zm.params + zm.grads + zm.optimizer) / 1e6, mem->segment_buffers / 1e6);
-    printf("memory: params %.1f MB (fp32 + bf16), grads %.1f MB, AdamW %.1f MB, activations %.1f MB "
-           "(recompute %d), workspace %.1f MB | total %.2f GB of %.2f GB\n",
-           mem->params / 1e6, mem->grads / 1e6, mem->optimizer / 1e6, mem->activations / 1e6, o.recompute,
-           mem->workspace / 1e6, gpu_memory_total(mem) / 1e9, prop.totalGlobalMem / 1e9);
-    printf("compute: %s (sm_%d%d, %d SMs), attention %s, peak %.1f TFLOP/s (%s), %.2f GFLOP/step\n", prop.name,
-           prop.major, prop.minor, prop.multiProcessorCount, o.attention, peak_tflops,
-           o.peak_tflops > 0 ? "--peak-tflops" : "measured bf16 cuBLASLt", flops_per_step * 1e-9);
-    fflush(stdout);
+        train_print_header(&o, &cfg, model.layout.num_params, from_file, &plan, world, &train_loader, have_val);
+        printf("ranks: %d (%s launch, MPI %s) | data parallel %d | ZeRO-%d | comm %s | bucket %.1f MB | comm timeout "
+               "%.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp, o.zero, dp->be->name,
+               zero.bucket_elems * sizeof(float) / 1e6, o.comm_timeout);
+        printf("memory per rank (ZeRO-%d: N = %lld elements, shard S = %lld): params %.3f MB (%zu B x %s, bf16) + grads "
+               "%.3f MB (%zu B x %s) + master weights and AdamW m,v %.3f MB (%zu B x %s) = %.3f MB | segment buffers "
+               "and layer slots %.3f MB\n", o.zero, (long long)zero.map.num_elements, (long long)zero.map.shard,
+               zm.params / 1e6, sizeof(bf16), o.zero >= 3 ? "S" : "N", zm.grads / 1e6, sizeof(float),
+               o.zero >= 2 ? "S" : "N", zm.optimizer / 1e6, 3 * sizeof(float), o.zero >= 1 ? "S" : "N",
+               (zm.params + zm.grads + zm.optimizer) / 1e6, mem->segment_buffers / 1e6);
+        printf("memory: params %.1f MB (fp32 + bf16), grads %.1f MB, AdamW %.1f MB, activations %.1f MB "
+               "(recompute %d), workspace %.1f MB | total %.2f GB of %.2f GB\n",
+               mem->params / 1e6, mem->grads / 1e6, mem->optimizer / 1e6, mem->activations / 1e6, o.recompute,
+               mem->workspace / 1e6, gpu_memory_total(mem) / 1e9, prop.totalGlobalMem / 1e9);
+        printf("compute: %s (sm_%d%d, %d SMs), attention %s, peak %.1f TFLOP/s (%s), %.2f GFLOP/step\n", prop.name,
+               prop.major, prop.minor, prop.multiProcessorCount, o.attention, peak_tflops,
+               o.peak_tflops > 0 ? "--peak-tflops" : "measured bf16 cuBLASLt", flops_per_step * 1e-9);
+        fflush(stdout);
     }
 
     GpuTrainer trainer = {&model, &zero, (uint64_t)o.seed, (float *)mallocCheck(sizeof(float) * (size_t)cfg.vocab_size)};
