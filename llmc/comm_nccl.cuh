@@ -261,17 +261,19 @@ static int nccl_test(CommRequest *r) {
 // Device groups live in one table per process (they are few and last the run).
 static CommGroup comm_nccl_groups[COMM_NUM_GROUPS];
 
+// Ends every rank of the job at once: MPI_Abort (the launcher ends the other
+// ranks) or, alone, _exit. Neither ncclCommAbort nor exit(): NCCL's tear-down
+// may wait on peers that are gone, and the CUDA runtime's on a kernel that
+// waits for them; the driver frees the GPU with the process either way.
 static void nccl_abort(Comm *c, int code) {
-    for (int k = 0; k < COMM_NUM_GROUPS; k++) {
-        NcclGroup *ng = (NcclGroup *)comm_nccl_groups[k].impl;
-        if (ng) ncclCommAbort(ng->nccl);
-    }
+    fflush(stdout);
+    fflush(stderr);
 #ifdef LLMC_MPI
     if (c->mpi_initialized) MPI_Abort(MPI_COMM_WORLD, code);
 #else
     (void)c;
 #endif
-    exit(code);
+    _exit(code);
 }
 
 // The stream waits for the request's event (the request itself stays active).

@@ -99,7 +99,6 @@ static inline ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     delete comm;
     return ncclSuccess;
 }
-static inline ncclResult_t ncclCommAbort(ncclComm_t) { return ncclSuccess; }
 static inline ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t *e) {
     *e = ncclSuccess;
     return ncclSuccess;
