@@ -7,11 +7,11 @@
 # peak they measure); time train_gptcu on random token shards, d12 at batch
 # 16 x 1024 with each attention kind, and where its step's time goes
 # (dev/perf/profile_step_gpu.cu: matmul, attention, the rest, and the host's
-# time to queue the backward); run the GPU ZeRO stages
-# (tests/test_distributed_gpu.sh: one process always, 2 ranks with MPI), the
-# trainer end to end against the CPU trainer (tests/test_train_gpu.sh) and the
-# device communication backends (tests/test_comm_nccl.sh); then time d24, d36
-# and d48 (--recompute 1) with the faster attention (the trainer says so when a
+# time to queue the backward); time d48 (--recompute 1) with the faster
+# attention; run the trainer end to end against the CPU trainer
+# (tests/test_train_gpu.sh), the GPU ZeRO stages (tests/test_distributed_gpu.sh:
+# one process always, 2 ranks with MPI) and the device communication backends
+# (tests/test_comm_nccl.sh); then time d24 and d36 (the trainer says so when a
 # model does not fit). Steps run in that order within BUDGET_S (default 470 s);
 # one that would not fit is listed as not run. The last lines are a table:
 # tokens/s, ms/step, MFU against the measured bf16 peak and against 989 TFLOP/s
@@ -157,12 +157,13 @@ grep -q '^d12    cudnn  *[0-9]' <(printf '%s\n' "${table[@]}") && best=cudnn
 # where a d12 step's GPU time goes (matmul, attention, the rest; the host's time to queue the backward)
 run_check profile_d12_flash build/cuda/profile_step_gpu d12 16 1024 flash
 [ "$best" = cudnn ] && run_check profile_d12_cudnn build/cuda/profile_step_gpu d12 16 1024 cudnn
-run_check test_distributed_gpu bash tests/test_distributed_gpu.sh
+# the other target next; the end-to-end and ZeRO tests (which CI runs emulated), then d24, d36
+bench_train d48 "$best" --recompute 1
 run_check test_train_gpu bash tests/test_train_gpu.sh
+run_check test_distributed_gpu bash tests/test_distributed_gpu.sh
 run_check test_comm_nccl bash tests/test_comm_nccl.sh
 bench_train d24 "$best"
 bench_train d36 "$best"
-bench_train d48 "$best" --recompute 1
 
 echo
 elapsed "done"
