@@ -17,11 +17,28 @@
 # tokens/s, ms/step, MFU against the measured bf16 peak and against 989 TFLOP/s
 # (H100/H200 SXM dense bf16), with llm.c's published MFU where known.
 # Logs go to $OUT (default /tmp/gpu_check). Record results in dev/perf/NOTES.md.
+# CHECKS_SKIP: a regex of step names (test_gpt_cu, dev_<family>, profile_d12_flash,
+# test_train_gpu, d48_cudnn, ...) to list as not run. EMULATED=1: the same
+# steps on the CPU emulation (build/emu programs, a 2-layer model at batch
+# 2 x 32 for every benchmark), which is how tests/test_gpu_check.sh checks this
+# script in CI; its figures mean nothing.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
 STEPS=${STEPS:-15}
+CHECKS_SKIP=${CHECKS_SKIP:-}
+EMULATED=${EMULATED:-0}
+export EMULATED  # the test scripts below run the emulated programs too
+if [ "$EMULATED" = 1 ]; then
+    BIN=build/emu TEST_GPT=build/emu/test_gpt_cu TRAINER=build/emu/train_gptcu VOCAB=512 SHARD_TOKENS=65536
+    SHAPE=(--batch-size 2 --seq-len 32 --n-layer 2 --n-embd 64 --n-head 2 --vocab-size "$VOCAB" --peak-tflops 1)
+    PROFILE_SHAPE=(tiny 2 32)
+else
+    BIN=build/cuda TEST_GPT=build/tests/test_gpt_cu TRAINER=./train_gptcu VOCAB=50257 SHARD_TOKENS=4194304
+    SHAPE=(--batch-size 16 --seq-len 1024)
+    PROFILE_SHAPE=(d12 16 1024)
+fi
 # wall-clock budget for the whole script, under the issue's 8 minutes (a lent GPU's command limit is 600 s):
 # each step gets at most what is left less a margin for the closing table, and
 # a step with under 15 s left is reported as not run, so the table always prints
@@ -36,7 +53,20 @@ step_limit() {  # $1 the step's own limit (s): prints min($1, budget left - 20),
     echo "$left"
 }
 
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv 2>&1 | tee "$OUT/nvidia_smi.txt"
+not_run_reason() {  # $1 a step's name, $2 its own limit (s): why it does not run, or nothing
+    if [ -n "$CHECKS_SKIP" ] && [[ "$1" =~ ^($CHECKS_SKIP)$ ]]; then
+        echo "CHECKS_SKIP"
+    elif [ "$(step_limit "$2")" -eq 0 ]; then
+        echo "time budget"
+    fi
+}
+
+if [ "$EMULATED" = 1 ]; then
+    echo "EMULATED=1: the CPU emulation of the GPU programs (no GPU figures)" | tee "$OUT/nvidia_smi.txt"
+else
+    nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv 2>&1 |
+        tee "$OUT/nvidia_smi.txt"
+fi
 
 # cuDNN / NCCL: the system's, else the Python wheels' (which ship libcudnn.so.9
 # but no libcudnn.so for the linker: link through a folder of symlinks).
@@ -55,23 +85,25 @@ wheel_home() {  # $1 python module (nvidia.cudnn), $2 library stem (cudnn), $3 f
 }
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 CUDNN_HOME=${CUDNN_HOME:-} NCCL_HOME=${NCCL_HOME:-}
-if [ -z "$CUDNN_HOME" ] && ! ls "$CUDA_HOME"/lib64/libcudnn.so >/dev/null 2>&1; then
+if [ "$EMULATED" = 1 ]; then
+    :  # the emulation brings its own cuDNN and NCCL
+elif [ -z "$CUDNN_HOME" ] && ! ls "$CUDA_HOME"/lib64/libcudnn.so >/dev/null 2>&1; then
     CUDNN_HOME=$(wheel_home nvidia.cudnn cudnn "$OUT/cudnn") || CUDNN_HOME=
 fi
-if [ -z "$NCCL_HOME" ] && ! ls "$CUDA_HOME"/lib64/libnccl.so >/dev/null 2>&1; then
+if [ "$EMULATED" != 1 ] && [ -z "$NCCL_HOME" ] && ! ls "$CUDA_HOME"/lib64/libnccl.so >/dev/null 2>&1; then
     NCCL_HOME=$(wheel_home nvidia.nccl nccl "$OUT/nccl") || NCCL_HOME=
 fi
 export CUDNN_HOME NCCL_HOME
 [ -n "$CUDNN_HOME" ] && export LD_LIBRARY_PATH="$CUDNN_HOME/lib:${LD_LIBRARY_PATH:-}"
 elapsed "CUDNN_HOME=${CUDNN_HOME:-system} NCCL_HOME=${NCCL_HOME:-system}"
 
-DEV_BINS=$(for f in dev/cuda/*.cu; do b=$(basename "$f" .cu); echo "build/cuda/dev_$b"; done)
+DEV_BINS=$(for f in dev/cuda/*.cu; do b=$(basename "$f" .cu); echo "$BIN/dev_$b"; done)
 HAVE_MPI=no MPI_MAKE=NO_MPI=1
 if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then HAVE_MPI=yes MPI_MAKE=; fi
 export HAVE_MPI
 elapsed "building (MPI: $HAVE_MPI)"
-if ! make -j"$(nproc)" CUDA_ARCH=sm_90 $MPI_MAKE train_gptcu tokenize build/train_gpt build/tests/test_gpt_cu build/tests/test_zero \
-        build/cuda/profile_step_gpu $DEV_BINS >"$OUT/build.log" 2>&1; then
+if ! make -j"$(nproc)" CUDA_ARCH=sm_90 $MPI_MAKE "$TRAINER" tokenize build/train_gpt "$TEST_GPT" build/tests/test_zero \
+        "$BIN/profile_step_gpu" $DEV_BINS >"$OUT/build.log" 2>&1; then
     tail -30 "$OUT/build.log"
     echo "BUILD FAILED (full log: $OUT/build.log)"
     exit 1
@@ -79,14 +111,16 @@ fi
 head -1 "$OUT/build.log"
 
 declare -a summary
+failed=0  # checks with a FAIL line or a non-zero exit: the script's exit status is 1 when any
 run_check() {  # $1 name, $2... command; prints its PASS/FAIL/BENCH lines
     local name=$1; shift
-    local limit
-    limit=$(step_limit 150)
-    if [ "$limit" -eq 0 ]; then
-        summary+=("$(printf '%-20s not run (time budget)' "$name")")
+    local limit why
+    why=$(not_run_reason "$name" 150)
+    if [ -n "$why" ]; then
+        summary+=("$(printf '%-20s not run (%s)' "$name" "$why")")
         return
     fi
+    limit=$(step_limit 150)
     elapsed "$name"
     timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
     local rc=$?
@@ -94,23 +128,24 @@ run_check() {  # $1 name, $2... command; prints its PASS/FAIL/BENCH lines
     local p f
     p=$(grep -c '^PASS' "$OUT/$name.log"); f=$(grep -c '^FAIL' "$OUT/$name.log")
     summary+=("$(printf '%-20s %3d passed %3d failed  exit %d' "$name" "$p" "$f" "$rc")")
+    if [ "$f" -ne 0 ] || [ "$rc" -ne 0 ]; then failed=$((failed + 1)); fi
 }
-run_check test_gpt_cu build/tests/test_gpt_cu
+run_check test_gpt_cu "$TEST_GPT"
 for b in $DEV_BINS; do run_check "$(basename "$b")" "$b"; done
 
 # random token shards (llm.c uint16 format), enough for every run below
 elapsed "writing token shards"
 mkdir -p "$OUT/data"
-python3 - "$OUT/data" <<'EOF'
+python3 - "$OUT/data" "$VOCAB" "$SHARD_TOKENS" <<'EOF'
 import sys, numpy as np
 rng = np.random.default_rng(0)
+vocab, n = int(sys.argv[2]), int(sys.argv[3])
 for k in range(2):
-    n = 4 * 1024 * 1024
     header = np.zeros(256, dtype=np.int32)
     header[0], header[1], header[2] = 20240520, 1, n
     with open(f"{sys.argv[1]}/train_{k:02d}.bin", "wb") as f:
         f.write(header.tobytes())
-        f.write(rng.integers(0, 50257, n, dtype=np.uint16).tobytes())
+        f.write(rng.integers(0, vocab, n, dtype=np.uint16).tobytes())
 EOF
 
 declare -a table
@@ -118,14 +153,15 @@ bench_train() {  # $1 model, $2 attention, extra flags after
     local model=$1 attn=$2; shift 2
     local tag="${model}_${attn}" log json
     log="$OUT/train_$tag.log"; json="$OUT/train_$tag.jsonl"
-    local limit
-    limit=$(step_limit 120)
-    if [ "$limit" -eq 0 ]; then
-        table+=("$(printf '%-6s %-6s %s' "$model" "$attn" "not run (time budget)")")
+    local limit why
+    why=$(not_run_reason "$tag" 120)
+    if [ -n "$why" ]; then
+        table+=("$(printf '%-6s %-6s not run (%s)' "$model" "$attn" "$why")")
         return
     fi
+    limit=$(step_limit 120)
     elapsed "train_gptcu $model --attention $attn $*"
-    timeout "$limit" ./train_gptcu --data-train "$OUT/data/train_*.bin" --model "$model" --batch-size 16 --seq-len 1024 \
+    timeout "$limit" "$TRAINER" --data-train "$OUT/data/train_*.bin" --model "$model" "${SHAPE[@]}" \
         --steps "$STEPS" --lr 1e-4 --attention "$attn" --log-json "$json" "$@" >"$log" 2>&1
     local rc=$?
     grep -E '^(memory|compute|error)' "$log"
@@ -155,8 +191,8 @@ bench_train d12 cudnn
 best=flash
 grep -q '^d12    cudnn  *[0-9]' <(printf '%s\n' "${table[@]}") && best=cudnn
 # where a d12 step's GPU time goes (matmul, attention, the rest; the host's time to queue the backward)
-run_check profile_d12_flash build/cuda/profile_step_gpu d12 16 1024 flash
-[ "$best" = cudnn ] && run_check profile_d12_cudnn build/cuda/profile_step_gpu d12 16 1024 cudnn
+run_check profile_d12_flash "$BIN/profile_step_gpu" "${PROFILE_SHAPE[@]}" flash
+[ "$best" = cudnn ] && run_check profile_d12_cudnn "$BIN/profile_step_gpu" "${PROFILE_SHAPE[@]}" cudnn
 # the issue's other target next; the end-to-end and ZeRO tests (which CI runs emulated), then d24, d36
 bench_train d48 "$best" --recompute 1
 run_check test_train_gpu bash tests/test_train_gpu.sh
@@ -167,12 +203,13 @@ bench_train d36 "$best"
 
 echo
 elapsed "done"
-echo "== checks"
+echo "== checks ($failed failed)"
 printf '%s\n' "${summary[@]}"
 echo "== ceilings measured in this run"
 grep -h '^ceilings' "$OUT"/dev_matmul.log 2>/dev/null | head -1
-echo "== train_gptcu, batch 16 x 1024, median of steps 4..$STEPS"
+echo "== $TRAINER ${SHAPE[*]}, median of steps 4..$STEPS"
 printf '%-6s %-6s %12s %10s %10s %10s\n' model attn "tokens/s" "ms/step" "MFU(meas)" "MFU(989)"
 printf '%s\n' "${table[@]}"
-echo "== where a d12 step goes (build/cuda/profile_step_gpu; CUDA events)"
+echo "== where a ${PROFILE_SHAPE[*]} step goes ($BIN/profile_step_gpu; CUDA events)"
 grep -h '^BENCH profile_step' "$OUT"/profile_d12_*.log 2>/dev/null
+exit $((failed > 0))
