@@ -53,12 +53,15 @@ step_limit() {  # $1 the step's own limit (s): prints min($1, budget left - 20),
     echo "$left"
 }
 
-not_run_reason() {  # $1 a step's name, $2 its own limit (s): why it does not run, or nothing
+# step_plan NAME OWN_LIMIT: sets the caller's `limit` (s) for the step, or `why` it does not run
+step_plan() {
+    why= limit=0
     if [ -n "$CHECKS_SKIP" ] && [[ "$1" =~ ^($CHECKS_SKIP)$ ]]; then
-        echo "CHECKS_SKIP"
-    elif [ "$(step_limit "$2")" -eq 0 ]; then
-        echo "time budget"
+        why="CHECKS_SKIP"
+        return
     fi
+    limit=$(step_limit "$2")
+    [ "$limit" -eq 0 ] && why="time budget"
 }
 
 if [ "$EMULATED" = 1 ]; then
@@ -85,13 +88,13 @@ wheel_home() {  # $1 python module (nvidia.cudnn), $2 library stem (cudnn), $3 f
 }
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 CUDNN_HOME=${CUDNN_HOME:-} NCCL_HOME=${NCCL_HOME:-}
-if [ "$EMULATED" = 1 ]; then
-    :  # the emulation brings its own cuDNN and NCCL
-elif [ -z "$CUDNN_HOME" ] && ! ls "$CUDA_HOME"/lib64/libcudnn.so >/dev/null 2>&1; then
-    CUDNN_HOME=$(wheel_home nvidia.cudnn cudnn "$OUT/cudnn") || CUDNN_HOME=
-fi
-if [ "$EMULATED" != 1 ] && [ -z "$NCCL_HOME" ] && ! ls "$CUDA_HOME"/lib64/libnccl.so >/dev/null 2>&1; then
-    NCCL_HOME=$(wheel_home nvidia.nccl nccl "$OUT/nccl") || NCCL_HOME=
+if [ "$EMULATED" != 1 ]; then  # (the emulation brings its own cuDNN and NCCL)
+    if [ -z "$CUDNN_HOME" ] && ! ls "$CUDA_HOME"/lib64/libcudnn.so >/dev/null 2>&1; then
+        CUDNN_HOME=$(wheel_home nvidia.cudnn cudnn "$OUT/cudnn") || CUDNN_HOME=
+    fi
+    if [ -z "$NCCL_HOME" ] && ! ls "$CUDA_HOME"/lib64/libnccl.so >/dev/null 2>&1; then
+        NCCL_HOME=$(wheel_home nvidia.nccl nccl "$OUT/nccl") || NCCL_HOME=
+    fi
 fi
 export CUDNN_HOME NCCL_HOME
 [ -n "$CUDNN_HOME" ] && export LD_LIBRARY_PATH="$CUDNN_HOME/lib:${LD_LIBRARY_PATH:-}"
@@ -115,12 +118,11 @@ failed=0  # checks with a FAIL line or a non-zero exit: the script's exit status
 run_check() {  # $1 name, $2... command; prints its PASS/FAIL/BENCH lines
     local name=$1; shift
     local limit why
-    why=$(not_run_reason "$name" 150)
+    step_plan "$name" 150
     if [ -n "$why" ]; then
         summary+=("$(printf '%-20s not run (%s)' "$name" "$why")")
         return
     fi
-    limit=$(step_limit 150)
     elapsed "$name"
     timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
     local rc=$?
@@ -154,12 +156,11 @@ bench_train() {  # $1 model, $2 attention, extra flags after
     local tag="${model}_${attn}" log json
     log="$OUT/train_$tag.log"; json="$OUT/train_$tag.jsonl"
     local limit why
-    why=$(not_run_reason "$tag" 120)
+    step_plan "$tag" 120
     if [ -n "$why" ]; then
         table+=("$(printf '%-6s %-6s not run (%s)' "$model" "$attn" "$why")")
         return
     fi
-    limit=$(step_limit 120)
     elapsed "train_gptcu $model --attention $attn $*"
     timeout "$limit" "$TRAINER" --data-train "$OUT/data/train_*.bin" --model "$model" "${SHAPE[@]}" \
         --steps "$STEPS" --lr 1e-4 --attention "$attn" --log-json "$json" "$@" >"$log" 2>&1
