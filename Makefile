@@ -1,12 +1,18 @@
-# Makefile: builds the CPU trainer, the tools, the tests and (when nvcc is
-# found) the GPU trainer. Optional parts are detected by test-compiling and
-# reported at the top of every build:
+# Makefile: `make` builds the product -- the CPU trainer (train_gpt), the
+# tokenizer (tokenize) and, when nvcc is found, the GPU trainer (train_gptcu).
+# `make test` also builds the test programs, the benchmarks, the dev/cuda
+# kernel checkers and the GPU programs compiled for the CPU emulation
+# (build/emu/), then runs the suite. Optional parts are detected by
+# test-compiling and reported at the top of every build:
 #   OpenMP   -fopenmp                     (NO_OMP=1 to disable)
 #   OpenBLAS cblas_sgemm                  (NO_BLAS=1 to disable)
 #   MPI      mpicc --showme               (NO_MPI=1 to disable)
 #   zstd     libzstd                      (NO_ZSTD=1 to disable)
 #   CUDA     nvcc, cuBLASLt, cuDNN, NCCL  (NO_CUDA=1; CUDNN_HOME=..., NCCL_HOME=... to locate)
-# Other knobs: SANITIZER=address|undefined, DEBUG=1 (make debug), CUDA_ARCH=sm_90.
+# Other knobs: SANITIZER=address|undefined, DEBUG=1 (make debug), CUDA_ARCH=sm_90,
+# CPU_ISA=avx2|portable (x86-64: build for a narrower instruction set than
+# this machine's, AVX2 + FMA without AVX-512 or SSE2 only, in build-$(CPU_ISA)/;
+# the native CPU kernels' vector width and register tile follow it).
 
 CC ?= gcc
 ifeq ($(CC),cc)
@@ -26,6 +32,21 @@ ifneq ($(SANITIZER),)
   OPT := -O1 -g -march=native -fno-omit-frame-pointer -fsanitize=$(SANITIZER) -fno-sanitize-recover=all
   LDFLAGS += -fsanitize=$(SANITIZER)
   BUILD := build-$(SANITIZER)
+endif
+
+# Narrower instruction sets than -march=native's, for CPU_ISA and the kernel tests below (x86-64 only)
+ISA_FLAGS_avx2 := -mno-avx512f
+ISA_FLAGS_portable := -mno-avx
+ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
+  NARROW_ISAS := avx2 portable
+endif
+CPU_ISA ?= native
+ifneq ($(CPU_ISA),native)
+  ifeq ($(filter $(CPU_ISA),$(NARROW_ISAS)),)
+    $(error CPU_ISA=$(CPU_ISA): expected native or one of: $(or $(NARROW_ISAS),none on this architecture))
+  endif
+  OPT += $(ISA_FLAGS_$(CPU_ISA))
+  BUILD := build-$(CPU_ISA)$(if $(SANITIZER),-$(SANITIZER))
 endif
 
 # --- feature detection (each is one test compile, cached per make run) ---
@@ -127,22 +148,17 @@ ifeq ($(HAVE_CUDA),yes)
     NVCC_LIBS += -lzstd
   endif
   DEV_CUDA_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/cuda/dev_%,$(wildcard dev/cuda/*.cu))
-  CUDA_BINS := train_gptcu $(BUILD)/tests/test_gpt_cu $(DEV_CUDA_BINS) $(BUILD)/cuda/profile_step_gpu
+  CUDA_PRODUCT := train_gptcu
+  # for make test: the GPU model test, the kernel checkers, the step profiler
+  CUDA_TEST_BINS := $(BUILD)/tests/test_gpt_cu $(DEV_CUDA_BINS) $(BUILD)/cuda/profile_step_gpu
   # the trainer's kernels also compile for Ampere (an object file: the build is the check)
   ifneq ($(CUDA_ARCH),sm_80)
-    CUDA_BINS += $(BUILD)/sm_80/train_gpt.o
+    CUDA_TEST_BINS += $(BUILD)/sm_80/train_gpt.o
   endif
   HAVE_CUDA := yes(cuDNN=$(or $(HAVE_CUDNN),no),NCCL=$(or $(HAVE_NCCL),no),$(CUDA_ARCH))
 endif
 
 CFLAGS := $(CFLAGS_BASE) $(OPT) $(CFLAGS_EXTRA)
-
-# Every program depends on the flags it is built with, so a part installed or
-# removed (MPI, OpenBLAS, ...) or another knob rebuilds it; the stamp file is
-# rewritten only when the flags change.
-FLAGS_STAMP := $(BUILD)/flags.stamp
-FLAGS_NOW := $(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS) | $(NVCC_FLAGS) $(NVCC_LIBS) | $(EMU_FLAGS)
-$(shell mkdir -p $(BUILD) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
 
 $(info llmc build: OpenMP=$(or $(HAVE_OMP),no) BLAS=$(or $(HAVE_BLAS),no) MPI=$(or $(HAVE_MPI),no) zstd=$(or $(HAVE_ZSTD),no) CUDA=$(or $(HAVE_CUDA),no) -> $(BUILD)/)
 
@@ -150,6 +166,10 @@ $(info llmc build: OpenMP=$(or $(HAVE_OMP),no) BLAS=$(or $(HAVE_BLAS),no) MPI=$(
 PROGRAMS := train_gpt tokenize
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+# the CPU kernels' test once more for each narrower instruction set this machine runs (their width
+# and register tile are compile-time choices, so each is its own build of the test)
+NARROW_TEST_BINS := $(patsubst %,$(BUILD)/tests/test_cpu_kernels_%,$(NARROW_ISAS))
+TEST_BINS += $(NARROW_TEST_BINS)
 # C++ tests: GPU kernels run on the CPU through tests/cuda_emulator.h. Kernel
 # code reinterprets registers the way nvcc allows (bf16 pairs as 32-bit words)
 # and carries #pragma unroll: without strict aliasing, and the pragma let be.
@@ -168,10 +188,41 @@ DEV_EMU_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/emu/dev_%,$(wildcard dev/cuda/
 EMU_BINS += $(DEV_EMU_BINS)
 EMU_FLAGS := -x c++ -include tests/cuda_emulator.h -Itests/emu_include -DLLMC_NCCL -DLLMC_CUDNN
 TEST_BINS += $(EMU_BINS)
-DEV_BINS := $(BUILD)/dev/bench_comm $(BUILD)/dev/perf/bench_dataloader $(BUILD)/dev/perf/profile_step_cpu  # benchmarks (README)
+# Fuzz targets (tests/fuzz/fuzz_NAME.c; tests/fuzz/README.md): each input runs in-process,
+# the link wraps exit() and the allocation and file calls (tests/fuzz/fuzz_harness.h) so that
+# bad input's exit(2) does not end the run. build/fuzz/replay_NAME runs the committed corpus
+# in every build (gcc and its sanitizers); build/fuzz/libfuzzer_NAME (clang, libFuzzer with
+# ASan and UBSan, the normal build only) fuzzes.
+FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(filter-out tests/fuzz/fuzz_replay_main.c,$(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ_WRAP := -Wl,--wrap=exit,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=free,--wrap=strdup,--wrap=fopen,--wrap=fdopen,--wrap=fclose
+FUZZ_BINS := $(patsubst %,$(BUILD)/fuzz/replay_%,$(FUZZ_NAMES))
+ifeq ($(SANITIZER),)
+  FUZZ_CC ?= clang
+  HAVE_LIBFUZZER := $(shell printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return d && n; }' | \
+                      $(FUZZ_CC) -x c - -fsanitize=fuzzer -o /dev/null >/dev/null 2>&1 && echo yes)
+endif
+ifeq ($(HAVE_LIBFUZZER),yes)
+  FUZZ_BINS += $(patsubst %,$(BUILD)/fuzz/libfuzzer_%,$(FUZZ_NAMES))
+  FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-function -I. -MMD -MP -g -O1 \
+                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(filter -DLLMC_ZSTD,$(CFLAGS_BASE))
+endif
+TEST_BINS += $(FUZZ_BINS)
+
+# Every program depends on the flags it is built with, so a part installed or
+# removed (MPI, OpenBLAS, ...) or another knob rebuilds it; the stamp file is
+# rewritten only when the flags change. It names every compiler and flag set
+# (C, C++, nvcc, the emulated builds' extra flags, the fuzz targets'), so it
+# comes after them all.
+FLAGS_STAMP := $(BUILD)/flags.stamp
+FLAGS_NOW := $(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS) | $(CXX) $(CXXFLAGS) | $(NVCC) $(NVCC_FLAGS) $(NVCC_LIBS) | $(EMU_FLAGS) | $(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_WRAP)
+$(shell mkdir -p $(BUILD) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
+
+DEV_BINS := $(BUILD)/dev/perf/bench_comm $(BUILD)/dev/perf/bench_dataloader $(BUILD)/dev/perf/profile_step_cpu \
+            $(BUILD)/dev/perf/bench_matmul_cpu  # benchmarks (docs/benchmarks.md)
 
 .PHONY: all test test-all debug run bench clean
-all: $(PROGRAMS) $(TEST_BINS) $(DEV_BINS) $(CUDA_BINS)
+# the product only; the tests, benchmarks, kernel checkers and emulated programs are make test's
+all: $(PROGRAMS) $(CUDA_PRODUCT)
 
 # The release binaries live at the top level (./train_gpt); sanitizer and debug
 # builds live under their build directory only.
@@ -190,6 +241,10 @@ $(BUILD)/tests/%: tests/%.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
 
+$(NARROW_TEST_BINS): $(BUILD)/tests/test_cpu_kernels_%: tests/test_cpu_kernels.c $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ISA_FLAGS_$*) $< -o $@ $(LDFLAGS) $(LDLIBS)
+
 $(BUILD)/tests/%: tests/%.cpp $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS) -pthread
@@ -203,7 +258,17 @@ $(EMU_BINS): $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) $(filter %.cu,$^) -x none -o $@ $(LDFLAGS) $(LDLIBS) -pthread
 
--include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d $(BUILD)/dev/*.d $(BUILD)/dev/perf/*.d $(BUILD)/emu/*.d)
+$(BUILD)/fuzz/replay_main.o: tests/fuzz/fuzz_replay_main.c $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+$(BUILD)/fuzz/replay_%: tests/fuzz/fuzz_%.c $(BUILD)/fuzz/replay_main.o $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/fuzz/replay_main.o -o $@ $(LDFLAGS) $(LDLIBS) $(FUZZ_WRAP)
+$(BUILD)/fuzz/libfuzzer_%: tests/fuzz/fuzz_%.c $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $< -o $@ $(filter -lzstd,$(LDLIBS)) -lm -lpthread $(FUZZ_WRAP)
+
+-include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d $(BUILD)/dev/*.d $(BUILD)/dev/perf/*.d $(BUILD)/emu/*.d $(BUILD)/fuzz/*.d)
 
 # --- CUDA programs: train_gptcu, build/cuda/dev_<family> for dev/cuda/*.cu,
 # build/tests/test_gpt_cu (run by tests/run_tests.sh; it SKIPs without a GPU).
@@ -232,8 +297,8 @@ $(BUILD)/sm_80/train_gpt.o: train_gpt.cu $(FLAGS_STAMP)
 -include $(wildcard $(BUILD)/cuda/*.d $(BUILD)/sm_80/*.d)
 endif
 
-# make test: build everything, run every test, print "N passed, N failed".
-test: $(addprefix $(BUILD)/,$(PROGRAMS)) $(TEST_BINS) $(DEV_BINS) $(CUDA_BINS)
+# make test: build the product and every test program, run every test, print "N passed, N failed".
+test: $(addprefix $(BUILD)/,$(PROGRAMS)) $(CUDA_PRODUCT) $(TEST_BINS) $(DEV_BINS) $(CUDA_TEST_BINS)
 	BUILD=$(BUILD) HAVE_MPI=$(HAVE_MPI) bash tests/run_tests.sh
 
 # CI's command: the suite in a normal, an ASan and a UBSan build, one tally.
@@ -247,8 +312,9 @@ debug:
 run: train_gpt tokenize
 	bash scripts/run_default.sh
 
-bench: train_gpt tokenize
-	bash scripts/bench_cpu.sh
+# make bench [CPU_ISA=avx2]: both matmul backends side by side (scripts/bench_cpu.sh)
+bench: $(BUILD)/train_gpt $(BUILD)/tokenize $(BUILD)/dev/perf/bench_matmul_cpu
+	BUILD=$(BUILD) bash scripts/bench_cpu.sh
 
 clean:
 	rm -rf build build-* $(PROGRAMS) train_gptcu

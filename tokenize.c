@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "llmc/args.h"
+#include "llmc/file_io.h"
 #include "llmc/shards.h"
 #include "llmc/tokenizer.h"
 #include "llmc/utils.h"
@@ -99,38 +100,10 @@ static int split_args(int argc, char **argv, char **flag_argv, const char **inpu
     return nf;
 }
 
-// Reads a whole file, or stdin for "-".
+// Reads a whole input file (a regular file, read to its end), or stdin for "-".
 static uint8_t *read_input(const char *path, size_t *len) {
-    if (strcmp(path, "-") != 0) return tokenizer_read_file(path, len);
-    size_t cap = 1 << 20, n = 0;
-    uint8_t *buf = (uint8_t *)mallocCheck(cap);
-    for (size_t got; (got = fread(buf + n, 1, cap - n, stdin)) > 0;) {
-        n += got;
-        if (n == cap) {
-            cap *= 2;
-            buf = (uint8_t *)realloc(buf, cap);
-            CHECK(buf != NULL, "out of memory reading stdin");
-        }
-    }
-    if (ferror(stdin)) die_usage("reading stdin failed");
-    *len = n;
-    return buf;
-}
-
-// Creates dir and its parents (like mkdir -p); dies naming it on failure.
-static void make_dirs(const char *dir) {
-    char path[FLAG_STR_MAX];
-    snprintf(path, sizeof(path), "%s", dir);
-    for (char *p = path + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char saved = *p;
-        *p = '\0';
-        if (mkdir(path, 0755) != 0 && errno != EEXIST) die_usage("--out-dir: cannot create '%s': %s", path, strerror(errno));
-        *p = saved;
-        if (saved == '\0') break;
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) die_usage("--out-dir: '%s' is not a directory", dir);
+    if (strcmp(path, "-") == 0) return read_stream(stdin, "stdin", len);
+    return read_whole_file(path, "input", len);
 }
 
 // The documents of one file: whole, or split at lines equal to sep; empty ones dropped.
@@ -166,9 +139,17 @@ static void split_docs(const uint8_t *s, size_t n, const char *sep, Docs *d) {
     docs_add(d, s + doc, n - doc);
 }
 
+// Dies if the output `out` is one of the n inputs (they are read whole first,
+// but a failed run must not have replaced its own input).
+static void refuse_output_over_inputs(const char *out, const char *flag, const char **inputs, int n) {
+    for (int i = 0; i < n; i++) output_refuse_input(out, flag, inputs[i], "a file to tokenize");
+}
+
 // Shard output: the first val_tokens to the val shard, then train shards.
 typedef struct {
     const Options *o;
+    const char **inputs;
+    int n_inputs;
     int token_bytes;
     ShardWriter *w;
     int64_t in_shard, val_left, total, val_total;
@@ -182,6 +163,7 @@ static void sink_put(Sink *s, const uint32_t *tok, size_t n) {
             char path[SHARD_PATH_MAX];
             int idx = is_val ? 0 : s->next_train++;
             snprintf(path, sizeof(path), "%s/%s_%s_%06d.bin", s->o->out_dir, s->o->name, is_val ? "val" : "train", idx);
+            refuse_output_over_inputs(path, "--out-dir", s->inputs, s->n_inputs);
             s->w = shard_writer_open(path, s->token_bytes, s->o->zstd);
         }
         int64_t cap = is_val ? s->val_left : s->o->shard_tokens - s->in_shard;
@@ -232,22 +214,25 @@ static void encode_docs(const Tokenizer *t, const Docs *d, int threads, Sink *si
 }
 
 static void run_raw(const Options *o, const Tokenizer *t, const char *out_path) {
+    output_refuse_input(out_path, "--raw OUT", o->raw, "--raw IN");
+    output_path_check(out_path, "--raw OUT");  // before the encoding, which may take long
     size_t n;
     uint8_t *text = read_input(o->raw, &n);
     U32Vec ids = {0};
     double t0 = wall_seconds();
     tokenizer_encode_text(t, text, n, o->threads, &ids);
     double dt = wall_seconds() - t0;
-    FILE *f = fopenCheck(out_path, "wb");
+    AtomicOut out;
+    atomic_out_open(&out, out_path);
     if (tokenizer_vocab_size(t) <= 65536) {
         uint16_t *u16 = (uint16_t *)mallocCheck(ids.len * sizeof(uint16_t));
         for (size_t i = 0; i < ids.len; i++) u16[i] = (uint16_t)ids.data[i];
-        fwriteExact(u16, sizeof(uint16_t), ids.len, f, out_path);
+        atomic_out_write(&out, u16, sizeof(uint16_t) * ids.len);
         free(u16);
     } else {
-        fwriteExact(ids.data, sizeof(uint32_t), ids.len, f, out_path);
+        atomic_out_write(&out, ids.data, sizeof(uint32_t) * ids.len);
     }
-    fcloseCheck(f, out_path);
+    atomic_out_commit(&out);
     if (o->bench)
         printf("encoded %zu bytes into %zu tokens in %.3f s: %.1f MB/s (%d thread%s)\n", n, ids.len, dt,
                (double)n / 1e6 / (dt > 0 ? dt : 1e-9), o->threads, o->threads > 1 ? "s" : "");
@@ -258,7 +243,14 @@ static void run_raw(const Options *o, const Tokenizer *t, const char *out_path) 
 static void run_train(const Options *o, const char **inputs, int n_inputs) {
     if (o->train_vocab < 257) die_usage("--train-vocab: %d is below 257 (256 bytes + EOT)", o->train_vocab);
     if (!o->out_dir[0]) die_usage("--train-vocab needs --out-dir DIR for the vocabulary files");
-    make_dirs(o->out_dir);
+    make_dirs(o->out_dir, "--out-dir");
+    const char *names[] = {"encoder.json", "vocab.bpe", "tokenizer.bin"};
+    for (int k = 0; k < 3; k++) {
+        char path[FLAG_STR_MAX + 32];
+        snprintf(path, sizeof(path), "%s/%s", o->out_dir, names[k]);
+        refuse_output_over_inputs(path, "--out-dir", inputs, n_inputs);
+        output_path_check(path, "--out-dir");
+    }
     uint8_t **texts = (uint8_t **)mallocCheck((size_t)n_inputs * sizeof(uint8_t *));
     Docs d = {0};
     size_t total = 0;
@@ -289,8 +281,11 @@ static void run_train(const Options *o, const char **inputs, int n_inputs) {
 
 static void run_shards(const Options *o, const Tokenizer *t, const char **inputs, int n_inputs) {
     if (!o->out_dir[0]) die_usage("--out-dir is required to write shards (or give --raw IN OUT)");
-    make_dirs(o->out_dir);
-    Sink sink = {.o = o, .token_bytes = tokenizer_vocab_size(t) <= 65536 ? 2 : 4, .val_left = o->val_tokens, .next_train = 1};
+    make_dirs(o->out_dir, "--out-dir");
+    char probe[2 * FLAG_STR_MAX + 32];
+    snprintf(probe, sizeof(probe), "%s/%s_train_000001.bin", o->out_dir, o->name);
+    output_path_check(probe, "--out-dir");
+    Sink sink = {.o = o, .inputs = inputs, .n_inputs = n_inputs, .token_bytes = tokenizer_vocab_size(t) <= 65536 ? 2 : 4, .val_left = o->val_tokens, .next_train = 1};
     double t0 = wall_seconds();
     size_t bytes = 0, docs = 0;
     for (int i = 0; i < n_inputs; i++) {

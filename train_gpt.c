@@ -12,6 +12,7 @@
 #include "llmc/logger.h"
 #include "llmc/modelfile.h"
 #include "llmc/optimizer.h"
+#include "llmc/param_gather.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_options.h"
 #include "llmc/train_loop.h"
@@ -43,6 +44,15 @@ static void cpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scal
     (void)step;
     zero_optimizer_step(((CpuTrainer *)ctx)->zero, ac, grad_scale);
 }
+static void cpu_ckpt_stage(void *ctx, float *staging, int64_t lo, int64_t hi) {
+    zero_ckpt_stage(((CpuTrainer *)ctx)->zero, staging, lo, hi);
+}
+static void cpu_ckpt_load(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step) {
+    (void)step;
+    int64_t holds[CKPT_STATES][2];
+    for (int s = 0; s < CKPT_STATES; s++) holds[s][0] = ranges->hold[s].lo, holds[s][1] = ranges->hold[s].hi;
+    zero_ckpt_load(((CpuTrainer *)ctx)->zero, states, holds);
+}
 
 int main(int argc, char **argv) {
     TrainOptions o;
@@ -59,6 +69,15 @@ int main(int argc, char **argv) {
     BatchPlan plan = train_batch_plan(&o, &cfg, world);
     const int B = plan.B, T = plan.T;
 
+    {  // the memory this rank will hold (zero_shard.h's formula), checked before anything is allocated
+        ParamLayout pl;
+        param_layout_init(&pl, &cfg);
+        ShardMap sm;
+        shard_map_init(&sm, pl.num_elements, dp->rank, world);
+        param_layout_free(&pl);
+        ZeroMemory need = zero_memory(o.zero, &sm, 4, 4, 8);
+        train_check_host_memory(need.params, need.grads, need.optimizer, 4.0 * gpt_activation_floats(&cfg, B, T));
+    }
     GPT model;
     gpt_init(&model, &cfg);
     if (from_file) modelfile_load(o.model, &model.layout, model.params);
@@ -98,15 +117,29 @@ int main(int argc, char **argv) {
 
     CpuTrainer trainer = {&model, &zero};
     TrainModel tm = {&trainer, cpu_forward, cpu_backward, cpu_logits, cpu_begin_step, cpu_begin_micro,
-                     cpu_finish_grads, cpu_optimizer_step, NULL, NULL};
+                     cpu_finish_grads, cpu_optimizer_step, NULL, NULL, cpu_ckpt_stage, NULL, cpu_ckpt_load};
+    CkptRanges ranges = ckpt_ranges(&zero.map, o.zero, 3);
+    float *ckpt_staging = NULL;  // what this rank writes of each checkpoint
+    if (o.ckpt_dir[0])
+        ckpt_staging = (float *)alignedMallocCheck(sizeof(float) * CKPT_STATES *
+                                                   (size_t)(ranges.write.hi - ranges.write.lo));
     TrainRun run = {&o, &cfg, plan, &tm, &train_loader, have_val ? &val_loader : NULL,
-                    have_tokenizer ? &tokenizer : NULL, dp, rank, flops_per_step, peak_gflops * 1e9};
+                    have_tokenizer ? &tokenizer : NULL, dp, rank, flops_per_step, peak_gflops * 1e9,
+                    {&o, &cfg, &model.layout, &plan, &comm, "train_gpt"}, ranges, ckpt_staging};
+    if (rank == 0) train_check_outputs(&o, from_file, &train_loader, have_val ? &val_loader : NULL);
     Logger log;
     logger_open(&log, o.log_json, rank == 0);
-    train_loop(&run, &log);
+    int finished = train_loop(&run, &log);  // 0: preempted, its checkpoint committed
+    free(ckpt_staging);
 
-    if (o.out_dir[0] || o.save_model[0]) zero_gather_params(&zero);  // every rank takes part
-    if (rank == 0) train_save_model_files(&o, &model.layout, model.params);
+    if (finished && (o.out_dir[0] || o.save_model[0])) {  // every rank takes part; rank 0 writes
+        ParamGather pg;
+        float *views[3];
+        zero_state_views(&zero, views);
+        param_gather_init(&pg, dp, model.layout.num_elements, o.zero >= 3, modelfile_fetch_local, views[0]);
+        train_save_model_files(&o, &model.layout, rank == 0, param_gather_fetch, &pg);
+        param_gather_free(&pg);
+    }
     if (rank == 0) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);

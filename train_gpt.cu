@@ -21,6 +21,7 @@
 #include "llmc/model_init.h"
 #include "llmc/modelfile.h"
 #include "llmc/optimizer.h"
+#include "llmc/param_gather.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_options.h"
 #include "llmc/train_loop.h"
@@ -37,7 +38,15 @@ typedef struct {
     ZeroGPU *zero;
     uint64_t seed;  // --seed, for the stochastic rounding of each step's bf16 weights
     float *logits;  // (V) host copy of one row of logits, for sampling
+    // checkpoints: the staging copy runs on its own stream after `ready`; the
+    // next update waits (on the device) for `copied`
+    cudaStream_t ckpt_stream;
+    cudaEvent_t ckpt_ready, ckpt_copied;
+    int ckpt_copy_pending;
 } GpuTrainer;
+
+// The stochastic rounding seed of step `step` (0-based).
+static uint64_t gpu_step_seed(const GpuTrainer *t, int64_t step) { return t->seed * 0x9e3779b97f4a7c15ull + (uint64_t)step; }
 
 static float gpu_forward(void *ctx, const int *x, const int *y, int B, int T, float dloss) {
     return gpu_gpt_forward(((GpuTrainer *)ctx)->model, x, y, B, T, dloss);
@@ -55,7 +64,27 @@ static void gpu_begin_micro(void *ctx, int micro, int accum) {
 static float gpu_finish_grads(void *ctx) { return zero_gpu_finish_grads(((GpuTrainer *)ctx)->zero); }
 static void gpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scale, int step) {
     GpuTrainer *t = (GpuTrainer *)ctx;
-    gpu_gpt_update(t->model, ac, grad_scale, t->seed * 0x9e3779b97f4a7c15ull + (uint64_t)step);
+    if (t->ckpt_copy_pending) {  // the update rewrites what a checkpoint's copy reads
+        CUDA_CHECK(cudaStreamWaitEvent(t->model->stream, t->ckpt_copied, 0));
+        t->ckpt_copy_pending = 0;
+    }
+    gpu_gpt_update(t->model, ac, grad_scale, gpu_step_seed(t, step));
+    zero_gpu_gather_weights(t->zero);
+    CUDA_CHECK(cudaStreamSynchronize(t->model->stream));
+}
+static void gpu_ckpt_stage(void *ctx, float *staging, int64_t lo, int64_t hi) {
+    GpuTrainer *t = (GpuTrainer *)ctx;
+    CUDA_CHECK(cudaEventRecord(t->ckpt_ready, t->model->stream));
+    CUDA_CHECK(cudaStreamWaitEvent(t->ckpt_stream, t->ckpt_ready, 0));
+    gpu_gpt_stage_state(t->model, staging, lo, hi, t->ckpt_stream);
+    CUDA_CHECK(cudaEventRecord(t->ckpt_copied, t->ckpt_stream));
+    t->ckpt_copy_pending = 1;
+}
+static void gpu_ckpt_wait_staged(void *ctx) { CUDA_CHECK(cudaEventSynchronize(((GpuTrainer *)ctx)->ckpt_copied)); }
+static void gpu_ckpt_load(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step) {
+    (void)ranges;  // the model's shard: [shard.begin, shard.end) of every state
+    GpuTrainer *t = (GpuTrainer *)ctx;
+    gpu_gpt_load_state(t->model, states, gpu_step_seed(t, step - 1));
     zero_gpu_gather_weights(t->zero);
     CUDA_CHECK(cudaStreamSynchronize(t->model->stream));
 }
@@ -82,7 +111,12 @@ int main(int argc, char **argv) {
     comm_init(&comm, &argc, &argv, 1, 1, o.comm_timeout);
     CUDA_CHECK(cudaSetDevice(comm_pick_device(&comm)));  // before any CUDA allocation
     CommGroup *host_dp = comm_group(&comm, COMM_DATA);
+    CommPhaseWatch setup;  // NCCL's set-up waits for every rank: bounded by --comm-timeout like MPI's
+    comm_test_stop(&comm, "setup", comm.rank);
+    comm_phase_begin(&setup, "device communication set-up (ncclCommInitRank)", comm.rank,
+                     comm.world > 1 ? o.comm_timeout : 0);
     CommGroup *dp = &device_groups(&comm, o.comm)[COMM_DATA];
+    comm_phase_end(&setup);
     const int rank = comm.rank, world = dp->size;  // data-parallel ranks; only rank 0 logs and writes files
 
     int from_file;
@@ -152,20 +186,41 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
 
-    GpuTrainer trainer = {&model, &zero, (uint64_t)o.seed, (float *)mallocCheck(sizeof(float) * (size_t)cfg.vocab_size)};
+    GpuTrainer trainer = {&model, &zero, (uint64_t)o.seed, (float *)mallocCheck(sizeof(float) * (size_t)cfg.vocab_size),
+                          NULL, NULL, NULL, 0};
     TrainModel tm = {&trainer, gpu_forward, gpu_backward, gpu_logits, gpu_begin_step, gpu_begin_micro,
-                     gpu_finish_grads, gpu_optimizer_step, gpu_range_push, gpu_range_pop};
+                     gpu_finish_grads, gpu_optimizer_step, gpu_range_push, gpu_range_pop, gpu_ckpt_stage,
+                     gpu_ckpt_wait_staged, gpu_ckpt_load};
+    // checkpoints: the fp32 master weights are sharded with the moments (from ZeRO-1)
+    CkptRanges ranges = ckpt_ranges(&zero.map, o.zero, 1);
+    float *ckpt_staging = NULL;  // (pinned) what this rank writes of each checkpoint
+    if (o.ckpt_dir[0]) {
+        CUDA_CHECK(cudaMallocHost((void **)&ckpt_staging, sizeof(float) * CKPT_STATES *
+                                  (size_t)(ranges.write.hi > ranges.write.lo ? ranges.write.hi - ranges.write.lo : 1)));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&trainer.ckpt_stream, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreateWithFlags(&trainer.ckpt_ready, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&trainer.ckpt_copied, cudaEventDisableTiming));
+    }
     TrainRun run = {&o, &cfg, plan, &tm, &train_loader, have_val ? &val_loader : NULL,
-                    have_tokenizer ? &tokenizer : NULL, host_dp, rank, flops_per_step, peak_tflops * 1e12};
+                    have_tokenizer ? &tokenizer : NULL, host_dp, rank, flops_per_step, peak_tflops * 1e12,
+                    {&o, &cfg, &model.layout, &plan, &comm, "train_gptcu"}, ranges, ckpt_staging};
+    if (rank == 0) train_check_outputs(&o, from_file, &train_loader, have_val ? &val_loader : NULL);
     Logger log;
     logger_open(&log, o.log_json, rank == 0);
-    train_loop(&run, &log);
+    int finished = train_loop(&run, &log);  // 0: preempted, its checkpoint committed
+    if (ckpt_staging) {
+        CUDA_CHECK(cudaStreamSynchronize(trainer.ckpt_stream));
+        CUDA_CHECK(cudaFreeHost(ckpt_staging));
+        CUDA_CHECK(cudaEventDestroy(trainer.ckpt_ready));
+        CUDA_CHECK(cudaEventDestroy(trainer.ckpt_copied));
+        CUDA_CHECK(cudaStreamDestroy(trainer.ckpt_stream));
+    }
 
-    if (o.out_dir[0] || o.save_model[0]) {
-        float *h = (float *)alignedMallocCheck(sizeof(float) * (size_t)nelem);
-        zero_gpu_get_params(&zero, h);  // every rank takes part
-        if (rank == 0) train_save_model_files(&o, &model.layout, h);
-        free(h);
+    if (finished && (o.out_dir[0] || o.save_model[0])) {  // every rank takes part; rank 0 writes
+        ParamGather pg;
+        param_gather_init(&pg, host_dp, nelem, o.zero >= 1, gpu_gpt_read_params, &model);
+        train_save_model_files(&o, &model.layout, rank == 0, param_gather_fetch, &pg);
+        param_gather_free(&pg);
     }
     logger_close(&log);
     dataloader_free(&train_loader);

@@ -155,4 +155,12 @@ static inline void gpu_adamw_update(const AdamWPlan *ap, float *params, bf16 *pa
     CUDA_CHECK_LAUNCH();
 }
 
+// The bf16 copy of master weights [index0, index0 + n) exactly as the AdamW
+// step seeded `seed` rounded it (a resumed run rebuilds it from a checkpoint's
+// fp32 weights). out, in: (n), from index0.
+__global__ void bf16_round_like_adamw_kernel(bf16 *out, const float *in, int64_t n, int64_t index0, uint64_t seed) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = bf16_stochastic(in[i], hash_u32(seed, (uint64_t)(index0 + i)));
+}
+
 #endif  // LLMC_ADAMW_CUH

@@ -37,7 +37,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "launch.h"
+#include "launcher_env.h"
 #include "utils.h"
 #ifdef LLMC_MPI
 #ifndef OMPI_SKIP_MPICXX
@@ -108,10 +108,12 @@ struct Comm {
     int rank, world, local_rank;       // world rank; the index on this node picks the GPU
     int dp, tp, pp;                    // grid sizes
     double timeout_s;                  // <= 0: wait forever
-    const char *launcher;              // launch.h's name for who started us
+    const char *launcher;              // launcher_env.h's name for who started us
     CommGroup groups[COMM_NUM_GROUPS];
     int mpi_initialized;
-    const char *fault;                 // LLMC_TEST_FAULT (tests only): "hang:R" or "die:R" (comm_test_fault)
+    const char *fault;                 // LLMC_TEST_FAULT (tests only): "hang:R" or "die:R" at the first collective
+                                       // (comm_test_fault), "stop-start:R" / "stop-setup:R" / "stop-end:R" before MPI's
+                                       // start-up / the device groups' set-up / MPI's shut-down (comm_test_stop)
     int fault_rank;
 };
 
@@ -314,7 +316,7 @@ static inline void comm_report_timeout(const Comm *c, const char *op, size_t byt
 // killed) where the distributed layer calls this, at its first collective, so
 // that tests can check that the other ranks end the job (--comm-timeout).
 static inline void comm_test_fault(const Comm *c) {
-    if (!c->fault || c->rank != c->fault_rank) return;
+    if (!c->fault || c->rank != c->fault_rank || strncmp(c->fault, "stop-", 5) == 0) return;
     fprintf(stderr, "rank %d: LLMC_TEST_FAULT=%s\n", c->rank, c->fault);
     fflush(stderr);
     if (strncmp(c->fault, "die", 3) == 0) raise(SIGKILL);
@@ -419,13 +421,82 @@ static inline double comm_mean(CommGroup *g, double x) {
 // ---------------------------------------------------------------------------
 // setup
 
+// A rank stuck in MPI's start-up or shut-down (a peer that never started, or
+// stopped at the end) waits inside MPI_Init_thread or MPI_Finalize, where no
+// comm_wait sees the deadline. A watchdog thread ends such a process after the
+// timeout with one line naming the phase (exit status 3, as comm_wait's); the
+// launcher then ends the rest of the job.
+typedef struct {
+    pthread_t tid;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done, running;
+    const char *phase;
+    double timeout_s;
+    int rank;
+} CommPhaseWatch;
+
+static void *comm_phase_watch_main(void *arg) {
+    CommPhaseWatch *w = (CommPhaseWatch *)arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double end = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + w->timeout_s;
+    until.tv_sec = (time_t)end;
+    until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+    pthread_mutex_lock(&w->lock);
+    while (!w->done && pthread_cond_timedwait(&w->cond, &w->lock, &until) == 0) {}
+    int done = w->done;
+    pthread_mutex_unlock(&w->lock);
+    if (!done) {
+        fprintf(stderr, "error: rank %d: %s did not complete within %.0f s (--comm-timeout): a rank did not start or "
+                "stopped; ending the job\n", w->rank, w->phase, w->timeout_s);
+        fflush(stderr);
+        _exit(3);
+    }
+    return NULL;
+}
+
+// Watches `phase` (timeout_s <= 0: no watch).
+static inline void comm_phase_begin(CommPhaseWatch *w, const char *phase, int rank, double timeout_s) {
+    memset(w, 0, sizeof(*w));
+    if (timeout_s <= 0) return;
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->cond, NULL);
+    w->phase = phase;
+    w->timeout_s = timeout_s;
+    w->rank = rank;
+    CHECK(pthread_create(&w->tid, NULL, comm_phase_watch_main, w) == 0, "pthread_create failed");
+    w->running = 1;
+}
+
+static inline void comm_phase_end(CommPhaseWatch *w) {
+    if (!w->running) return;
+    pthread_mutex_lock(&w->lock);
+    w->done = 1;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+    pthread_join(w->tid, NULL);
+    pthread_mutex_destroy(&w->lock);
+    pthread_cond_destroy(&w->cond);
+    w->running = 0;
+}
+
+// LLMC_TEST_FAULT's "stop-PHASE:R": rank R stops itself (SIGSTOP) before that phase.
+static inline void comm_test_stop(const Comm *c, const char *phase, int rank) {
+    if (!c->fault || rank != c->fault_rank || strncmp(c->fault, "stop-", 5) != 0) return;
+    if (strncmp(c->fault + 5, phase, strlen(phase)) != 0) return;
+    fprintf(stderr, "rank %d: LLMC_TEST_FAULT=%s\n", rank, c->fault);
+    fflush(stderr);
+    raise(SIGSTOP);
+}
+
 // The even split of n elements over a group, as counts (n = 0 is fine).
 static inline void comm_even_counts(size_t n, int size, size_t *counts) {
     for (int i = 0; i < size; i++) counts[i] = n / size + ((size_t)i < n % size ? 1 : 0);
 }
 
 // Starts the communication layer: MPI (when built with it and started by a
-// launcher that launch.h knows; a lone process skips MPI_Init), the rank grid with tp x pp model-parallel ranks, and
+// launcher that launcher_env.h knows; a lone process skips MPI_Init), the rank grid with tp x pp model-parallel ranks, and
 // the groups. timeout_s bounds every wait.
 static inline void comm_init(Comm *c, int *argc, char ***argv, int tp, int pp, double timeout_s) {
     memset(c, 0, sizeof(*c));
@@ -438,14 +509,20 @@ static inline void comm_init(Comm *c, int *argc, char ***argv, int tp, int pp, d
     c->fault = getenv("LLMC_TEST_FAULT");
     if (c->fault) {
         const char *colon = strchr(c->fault, ':');
-        if (!colon || (strncmp(c->fault, "hang", 4) != 0 && strncmp(c->fault, "die", 3) != 0))
-            die_usage("LLMC_TEST_FAULT='%s' is not hang:RANK or die:RANK", c->fault);
+        if (!colon || (strncmp(c->fault, "hang:", 5) != 0 && strncmp(c->fault, "die:", 4) != 0 &&
+                       strncmp(c->fault, "stop-start:", 11) != 0 && strncmp(c->fault, "stop-setup:", 11) != 0 &&
+                strncmp(c->fault, "stop-end:", 9) != 0))
+            die_usage("LLMC_TEST_FAULT='%s' is not hang:RANK, die:RANK or stop-start|stop-setup|stop-end:RANK", c->fault);
         c->fault_rank = atoi(colon + 1);
     }
     const CommBackend *be = &COMM_SELF;
 #ifdef LLMC_MPI
     int provided = 0;
+    CommPhaseWatch startup;  // until every collective of the set-up has returned
+    memset(&startup, 0, sizeof(startup));
     if (li.rank_var) {  // started by a launcher: MPI connects the ranks; alone: no MPI at all
+        comm_test_stop(c, "start", li.rank);
+        comm_phase_begin(&startup, "start-up (MPI_Init_thread and the groups' communicators)", li.rank, timeout_s);
         MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
         c->mpi_initialized = 1;
         int mpi_rank, mpi_size;
@@ -493,6 +570,7 @@ static inline void comm_init(Comm *c, int *argc, char ***argv, int tp, int pp, d
 #endif
     }
 #ifdef LLMC_MPI
+    comm_phase_end(&startup);
     if (c->mpi_initialized && c->world > 1 && provided >= MPI_THREAD_SERIALIZED) {
         comm_progress_stop = 0;
         CHECK(pthread_create(&comm_progress_tid, NULL, comm_progress_main, NULL) == 0, "pthread_create failed");
@@ -511,8 +589,12 @@ static inline void comm_finalize(Comm *c) {
         comm_progress_running = 0;
     }
     if (c->mpi_initialized) {
+        comm_test_stop(c, "end", c->rank);
+        CommPhaseWatch watch;
+        comm_phase_begin(&watch, "shut-down (MPI_Finalize)", c->rank, c->timeout_s);
         for (int k = 0; k < COMM_NUM_GROUPS; k++) MPI_Comm_free(&c->groups[k].mpi);
         MPI_Finalize();
+        comm_phase_end(&watch);
     }
 #endif
     memset(c, 0, sizeof(*c));

@@ -1,9 +1,13 @@
 // comm_nccl.cuh: the NCCL backend of comm.h, on device buffers. For the GPU
 // trainer: after comm_init (MPI, host groups), comm_nccl_init makes a device
-// group for each host group -- same ranks, its NCCL communicator and its own
-// high-priority stream -- with the NCCL unique id sent from the group's rank 0
-// over the host group's MPI communicator. The device groups take the same
-// comm_*_start / comm_wait calls as host groups.
+// group for each host group -- same ranks, an NCCL communicator and a
+// high-priority communication stream -- with the NCCL unique id sent from the
+// group's rank 0 over the host group's MPI communicator. One communicator (and
+// stream) per distinct set of ranks, not per group: groups of the same ranks
+// in the same order (the world and data groups without tensor or pipeline
+// parallelism) share one, and a group of one rank has none (its operations are
+// copies on its stream). The device groups take the same comm_*_start /
+// comm_wait calls as host groups.
 //
 // Streams: an operation first makes its communication stream wait for the
 // compute stream (comm_nccl_set_compute_stream: everything queued there before
@@ -31,10 +35,11 @@
 #include "cuda_common.cuh"
 
 typedef struct {
-    ncclComm_t nccl;
-    cudaStream_t stream;     // communication stream
+    ncclComm_t nccl;         // NULL: a group of one rank
+    cudaStream_t stream;     // communication stream (shared with the groups of the same ranks)
     cudaStream_t compute;    // the stream producing the buffers (0: legacy default stream)
     float *scratch;          // one device float for barriers
+    int owner;               // 1: this group made nccl, stream and scratch (and frees them)
 } NcclGroup;
 
 static inline ncclDataType_t nccl_dtype(CommDType t) {
@@ -167,16 +172,25 @@ static inline int nccl_all_equal(const size_t *counts, int n) {
     return 1;
 }
 
+// A group of one rank: its piece is the whole buffer (copied on the
+// communication stream, so the ordering is that of a collective).
+static inline void nccl_single_copy(NcclGroup *ng, void *dst, const void *src, size_t n, CommDType t) {
+    if (src != dst)
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, n * comm_dtype_size(t), cudaMemcpyDeviceToDevice, ng->stream));
+}
+
 static void nccl_all_reduce(CommGroup *g, void *buf, size_t n, CommDType t, CommRequest *r) {
     NcclGroup *ng = nccl_begin(g);
-    NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_dtype(t), ncclSum, ng->nccl, ng->stream));
+    if (ng->nccl) NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_dtype(t), ncclSum, ng->nccl, ng->stream));
     nccl_end(ng, r);
 }
 
 static void nccl_reduce_scatter(CommGroup *g, const void *send, void *recv, const size_t *counts, CommDType t,
                                 CommRequest *r) {
     NcclGroup *ng = nccl_begin(g);
-    if (nccl_all_equal(counts, g->size)) {
+    if (!ng->nccl) {
+        nccl_single_copy(ng, recv, send, counts[0], t);
+    } else if (nccl_all_equal(counts, g->size)) {
         NCCL_CHECK(ncclReduceScatter(send, recv, counts[0], nccl_dtype(t), ncclSum, ng->nccl, ng->stream));
     } else {
         size_t displ = 0, es = comm_dtype_size(t);
@@ -197,7 +211,9 @@ static void nccl_all_gather(CommGroup *g, const void *send, void *recv, const si
     size_t es = comm_dtype_size(t), mine = 0;
     for (int i = 0; i < g->rank; i++) mine += counts[i];
     const void *src = send ? send : (const char *)recv + mine * es;
-    if (nccl_all_equal(counts, g->size)) {
+    if (!ng->nccl) {
+        nccl_single_copy(ng, recv, src, counts[0], t);
+    } else if (nccl_all_equal(counts, g->size)) {
         NCCL_CHECK(ncclAllGather(src, recv, counts[0], nccl_dtype(t), ng->nccl, ng->stream));
     } else {
         size_t displ = 0;
@@ -214,13 +230,14 @@ static void nccl_all_gather(CommGroup *g, const void *send, void *recv, const si
 
 static void nccl_broadcast(CommGroup *g, void *buf, size_t n, CommDType t, int root, CommRequest *r) {
     NcclGroup *ng = nccl_begin(g);
-    NCCL_CHECK(ncclBroadcast(buf, buf, n, nccl_dtype(t), root, ng->nccl, ng->stream));
+    if (ng->nccl) NCCL_CHECK(ncclBroadcast(buf, buf, n, nccl_dtype(t), root, ng->nccl, ng->stream));
     nccl_end(ng, r);
 }
 
 // NCCL orders point-to-point messages by stream order; the tag is not used.
 static void nccl_send(CommGroup *g, const void *buf, size_t n, CommDType t, int peer, int tag, CommRequest *r) {
     (void)tag;
+    if (g->size == 1) DIE("send to rank %d in a group of one process", peer);
     NcclGroup *ng = nccl_begin(g);
     NCCL_CHECK(ncclSend(buf, n, nccl_dtype(t), peer, ng->nccl, ng->stream));
     nccl_end(ng, r);
@@ -228,6 +245,7 @@ static void nccl_send(CommGroup *g, const void *buf, size_t n, CommDType t, int 
 
 static void nccl_recv(CommGroup *g, void *buf, size_t n, CommDType t, int peer, int tag, CommRequest *r) {
     (void)tag;
+    if (g->size == 1) DIE("recv from rank %d in a group of one process", peer);
     NcclGroup *ng = nccl_begin(g);
     NCCL_CHECK(ncclRecv(buf, n, nccl_dtype(t), peer, ng->nccl, ng->stream));
     nccl_end(ng, r);
@@ -235,7 +253,7 @@ static void nccl_recv(CommGroup *g, void *buf, size_t n, CommDType t, int peer, 
 
 static void nccl_barrier(CommGroup *g, CommRequest *r) {
     NcclGroup *ng = nccl_begin(g);
-    NCCL_CHECK(ncclAllReduce(ng->scratch, ng->scratch, 1, ncclFloat32, ncclSum, ng->nccl, ng->stream));
+    if (ng->nccl) NCCL_CHECK(ncclAllReduce(ng->scratch, ng->scratch, 1, ncclFloat32, ncclSum, ng->nccl, ng->stream));
     nccl_end(ng, r);
 }
 
@@ -246,8 +264,9 @@ static int nccl_test(CommRequest *r) {
         // the runtime also records "not ready" as the thread's last error; clear it, or the next
         // CUDA_CHECK_LAUNCH (cudaGetLastError) would report it as a failed kernel launch
         (void)cudaGetLastError();
-        ncclResult_t async;
-        NCCL_CHECK(ncclCommGetAsyncError(((NcclGroup *)r->group->impl)->nccl, &async));
+        ncclComm_t nccl = ((NcclGroup *)r->group->impl)->nccl;
+        ncclResult_t async = ncclSuccess;
+        if (nccl) NCCL_CHECK(ncclCommGetAsyncError(nccl, &async));
         if (async != ncclSuccess) DIE("NCCL %s failed: %s", r->op, ncclGetErrorString(async));
         return 0;
     }
@@ -284,30 +303,56 @@ static void nccl_stream_wait(const CommRequest *r, void *stream) {
 static const CommBackend COMM_NCCL = {"nccl", nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_broadcast,
                                       nccl_send, nccl_recv, nccl_barrier, nccl_test, nccl_abort, nccl_stream_wait};
 
+// The earlier group of the same ranks in the same order as group k, or -1.
+static inline int nccl_same_ranks_as(Comm *c, int k) {
+    CommGroup *b = comm_group(c, (CommGroupKind)k);
+    for (int j = 0; j < k; j++) {
+        CommGroup *a = comm_group(c, (CommGroupKind)j);
+        if (a->size != b->size || a->rank != b->rank) continue;
+        if (a->size == 1) return j;
+#ifdef LLMC_MPI
+        int same = MPI_UNEQUAL;
+        comm_mpi_lock();
+        MPI_CHECK(MPI_Comm_compare(a->mpi, b->mpi, &same));
+        comm_mpi_unlock();
+        if (same == MPI_IDENT || same == MPI_CONGRUENT) return j;
+#endif
+    }
+    return -1;
+}
+
 // Builds the device group of every host group of c (after comm_init and
-// cudaSetDevice(comm_pick_device(c)) of comm_staged.cuh). Returns the table;
-// comm_nccl_groups[COMM_DATA] is the data group.
+// cudaSetDevice(comm_pick_device(c)) of comm_staged.cuh): one NCCL
+// communicator per distinct set of more than one rank, made in the same order
+// on every rank. Returns the table; comm_nccl_groups[COMM_DATA] is the data group.
 static inline CommGroup *comm_nccl_init(Comm *c) {
     for (int k = 0; k < COMM_NUM_GROUPS; k++) {
         CommGroup *host = comm_group(c, (CommGroupKind)k), *dev = &comm_nccl_groups[k];
-        ncclUniqueId id;
-        if (host->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+        NcclGroup *ng = (NcclGroup *)callocCheck(1, sizeof(NcclGroup));
+        int same = nccl_same_ranks_as(c, k);
+        if (same >= 0) {
+            *ng = *(NcclGroup *)comm_nccl_groups[same].impl;
+            ng->owner = 0;
+        } else {
+            if (host->size > 1) {
+                if (!c->mpi_initialized)
+                    die_usage("the NCCL backend shares its unique id over MPI: start the job with mpirun or srun");
+                ncclUniqueId id;
+                if (host->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
 #ifdef LLMC_MPI
-        if (c->mpi_initialized) {
-            comm_mpi_lock();
-            MPI_CHECK(MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, host->mpi));
-            comm_mpi_unlock();
-        }
+                comm_mpi_lock();
+                MPI_CHECK(MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, host->mpi));
+                comm_mpi_unlock();
 #endif
-        if (host->size > 1 && !c->mpi_initialized)
-            die_usage("the NCCL backend shares its unique id over MPI: start the job with mpirun or srun");
-        NcclGroup *ng = (NcclGroup *)mallocCheck(sizeof(NcclGroup));
-        NCCL_CHECK(ncclCommInitRank(&ng->nccl, host->size, id, host->rank));
-        int lo, hi;
-        CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-        CUDA_CHECK(cudaStreamCreateWithPriority(&ng->stream, cudaStreamNonBlocking, hi));
+                NCCL_CHECK(ncclCommInitRank(&ng->nccl, host->size, id, host->rank));
+            }
+            int lo, hi;
+            CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+            CUDA_CHECK(cudaStreamCreateWithPriority(&ng->stream, cudaStreamNonBlocking, hi));
+            CUDA_CHECK(cudaMalloc((void **)&ng->scratch, sizeof(float)));
+            ng->owner = 1;
+        }
         ng->compute = 0;
-        CUDA_CHECK(cudaMalloc((void **)&ng->scratch, sizeof(float)));
         *dev = *host;
         dev->be = &COMM_NCCL;
         dev->impl = ng;
@@ -324,9 +369,11 @@ static inline void comm_nccl_free(void) {
     for (int k = 0; k < COMM_NUM_GROUPS; k++) {
         NcclGroup *ng = (NcclGroup *)comm_nccl_groups[k].impl;
         if (!ng) continue;
-        NCCL_CHECK(ncclCommDestroy(ng->nccl));
-        CUDA_CHECK(cudaStreamDestroy(ng->stream));
-        CUDA_CHECK(cudaFree(ng->scratch));
+        if (ng->owner) {
+            if (ng->nccl) NCCL_CHECK(ncclCommDestroy(ng->nccl));
+            CUDA_CHECK(cudaStreamDestroy(ng->stream));
+            CUDA_CHECK(cudaFree(ng->scratch));
+        }
         free(ng);
         comm_nccl_groups[k].impl = NULL;
     }

@@ -252,41 +252,43 @@ static void attention_backward(float *dqkv, float *scratch, const float *dout, c
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrt(2 / pi)
 
-// 16 lanes of GELU (or, with grad, of its derivative times dout)
-static inline vf16 gelu16(vf16 x) {
-    vf16 th = vf16_tanh(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
+// VEC_LANES lanes of GELU (or, with grad, of its derivative times dout)
+static inline vf gelu_vec(vf x) {
+    vf th = vf_tanh(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
     return 0.5f * x * (1.0f + th);
 }
-static inline vf16 gelu_grad16(vf16 x, vf16 dout) {
-    vf16 th = vf16_tanh(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
-    vf16 sech2 = 1.0f - th * th;
-    vf16 local = 0.5f * (1.0f + th) + x * 0.5f * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
+static inline vf gelu_grad_vec(vf x, vf dout) {
+    vf th = vf_tanh(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
+    vf sech2 = 1.0f - th * th;
+    vf local = 0.5f * (1.0f + th) + x * 0.5f * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
     return dout * local;
 }
 
 // out (n) = gelu(inp); dinout (n): d/d(output) in, d/d(input) out. Blocks of
-// 16; the tail goes through the same lanes, zero-padded.
+// VEC_LANES; the tail goes through the same lanes, zero-padded.
 static void gelu_forward(float *out, const float *inp, size_t n) {
-    size_t blocks = (n + 15) / 16;
+    size_t blocks = (n + VEC_LANES - 1) / VEC_LANES;
 #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < blocks; b++) {
-        size_t i = b * 16, len = n - i < 16 ? n - i : 16;
-        float x[16] = {0};
+        size_t i = b * VEC_LANES, len = n - i < VEC_LANES ? n - i : VEC_LANES;
+        if (len == VEC_LANES) { vf_store(out + i, gelu_vec(vf_load(inp + i))); continue; }
+        float x[VEC_LANES] = {0};
         memcpy(x, inp + i, len * sizeof(float));
-        vf16 y = gelu16(vf16_load(x));
+        vf y = gelu_vec(vf_load(x));
         memcpy(out + i, &y, len * sizeof(float));
     }
 }
 
 static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {
-    size_t blocks = (n + 15) / 16;
+    size_t blocks = (n + VEC_LANES - 1) / VEC_LANES;
 #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < blocks; b++) {
-        size_t i = b * 16, len = n - i < 16 ? n - i : 16;
-        float x[16] = {0}, d[16] = {0};
+        size_t i = b * VEC_LANES, len = n - i < VEC_LANES ? n - i : VEC_LANES;
+        if (len == VEC_LANES) { vf_store(dinout + i, gelu_grad_vec(vf_load(inp + i), vf_load(dinout + i))); continue; }
+        float x[VEC_LANES] = {0}, d[VEC_LANES] = {0};
         memcpy(x, inp + i, len * sizeof(float));
         memcpy(d, dinout + i, len * sizeof(float));
-        vf16 g = gelu_grad16(vf16_load(x), vf16_load(d));
+        vf g = gelu_grad_vec(vf_load(x), vf_load(d));
         memcpy(dinout + i, &g, len * sizeof(float));
     }
 }

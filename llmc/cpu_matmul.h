@@ -1,12 +1,14 @@
 // cpu_matmul.h: single-precision GEMM for the CPU trainer, row-major:
 //   C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C
 // Two backends: OpenBLAS's cblas_sgemm (built with LLMC_BLAS) and our own
-// packed, cache-blocked, OpenMP-parallel kernel with an 8x32 register tile
-// written with GCC vector extensions (AVX-512 / AVX2 under -march=native).
+// packed, cache-blocked, OpenMP-parallel kernel written with GCC vector
+// extensions, its register tile chosen for the instruction set the build
+// targets (AVX-512 6x64, AVX2 6x16, NEON 8x12, portable 4x8: MATMUL_NATIVE_KERNEL).
 // matmul_set_backend() picks one at run time; benchmarks compare both.
 #ifndef LLMC_CPU_MATMUL_H
 #define LLMC_CPU_MATMUL_H
 
+#include <stdio.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -15,6 +17,7 @@
 #include <cblas.h>
 #endif
 
+#include "cpu_vec.h"
 #include "utils.h"
 
 typedef enum { MATMUL_NATIVE = 0, MATMUL_BLAS = 1 } MatmulBackend;
@@ -43,19 +46,53 @@ static inline void matmul_set_backend(const char *name) {
 #endif
 }
 
-static inline const char *matmul_backend_name(void) {
-    return g_matmul_backend == MATMUL_BLAS ? "openblas" : "native";
-}
-
 // ---------------------------------------------------------------------------
 // native kernel
+//
+// The register tile is MM_MR rows by MM_NV vectors of VEC_LANES floats (the
+// instruction set's register width, llmc/cpu_vec.h), chosen so that the
+// MR x NV accumulators, the NV vectors of a B row and a broadcast A value fit
+// the register file: 32 registers with AVX-512 and NEON, 16 with AVX2 and
+// SSE. MM_KC is the depth of one packed slice of B (a KC x NR strip stays in
+// L1 while every MR-row strip of A streams past it); MM_MC x MM_KB floats of A
+// are packed at once (in L2).
+#if VEC_LANES == 16  // AVX-512: 6 x 64, 24 accumulators in zmm
+#define MM_MR 6
+#define MM_NV 4
+#define MM_NR 64
+#define MM_KC 128
+#define MM_KB 768
+#define MM_MC (86 * MM_MR)
+#elif defined(__AVX2__)  // AVX2 + FMA: 6 x 16, 12 accumulators in ymm (BLIS's Haswell shape)
+#define MM_MR 6
+#define MM_NV 2
+#define MM_NR 16
+#define MM_KC 256
+#define MM_KB 512
+#define MM_MC (43 * MM_MR)
+#elif defined(__ARM_NEON)  // NEON: 8 x 12, 24 accumulators in q registers
+#define MM_MR 8
+#define MM_NV 3
+#define MM_NR 12
+#define MM_KC 256
+#define MM_KB 512
+#define MM_MC (43 * MM_MR)
+#else  // portable (SSE2 on x86-64): 4 x 8, 8 accumulators in xmm
+#define MM_MR 4
+#define MM_NV 2
+#define MM_NR 8
+#define MM_KC 256
+#define MM_KB 512
+#define MM_MC (43 * MM_MR)
+#endif
+#if MM_NR != MM_NV * VEC_LANES || MM_KB % MM_KC != 0 || MM_MC % MM_MR != 0
+#error "MM_NR is MM_NV vectors; MM_KB whole KC slices; MM_MC whole MR strips"
+#endif
 
-#define MM_MR 8     // rows of the register tile
-#define MM_NR 32    // columns of the register tile (two 16-float vectors)
-#define MM_KC 256   // depth of one packed panel
-#define MM_MC 1024  // rows of A packed at once (MC x KC floats stay in L2)
-
-typedef float mm_vec16 __attribute__((vector_size(64), aligned(4), may_alias));  // unaligned loads by dereference
+#define MM_STR2(x) #x
+#define MM_STR(x) MM_STR2(x)
+// what the native kernel was built for, e.g. "avx2 6x16" (the start-up line prints it)
+#define MATMUL_NATIVE_KERNEL VEC_ISA " " MM_STR(MM_MR) "x" MM_STR(MM_NR)
 
 // element (i, k) of op(A)
 #define MM_A(i, k) (transA ? A[(size_t)(k) * lda + (i)] : A[(size_t)(i) * lda + (k)])
@@ -89,36 +126,45 @@ static void mm_pack_b_strip(int transB, const float *B, int ldb, int k0, int kc,
 }
 
 // acc (MR x NR) = Apanel (kc x MR) ^T @ Bstrip (kc x NR); then C tile = alpha*acc + beta*C.
-// The 16 accumulators stay in registers (their address is never taken).
+// The accumulators stay in registers (their address is never taken); each A
+// value is broadcast straight from memory (an FMA operand on AVX-512).
 static void mm_micro(int kc, const float *ap, const float *bp, float *C, int ldc, int rows, int cols,
                      float alpha, float beta) {
-    mm_vec16 acc[MM_MR][2];
-    for (int r = 0; r < MM_MR; r++) acc[r][0] = acc[r][1] = (mm_vec16){0};
+    vf acc[MM_MR][MM_NV];
+    for (int r = 0; r < MM_MR; r++)
+        for (int v = 0; v < MM_NV; v++) acc[r][v] = vf_set1(0.0f);
     for (int k = 0; k < kc; k++) {
-        mm_vec16 b0 = *(const mm_vec16 *)(bp + k * MM_NR);
-        mm_vec16 b1 = *(const mm_vec16 *)(bp + k * MM_NR + 16);
+        vf b[MM_NV];
+        for (int v = 0; v < MM_NV; v++) b[v] = vf_load(bp + k * MM_NR + v * VEC_LANES);
         const float *a = ap + k * MM_MR;
         for (int r = 0; r < MM_MR; r++) {
-            mm_vec16 av = (mm_vec16){0} + a[r];
-            acc[r][0] += av * b0;
-            acc[r][1] += av * b1;
+            vf av = vf_set1(a[r]);
+            for (int v = 0; v < MM_NV; v++) acc[r][v] += av * b[v];
         }
     }
     for (int r = 0; r < rows; r++) {
         float *c = C + (size_t)r * ldc;
         if (cols == MM_NR) {
-            mm_vec16 *c0 = (mm_vec16 *)c, *c1 = (mm_vec16 *)(c + 16);
-            if (beta == 0.0f) { *c0 = alpha * acc[r][0]; *c1 = alpha * acc[r][1]; }
-            else { *c0 = alpha * acc[r][0] + beta * *c0; *c1 = alpha * acc[r][1] + beta * *c1; }
+            for (int v = 0; v < MM_NV; v++) {
+                float *cv = c + v * VEC_LANES;
+                vf_store(cv, beta == 0.0f ? alpha * acc[r][v] : alpha * acc[r][v] + beta * vf_load(cv));
+            }
             continue;
         }
         for (int j = 0; j < cols; j++) {
-            float v = alpha * (j < 16 ? acc[r][0][j] : acc[r][1][j - 16]);
-            c[j] = beta == 0.0f ? v : v + beta * c[j];
+            float x = alpha * acc[r][j / VEC_LANES][j % VEC_LANES];
+            c[j] = beta == 0.0f ? x : x + beta * c[j];
         }
     }
 }
 
+// Loop nest (BLIS's, with the depth split twice): for each block of MC rows
+// and KB depth, op(A) is packed once into MR-row strips; then each thread takes
+// whole NR-column strips of C and, for each KC slice of the depth, packs that
+// slice of B (L1) and runs the microkernel down the rows. A thread revisits its
+// C strip (MC x NR, in L2) KB/KC times in a row, so C goes through memory
+// K/KB times, not K/KC. Every element of C sums its depth in the same order
+// whatever the thread count: the result does not depend on it.
 static void matmul_native(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                           const float *B, int ldb, float beta, float *C, int ldc) {
     if (K == 0) {
@@ -127,30 +173,34 @@ static void matmul_native(int transA, int transB, int M, int N, int K, float alp
         return;
     }
     int mc_max = M < MM_MC ? (int)round_up_i64(M, MM_MR) : MM_MC;
-    int kc_max = K < MM_KC ? K : MM_KC;
-    float *apack = (float *)alignedMallocCheck(sizeof(float) * (size_t)mc_max * kc_max);
+    int kb_max = K < MM_KB ? K : MM_KB;
+    float *apack = (float *)alignedMallocCheck(sizeof(float) * (size_t)mc_max * kb_max);
     int n_strips = (int)ceil_div_i64(N, MM_NR);
-    for (int k0 = 0; k0 < K; k0 += MM_KC) {
-        int kc = K - k0 < MM_KC ? K - k0 : MM_KC;
-        float beta_k = k0 == 0 ? beta : 1.0f;
-        for (int i0 = 0; i0 < M; i0 += MM_MC) {
-            int mc = M - i0 < MM_MC ? M - i0 : MM_MC;
+    for (int i0 = 0; i0 < M; i0 += MM_MC) {
+        int mc = M - i0 < MM_MC ? M - i0 : MM_MC;
+        for (int kb0 = 0; kb0 < K; kb0 += MM_KB) {
+            int kb = K - kb0 < MM_KB ? K - kb0 : MM_KB;
 #pragma omp parallel
             {
+                // strip r0 holds rows i0+r0.. at depth kb0..: k -> MR floats, kb deep
 #pragma omp for schedule(static)
                 for (int r0 = 0; r0 < mc; r0 += MM_MR)
-                    mm_pack_a_strip(transA, A, lda, i0 + r0, mc - r0 < MM_MR ? mc - r0 : MM_MR, k0, kc,
-                                    apack + (size_t)r0 * kc);
+                    mm_pack_a_strip(transA, A, lda, i0 + r0, mc - r0 < MM_MR ? mc - r0 : MM_MR, kb0, kb,
+                                    apack + (size_t)r0 * kb);
                 float bpack[MM_KC * MM_NR] __attribute__((aligned(64)));
 #pragma omp for schedule(static)
                 for (int s = 0; s < n_strips; s++) {
                     int j0 = s * MM_NR;
                     int nr = N - j0 < MM_NR ? N - j0 : MM_NR;
-                    mm_pack_b_strip(transB, B, ldb, k0, kc, j0, nr, bpack);
-                    for (int r0 = 0; r0 < mc; r0 += MM_MR) {
-                        int rows = mc - r0 < MM_MR ? mc - r0 : MM_MR;
-                        mm_micro(kc, apack + (size_t)r0 * kc, bpack, C + (size_t)(i0 + r0) * ldc + j0, ldc, rows, nr,
-                                 alpha, beta_k);
+                    for (int k0 = kb0; k0 < kb0 + kb; k0 += MM_KC) {
+                        int kc = kb0 + kb - k0 < MM_KC ? kb0 + kb - k0 : MM_KC;
+                        float beta_k = k0 == 0 ? beta : 1.0f;
+                        mm_pack_b_strip(transB, B, ldb, k0, kc, j0, nr, bpack);
+                        for (int r0 = 0; r0 < mc; r0 += MM_MR) {
+                            int rows = mc - r0 < MM_MR ? mc - r0 : MM_MR;
+                            mm_micro(kc, apack + (size_t)r0 * kb + (size_t)(k0 - kb0) * MM_MR, bpack,
+                                     C + (size_t)(i0 + r0) * ldc + j0, ldc, rows, nr, alpha, beta_k);
+                        }
                     }
                 }
             }
@@ -162,6 +212,20 @@ static void matmul_native(int transA, int transB, int M, int N, int K, float alp
 
 // ---------------------------------------------------------------------------
 // dispatch
+
+// "native (avx2 6x16)": the kernel this build compiled; "openblas (Haswell)": the kernel OpenBLAS picked
+// for this CPU (OPENBLAS_CORETYPE overrides it)
+static inline const char *matmul_backend_name(void) {
+    static char name[64];
+#ifdef LLMC_BLAS
+    if (g_matmul_backend == MATMUL_BLAS) {
+        snprintf(name, sizeof(name), "openblas (%s)", openblas_get_corename());
+        return name;
+    }
+#endif
+    snprintf(name, sizeof(name), "native (%s)", MATMUL_NATIVE_KERNEL);
+    return name;
+}
 
 static inline void matmul(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                           const float *B, int ldb, float beta, float *C, int ldc) {

@@ -15,7 +15,7 @@
 //
 // Permutations are keyed Feistel networks over splitmix64 (rand.h) (cycle-walked into
 // [0, n)): portable, identical on every run, and random-access, so the loader
-// keeps no per-shard tables and its whole position is (epoch, batch).
+// keeps no per-shard tables and its whole position is (epoch, global sample).
 //
 // Memory is constant in the data size: one open shard at a time, read by
 // range (pread; zstd shards decode only the blocks needed), and a ring of
@@ -32,14 +32,17 @@
 #include "shards.h"
 #include "utils.h"
 
-// The loader's position, stored verbatim in checkpoints. It is the same on
-// every rank (ranks stay in step), so one rank's copy restores all of them.
+// The loader's position, as checkpoints store it. It is global, not per rank:
+// the epoch and the global sample number (in the epoch's order) where the next
+// batch of every rank begins. Ranks stay in step, so one rank's copy restores
+// all of them, and it re-splits over another B x ranks that divides it (the
+// same global batch on another layout continues at the same global sample).
 typedef struct {
     int64_t epoch;        // epoch of the next batch
-    int64_t batch;        // index of the next batch inside its epoch
+    int64_t sample;       // global sample number of the next batch's first sample: batch * B * world
     uint64_t seed;        // shuffle seed (the RNG is stateless: seed, epoch, shard)
     int64_t num_samples;  // samples in the data set, to detect a changed data set
-    int32_t B, T, world, shuffle;
+    int32_t T, shuffle;
 } DataLoaderState;
 
 typedef struct DataLoader {
@@ -263,29 +266,31 @@ static inline DataLoaderState dataloader_state(const DataLoader *dl) {
     DataLoaderState s;
     memset(&s, 0, sizeof(s));
     s.epoch = dl->next_seq / dl->batches_per_epoch;
-    s.batch = dl->next_seq % dl->batches_per_epoch;
+    s.sample = dl->next_seq % dl->batches_per_epoch * dl->B * dl->world;
     s.seed = dl->seed;
     s.num_samples = dl->num_samples;
-    s.B = dl->B; s.T = dl->T; s.world = dl->world; s.shuffle = dl->shuffle;
+    s.T = dl->T; s.shuffle = dl->shuffle;
     return s;
 }
 
 // Continues exactly where the run that saved s was: the next batches are those
-// it would have produced. The state must come from the same data, B, T,
-// world, shuffle and seed.
+// it would have produced. The state must come from the same data, T, shuffle
+// and seed; B x world may differ if it divides s->sample (the global order of
+// samples does not depend on it; where an epoch ends does, by its dropped
+// tail, unless the epochs' lengths agree).
 static inline void dataloader_restore(DataLoader *dl, const DataLoaderState *s) {
-    if (s->B != dl->B || s->T != dl->T || s->world != dl->world || s->shuffle != dl->shuffle || s->seed != dl->seed ||
-        s->num_samples != dl->num_samples)
-        die_usage("data loader state (B=%d T=%d world=%d shuffle=%d seed=%llu samples=%lld) does not match this run "
-                  "(B=%d T=%d world=%d shuffle=%d seed=%llu samples=%lld of '%s')",
-                  s->B, s->T, s->world, s->shuffle, (unsigned long long)s->seed, (long long)s->num_samples, dl->B,
-                  dl->T, dl->world, dl->shuffle, (unsigned long long)dl->seed, (long long)dl->num_samples,
-                  dl->pattern);
-    if (s->epoch < 0 || s->epoch > INT64_MAX / dl->batches_per_epoch - 1 || s->batch < 0 ||
-        s->batch >= dl->batches_per_epoch)
-        die_usage("data loader state: batch %lld of epoch %lld is outside an epoch of %lld batches",
-                  (long long)s->batch, (long long)s->epoch, (long long)dl->batches_per_epoch);
-    dl_seek(dl, s->epoch * dl->batches_per_epoch + s->batch);
+    if (s->T != dl->T || s->shuffle != dl->shuffle || s->seed != dl->seed || s->num_samples != dl->num_samples)
+        die_usage("data loader state (T=%d shuffle=%d seed=%llu samples=%lld) does not match this run "
+                  "(T=%d shuffle=%d seed=%llu samples=%lld of '%s')",
+                  s->T, s->shuffle, (unsigned long long)s->seed, (long long)s->num_samples, dl->T, dl->shuffle,
+                  (unsigned long long)dl->seed, (long long)dl->num_samples, dl->pattern);
+    int64_t per_batch = (int64_t)dl->B * dl->world;
+    if (s->epoch < 0 || s->epoch > INT64_MAX / dl->batches_per_epoch - 1 || s->sample < 0 ||
+        s->sample % per_batch != 0 || s->sample / per_batch >= dl->batches_per_epoch)
+        die_usage("data loader state: sample %lld of epoch %lld is not the start of one of the %lld batches of %lld "
+                  "samples (B x ranks) of an epoch", (long long)s->sample, (long long)s->epoch,
+                  (long long)dl->batches_per_epoch, (long long)per_batch);
+    dl_seek(dl, s->epoch * dl->batches_per_epoch + s->sample / per_batch);
 }
 
 static inline void dataloader_free(DataLoader *dl) {

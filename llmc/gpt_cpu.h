@@ -68,23 +68,49 @@ static void gpt_activations_free(GPTActivations *a) {
     memset(a, 0, sizeof(*a));
 }
 
+// Floats of each activation buffer at micro-batch B x T: GPT_ACT_PER_LAYER
+// buffers repeated per layer, then GPT_ACT_SINGLES used once (the order of the
+// slots in gpt_alloc_activations). With B * T < 2^31 (train_setup.h) each fits
+// in size_t; their sum over the layers need not (gpt_activation_floats).
+#define GPT_ACT_PER_LAYER 13
+#define GPT_ACT_SINGLES 13
+static void gpt_activation_sizes(const GPTConfig *c, int B, int T, size_t per_layer[GPT_ACT_PER_LAYER],
+                                 size_t single[GPT_ACT_SINGLES]) {
+    size_t C = c->channels, NH = c->num_heads, V = c->vocab_size;
+    size_t N = (size_t)B * T;
+    size_t layer[GPT_ACT_PER_LAYER] = {N * C, N, N, N * 3 * C, N * C, (size_t)B * NH * T * T, N * C,
+                                       N * C, N, N, N * 4 * C, N * 4 * C, N * C};
+    size_t once[GPT_ACT_SINGLES] = {N * C, N * C, N, N, N * V, N, N * C, N * C, N * 4 * C, N * 3 * C, N * C, N * C,
+                                    (size_t)omp_threads() * T * T};
+    memcpy(per_layer, layer, sizeof(layer));
+    memcpy(single, once, sizeof(once));
+}
+
+// All activation floats at B x T, in double so that a shape far too big for
+// memory is measured, not wrapped (the memory check before any allocation).
+static double gpt_activation_floats(const GPTConfig *c, int B, int T) {
+    size_t per_layer[GPT_ACT_PER_LAYER], single[GPT_ACT_SINGLES];
+    gpt_activation_sizes(c, B, T, per_layer, single);
+    double total = 0.0;
+    for (int s = 0; s < GPT_ACT_PER_LAYER; s++) total += (double)per_layer[s] * c->num_layers;
+    for (int s = 0; s < GPT_ACT_SINGLES; s++) total += (double)single[s];
+    return total;
+}
+
 static void gpt_alloc_activations(GPT *m, int B, int T) {
     GPTActivations *a = &m->acts;
     if (a->memory && B <= m->B && T == m->T) return;
     gpt_activations_free(a);
-    const GPTConfig *c = &m->cfg;
-    size_t L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size;
-    size_t N = (size_t)B * T;
-    float ***slots[] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->att, &a->residual2,
-                        &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch, &a->fch_gelu, &a->residual3};
-    size_t sizes[] = {N * C, N, N, N * 3 * C, N * C, (size_t)B * NH * T * T, N * C,
-                      N * C, N, N, N * 4 * C, N * 4 * C, N * C};
-    const int nslots = (int)(sizeof(sizes) / sizeof(sizes[0]));
-    float **singles[] = {&a->encoded, &a->lnf, &a->lnf_mean, &a->lnf_rstd, &a->logits, &a->losses,
-                         &a->dresidual, &a->dln, &a->dbig, &a->dqkv, &a->datty, &a->dlnf, &a->att_scratch};
-    size_t single_sizes[] = {N * C, N * C, N, N, N * V, N, N * C, N * C, N * 4 * C, N * 3 * C, N * C, N * C,
-                             (size_t)omp_threads() * T * T};
-    const int nsingles = (int)(sizeof(single_sizes) / sizeof(single_sizes[0]));
+    size_t L = m->cfg.num_layers;
+    float ***slots[GPT_ACT_PER_LAYER] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->att,
+                                         &a->residual2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch, &a->fch_gelu,
+                                         &a->residual3};
+    float **singles[GPT_ACT_SINGLES] = {&a->encoded, &a->lnf, &a->lnf_mean, &a->lnf_rstd, &a->logits, &a->losses,
+                                        &a->dresidual, &a->dln, &a->dbig, &a->dqkv, &a->datty, &a->dlnf,
+                                        &a->att_scratch};
+    size_t sizes[GPT_ACT_PER_LAYER], single_sizes[GPT_ACT_SINGLES];
+    gpt_activation_sizes(&m->cfg, B, T, sizes, single_sizes);
+    const int nslots = GPT_ACT_PER_LAYER, nsingles = GPT_ACT_SINGLES;
     a->num_floats = 0;
     for (int s = 0; s < nslots; s++) a->num_floats += sizes[s] * L;
     for (int s = 0; s < nsingles; s++) a->num_floats += single_sizes[s];

@@ -8,7 +8,7 @@
 // stream's gradient in fp32.
 // Sharding (GPUSharding; zero_gpu.cuh does the communication), by ZeRO stage:
 //   0: everything whole.
-//   1: the fp32 master weights and AdamW moments of one shard (shard.h) of the
+//   1: the fp32 master weights and AdamW moments of one shard (zero_shard.h) of the
 //      flat buffer only; the bf16 copy and the gradients whole.
 //   2: also the reduced gradients of the shard only (grad_shard); the backward
 //      writes each layer's gradients into a ring of GPU_GRAD_SLOTS one-layer
@@ -38,7 +38,7 @@
 #include "layernorm.cuh"
 #include "matmul.cuh"
 #include "model.h"
-#include "shard.h"
+#include "zero_shard.h"
 
 typedef enum { ATTENTION_FLASH, ATTENTION_CUDNN } AttentionKind;
 
@@ -48,7 +48,7 @@ typedef enum { ATTENTION_FLASH, ATTENTION_CUDNN } AttentionKind;
 // What this rank holds (see the top of the file): ZeRO stage and shard.
 typedef struct {
     int stage;        // 0..3
-    int rank, world;  // the shard (shard.h) of stage >= 1; (0, 1) at stage 0
+    int rank, world;  // the shard (zero_shard.h) of stage >= 1; (0, 1) at stage 0
 } GPUSharding;
 
 static inline GPUSharding gpu_sharding(int stage, int rank, int world) {
@@ -418,12 +418,48 @@ static void gpu_gpt_set_params(GPTGPU *m, const float *host) {
     m->params_version++;
 }
 
+// Checkpoints: queues on stream s the copy of [lo, hi) (inside the shard) of
+// the master weights, AdamW m and v into pinned host staging (3, hi - lo).
+static void gpu_gpt_stage_state(GPTGPU *m, float *staging, int64_t lo, int64_t hi, cudaStream_t s) {
+    const float *states[3] = {m->params, m->adam_m, m->adam_v};
+    size_t n = (size_t)(hi - lo);
+    for (int k = 0; k < 3; k++)
+        CUDA_CHECK(cudaMemcpyAsync(staging + k * n, states[k] + (lo - m->shard.begin), sizeof(float) * n,
+                                   cudaMemcpyDeviceToHost, s));
+}
+
+// Installs the shard's master weights, m and v from host arrays (each over
+// [shard.begin, shard.end)) and the shard's bf16 copy as the AdamW step seeded
+// `seed` rounded it (the distributed layer then gathers the rest).
+static void gpu_gpt_load_state(GPTGPU *m, float *const states[3], uint64_t seed) {
+    float *dst[3] = {m->params, m->adam_m, m->adam_v};
+    int64_t n = m->shard.end - m->shard.begin;
+    for (int k = 0; k < 3; k++)
+        CUDA_CHECK(cudaMemcpyAsync(dst[k], states[k], sizeof(float) * (size_t)n, cudaMemcpyHostToDevice, m->stream));
+    if (n > 0) {
+        launch_kernel(bf16_round_like_adamw_kernel, ceil_div_int(n, 256), 256, 0, m->stream,
+                      gpu_shard_params_bf16(m) + m->shard.begin, m->params, n, m->shard.begin, seed);
+        CUDA_CHECK_LAUNCH();
+    }
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    m->params_version++;
+}
+
 // Downloads the fp32 master weights of the shard into host[shard.begin,
 // shard.end) (host has num_elements; the rest is left as it is), or the whole
 // gradients (stages 0 and 1) into host (num_elements).
 static void gpu_gpt_get_params(GPTGPU *m, float *host) {
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     CUDA_CHECK(cudaMemcpy(host + m->shard.begin, m->params, sizeof(float) * (size_t)(m->shard.end - m->shard.begin),
+                          cudaMemcpyDeviceToHost));
+}
+// A ModelFileFetch (modelfile.h) over the fp32 master weights this rank holds: [lo, hi) into host dst.
+static void gpu_gpt_read_params(void *ctx, int64_t lo, int64_t hi, float *dst) {
+    GPTGPU *m = (GPTGPU *)ctx;
+    CHECK(lo >= m->shard.begin && hi <= m->shard.end, "gpu_gpt_read_params: [%lld, %lld) is not held here",
+          (long long)lo, (long long)hi);
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    CUDA_CHECK(cudaMemcpy(dst, m->params + (lo - m->shard.begin), sizeof(float) * (size_t)(hi - lo),
                           cudaMemcpyDeviceToHost));
 }
 static void gpu_gpt_get_grads(GPTGPU *m, float *host) {

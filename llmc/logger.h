@@ -2,11 +2,20 @@
 // --log-json FILE, one JSON object per line that tools and tests read:
 //   {"step":N,"loss":x,"lr":x,"grad_norm":x,"tokens":N,"ms":x,"tok_per_s":x,"mfu":x}
 //   {"step":N,"val_loss":x}
+//   {"step":N,"ckpt":"staged","stall_ms":x}       (checkpoint.h: the training loop's stall)
+//   {"step":N,"ckpt":"committed","bytes":N,"seconds":x}  (durable; seconds since staged)
 // Keep the keys stable. Only rank 0 logs (the caller passes enabled = rank == 0).
+// The JSON log is streamed to its path as the run goes (so it can be followed
+// live); every write is checked, and a failed one (a full disk) stops the run
+// with one line naming the file, exit 2. train_check_outputs (train_loop.h)
+// refuses a log path that names one of the run's inputs before it is opened.
 #ifndef LLMC_LOGGER_H
 #define LLMC_LOGGER_H
 
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "utils.h"
 
@@ -31,8 +40,14 @@ static void logger_open(Logger *lg, const char *json_path, int enabled) {
     lg->enabled = enabled;
     if (enabled && json_path && json_path[0]) {
         lg->json = fopen(json_path, "w");
-        if (!lg->json) die_usage("--log-json: cannot write '%s'", json_path);
+        if (!lg->json) die_usage("--log-json: cannot write '%s': %s", json_path, strerror(errno));
     }
+}
+
+// After each record: flushed to the file, or the run stops.
+static void logger_flush_checked(Logger *lg) {
+    if (ferror(lg->json) || fflush(lg->json) != 0)
+        die_usage("--log-json: writing '%s' failed: %s", lg->json_path, strerror(errno ? errno : EIO));
 }
 
 static void logger_step(Logger *lg, const StepRecord *r) {
@@ -46,7 +61,7 @@ static void logger_step(Logger *lg, const StepRecord *r) {
                 "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"tokens\":%lld,\"ms\":%.3f,"
                 "\"tok_per_s\":%.1f,\"mfu\":%.5f}\n",
                 r->step, r->loss, r->lr, r->grad_norm, r->tokens, r->ms, tok_per_s, r->mfu);
-        fflush(lg->json);
+        logger_flush_checked(lg);
     }
 }
 
@@ -56,13 +71,28 @@ static void logger_eval(Logger *lg, int step, float val_loss) {
     fflush(stdout);
     if (lg->json) {
         fprintf(lg->json, "{\"step\":%d,\"val_loss\":%.6f}\n", step, val_loss);
-        fflush(lg->json);
+        logger_flush_checked(lg);
     }
 }
 
+// A checkpoint event (the human lines are checkpoint.h's).
+static void logger_ckpt(Logger *lg, int64_t step, const char *event, double stall_ms, double bytes, double seconds) {
+    if (!lg->enabled || !lg->json) return;
+    if (strcmp(event, "staged") == 0)
+        fprintf(lg->json, "{\"step\":%lld,\"ckpt\":\"staged\",\"stall_ms\":%.3f}\n", (long long)step, stall_ms);
+    else
+        fprintf(lg->json, "{\"step\":%lld,\"ckpt\":\"%s\",\"bytes\":%.0f,\"seconds\":%.3f}\n", (long long)step,
+                event, bytes, seconds);
+    logger_flush_checked(lg);
+}
+
 static void logger_close(Logger *lg) {
-    if (lg->json) fcloseCheck(lg->json, lg->json_path);
-    lg->json = NULL;
+    if (lg->json) {
+        logger_flush_checked(lg);
+        FILE *f = lg->json;
+        lg->json = NULL;
+        if (fclose(f) != 0) die_usage("--log-json: writing '%s' failed: %s", lg->json_path, strerror(errno));
+    }
 }
 
 #endif  // LLMC_LOGGER_H

@@ -23,6 +23,16 @@
 #define PARAM_ALIGN 64        // elements; keeps every tensor 256-byte aligned
 #define VOCAB_PAD_MULTIPLE 128
 
+// Upper bounds on every dimension, from flags and model-file headers alike.
+// Within them every size below is exact in int64 (the largest tensor, wte, is
+// at most 2^24 x 2^16 elements; a layer at most 12 x 2^32), so only the memory
+// check (train_setup.h) stands between a shape and its allocation.
+#define GPT_MAX_LAYERS 1024
+#define GPT_MAX_CHANNELS 65536
+#define GPT_MAX_HEADS 4096
+#define GPT_MAX_VOCAB (1 << 24)
+#define GPT_MAX_SEQ_LEN (1 << 20)
+
 typedef struct {
     int max_seq_len;        // maxT: rows of wpe
     int vocab_size;         // V: real tokens
@@ -66,7 +76,7 @@ typedef struct {
 // ---------------------------------------------------------------------------
 // configs
 
-static inline int pad_vocab(int V) { return (int)round_up_i64(V, VOCAB_PAD_MULTIPLE); }
+static inline int pad_vocab(int V) { return (int)round_up_i64(V, VOCAB_PAD_MULTIPLE); }  // V <= GPT_MAX_VOCAB
 
 // Named presets; returns 0 if name is not one. d12 = GPT-2 124M, d24 = 350M,
 // d36 = 774M, d48 = 1558M.
@@ -90,13 +100,14 @@ static inline int gpt_config_preset(const char *name, GPTConfig *cfg) {
 
 // Validates a config; returns NULL if fine, else a static message.
 static inline const char *gpt_config_problem(const GPTConfig *c) {
-    if (c->num_layers < 1) return "n-layer must be >= 1";
-    if (c->channels < 1) return "n-embd must be >= 1";
-    if (c->num_heads < 1) return "n-head must be >= 1";
+    if (c->num_layers < 1 || c->num_layers > GPT_MAX_LAYERS) return "n-layer must be in [1, 1024]";
+    if (c->channels < 1 || c->channels > GPT_MAX_CHANNELS) return "n-embd must be in [1, 65536]";
+    if (c->num_heads < 1 || c->num_heads > GPT_MAX_HEADS) return "n-head must be in [1, 4096]";
     if (c->channels % c->num_heads != 0) return "n-embd must be a multiple of n-head";
-    if (c->vocab_size < 2) return "vocab-size must be >= 2";
+    if (c->vocab_size < 2 || c->vocab_size > GPT_MAX_VOCAB) return "vocab-size must be in [2, 16777216]";
     if (c->padded_vocab_size < c->vocab_size) return "padded vocab smaller than vocab";
-    if (c->max_seq_len < 1) return "max-seq-len must be >= 1";
+    if (c->padded_vocab_size > GPT_MAX_VOCAB) return "padded vocab must be <= 16777216";
+    if (c->max_seq_len < 1 || c->max_seq_len > GPT_MAX_SEQ_LEN) return "max-seq-len must be in [1, 1048576]";
     return NULL;
 }
 

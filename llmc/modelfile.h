@@ -7,7 +7,9 @@
 //   attprojw (L,C,C) attprojb (L,C) ln2w (L,C) ln2b (L,C) fcw (L,4C,C)
 //   fcb (L,4C) fcprojw (L,C,4C) fcprojb (L,C) lnfw (C) lnfb (C)
 // Our flat buffer is per-layer contiguous (model.h); these functions convert.
-// Writes go to PATH.tmp and are renamed into place, so a file is complete or absent.
+// Writes go through file_io.h's AtomicOut, so a file is complete or absent.
+// A header is checked (bounds on every dimension, model.h) and the file's size
+// against the header before any tensor is allocated or read.
 #ifndef LLMC_MODELFILE_H
 #define LLMC_MODELFILE_H
 
@@ -16,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "file_io.h"
 #include "model.h"
 
 #define MODELFILE_MAGIC 20240326
@@ -40,7 +43,7 @@ static void modelfile_for_each(const ParamLayout *pl, void (*visit)(const ParamT
 // Reads only the header: fills cfg, returns the version. Any problem is a
 // usage error naming the file.
 static int modelfile_read_config(const char *path, GPTConfig *cfg) {
-    FILE *f = fopenCheck(path, "rb");
+    FILE *f = open_input(path, "--model", NULL);
     int header[256];
     freadExact(header, sizeof(int), 256, f, path);
     fclose(f);
@@ -52,9 +55,10 @@ static int modelfile_read_config(const char *path, GPTConfig *cfg) {
     cfg->num_layers = header[4];
     cfg->num_heads = header[5];
     cfg->channels = header[6];
-    cfg->padded_vocab_size = header[7] ? header[7] : pad_vocab(header[3]);
+    cfg->padded_vocab_size = header[7] ? header[7] : header[3];
     const char *problem = gpt_config_problem(cfg);
     if (problem) die_usage("'%s': bad model header (%s)", path, problem);
+    if (!header[7]) cfg->padded_vocab_size = pad_vocab(header[3]);
     return header[1];
 }
 
@@ -82,47 +86,78 @@ static void modelfile_load(const char *path, const ParamLayout *pl, float *param
     int version = modelfile_read_config(path, &cfg);
     if (memcmp(&cfg, &pl->cfg, sizeof(cfg)) != 0) die_usage("'%s': model shape differs from the configured model", path);
     size_t elem = version == MODELFILE_FP32 ? 4 : 2;
-    struct stat st;
-    if (stat(path, &st) != 0) die_usage("cannot stat '%s'", path);
-    size_t want = 256 * sizeof(int) + (size_t)pl->num_params * elem;
-    if ((size_t)st.st_size != want)
-        die_usage("'%s' has %lld bytes, expected %zu for this model (truncated or wrong file)", path,
-                  (long long)st.st_size, want);
-    FILE *f = fopenCheck(path, "rb");
-    fseek(f, 256 * sizeof(int), SEEK_SET);
+    int64_t size;
+    FILE *f = open_input(path, "--model", &size);
+    int64_t want = 256 * (int64_t)sizeof(int) + pl->num_params * (int64_t)elem;  // exact within model.h's bounds
+    if (size != want)
+        die_usage("'%s' has %lld bytes, expected %lld for this model (truncated or wrong file)", path,
+                  (long long)size, (long long)want);
+    if (fseek(f, 256 * sizeof(int), SEEK_SET) != 0) die_usage("cannot seek in '%s'", path);
     memset(params, 0, sizeof(float) * (size_t)pl->num_elements);
     ModelFileIO io = {f, path, params, version};
     modelfile_for_each(pl, modelfile_read_tensor, &io);
     fclose(f);
 }
 
+// Where a writer gets the weights: fetch fills dst (hi - lo floats) with [lo, hi)
+// of the global flat order. On the ranks that do not write the file dst is
+// NULL: they only serve the writer (param_gather.h's fetch sends their pieces).
+typedef void (*ModelFileFetch)(void *ctx, int64_t lo, int64_t hi, float *dst);
+#define MODELFILE_CHUNK_ELEMS ((int64_t)1 << 22)  // floats fetched and written at a time (16 MB)
+
+typedef struct {
+    AtomicOut *out;  // NULL: this rank only serves fetches
+    ModelFileFetch fetch;
+    void *ctx;
+    float *chunk;    // (MODELFILE_CHUNK_ELEMS) on the writer
+} ModelFileWriter;
+
 static void modelfile_write_tensor(const ParamTensor *t, void *ctx) {
-    ModelFileIO *io = (ModelFileIO *)ctx;
-    fwriteExact(io->params + t->offset, sizeof(float), (size_t)t->numel, io->f, io->path);
+    ModelFileWriter *w = (ModelFileWriter *)ctx;
+    for (int64_t lo = t->offset, end = t->offset + t->numel; lo < end; lo += MODELFILE_CHUNK_ELEMS) {
+        int64_t hi = end - lo < MODELFILE_CHUNK_ELEMS ? end : lo + MODELFILE_CHUNK_ELEMS;
+        w->fetch(w->ctx, lo, hi, w->chunk);
+        if (w->out) atomic_out_write(w->out, w->chunk, sizeof(float) * (size_t)(hi - lo));
+    }
 }
 
-// Writes params as an fp32 (version 3) model file, atomically.
+// Writes an fp32 (version 3) model file, atomically, fetching the weights
+// chunk by chunk in file order, so no rank holds more than one chunk of
+// another's. Called on every rank that serves fetches, in the same order;
+// path is NULL on all but the one that writes.
+static void modelfile_save_streamed(const char *path, const ParamLayout *pl, ModelFileFetch fetch, void *ctx) {
+    AtomicOut out;
+    float *chunk = NULL;
+    if (path) {
+        atomic_out_open(&out, path);
+        int header[256] = {0};
+        const GPTConfig *c = &pl->cfg;
+        header[0] = MODELFILE_MAGIC;
+        header[1] = MODELFILE_FP32;
+        header[2] = c->max_seq_len;
+        header[3] = c->vocab_size;
+        header[4] = c->num_layers;
+        header[5] = c->num_heads;
+        header[6] = c->channels;
+        header[7] = c->padded_vocab_size;
+        atomic_out_write(&out, header, sizeof(header));
+        chunk = (float *)mallocCheck(sizeof(float) * (size_t)MODELFILE_CHUNK_ELEMS);
+    }
+    ModelFileWriter w = {path ? &out : NULL, fetch, ctx, chunk};
+    modelfile_for_each(pl, modelfile_write_tensor, &w);
+    if (path) {
+        atomic_out_commit(&out);
+        free(chunk);
+    }
+}
+
+static void modelfile_fetch_local(void *ctx, int64_t lo, int64_t hi, float *dst) {
+    memcpy(dst, (const float *)ctx + lo, sizeof(float) * (size_t)(hi - lo));
+}
+
+// Writes params (the whole flat buffer, in this process) as an fp32 model file, atomically.
 static void modelfile_save(const char *path, const ParamLayout *pl, const float *params) {
-    char tmp[FILENAME_MAX];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) die_usage("cannot write model file '%s'", tmp);
-    int header[256] = {0};
-    const GPTConfig *c = &pl->cfg;
-    header[0] = MODELFILE_MAGIC;
-    header[1] = MODELFILE_FP32;
-    header[2] = c->max_seq_len;
-    header[3] = c->vocab_size;
-    header[4] = c->num_layers;
-    header[5] = c->num_heads;
-    header[6] = c->channels;
-    header[7] = c->padded_vocab_size;
-    fwriteExact(header, sizeof(int), 256, f, tmp);
-    ModelFileIO io = {f, tmp, (float *)params, MODELFILE_FP32};
-    modelfile_for_each(pl, modelfile_write_tensor, &io);
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) die_usage("writing '%s' failed", tmp);
-    fcloseCheck(f, tmp);
-    if (rename(tmp, path) != 0) die_usage("cannot rename '%s' to '%s'", tmp, path);
+    modelfile_save_streamed(path, pl, modelfile_fetch_local, (void *)params);
 }
 
 #endif  // LLMC_MODELFILE_H

@@ -27,7 +27,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,6 +36,7 @@
 #include <zstd.h>
 #endif
 
+#include "file_io.h"
 #include "utils.h"
 
 #define SHARD_HEADER_INTS 256
@@ -48,6 +48,7 @@
 #define SHARD_ZSTD_MAGIC 20241101
 #define SHARD_ZSTD_VERSION 1
 #define SHARD_ZSTD_BLOCK_TOKENS 16384  // tokens per zstd frame written by shard_writer
+#define SHARD_ZSTD_MAX_BLOCK_TOKENS (1 << 24)  // a reader's bound on a header's block size (64 MB decoded)
 #define SHARD_PATH_MAX 4096
 
 typedef struct {
@@ -67,9 +68,8 @@ static inline void shard_put_i64(int32_t *h, int i, int64_t v) { memcpy(h + i, &
 // writer
 
 typedef struct {
-    char path[SHARD_PATH_MAX];
-    char tmp_path[SHARD_PATH_MAX + 8];
-    FILE *f;
+    const char *path;   // out.path
+    AtomicOut out;      // a temporary next to the shard until shard_writer_close
     int token_bytes;    // 2 or 4
     int zstd_level;     // 0: plain llm.c format
     int64_t num_tokens;
@@ -87,7 +87,7 @@ typedef struct {
 
 #define SHARD_WRITE_CHUNK 65536  // tokens converted per fwrite in plain mode
 
-// Opens PATH.tmp for writing; shard_writer_close moves it to PATH.
+// Opens a temporary next to PATH for writing (file_io.h); shard_writer_close moves it to PATH.
 static inline ShardWriter *shard_writer_open(const char *path, int token_bytes, int zstd_level) {
     CHECK(token_bytes == 2 || token_bytes == 4, "token_bytes must be 2 or 4, not %d", token_bytes);
     CHECK(zstd_level >= 0, "zstd level %d < 0", zstd_level);
@@ -96,13 +96,12 @@ static inline ShardWriter *shard_writer_open(const char *path, int token_bytes, 
     if (zstd_level > 0) die_usage("'%s': writing zstd shards needs a build with libzstd", path);
 #endif
     ShardWriter *w = (ShardWriter *)callocCheck(1, sizeof(ShardWriter));
-    snprintf(w->path, sizeof(w->path), "%s", path);
-    snprintf(w->tmp_path, sizeof(w->tmp_path), "%s.tmp", path);
-    w->f = fopenCheck(w->tmp_path, "wb");
+    atomic_out_open(&w->out, path);
+    w->path = w->out.path;
     w->token_bytes = token_bytes;
     w->zstd_level = zstd_level;
     int32_t header[SHARD_HEADER_INTS] = {0};  // placeholder, rewritten at close
-    fwriteExact(header, sizeof(header), 1, w->f, w->tmp_path);
+    atomic_out_write(&w->out, header, sizeof(header));
     w->file_pos = SHARD_HEADER_BYTES;
     int64_t buf_tokens = zstd_level > 0 ? SHARD_ZSTD_BLOCK_TOKENS : SHARD_WRITE_CHUNK;
     w->buf = (uint8_t *)mallocCheck((size_t)(buf_tokens * token_bytes));
@@ -135,12 +134,12 @@ static inline void shard_store_token(const ShardWriter *w, uint8_t *buf, int64_t
 static inline void shard_writer_flush_block(ShardWriter *w) {
     if (w->buf_tokens == 0) return;
     size_t csize = ZSTD_compress2(w->cctx, w->frame, w->frame_cap, w->buf, (size_t)(w->buf_tokens * w->token_bytes));
-    CHECK(!ZSTD_isError(csize), "zstd compression of '%s' failed: %s", w->tmp_path, ZSTD_getErrorName(csize));
-    fwriteExact(w->frame, 1, csize, w->f, w->tmp_path);
+    CHECK(!ZSTD_isError(csize), "zstd compression of '%s' failed: %s", w->path, ZSTD_getErrorName(csize));
+    atomic_out_write(&w->out, w->frame, csize);
     if (w->num_blocks == w->index_cap) {
         w->index_cap = w->index_cap ? 2 * w->index_cap : 64;
         ShardBlock *grown = (ShardBlock *)realloc(w->index, (size_t)w->index_cap * sizeof(ShardBlock));
-        CHECK(grown != NULL, "out of memory growing the index of '%s'", w->tmp_path);
+        CHECK(grown != NULL, "out of memory growing the index of '%s'", w->path);
         w->index = grown;
     }
     w->index[w->num_blocks++] = (ShardBlock){w->num_tokens - w->buf_tokens, w->file_pos, (int64_t)csize};
@@ -155,7 +154,7 @@ static inline void shard_writer_append(ShardWriter *w, const uint32_t *tokens, s
         if (w->zstd_level == 0) {
             size_t k = n - done < SHARD_WRITE_CHUNK ? n - done : SHARD_WRITE_CHUNK;
             for (size_t i = 0; i < k; i++) shard_store_token(w, w->buf, (int64_t)i, tokens[done + i]);
-            fwriteExact(w->buf, (size_t)w->token_bytes, k, w->f, w->tmp_path);
+            atomic_out_write(&w->out, w->buf, (size_t)w->token_bytes * k);
             w->file_pos += (int64_t)(k * (size_t)w->token_bytes);
             w->num_tokens += (int64_t)k;
             done += k;
@@ -174,7 +173,7 @@ static inline void shard_writer_append(ShardWriter *w, const uint32_t *tokens, s
     }
 }
 
-// Writes the header (and the zstd index), fsyncs, and renames PATH.tmp to PATH.
+// Writes the header (and the zstd index), fsyncs, and renames the temporary to PATH.
 static inline void shard_writer_close(ShardWriter *w) {
     int32_t header[SHARD_HEADER_INTS] = {0};
     if (w->zstd_level == 0) {
@@ -188,7 +187,7 @@ static inline void shard_writer_close(ShardWriter *w) {
 #ifdef LLMC_ZSTD
     else {
         shard_writer_flush_block(w);
-        if (w->num_blocks > 0) fwriteExact(w->index, sizeof(ShardBlock), (size_t)w->num_blocks, w->f, w->tmp_path);
+        atomic_out_write(&w->out, w->index, sizeof(ShardBlock) * (size_t)w->num_blocks);
         header[0] = SHARD_ZSTD_MAGIC;
         header[1] = SHARD_ZSTD_VERSION;
         header[2] = w->token_bytes;
@@ -201,20 +200,9 @@ static inline void shard_writer_close(ShardWriter *w) {
         free(w->index);
     }
 #endif
-    CHECK(fseek(w->f, 0, SEEK_SET) == 0, "seek in '%s' failed", w->tmp_path);
-    fwriteExact(header, sizeof(header), 1, w->f, w->tmp_path);
-    CHECK(fflush(w->f) == 0, "flushing '%s' failed", w->tmp_path);
-    CHECK(fsync(fileno(w->f)) == 0, "fsync of '%s' failed: %s", w->tmp_path, strerror(errno));
-    fcloseCheck(w->f, w->tmp_path);
-    if (rename(w->tmp_path, w->path) != 0) die_usage("cannot rename '%s' to '%s': %s", w->tmp_path, w->path, strerror(errno));
-    // make the rename itself durable
-    char dir[SHARD_PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s", w->path);
-    int dfd = open(dirname(dir), O_RDONLY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
+    if (fseek(w->out.f, 0, SEEK_SET) != 0) atomic_out_fail(&w->out, "writing", errno);
+    atomic_out_write(&w->out, header, sizeof(header));
+    atomic_out_commit(&w->out);
     free(w->buf);
     free(w);
 }
@@ -256,10 +244,8 @@ static inline void shard_reader_open(ShardReader *r, const char *path) {
     memset(r, 0, sizeof(*r));
     if (strlen(path) >= SHARD_PATH_MAX) die_usage("shard path '%s' is too long", path);
     snprintf(r->path, sizeof(r->path), "%s", path);
-    r->f = fopenCheck(path, "rb");
-    struct stat st;
-    CHECK(fstat(fileno(r->f), &st) == 0, "stat of '%s' failed", path);
-    int64_t size = (int64_t)st.st_size;
+    int64_t size;
+    r->f = open_input(path, NULL, &size);
     if (size < SHARD_HEADER_BYTES) die_usage("'%s' is truncated: %lld bytes, shorter than a shard header", path, (long long)size);
     int32_t h[SHARD_HEADER_INTS];
     shard_pread(r, h, sizeof(h), 0);
@@ -288,18 +274,22 @@ static inline void shard_reader_open(ShardReader *r, const char *path) {
     r->num_tokens = shard_get_i64(h, 4);
     r->num_blocks = shard_get_i64(h, 6);
     int64_t index_off = shard_get_i64(h, 8);
-    if ((r->token_bytes != 2 && r->token_bytes != 4) || r->block_tokens <= 0 || r->num_tokens < 0 ||
+    // every count is checked against the file's real size before it is multiplied or allocated
+    if ((r->token_bytes != 2 && r->token_bytes != 4) || r->block_tokens <= 0 ||
+        r->block_tokens > SHARD_ZSTD_MAX_BLOCK_TOKENS || r->num_tokens < 0 ||
         r->num_blocks != ceil_div_i64(r->num_tokens, r->block_tokens) || index_off < SHARD_HEADER_BYTES)
         die_usage("'%s': corrupted zstd shard header", path);
-    if (size != index_off + r->num_blocks * (int64_t)sizeof(ShardBlock))
-        die_usage("'%s' is truncated or padded: %lld bytes, the header says %lld", path, (long long)size,
-                  (long long)(index_off + r->num_blocks * (int64_t)sizeof(ShardBlock)));
+    if (index_off > size || r->num_blocks > (size - index_off) / (int64_t)sizeof(ShardBlock) ||
+        size != index_off + r->num_blocks * (int64_t)sizeof(ShardBlock))
+        die_usage("'%s' is truncated or padded: %lld bytes, the header's index of %lld blocks at byte %lld does not "
+                  "end there", path, (long long)size, (long long)r->num_blocks, (long long)index_off);
     r->index = (ShardBlock *)mallocCheck((size_t)r->num_blocks * sizeof(ShardBlock));
     if (r->num_blocks > 0) shard_pread(r, r->index, (size_t)r->num_blocks * sizeof(ShardBlock), index_off);
     int64_t max_frame = 1, next_byte = SHARD_HEADER_BYTES;
     for (int64_t k = 0; k < r->num_blocks; k++) {
         const ShardBlock *b = &r->index[k];
-        if (b->token_offset != k * r->block_tokens || b->byte_offset != next_byte || b->compressed_size <= 0)
+        if (b->token_offset != k * r->block_tokens || b->byte_offset != next_byte || b->compressed_size <= 0 ||
+            b->compressed_size > index_off - next_byte)
             die_usage("'%s': corrupted zstd index at block %lld", path, (long long)k);
         next_byte += b->compressed_size;
         if (b->compressed_size > max_frame) max_frame = b->compressed_size;

@@ -22,6 +22,7 @@
 #include <omp.h>
 #endif
 
+#include "file_io.h"
 #include "unicode_classes.h"
 #include "utils.h"
 
@@ -631,19 +632,6 @@ static inline void tokenizer_encode_text(const Tokenizer *t, const uint8_t *s, s
 // ---------------------------------------------------------------------------
 // loading: GPT-2's encoder.json + vocab.bpe, or an llm.c .bin
 
-// Reads a whole file (NUL-terminated for parsing); dies naming it.
-static inline uint8_t *tokenizer_read_file(const char *path, size_t *len) {
-    FILE *f = fopenCheck(path, "rb");
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) die_usage("'%s' is not a regular file", path);
-    uint8_t *buf = (uint8_t *)mallocCheck((size_t)st.st_size + 1);
-    freadExact(buf, 1, (size_t)st.st_size, f, path);
-    fcloseCheck(f, path);
-    buf[st.st_size] = 0;
-    *len = (size_t)st.st_size;
-    return buf;
-}
-
 // Appends code point cp to out as UTF-8 (cp < 0x110000).
 static inline size_t utf8_put(uint8_t *out, uint32_t cp) {
     if (cp < 0x80) { out[0] = (uint8_t)cp; return 1; }
@@ -693,7 +681,7 @@ static inline long json_string(const char **p, uint8_t *out) {
     for (;;) {
         char ch = *s++;
         if (ch == '"') break;
-        if (ch == '\0') return -1;
+        if ((unsigned char)ch < 0x20) return -1;  // JSON: control characters (and the NUL at the end) must be escaped
         if (ch != '\\') { out[n++] = (uint8_t)ch; continue; }
         ch = *s++;
         const char *simple = strchr("\"\\/bfnrt", ch);
@@ -734,7 +722,7 @@ static inline void tokenizer_load_gpt2(Tokenizer *t, const char *dir) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/encoder.json", dir);
     size_t json_len;
-    char *json = (char *)tokenizer_read_file(path, &json_len);
+    char *json = (char *)read_whole_file(path, NULL, &json_len);
     // pass 1: the tokens, in file order
     BytesMap enc;  // token bytes -> id
     bytesmap_init(&enc, 65536);
@@ -751,10 +739,12 @@ static inline void tokenizer_load_gpt2(Tokenizer *t, const char *dir) {
         if (tlen <= 0) die_usage("'%s': a token at byte %ld is not in GPT-2's byte encoding", path, (long)(p - json));
         p = json_skip_ws(p);
         if (*p++ != ':') die_usage("'%s': expected ':' at byte %ld", path, (long)(p - 1 - json));
+        // a JSON integer: digits, no sign, no leading zero
+        p = json_skip_ws(p);
         char *num_end;
         errno = 0;
-        unsigned long id = strtoul(p, &num_end, 10);
-        if (num_end == p || errno || id >= UINT32_MAX / 2 || *p == '-')
+        unsigned long id = *p >= '0' && *p <= '9' ? strtoul(p, &num_end, 10) : 0;
+        if (*p < '0' || *p > '9' || errno || id >= UINT32_MAX / 2 || (*p == '0' && num_end - p > 1))
             die_usage("'%s': bad token id at byte %ld", path, (long)(p - json));
         p = json_skip_ws(num_end);
         int is_new;
@@ -762,9 +752,15 @@ static inline void tokenizer_load_gpt2(Tokenizer *t, const char *dir) {
         if (!is_new) die_usage("'%s': token with id %lu appears twice", path, id);
         e->val[0] = (uint32_t)id;
         if (id > max_id) max_id = (uint32_t)id;
-        if (*p == ',') p = json_skip_ws(p + 1);
-        else if (*p != '}') die_usage("'%s': expected ',' or '}' at byte %ld", path, (long)(p - json));
+        if (*p == ',') {
+            p = json_skip_ws(p + 1);
+            if (*p != '"') die_usage("'%s': expected a string after ',' at byte %ld", path, (long)(p - json));
+        } else if (*p != '}') {
+            die_usage("'%s': expected ',' or '}' at byte %ld", path, (long)(p - json));
+        }
     }
+    p = json_skip_ws(p + 1);
+    if (p != json + json_len) die_usage("'%s': unexpected data after the JSON object at byte %ld", path, (long)(p - json));
     uint32_t V = max_id + 1;
     if (enc.count != V) die_usage("'%s': ids are not 0..%u without gaps (%zu tokens)", path, max_id, enc.count);
     const uint8_t **toks = (const uint8_t **)callocCheck(V, sizeof(*toks));
@@ -795,7 +791,8 @@ static inline void tokenizer_load_gpt2(Tokenizer *t, const char *dir) {
     // vocab.bpe: merge rank r is line r (after the #version line)
     snprintf(path, sizeof(path), "%s/vocab.bpe", dir);
     size_t bpe_len;
-    char *bpe = (char *)tokenizer_read_file(path, &bpe_len);
+    char *bpe = (char *)read_whole_file(path, NULL, &bpe_len);
+    if (strlen(bpe) != bpe_len) die_usage("'%s': NUL byte at byte %zu", path, strlen(bpe));
     size_t cap = 1024, n = 0;
     BpeMerge *merges = (BpeMerge *)mallocCheck(cap * sizeof(BpeMerge));
     uint8_t *joined = (uint8_t *)mallocCheck(bpe_len + 1);
@@ -838,7 +835,7 @@ static inline void tokenizer_load_gpt2(Tokenizer *t, const char *dir) {
 static inline void tokenizer_load_bin(Tokenizer *t, const char *path) {
     memset(t, 0, sizeof(*t));
     size_t len;
-    uint8_t *buf = tokenizer_read_file(path, &len);
+    uint8_t *buf = read_whole_file(path, "--tokenizer", &len);
     uint32_t h[256];
     if (len < sizeof(h)) die_usage("'%s' is too short for an llm.c tokenizer header", path);
     memcpy(h, buf, sizeof(h));
@@ -846,6 +843,8 @@ static inline void tokenizer_load_bin(Tokenizer *t, const char *path) {
     if (h[1] != 1 && h[1] != 2) die_usage("'%s': unsupported tokenizer version %u", path, h[1]);
     uint32_t V = h[2];
     if (V == 0) die_usage("'%s': vocab size 0", path);
+    // every token takes at least 2 bytes (length and one byte): the file's size bounds V before anything is allocated
+    if (V > (len - sizeof(h)) / 2) die_usage("'%s' is truncated: %zu bytes cannot hold %u tokens", path, len, V);
     const uint8_t **toks = (const uint8_t **)mallocCheck(V * sizeof(*toks));
     size_t *lens = (size_t *)mallocCheck(V * sizeof(size_t));
     size_t pos = sizeof(h);
@@ -876,23 +875,27 @@ static inline void tokenizer_load(Tokenizer *t, const char *path) {
 // saving
 
 static inline void tokenizer_save_bin(const Tokenizer *t, const char *path) {
-    FILE *f = fopenCheck(path, "wb");
+    AtomicOut out;
+    atomic_out_open(&out, path);
     uint32_t h[256] = {TOKENIZER_BIN_MAGIC, 2, t->vocab_size, t->eot};
-    fwriteExact(h, sizeof(h), 1, f, path);
+    atomic_out_write(&out, h, sizeof(h));
     for (uint32_t i = 0; i < t->vocab_size; i++) {
         size_t len;
         const char *b = tokenizer_decode(t, i, &len);
-        if (len == 0 || len > TOKENIZER_MAX_TOKEN_BYTES)
+        if (len == 0 || len > TOKENIZER_MAX_TOKEN_BYTES) {
+            atomic_out_abort(&out);
             die_usage("'%s': token %u has %zu bytes; the llm.c format holds 1..%d", path, i, len, TOKENIZER_MAX_TOKEN_BYTES);
+        }
         uint8_t l8 = (uint8_t)len;
-        fwriteExact(&l8, 1, 1, f, path);
-        fwriteExact(b, 1, len, f, path);
+        atomic_out_write(&out, &l8, 1);
+        atomic_out_write(&out, b, len);
     }
-    fcloseCheck(f, path);
+    atomic_out_commit(&out);
 }
 
 // Writes bytes b[0..n) in GPT-2's byte-level unicode, JSON-escaped as GPT-2's
 // files are (\uXXXX beyond ASCII) when json is set, raw UTF-8 otherwise.
+// (Errors surface in atomic_out_commit.)
 static inline void gpt2_write_token(FILE *f, const uint8_t *b, size_t n, int json) {
     for (size_t i = 0; i < n; i++) {
         uint32_t cp = gpt2_byte_to_unicode(b[i]);
@@ -905,36 +908,36 @@ static inline void gpt2_write_token(FILE *f, const uint8_t *b, size_t n, int jso
     }
 }
 
-// Writes dir/encoder.json, dir/vocab.bpe (GPT-2's formats) and dir/tokenizer.bin.
+// Writes dir/encoder.json, dir/vocab.bpe (GPT-2's formats) and dir/tokenizer.bin,
+// each atomically (an existing file is replaced only by a complete one).
 static inline void tokenizer_save_dir(const Tokenizer *t, const char *dir) {
     char path[4096];
+    AtomicOut out;
     snprintf(path, sizeof(path), "%s/encoder.json", dir);
-    FILE *f = fopenCheck(path, "wb");
-    fputc('{', f);
+    atomic_out_open(&out, path);
+    fputc('{', out.f);
     for (uint32_t i = 0; i < t->vocab_size; i++) {
         size_t len;
         const uint8_t *b = (const uint8_t *)tokenizer_decode(t, i, &len);
-        fputs(i ? ", \"" : "\"", f);
-        gpt2_write_token(f, b, len, 1);
-        fprintf(f, "\": %u", i);
+        fputs(i ? ", \"" : "\"", out.f);
+        gpt2_write_token(out.f, b, len, 1);
+        fprintf(out.f, "\": %u", i);
     }
-    fputc('}', f);
-    CHECK(!ferror(f), "write to '%s' failed", path);
-    fcloseCheck(f, path);
+    fputc('}', out.f);
+    atomic_out_commit(&out);
     snprintf(path, sizeof(path), "%s/vocab.bpe", dir);
-    f = fopenCheck(path, "wb");
-    fputs("#version: 0.2\n", f);
+    atomic_out_open(&out, path);
+    fputs("#version: 0.2\n", out.f);
     for (uint32_t r = 0; r < t->num_merges; r++) {
         size_t la, lb;
         const uint8_t *a = (const uint8_t *)tokenizer_decode(t, t->merges[r].left, &la);
         const uint8_t *b = (const uint8_t *)tokenizer_decode(t, t->merges[r].right, &lb);
-        gpt2_write_token(f, a, la, 0);
-        fputc(' ', f);
-        gpt2_write_token(f, b, lb, 0);
-        fputc('\n', f);
+        gpt2_write_token(out.f, a, la, 0);
+        fputc(' ', out.f);
+        gpt2_write_token(out.f, b, lb, 0);
+        fputc('\n', out.f);
     }
-    CHECK(!ferror(f), "write to '%s' failed", path);
-    fcloseCheck(f, path);
+    atomic_out_commit(&out);
     snprintf(path, sizeof(path), "%s/tokenizer.bin", dir);
     tokenizer_save_bin(t, path);
 }

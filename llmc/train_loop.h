@@ -10,8 +10,10 @@
 
 #include <stdio.h>
 
+#include "checkpoint.h"
 #include "comm.h"
 #include "dataloader.h"
+#include "file_io.h"
 #include "logger.h"
 #include "optimizer.h"
 #include "sampler.h"
@@ -38,6 +40,14 @@ typedef struct {
     // Profiler ranges around the loop's phases (NVTX on the GPU); NULL: none.
     void (*range_push)(const char *name);
     void (*range_pop)(void);
+    // Checkpoints (checkpoint.h). stage: copies this rank's [lo, hi) of the
+    // fp32 master weights, AdamW m and v into staging (CKPT_STATES, hi - lo),
+    // or queues that copy; wait_staged: waits for a queued copy (NULL: stage
+    // copies at once, and the writer thread calls it); load: installs the
+    // states over ranges->hold from host arrays, as they were after `step` steps.
+    void (*ckpt_stage)(void *ctx, float *staging, int64_t lo, int64_t hi);
+    void (*ckpt_wait_staged)(void *ctx);
+    void (*ckpt_load)(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step);
 } TrainModel;
 
 static inline void train_range_push(const TrainModel *tm, const char *name) {
@@ -58,6 +68,11 @@ typedef struct {
     CommGroup *dp;             // the data group on host buffers (means of losses)
     int rank;                  // only rank 0 prints
     double flops_per_step, peak_flops;  // FLOP, FLOP/s (for MFU)
+    // checkpoints: what the manifest describes, this rank's ranges, its
+    // staging buffer ((CKPT_STATES, write range) floats; NULL without --ckpt-dir)
+    CkptRun ckpt;
+    CkptRanges ckpt_ranges;
+    float *ckpt_staging;
 } TrainRun;
 
 // --tokenizer, when given, into *tok; returns whether one was loaded.
@@ -68,6 +83,47 @@ static int train_load_tokenizer(const TrainOptions *o, Tokenizer *tok, int vocab
         die_usage("--tokenizer '%s' has %u tokens, more than the model's vocabulary %d", o->tokenizer,
                   tokenizer_vocab_size(tok), vocab_size);
     return 1;
+}
+
+// At start-up, before anything is written (rank 0, which writes the files):
+// every output the flags name can be created, none names one of the run's
+// inputs (the model file, a data shard, the tokenizer's files) or another
+// output, so a run never finds out only after training that it cannot save,
+// and never truncates its own input.
+static void train_check_outputs(const TrainOptions *o, int model_from_file, const DataLoader *train,
+                                const DataLoader *val) {
+    char final_path[FLAG_STR_MAX + 32] = "";
+    if (o->out_dir[0]) {
+        make_dirs(o->out_dir, "--out-dir");
+        snprintf(final_path, sizeof(final_path), "%s/model_final.bin", o->out_dir);
+    }
+    // the log may also be a stream (/dev/stdout, a FIFO a tool reads): its writes are checked as they happen
+    struct { const char *path, *flag; int stream_ok; } outs[] = {
+        {o->log_json, "--log-json", 1}, {o->save_model, "--save-model", 0}, {final_path, "--out-dir", 0}};
+    const int nouts = (int)(sizeof(outs) / sizeof(outs[0]));
+    char tok_files[2][FLAG_STR_MAX + 32] = {"", ""};
+    if (o->tokenizer[0]) {
+        snprintf(tok_files[0], sizeof(tok_files[0]), "%s/encoder.json", o->tokenizer);
+        snprintf(tok_files[1], sizeof(tok_files[1]), "%s/vocab.bpe", o->tokenizer);
+    }
+    for (int i = 0; i < nouts; i++) {
+        const char *out = outs[i].path, *flag = outs[i].flag;
+        if (!out[0]) continue;
+        if (model_from_file) output_refuse_input(out, flag, o->model, "--model");
+        output_refuse_input(out, flag, o->tokenizer, "--tokenizer");
+        for (int k = 0; k < 2; k++) output_refuse_input(out, flag, tok_files[k], "--tokenizer");
+        const DataLoader *loaders[2] = {train, val};
+        const char *data_flags[2] = {"--data-train", "--data-val"};
+        for (int d = 0; d < 2; d++)
+            for (int s = 0; loaders[d] && s < loaders[d]->num_shards; s++)
+                output_refuse_input(out, flag, loaders[d]->paths[s], data_flags[d]);
+        for (int j = 0; j < i; j++)
+            if (outs[j].path[0] && (strcmp(out, outs[j].path) == 0 || same_existing_file(out, outs[j].path)))
+                die_usage("%s '%s' is also the %s output", flag, out, outs[j].flag);
+        struct stat st;
+        if (!(outs[i].stream_ok && stat(out, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))))
+            output_path_check(out, flag);
+    }
 }
 
 // The model, batch and data lines every run starts with (rank 0).
@@ -121,9 +177,37 @@ static void train_print_sample(const TrainRun *r, Rng *rng) {
     train_range_pop(tm);
 }
 
-// Steps 0..steps-1, with evaluation and sampling where the flags say (and
-// once more after the last step); logs through log (rank 0 writes).
-static void train_loop(const TrainRun *r, Logger *log) {
+// --resume: the model's states, the data position and the sampling RNG from
+// the checkpoint (checkpoint.h); returns the step to continue from (0: fresh).
+static int train_resume(const TrainRun *r, Rng *sample_rng) {
+    CkptTargets t;
+    memset(&t, 0, sizeof(t));
+    for (int s = 0; s < CKPT_STATES; s++) {
+        t.hold[s] = r->ckpt_ranges.hold[s];
+        t.dst[s] = (float *)mallocCheck(sizeof(float) * (size_t)(t.hold[s].hi - t.hold[s].lo));
+    }
+    CkptPoint p;
+    int resumed = ckpt_resume(&r->ckpt, r->dp, r->train, &t, &p);
+    if (resumed) {
+        r->model->ckpt_load(r->model->ctx, t.dst, &r->ckpt_ranges, p.step);
+        dataloader_restore(r->train, &p.data);
+        *sample_rng = p.sample_rng;
+        if (r->rank == 0) {
+            printf("resume: continuing at step %lld (epoch %lld, global sample %lld) from %s\n", (long long)p.step,
+                   (long long)p.data.epoch, (long long)p.data.sample,
+                   strcmp(r->o->resume, "auto") == 0 ? r->o->ckpt_dir : r->o->resume);
+            fflush(stdout);
+        }
+    }
+    for (int s = 0; s < CKPT_STATES; s++) free(t.dst[s]);
+    return resumed ? (int)p.step : 0;
+}
+
+// Steps 0..steps-1 (from a checkpoint's step with --resume), with evaluation
+// and sampling where the flags say (and once more after the last step), and
+// checkpoints (--ckpt-dir); logs through log (rank 0 writes). Returns 0 when
+// a preemption signal stopped the run (its checkpoint committed), else 1.
+static int train_loop(const TrainRun *r, Logger *log) {
     const TrainOptions *o = r->o;
     const TrainModel *tm = r->model;
     const int B = r->plan.B, T = r->plan.T, accum = r->plan.accum;
@@ -131,7 +215,13 @@ static void train_loop(const TrainRun *r, Logger *log) {
     int *y = (int *)mallocCheck(sizeof(int) * (size_t)B * T);
     LrSchedule sched = train_lr_schedule(o);
     Rng sample_rng = train_sample_rng(o);
-    for (int step = 0; step <= o->steps; step++) {
+    int start = o->resume[0] ? train_resume(r, &sample_rng) : 0, finished = 1;
+    CkptWriter writer, *ckpt = NULL;
+    if (o->ckpt_dir[0]) {
+        ckpt = &writer;
+        ckpt_writer_init(ckpt, &r->ckpt, r->dp, &r->ckpt_ranges, r->ckpt_staging, tm->ckpt_wait_staged, tm->ctx);
+    }
+    for (int step = start; step <= o->steps; step++) {
         if (train_eval_now(o, step)) logger_eval(log, step, train_evaluate(r, x, y));
         if (train_sample_now(o, step)) train_print_sample(r, &sample_rng);
         if (step == o->steps) break;
@@ -152,14 +242,22 @@ static void train_loop(const TrainRun *r, Logger *log) {
         float norm = tm->finish_grads(tm->ctx);
         float lr = lr_at_step(&sched, step);
         AdamWConfig ac = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, step + 1};
+        if (ckpt) ckpt_before_update(ckpt);  // a checkpoint's copy of the weights and moments is done
         tm->optimizer_step(tm->ctx, &ac, grad_clip_scale(norm, o->grad_clip), step);
         double ms = (wall_seconds() - t0) * 1e3;
         train_range_pop(tm);
         train_log_step(log, o, step, (float)loss, lr, norm, r->plan.total_tokens, ms, r->flops_per_step,
                        r->peak_flops);
+        if (ckpt && ckpt_step_boundary(ckpt, step + 1, step + 1 == o->steps, r->train, &sample_rng, tm->ckpt_stage,
+                                       log)) {
+            finished = 0;
+            break;
+        }
     }
+    if (ckpt) ckpt_writer_free(ckpt);
     free(x);
     free(y);
+    return finished;
 }
 
 #endif  // LLMC_TRAIN_LOOP_H

@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "args.h"
+#include "model.h"
 
 typedef struct {
     char data_train[FLAG_STR_MAX];
@@ -40,6 +41,9 @@ typedef struct {
     char comm[FLAG_STR_MAX];      // communication backend (comm.h)
     float comm_timeout;           // seconds a collective may wait
     float bucket_mb;              // gradient reduction bucket
+    char ckpt_dir[FLAG_STR_MAX];  // checkpoints (checkpoint.h)
+    int ckpt_every, ckpt_keep, ckpt_compress;
+    char resume[FLAG_STR_MAX];    // "", "auto" or a checkpoint directory
 } TrainOptions;
 
 #define TO(field) offsetof(TrainOptions, field)
@@ -47,13 +51,13 @@ static const FlagSpec TRAIN_FLAGS[] = {
     {"data-train", FLAG_STRING, TO(data_train), "", NULL, 0, 0, "glob of training token shards (llm.c format)"},
     {"data-val", FLAG_STRING, TO(data_val), "", NULL, 0, 0, "glob of validation token shards"},
     {"model", FLAG_STRING, TO(model), "d12", NULL, 0, 0, "preset d12|d24|d36|d48, or an llm.c model file to start from"},
-    {"n-layer", FLAG_INT, TO(n_layer), "0", NULL, 0, 4096, "layers (0: from --model)"},
-    {"n-embd", FLAG_INT, TO(n_embd), "0", NULL, 0, 65536, "channels (0: from --model)"},
-    {"n-head", FLAG_INT, TO(n_head), "0", NULL, 0, 4096, "attention heads (0: from --model)"},
-    {"vocab-size", FLAG_INT, TO(vocab_size), "0", NULL, 0, 1 << 24, "vocabulary size (0: from --model)"},
-    {"max-seq-len", FLAG_INT, TO(max_seq_len), "0", NULL, 0, 1 << 20, "maximum sequence length (0: from --model)"},
+    {"n-layer", FLAG_INT, TO(n_layer), "0", NULL, 0, GPT_MAX_LAYERS, "layers (0: from --model)"},
+    {"n-embd", FLAG_INT, TO(n_embd), "0", NULL, 0, GPT_MAX_CHANNELS, "channels (0: from --model)"},
+    {"n-head", FLAG_INT, TO(n_head), "0", NULL, 0, GPT_MAX_HEADS, "attention heads (0: from --model)"},
+    {"vocab-size", FLAG_INT, TO(vocab_size), "0", NULL, 0, GPT_MAX_VOCAB, "vocabulary size (0: from --model)"},
+    {"max-seq-len", FLAG_INT, TO(max_seq_len), "0", NULL, 0, GPT_MAX_SEQ_LEN, "maximum sequence length (0: from --model)"},
     {"batch-size", FLAG_INT, TO(batch_size), "4", NULL, 1, 1 << 20, "micro-batch size B (sequences per rank per micro-step)"},
-    {"seq-len", FLAG_INT, TO(seq_len), "64", NULL, 1, 1 << 20, "sequence length T"},
+    {"seq-len", FLAG_INT, TO(seq_len), "64", NULL, 1, GPT_MAX_SEQ_LEN, "sequence length T"},
     {"total-batch-tokens", FLAG_INT64, TO(total_batch_tokens), "0", NULL, 0, 1e15,
      "tokens per optimizer step over all ranks; a multiple of B*T*ranks (0: B*T*ranks)"},
     {"steps", FLAG_INT, TO(steps), "20", NULL, 0, 1e9, "optimizer steps"},
@@ -94,6 +98,15 @@ static const FlagSpec TRAIN_FLAGS[] = {
     {"comm-timeout", FLAG_FLOAT, TO(comm_timeout), "300", NULL, 0, 1e7,
      "seconds a collective may wait before every rank is aborted (0: forever)"},
     {"bucket-mb", FLAG_FLOAT, TO(bucket_mb), "25", NULL, 0.001, 1e5, "MB of gradients per reduction bucket"},
+    {"ckpt-dir", FLAG_STRING, TO(ckpt_dir), "", NULL, 0, 0,
+     "checkpoint directory: step_N/ per checkpoint (written in the background), 'latest' names the newest"},
+    {"ckpt-every", FLAG_INT, TO(ckpt_every), "0", NULL, 0, 1e9,
+     "checkpoint every N steps (0: only at the end of the run); needs --ckpt-dir"},
+    {"ckpt-keep", FLAG_INT, TO(ckpt_keep), "3", NULL, 0, 1e9,
+     "keep the newest K checkpoints, delete older ones once a newer one is complete (0: keep all)"},
+    {"ckpt-compress", FLAG_INT, TO(ckpt_compress), "0", NULL, 0, 19, "zstd level for checkpoint data (0: raw)"},
+    {"resume", FLAG_STRING, TO(resume), "", NULL, 0, 0,
+     "continue from a checkpoint: auto (the newest complete one in --ckpt-dir; none: start fresh) or a step_N directory"},
 };
 #undef TO
 
@@ -102,6 +115,11 @@ static inline void train_options_parse(int argc, char **argv, TrainOptions *o, c
     flags_parse(argc, argv, TRAIN_FLAGS, FLAGS_COUNT(TRAIN_FLAGS), o, summary);
     if (o->data_train[0] == '\0') die_usage("--data-train is required (see --help)");
     if (o->min_lr_frac > 1) die_usage("--min-lr-frac must be <= 1");
+    if (o->ckpt_every > 0 && o->ckpt_dir[0] == '\0') die_usage("--ckpt-every needs --ckpt-dir");
+    if (strcmp(o->resume, "auto") == 0 && o->ckpt_dir[0] == '\0') die_usage("--resume auto needs --ckpt-dir");
+#ifndef LLMC_ZSTD
+    if (o->ckpt_compress > 0) die_usage("--ckpt-compress %d: this program was built without zstd", o->ckpt_compress);
+#endif
 }
 
 #endif  // LLMC_TRAIN_OPTIONS_H

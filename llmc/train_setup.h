@@ -6,9 +6,12 @@
 #ifndef LLMC_TRAIN_SETUP_H
 #define LLMC_TRAIN_SETUP_H
 
+#include <limits.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "file_io.h"
 #include "model.h"
 #include "modelfile.h"
 #include "logger.h"
@@ -59,15 +62,56 @@ static BatchPlan train_batch_plan(const TrainOptions *o, const GPTConfig *cfg, i
     p.B = o->batch_size;
     p.T = o->seq_len;
     if (p.T > cfg->max_seq_len) die_usage("--seq-len %d exceeds the model's max-seq-len %d", p.T, cfg->max_seq_len);
-    long long micro_tokens = (long long)p.B * p.T * world;
+    // the kernels index a micro-batch's B x T positions with an int
+    if ((long long)p.B * p.T > INT_MAX)
+        die_usage("--batch-size %d x --seq-len %d = %lld positions per micro-batch: more than %d", p.B, p.T,
+                  (long long)p.B * p.T, INT_MAX);
+    long long micro_tokens = checked_mul_i64((int64_t)p.B * p.T, world, "batch-size x seq-len x ranks");
     p.total_tokens = o->total_batch_tokens ? o->total_batch_tokens : micro_tokens;
     if (p.total_tokens % micro_tokens != 0)
         die_usage("--total-batch-tokens %lld is not a multiple of batch-size x seq-len x ranks = %lld", p.total_tokens,
                   micro_tokens);
-    p.accum = (int)(p.total_tokens / micro_tokens);
+    long long accum = p.total_tokens / micro_tokens;
+    if (accum > INT_MAX)
+        die_usage("--total-batch-tokens %lld needs %lld accumulation micro-steps of %lld tokens: more than %d",
+                  p.total_tokens, accum, micro_tokens, INT_MAX);
+    p.accum = (int)accum;
     p.dloss = (float)(1.0 / (double)p.total_tokens);
     if (o->eval_every > 0 && o->data_val[0] == '\0') die_usage("--eval-every needs --data-val");
     return p;
+}
+
+// Bytes this process can still allocate: the kernel's MemAvailable estimate
+// (/proc/meminfo), capped by the address-space and data limits (ulimit -v, -d).
+// 0 when none of them is known.
+static double host_memory_available(void) {
+    double avail = 0.0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        long long kb;
+        while (fgets(line, sizeof(line), f))
+            if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) avail = (double)kb * 1024.0;
+        fclose(f);
+    }
+    int limits[] = {RLIMIT_AS, RLIMIT_DATA};
+    for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+        struct rlimit rl;
+        if (getrlimit(limits[i], &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (avail == 0 || (double)rl.rlim_cur < avail))
+            avail = (double)rl.rlim_cur;
+    }
+    return avail;
+}
+
+// Before anything big is allocated: a run whose rank needs more host memory than
+// is available stops with one line giving both figures and the parts (exit 2).
+static void train_check_host_memory(double params, double grads, double optimizer, double activations) {
+    double need = params + grads + optimizer + activations, have = host_memory_available();
+    if (have > 0 && need > have)
+        die_usage("the run needs %.2f GB of memory per rank (params %.2f, grads %.2f, AdamW state %.2f, activations "
+                  "%.2f GB) but %.2f GB are available; try a smaller model, --batch-size or --seq-len, or a higher "
+                  "--zero stage over more ranks", need / 1e9, params / 1e9, grads / 1e9, optimizer / 1e9,
+                  activations / 1e9, have / 1e9);
 }
 
 // The sampling RNG: its own stream from --seed, the same in both trainers.
@@ -80,12 +124,6 @@ static Rng train_sample_rng(const TrainOptions *o) {
 static LrSchedule train_lr_schedule(const TrainOptions *o) {
     LrSchedule s = {lr_schedule_kind(o->lr_schedule), o->lr, o->min_lr_frac, o->decay_frac, o->warmup_steps, o->steps};
     return s;
-}
-
-static void train_make_dir(const char *path) {
-    struct stat st;
-    if (mkdir(path, 0755) != 0 && (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)))
-        die_usage("--out-dir: cannot create directory '%s'", path);
 }
 
 // The loop runs steps 0..steps; at step == steps only evaluation and sampling happen.
@@ -104,18 +142,22 @@ static void train_log_step(Logger *log, const TrainOptions *o, int step, float l
     logger_step(log, &r);
 }
 
-// Writes the final weights (the full flat buffer) where --out-dir and --save-model say.
-static void train_save_model_files(const TrainOptions *o, const ParamLayout *pl, const float *params) {
+// Writes the final weights where --out-dir and --save-model say, fetching them
+// (modelfile.h's modelfile_save_streamed; param_gather.h's fetch brings each
+// chunk from the ranks that hold it). Every rank that serves fetches calls it;
+// writer: this rank writes the files (rank 0).
+static void train_save_model_files(const TrainOptions *o, const ParamLayout *pl, int writer, ModelFileFetch fetch,
+                                   void *ctx) {
+    char path[FILENAME_MAX];
     if (o->out_dir[0]) {
-        train_make_dir(o->out_dir);
-        char path[FILENAME_MAX];
+        if (writer) make_dirs(o->out_dir, "--out-dir");
         snprintf(path, sizeof(path), "%s/model_final.bin", o->out_dir);
-        modelfile_save(path, pl, params);
-        printf("saved %s\n", path);
+        modelfile_save_streamed(writer ? path : NULL, pl, fetch, ctx);
+        if (writer) printf("saved %s\n", path);
     }
     if (o->save_model[0]) {
-        modelfile_save(o->save_model, pl, params);
-        printf("saved %s\n", o->save_model);
+        modelfile_save_streamed(writer ? o->save_model : NULL, pl, fetch, ctx);
+        if (writer) printf("saved %s\n", o->save_model);
     }
 }
 

@@ -21,9 +21,11 @@
 // so a failure is always exactly one line.
 // (GCC's __atomic builtin: the header is also compiled as C++ by nvcc, where
 // <stdatomic.h>'s atomic_int does not exist before C++23.)
+// (File scope, so that the fuzz harness, tests/fuzz/fuzz_harness.h, which
+// survives the exit, can clear it for the next input.)
+static int die_claimed = 0;
 static inline void die_claim(void) {
-    static int dying = 0;
-    if (__atomic_exchange_n(&dying, 1, __ATOMIC_SEQ_CST)) for (;;) pause();
+    if (__atomic_exchange_n(&die_claimed, 1, __ATOMIC_SEQ_CST)) for (;;) pause();
 }
 
 // die_usage: a one-line user-facing error (no file:line, the message names the
@@ -122,7 +124,34 @@ static inline double wall_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static inline int64_t ceil_div_i64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// ---------------------------------------------------------------------------
+// Checked arithmetic: every size computed from a file's header or a flag goes
+// through these before it is compared, used or allocated. An overflow is a
+// usage error (the input is bad), one line naming what was being computed.
+
+static inline int64_t checked_mul_i64(int64_t a, int64_t b, const char *what) {
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) die_usage("%s overflows: %lld x %lld", what, (long long)a, (long long)b);
+    return r;
+}
+static inline int64_t checked_add_i64(int64_t a, int64_t b, const char *what) {
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r)) die_usage("%s overflows: %lld + %lld", what, (long long)a, (long long)b);
+    return r;
+}
+// a as an int, or one line naming what it is.
+static inline int checked_int(int64_t a, const char *what) {
+    if (a < INT32_MIN || a > INT32_MAX) die_usage("%s = %lld does not fit in 32 bits", what, (long long)a);
+    return (int)a;
+}
+
+// ceil(a / b) for a >= 0, b > 0, without forming a + b - 1 (no overflow for any a).
+static inline int64_t ceil_div_i64(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+// a rounded up to a multiple of b (a >= 0, b > 0); an overflow dies naming `what`.
+static inline int64_t round_up_checked(int64_t a, int64_t b, const char *what) {
+    return checked_mul_i64(ceil_div_i64(a, b), b, what);
+}
+// For sizes already known to be in range (set up from checked values).
 static inline int64_t round_up_i64(int64_t a, int64_t b) { return ceil_div_i64(a, b) * b; }
 
 #endif  // LLMC_UTILS_H

@@ -3,7 +3,7 @@
 //
 //   --zero 0: gradients all-reduced; every rank keeps the full AdamW state.
 //   --zero 1: gradients reduce-scattered (in place) on the last micro-step;
-//             each rank updates its shard (shard.h) of the fp32 weights with
+//             each rank updates its shard (zero_shard.h) of the fp32 weights with
 //             its shard of m and v, then the weights are all-gathered.
 //   --zero 2: as 1, but every micro-step's gradients are reduce-scattered into
 //             the rank's gradient shard, and the full gradient of a bucket is
@@ -35,7 +35,7 @@
 #include "comm.h"
 #include "gpt_cpu.h"
 #include "optimizer.h"
-#include "shard.h"
+#include "zero_shard.h"
 
 #define ZERO_SLOTS 2  // staging buffers for accumulating reduce-scatters (ZeRO-2/3 with accumulation)
 
@@ -282,7 +282,7 @@ static inline void zero_init(Zero *z, GPT *model, Comm *comm, int stage, double 
     model->hooks.params_needed = stage == 3 ? zero_params_needed : NULL;
 }
 
-// The memory this rank holds (shard.h's formula; fp32 params are the master copy).
+// The memory this rank holds (zero_shard.h's formula; fp32 params are the master copy).
 static inline ZeroMemory zero_cpu_memory(const Zero *z) { return zero_memory(z->stage, &z->map, 4, 4, 8); }
 
 // Before the first micro-step of an optimizer step.
@@ -344,6 +344,30 @@ static inline void zero_optimizer_step(Zero *z, const AdamWConfig *ac, float gra
 static inline void zero_gather_params(Zero *z) {
     if (z->stage < 3) return;
     for (int s = 0; s < z->num_segments; s++) zero_gather_segment(z, s);
+}
+
+// Checkpoints (checkpoint.h): where the fp32 weights and the AdamW moments
+// live, as pointers indexed like the flat buffer (valid over what this rank holds).
+static inline void zero_state_views(Zero *z, float *views[3]) {
+    views[0] = z->stage == 3 ? z->param_shard - z->map.begin : z->model->params;
+    views[1] = z->stage >= 1 ? z->m - z->map.begin : z->m;
+    views[2] = z->stage >= 1 ? z->v - z->map.begin : z->v;
+}
+
+// Copies [lo, hi) of the weights, m and v, one after the other, into staging.
+static inline void zero_ckpt_stage(Zero *z, float *staging, int64_t lo, int64_t hi) {
+    float *views[3];
+    zero_state_views(z, views);
+    for (int s = 0; s < 3; s++)
+        memcpy(staging + (size_t)s * (size_t)(hi - lo), views[s] + lo, sizeof(float) * (size_t)(hi - lo));
+}
+
+// Installs the states over holds[s] (what this rank holds) from states[s].
+static inline void zero_ckpt_load(Zero *z, float *const states[3], const int64_t holds[3][2]) {
+    float *views[3];
+    zero_state_views(z, views);
+    for (int s = 0; s < 3; s++)
+        memcpy(views[s] + holds[s][0], states[s], sizeof(float) * (size_t)(holds[s][1] - holds[s][0]));
 }
 
 // Gives the model back its own kind of buffers (gpt_free frees them).

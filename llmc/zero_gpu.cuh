@@ -38,7 +38,7 @@
 
 #include "comm.h"
 #include "gpt_gpu.cuh"
-#include "shard.h"
+#include "zero_shard.h"
 
 typedef struct {
     int segment;      // whose gradients it reduces
@@ -69,7 +69,7 @@ static inline int zero_gpu_is_layer(const ZeroGPU *z, int s) { return s >= 1 && 
 // The slot a layer segment uses among n.
 static inline int zero_gpu_slot(int s, int n) { return (s - 1) % n; }
 
-// The memory this rank holds (shard.h's formula): bf16 weights, fp32
+// The memory this rank holds (zero_shard.h's formula): bf16 weights, fp32
 // gradients, fp32 master weights + AdamW m, v; the model's segment buffers
 // and slots (stages 2 and 3) come on top (model->mem.segment_buffers).
 static inline ZeroMemory zero_gpu_memory(const ZeroGPU *z) {
@@ -262,15 +262,6 @@ static inline void zero_gpu_gather_weights(ZeroGPU *z) {
     }
     comm_wait_all(reqs, (int)chunks);
     free(reqs);
-}
-
-// The full fp32 master weights into host (num_elements) on every rank (collective).
-static inline void zero_gpu_get_params(ZeroGPU *z, float *host) {
-    gpu_gpt_get_params(z->model, host);  // this rank's shard (all at stage 0)
-    if (z->stage == 0) return;
-    shard_counts(&z->map, 0, z->map.num_elements, z->counts);
-    CommRequest r = comm_all_gather_start(z->host_dp, NULL, host, z->counts, COMM_F32);
-    comm_wait(&r);
 }
 
 static inline void zero_gpu_free(ZeroGPU *z) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench_comm.sh: communication benchmarks on this machine.
 #  1. bus bandwidth of all-reduce, reduce-scatter and all-gather, 1 KB .. 1 GB
-#     (dev/bench_comm.c; nccl-tests definitions of algbw and busbw; sizes are
+#     (dev/perf/bench_comm.c; nccl-tests definitions of algbw and busbw; sizes are
 #     capped so NP buffers fit in half the memory), over MPI on host buffers;
 #  2. the step-time overhead of ZeRO-1/2/3 against ZeRO-0 for d12 (GPT-2
 #     124M) in a short CPU run: STEPS steps at B=1 T=64 per rank, the mean of
@@ -14,12 +14,12 @@ NP=${1:-2}
 MAX_BYTES=${MAX_BYTES:-1073741824}
 STEPS=${STEPS:-3}
 THREADS=${THREADS:-1}
-make build/dev/bench_comm build/train_gpt build/tokenize >/dev/null
+make build/dev/perf/bench_comm build/train_gpt build/tokenize >/dev/null
 MPIRUN=(mpirun --oversubscribe -x OMP_NUM_THREADS=$THREADS ${MPIRUN_ARGS:-})
 [ "$(id -u)" -eq 0 ] && MPIRUN+=(--allow-run-as-root)
 
 echo "== collectives: $NP ranks"
-"${MPIRUN[@]}" -np "$NP" build/dev/bench_comm --max-bytes "$MAX_BYTES"
+"${MPIRUN[@]}" -np "$NP" build/dev/perf/bench_comm --max-bytes "$MAX_BYTES"
 
 echo "== ZeRO step time, d12, $NP ranks, B=1 T=64, $STEPS steps"
 tmp=$(mktemp -d)

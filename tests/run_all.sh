@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
 # run_all.sh (make test-all): the test suite in three builds: normal,
-# AddressSanitizer and UndefinedBehaviorSanitizer. Prints each build's tally and
+# AddressSanitizer and UndefinedBehaviorSanitizer. Prints each build's tally,
+# the wall time of each build (its compiles and its tests) and of the whole, and
 # a closing line "N passed, N failed, N skipped" over all three; exit 1 if any
 # build or test failed.
 set -u
 cd "$(dirname "$0")/.."
 tp=0; tf=0; ts=0; status=0
 log=$(mktemp)
+start_all=$SECONDS
+times=()
 for cfg in "" "SANITIZER=address" "SANITIZER=undefined"; do
     echo "==== make test $cfg"
+    start=$SECONDS
     # MPI's own allocations are reported by LeakSanitizer; they are not ours. The programs build on
     # every core (the tests themselves then run one after another)
-    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} make --no-print-directory -j"$(nproc)" test $cfg 2>&1 | tee "$log"
+    # The sanitizer builds leave out the two longest emulated GPU runs (21 minutes under ASan on 2 cores): the
+    # GPU trainer's source still runs under them in test_gpt_cu_emulated, test_checkpoint_gpu_emulated (one
+    # process and 2 ranks) and test_comm_nccl_emulated, so every source file is covered in every build
+    exclude=
+    [ -n "$cfg" ] && exclude='^test_(train|distributed)_gpu_emulated$'
+    TESTS_EXCLUDE=$exclude ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
+        make --no-print-directory -j"$(nproc)" test $cfg 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
+    times+=("$(printf '%-22s %4d s' "make test ${cfg:-(normal)}" $((SECONDS - start)))")
     tally=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
     if [ -z "$tally" ]; then
         echo "FAIL: make test $cfg did not finish (exit $rc)"
@@ -25,5 +36,12 @@ done
 rm -f "$log"
 echo
 echo "==== all builds (normal, address, undefined)"
+printf '%s\n' "${times[@]}"
+printf '%-22s %4d s (%d min)\n' "total" $((SECONDS - start_all)) $(((SECONDS - start_all + 59) / 60))
+# CI's budget for the three builds is 40 minutes on 2 cores. Said, not failed: wall time depends on the
+# machine's load, and no test asserts a time (tests/README.md); the figure above is what to watch.
+if [ $((SECONDS - start_all)) -gt 2400 ]; then
+    echo "NOTE: make test-all took over CI's 40-minute budget on this machine"
+fi
 echo "$tp passed, $tf failed, $ts skipped"
 [ "$status" -eq 0 ] && [ "$tf" -eq 0 ]

@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # run_tests.sh: runs every test program (build/tests/test_*), test script
 # (tests/test_*.sh) and emulated GPU program (build/emu/), tallies their PASS:/FAIL:/SKIP: lines, and prints the
-# closing line "N passed, N failed, N skipped". A test that exits non-zero
+# closing line "N passed, N failed, N skipped", after the list of the slowest tests. A test that exits non-zero
 # without printing FAIL counts as one failure. Exit status 1 on any failure.
 set -u
 BUILD=${BUILD:-build}
 export BUILD
 cd "$(dirname "$0")/.."
 passed=0; failed=0; skipped=0
+times=()  # "SECONDS NAME" per test, for the closing list of the slowest
 log=$(mktemp)
 run_one() {
     local name=$1; shift
     echo "== $name"
+    local start=$SECONDS
     "$@" >"$log" 2>&1
     local rc=$?
     cat "$log"
+    times+=("$((SECONDS - start)) $name")
     local p f s
     p=$(grep -c '^PASS: ' "$log"); f=$(grep -c '^FAIL: ' "$log"); s=$(grep -c '^SKIP: ' "$log")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
@@ -24,15 +27,23 @@ run_one() {
     passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
 }
 only=${TESTS:-}
+# TESTS_EXCLUDE=REGEX: tests not run here, each listed as a SKIP (run_all.sh's sanitizer builds leave out the
+# longest emulated runs; the normal build runs them)
+exclude=${TESTS_EXCLUDE:-}
+excluded() {
+    [ -n "$exclude" ] && [[ "$1" =~ $exclude ]] && { echo "SKIP: $1 (TESTS_EXCLUDE: run in the normal build)"; skipped=$((skipped + 1)); }
+}
 for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
     case "$t" in *.d) continue;; esac
     [ -n "$only" ] && ! [[ "$(basename "$t")" =~ $only ]] && continue
+    excluded "$(basename "$t")" && continue
     run_one "$(basename "$t")" "$t"
 done
 for t in tests/test_*.sh; do
     [ -f "$t" ] || continue
     [ -n "$only" ] && ! [[ "$(basename "$t")" =~ $only ]] && continue
+    excluded "$(basename "$t")" && continue
     run_one "$(basename "$t")" bash "$t"
 done
 # the GPU programs on the CPU (train_gpt.cu and tests/test_gpt.cu compiled for
@@ -41,11 +52,13 @@ done
 emulated() {
     local name=$1; shift
     [ -n "$only" ] && ! [[ "$name" =~ $only ]] && return
+    excluded "$name" && return
     run_one "$name" "$@"
 }
 [ -x "$BUILD/emu/test_gpt_cu" ] && emulated test_gpt_cu_emulated "$BUILD/emu/test_gpt_cu"
 emulated test_train_gpu_emulated env EMULATED=1 bash tests/test_train_gpu.sh
 emulated test_distributed_gpu_emulated env EMULATED=1 bash tests/test_distributed_gpu.sh
+emulated test_checkpoint_gpu_emulated env EMULATED=1 bash tests/test_checkpoint_gpu.sh
 emulated test_comm_nccl_emulated env EMULATED=1 bash tests/test_comm_nccl.sh
 # the GPU step profiler (dev/perf/profile_step_gpu.cu) on the emulated model: it runs with either
 # attention, and the FLOPs its wrappers count call by call add up to the model's formula (a matmul or
@@ -69,5 +82,7 @@ for f in dev/cuda/*.cu; do
 done
 rm -f "$log"
 echo
+echo "slowest tests (s):"
+printf '%s\n' "${times[@]}" | sort -rn | head -12 | sed 's/^/  /'
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -7,7 +7,12 @@
 // the staged one) or under mpirun (the staged MPI backend; NCCL only when
 // every rank has a GPU of its own: NCCL refuses two ranks on one GPU, so with
 // more ranks than GPUs its checks SKIP). SKIPs without a GPU. Built and run
-// by tests/test_comm_nccl.sh.
+// by tests/test_comm_nccl.sh. `--tp N` lays the ranks out as N-way tensor x
+// data parallel. The NCCL groups run the checks on the data group and the
+// tensor group (of one rank unless --tp: the copies that stand in for a
+// communicator there), and an all-reduce on the world group; on the emulated NCCL (tests/emu_include/nccl.h) they also count
+// the communicators: one per distinct set of more than one rank, not one per
+// group.
 #include <vector>
 
 #include "llmc/comm_nccl.cuh"
@@ -17,15 +22,18 @@
 // Value of element i on rank r.
 static float value(int r, size_t i) { return (float)(r + 1) + 0.001f * (float)(i % 1000); }
 
-// Every rank's result against its expectation; the errors summed over the
-// ranks (on the host group of the same ranks), reported by rank 0.
+// Every rank's result against its expectation; the errors summed over all
+// ranks (every group of the kind: on the host world group), reported by world
+// rank 0. Names carry the group unless it is the data group.
 static void check_op(const CommGroup *g, const char *name, const std::vector<float> &got,
                      const std::vector<float> &want) {
     double err = rel_error(got.data(), want.data(), (long)got.size(), 1e-6);
     if (err != err) err = INFINITY;
-    comm_all_reduce(comm_group(g->comm, g->kind), &err, 1, COMM_F64);
-    if (g->rank == 0) test_result(err < 1e-6, "%s_%s (relative error %.2e, summed over %d ranks)", g->be->name, name, err,
-                                  g->size);
+    comm_all_reduce(comm_group(g->comm, COMM_WORLD), &err, 1, COMM_F64);
+    if (g->comm->rank == 0)
+        test_result(err < 1e-6, "%s_%s%s%s (relative error %.2e, summed over %d ranks, groups of %d)",
+                    g->be->name, g->kind == COMM_DATA ? "" : COMM_GROUP_NAMES[g->kind], g->kind == COMM_DATA ? "" : "_",
+                    name, err, g->comm->world, g->size);
 }
 
 static void check_backend(CommGroup *g) {
@@ -93,9 +101,46 @@ static void check_backend(CommGroup *g) {
     for (size_t i = 0; i < n; i++) want[i] = value(W - 1, i);
     check_op(g, "broadcast", got, want);
     comm_barrier(g);
-    if (R == 0) test_result(1, "%s_barrier", g->be->name);
+    if (g->comm->rank == 0) test_result(1, "%s_%s%sbarrier", g->be->name, g->kind == COMM_DATA ? "" : COMM_GROUP_NAMES[g->kind],
+                            g->kind == COMM_DATA ? "" : "_");
     CUDA_CHECK(cudaFree(d_full));
     CUDA_CHECK(cudaFree(d_piece));
+}
+
+// The NCCL device groups: the data group's checks, the tensor group's, an all-reduce of the rank over the world group (it may
+// share the data group's communicator), and on the emulated NCCL the count of
+// communicators: one per distinct set of more than one rank.
+static void check_nccl_groups(Comm *c) {
+    CommGroup *groups = comm_nccl_init(c);
+#ifdef LLMC_NCCL_EMULATOR_H
+    int expect = (c->world > 1) + (c->dp > 1 && c->dp < c->world) + (c->tp > 1 && c->tp < c->world) +
+                 (c->pp > 1 && c->pp < c->world);
+    double made = emu_nccl_live_comms, all = made;  // every rank holds the same number
+    comm_all_reduce(comm_group(c, COMM_WORLD), &all, 1, COMM_F64);
+    if (c->rank == 0)
+        test_result(all == (double)expect * c->world, "nccl_communicators_per_rank_set (%.0f made on rank 0, %d "
+                    "expected: world %d, data %d, tensor %d, pipeline %d ranks)", made, expect, c->world, c->dp, c->tp,
+                    c->pp);
+#endif
+    check_backend(&groups[COMM_DATA]);
+    check_backend(&groups[COMM_TENSOR]);
+    CommGroup *world = &groups[COMM_WORLD];
+    float *d = NULL, x = (float)(c->rank + 1), want = 0.5f * (float)c->world * (float)(c->world + 1);
+    CUDA_CHECK(cudaMalloc((void **)&d, sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(d, &x, sizeof(float), cudaMemcpyHostToDevice));
+    CommRequest r = comm_all_reduce_start(world, d, 1, COMM_F32);
+    comm_wait(&r);
+    CUDA_CHECK(cudaMemcpy(&x, d, sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(d));
+    double bad = x != want;
+    comm_all_reduce(comm_group(c, COMM_WORLD), &bad, 1, COMM_F64);
+    if (c->rank == 0) test_result(bad == 0, "nccl_world_all_reduce (%d ranks)", c->world);
+    comm_nccl_free();
+#ifdef LLMC_NCCL_EMULATOR_H
+    double left = emu_nccl_live_comms;
+    comm_all_reduce(comm_group(c, COMM_WORLD), &left, 1, COMM_F64);
+    if (c->rank == 0) test_result(left == 0, "nccl_communicators_freed (%.0f left over the ranks)", left);
+#endif
 }
 
 int main(int argc, char **argv) {
@@ -104,15 +149,15 @@ int main(int argc, char **argv) {
         test_skip("nccl and staged MPI backends (no CUDA device)");
         return 0;
     }
+    int tp = argc == 3 && strcmp(argv[1], "--tp") == 0 ? atoi(argv[2]) : 1;
     Comm comm;
-    comm_init(&comm, &argc, &argv, 1, 1, 60);
+    comm_init(&comm, &argc, &argv, tp, 1, 60);
     CUDA_CHECK(cudaSetDevice(comm_pick_device(&comm)));
     // one node: more ranks than GPUs puts two ranks on one GPU, which NCCL refuses
-    if (comm.world <= ndev) check_backend(&comm_nccl_init(&comm)[COMM_DATA]);
+    if (comm.world <= ndev) check_nccl_groups(&comm);
     else if (comm.rank == 0)
         test_skip("nccl backend on %d ranks (%d GPU%s: NCCL needs a GPU per rank)", comm.world, ndev, ndev > 1 ? "s" : "");
     check_backend(&comm_staged_init(&comm)[COMM_DATA]);
-    comm_nccl_free();
     comm_finalize(&comm);
     return test_exit_code();
 }

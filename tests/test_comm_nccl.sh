@@ -10,7 +10,8 @@
 # leave CUDA out). EMULATED=1 (every build, CI included): the Makefile's
 # build/emu/test_comm_nccl instead (tests/cuda_emulator.h, NCCL emulated over
 # MPI by tests/emu_include/nccl.h, 8 emulated devices), on one process and on
-# 2 and 4 ranks.
+# 2 and 4 ranks, and on 4 ranks as 2-way tensor x 2-way data parallel (--tp 2),
+# where it also counts the NCCL communicators (one per distinct set of ranks).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -72,7 +73,11 @@ run one_process "$bin"
 if [ "$ngpu" -ge 1 ]; then
     if [ "${HAVE_MPI:-}" = yes ] && command -v mpirun >/dev/null 2>&1; then
         run np2 mpirun --allow-run-as-root --oversubscribe -np 2 "$bin"
-        [ "${EMULATED:-0}" = 1 ] && run np4 mpirun --allow-run-as-root --oversubscribe -np 4 "$bin"
+        if [ "${EMULATED:-0}" = 1 ]; then
+            run np4 mpirun --allow-run-as-root --oversubscribe -np 4 "$bin"
+            # 2-way tensor x 2-way data parallel: world, data and tensor groups of different ranks
+            run np4_tp2 mpirun --allow-run-as-root --oversubscribe -np 4 "$bin" --tp 2
+        fi
     else
         echo "SKIP: device_comm_backends_np2 (built without MPI or no mpirun)"
     fi

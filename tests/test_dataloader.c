@@ -238,7 +238,7 @@ static void test_rollover(const char *pattern) {
     DataLoaderState st = dataloader_state(&dl);
     run_batches(&dl, nb + 1, s + nb * B);
     DataLoaderState st2 = dataloader_state(&dl);
-    test_result(st.epoch == 1 && st.batch == 0 && st2.epoch == 2 && st2.batch == 1, "epoch_rollover_state");
+    test_result(st.epoch == 1 && st.sample == 0 && st2.epoch == 2 && st2.sample == B, "epoch_rollover_state");
     test_result(same(s, s + nb * B, (size_t)nb * B) && s[2 * nb * B] == s[0], "epoch_rollover_unshuffled_repeats");
     // the dropped tail: the last S % B samples of the epoch never appear
     int max_seen = 0;

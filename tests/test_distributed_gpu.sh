@@ -140,7 +140,7 @@ if [ "$EMULATED" = 1 ] || [ "$(gpu_count)" -ge 2 ]; then
             TRAINER=$TRAIN ZERO=1 THREADS=1 timeout 300 scripts/run_multi_gpu.sh 2 -- "${COMMON[@]}" --batch-size 2 \
                 --log-json "$tmp/$name.json" >"$tmp/$name.log" 2>&1
         else
-            PATH="$tmp/bin:$PATH" TRAINER=$TRAIN ZERO=1 SLURM_CPUS_PER_TASK=1 timeout 300 bash scripts/train_slurm.sbatch \
+            PATH="$tmp/bin:$PATH" TRAINER=$TRAIN ZERO=1 SLURM_CPUS_PER_TASK=1 CKPT_DIR="$tmp/ckpt" timeout 300 bash scripts/train_slurm.sbatch \
                 "${COMMON[@]}" --batch-size 2 --log-json "$tmp/$name.json" >"$tmp/$name.log" 2>&1
         fi
         rc=$?

@@ -139,7 +139,7 @@ static void expect_load_exit2(const char *path, const char *what) {
     int status;
     waitpid(pid, &status, 0);
     size_t n;
-    char *err = (char *)tokenizer_read_file(err_path, &n);
+    char *err = (char *)read_whole_file(err_path, NULL, &n);
     int lines = 0;
     for (size_t i = 0; i < n; i++) lines += err[i] == '\n';
     if (n > 0 && err[n - 1] == '\n') err[n - 1] = '\0';
@@ -191,7 +191,7 @@ static uint8_t *training_corpus(size_t *n) {
     snprintf(path, sizeof(path), "%s/tinyshakespeare.txt", data_dir());
     struct stat st;
     if (stat(path, &st) == 0) {
-        uint8_t *s = tokenizer_read_file(path, n);
+        uint8_t *s = read_whole_file(path, NULL, n);
         if (*n > 200000) *n = 200000;
         return s;
     }
@@ -281,7 +281,7 @@ static void test_gpt2(void) {
         snprintf(txt, sizeof(txt), "%s/%s", fixtures, e->d_name);
         snprintf(ref, sizeof(ref), "%s/%.*s.u16", fixtures, (int)(nl - 4), e->d_name);
         size_t n, m;
-        uint8_t *s = tokenizer_read_file(txt, &n), *r = tokenizer_read_file(ref, &m);
+        uint8_t *s = read_whole_file(txt, NULL, &n), *r = read_whole_file(ref, NULL, &m);
         U32Vec ids = {0};
         tokenizer_encode_text(&t, s, n, 1, &ids);
         size_t first_bad = ids.len == m / 2 ? SIZE_MAX : 0;

@@ -1,7 +1,7 @@
 // test_zero.c: ZeRO shards and data parallelism without a launcher: shard
 // ranges cover the flat buffer in rank order for any size and rank count,
 // reduce-scatter counts match each rank's piece, the per-rank memory formula,
-// launchers' rank variables (launch.h),
+// launchers' rank variables (launcher_env.h),
 // released buffers read as zero and hand their pages back, and every ZeRO
 // stage on one process trains like the plain AdamW loop (self backend).
 // With arguments it is the comparison tool of tests/test_distributed.sh:
@@ -13,7 +13,7 @@
 #include "llmc/gpt_cpu.h"
 #include "llmc/optimizer.h"
 #include "llmc/rand.h"
-#include "llmc/shard.h"
+#include "llmc/zero_shard.h"
 #include "llmc/zero_cpu.h"
 #include "tests/testing.h"
 

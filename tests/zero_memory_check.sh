@@ -1,6 +1,6 @@
 # zero_memory_check.sh: sourced by the distributed tests. check_zero_memory_line
 # NAME LOG STAGE RANKS P G O reads the trainer's "memory per rank" line from LOG
-# and checks it against the ZeRO formula (llmc/shard.h): S = ceil(N / RANKS)
+# and checks it against the ZeRO formula (llmc/zero_shard.h): S = ceil(N / RANKS)
 # rounded up to 64 elements; params P B x (N, or S at stage 3), grads G B x (N,
 # or S at 2+), optimizer O B x (N, or S at 1+). Prints PASS or FAIL (also
 # FAIL when LOG has no such line, or one without N, S and the three sizes).

@@ -44,6 +44,9 @@ struct EmuNcclComm {
 #endif
 };
 typedef EmuNcclComm *ncclComm_t;
+// communicators made and not yet destroyed in this process (tests/test_comm_nccl.cu
+// counts them: one per distinct set of ranks, none for a group of one rank)
+static int emu_nccl_live_comms;
 
 static inline const char *ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "invalid usage"; }
 // comm.h's name for the type (its element size, its MPI type)
@@ -83,9 +86,11 @@ static inline ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUn
         c->mpi = MPI_COMM_NULL;
     }
 #else
+    (void)id;  // one-rank communicators need no id to find their peers
     if (nranks > 1) emu_fail("ncclCommInitRank: more than one rank in a build without MPI");
 #endif
     *comm = c;
+    emu_nccl_live_comms++;
     return ncclSuccess;
 }
 static inline ncclResult_t ncclCommDestroy(ncclComm_t comm) {
@@ -97,6 +102,7 @@ static inline ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     }
 #endif
     delete comm;
+    emu_nccl_live_comms--;
     return ncclSuccess;
 }
 static inline ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t *e) {

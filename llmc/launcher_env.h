@@ -1,4 +1,4 @@
-// launch.h: who am I in a multi-process job. Reads the rank, world size and
+// launcher_env.h: who am I in a multi-process job. Reads the rank, world size and
 // local rank (the process's index on its node, which picks its GPU) from the
 // environment of whichever launcher started the process:
 //   mpirun (Open MPI)   OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK
@@ -8,8 +8,8 @@
 //   others (Kubernetes MPI jobs, Ray, torchrun style)  RANK / WORLD_SIZE / LOCAL_RANK
 // The first launcher whose rank and size are both set wins; none means a
 // single process. With MPI, comm.h checks these against MPI's own view.
-#ifndef LLMC_LAUNCH_H
-#define LLMC_LAUNCH_H
+#ifndef LLMC_LAUNCHER_ENV_H
+#define LLMC_LAUNCHER_ENV_H
 
 #include <stdlib.h>
 
@@ -56,4 +56,4 @@ static inline LaunchInfo launch_detect(void) {
     return li;
 }
 
-#endif  // LLMC_LAUNCH_H
+#endif  // LLMC_LAUNCHER_ENV_H

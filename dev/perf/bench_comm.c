@@ -5,7 +5,7 @@
 // buffer, reduce-scatter's input, all-gather's output), time = the slowest
 // rank's mean, algbw = size / time, busbw = algbw * 2(n-1)/n for all-reduce
 // and algbw * (n-1)/n for reduce-scatter and all-gather.
-// Run under mpirun: mpirun -np 2 build/dev/bench_comm (scripts/bench_comm.sh).
+// Run under mpirun: mpirun -np 2 build/dev/perf/bench_comm (scripts/bench_comm.sh).
 #include <unistd.h>
 
 #include "llmc/args.h"

@@ -1,4 +1,4 @@
-// shard.h: ZeRO shards of the flat parameter buffer (model.h) and the memory
+// zero_shard.h: ZeRO shards of the flat parameter buffer (model.h) and the memory
 // each rank holds at each ZeRO stage. Shared by the CPU and GPU trainers.
 //
 // The flat buffer of N elements is padded up to world * S, with S = ceil(N /
@@ -16,8 +16,8 @@
 //   stage 3: params P*S + grads G*S + O*S      (parameters sharded too)
 // CPU fp32 trainer: P = 4, G = 4, O = 8 (AdamW m + v; the fp32 params are the
 // master copy). Mixed precision: O = 12 (fp32 master copy + m + v).
-#ifndef LLMC_SHARD_H
-#define LLMC_SHARD_H
+#ifndef LLMC_ZERO_SHARD_H
+#define LLMC_ZERO_SHARD_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -77,4 +77,4 @@ static inline ZeroMemory zero_memory(int stage, const ShardMap *sm, double param
     return zm;
 }
 
-#endif  // LLMC_SHARD_H
+#endif  // LLMC_ZERO_SHARD_H

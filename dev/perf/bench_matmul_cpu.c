@@ -1,0 +1,118 @@
+// bench_matmul_cpu.c: the native sgemm (llmc/cpu_matmul.h) against OpenBLAS
+// at the CPU trainer's matmul shapes, side by side. For each distinct product
+// of one training step (forward, backward, the classifier; attention's
+// per-head products run as the trainer runs them, one head per thread) it
+// times both backends interleaved (rounds over all shapes, each shape on one
+// backend then the other), best of reps, and prints GFLOP/s and their
+// ratio; then the step's matmul time on each (each shape's best time times its
+// count per step) and the 1024^3 square product.
+//   build/dev/perf/bench_matmul_cpu [model=d12|small] [B=4] [T=64] [reps=3]
+// "small" is make run's model (4 layers, 256 channels, 4 heads, 2048 tokens).
+#include "llmc/cpu_layers.h"
+#include "llmc/model.h"
+
+typedef struct {
+    const char *what;
+    int ta, tb, M, N, K;
+    int count;    // calls per training step
+    int batched;  // > 0: that many independent products in an OpenMP loop (attention heads)
+} Shape;
+
+// one timed run of shape s with the current backend; buffers sized for it
+static double time_shape(const Shape *s, const float *a, const float *b, float *c) {
+    int lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
+    double t0 = wall_seconds();
+    if (s->batched) {
+        size_t sa = (size_t)s->M * s->K, sb = (size_t)s->K * s->N, sc = (size_t)s->M * s->N;
+#pragma omp parallel for schedule(dynamic)
+        for (int h = 0; h < s->batched; h++)
+            matmul(s->ta, s->tb, s->M, s->N, s->K, 1.0f, a + h * sa, lda, b + h * sb, ldb, 0.0f, c + h * sc, s->N);
+    } else {
+        matmul(s->ta, s->tb, s->M, s->N, s->K, 1.0f, a, lda, b, ldb, 0.0f, c, s->N);
+    }
+    return wall_seconds() - t0;
+}
+
+#ifndef LLMC_BLAS
+int main(void) { die_usage("bench_matmul_cpu compares against OpenBLAS: build with it (libopenblas-dev)"); }
+#else
+int main(int argc, char **argv) {
+    const char *model = argc > 1 ? argv[1] : "d12";
+    int B = argc > 2 ? atoi(argv[2]) : 4, T = argc > 3 ? atoi(argv[3]) : 64, reps = argc > 4 ? atoi(argv[4]) : 3;
+    GPTConfig cfg = {0};
+    if (strcmp(model, "small") == 0) {
+        cfg.num_layers = 4; cfg.channels = 256; cfg.num_heads = 4; cfg.vocab_size = 2048;
+    } else if (!gpt_config_preset(model, &cfg)) {
+        die_usage("unknown model '%s' (d12|d24|d36|d48|small)", model);
+    }
+    if (B < 1 || T < 1 || reps < 1) die_usage("need B >= 1, T >= 1, reps >= 1");
+    int L = cfg.num_layers, C = cfg.channels, NH = cfg.num_heads, V = cfg.vocab_size, N = B * T, hs = C / NH;
+    const Shape shapes[] = {
+        {"qkv fwd", 0, 1, N, 3 * C, C, L, 0},
+        {"attproj fwd", 0, 1, N, C, C, L, 0},
+        {"fc fwd", 0, 1, N, 4 * C, C, L, 0},
+        {"fcproj fwd", 0, 1, N, C, 4 * C, L, 0},
+        {"classifier fwd", 0, 1, N, V, C, 1, 0},
+        {"classifier dx", 0, 0, N, C, V, 1, 0},
+        {"classifier dw", 1, 0, V, C, N, 1, 0},
+        {"qkv dx", 0, 0, N, C, 3 * C, L, 0},
+        {"qkv dw", 1, 0, 3 * C, C, N, L, 0},
+        {"attproj dx", 0, 0, N, C, C, L, 0},
+        {"attproj dw", 1, 0, C, C, N, L, 0},
+        {"fc dx", 0, 0, N, C, 4 * C, L, 0},
+        {"fc dw", 1, 0, 4 * C, C, N, L, 0},
+        {"fcproj dx", 0, 0, N, 4 * C, C, L, 0},
+        {"fcproj dw", 1, 0, C, 4 * C, N, L, 0},
+        {"att q@k^T", 0, 1, T, T, hs, 2 * L, B * NH},  // forward scores, backward dO @ v^T
+        {"att p@v", 0, 0, T, hs, T, 2 * L, B * NH},    // forward out, backward dq
+        {"att p^T@dO", 1, 0, T, hs, T, 2 * L, B * NH}, // backward dk, dv
+        {"square 1024", 0, 1, 1024, 1024, 1024, 0, 0},
+    };
+    const int nshapes = (int)(sizeof(shapes) / sizeof(shapes[0]));
+    size_t most = 0;
+    for (int i = 0; i < nshapes; i++) {
+        size_t h = shapes[i].batched ? (size_t)shapes[i].batched : 1;
+        size_t e[3] = {(size_t)shapes[i].M * shapes[i].K, (size_t)shapes[i].K * shapes[i].N,
+                       (size_t)shapes[i].M * shapes[i].N};
+        for (int j = 0; j < 3; j++) most = e[j] * h > most ? e[j] * h : most;
+    }
+    float *a = (float *)alignedMallocCheck(sizeof(float) * most), *b = (float *)alignedMallocCheck(sizeof(float) * most);
+    float *c = (float *)alignedMallocCheck(sizeof(float) * most);
+    for (size_t i = 0; i < most; i++) {
+        a[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+        b[i] = (float)((i * 40503u) % 1000) * 1e-3f - 0.5f;
+    }
+    printf("%s B=%d T=%d (N=%d rows), %d threads, best of %d, interleaved; native kernel %s, openblas core %s\n",
+           model, B, T, N, omp_threads(), reps, MATMUL_NATIVE_KERNEL, openblas_get_corename());
+    printf("%-15s %2s %6s %6s %6s %5s %12s %12s %7s\n", "product", "tr", "M", "N", "K", "/step", "openblas GF/s",
+           "native GF/s", "native");
+    // rounds over all shapes, each shape timed on both backends in turn: a burst of load from
+    // elsewhere spoils one round of several shapes rather than every round of one
+    double(*best)[2] = (double(*)[2])mallocCheck(sizeof(double[2]) * nshapes);
+    for (int i = 0; i < nshapes; i++) best[i][0] = best[i][1] = 1e30;
+    for (int r = 0; r <= reps; r++)  // round 0 warms up
+        for (int i = 0; i < nshapes; i++)
+            for (int be = 0; be < 2; be++) {
+                matmul_set_backend(be == 0 ? "blas" : "native");
+                double dt = time_shape(&shapes[i], a, b, c);
+                if (r > 0 && dt < best[i][be]) best[i][be] = dt;
+            }
+    double step_s[2] = {0, 0};
+    for (int i = 0; i < nshapes; i++) {
+        const Shape *s = &shapes[i];
+        double flops = 2.0 * s->M * s->N * (double)s->K * (s->batched ? s->batched : 1);
+        for (int be = 0; be < 2; be++) step_s[be] += best[i][be] * s->count;
+        printf("%-15s %c%c %6d %6d %6d %5d %12.1f %12.1f %6.0f%%\n", s->what, s->ta ? 'T' : 'N', s->tb ? 'T' : 'N',
+               s->M, s->N, s->K, s->count, flops / best[i][0] * 1e-9, flops / best[i][1] * 1e-9,
+               100 * best[i][0] / best[i][1]);
+    }
+    printf("matmuls of one step: openblas %.1f ms, native %.1f ms: native at %.0f%% of openblas's speed\n",
+           step_s[0] * 1e3, step_s[1] * 1e3, 100 * step_s[0] / step_s[1]);
+    free(best);
+    free(a);
+    free(b);
+    free(c);
+    matmul_set_backend("auto");
+    return 0;
+}
+#endif

@@ -1,0 +1,1207 @@
+// checkpoint.h: training checkpoints, shared by both trainers: the on-disk
+// format, the asynchronous writer (a background thread per rank, the commit on
+// rank 0), and the strict reader that resumes a run on any layout.
+//
+// A checkpoint is a directory CKPT_DIR/step_NNNNNNNN/ (N: optimizer steps done):
+//   manifest.json  format and version, step, model config, the flags a resume
+//                  must keep (checked against the command line), the batch and
+//                  the layout it was written on, the tensor table, the data
+//                  loader's global position and the sampling RNG, and for each
+//                  data file its size, CRC32C and the ranges of the global flat
+//                  parameter order (model.h) it holds;
+//   rank_RRRRR.bin the fp32 master weights ("params") and AdamW moments
+//                  ("adam_m", "adam_v") over one range [lo, hi) of the flat
+//                  order, one after the other (raw little-endian fp32, or one
+//                  zstd stream of those bytes with --ckpt-compress).
+// Each range is written once: rank r writes its ZeRO shard (zero_shard.h) at
+// every stage (at ZeRO-0, where every rank holds everything, that is 1/dp of
+// the writing each). The format is layout-free: a reader finds any global
+// range from the manifest alone, so a run continues on another number of
+// ranks or ZeRO stage. Tensor or pipeline parallelism only adds, per file,
+// more ranges (a file holds a list of {tensor, lo, hi, offset}).
+//
+// Atomic: every file is written into step_N.tmp/ and fsynced, the manifest last;
+// then the directory is renamed into place and CKPT_DIR fsynced; then `latest`
+// (naming the step directory) is replaced by rename. A crash at any moment
+// leaves the previous complete checkpoint loadable; stale .tmp directories
+// are removed when the next run starts.
+//
+// Asynchronous: at a checkpoint step every rank copies what it writes into a
+// host staging buffer (the trainer's ckpt_stage) and training goes on: on the
+// CPU the writer thread makes the copy (a memcpy) while the next step's
+// forward and backward run, and that step's optimizer update waits for it
+// (ckpt_before_update); on the GPU a device-to-host copy into pinned memory is
+// queued on a side stream, the next update waits for it on the device, and
+// the loop hands the buffer to the thread at the next step boundary. The
+// thread then (compresses,) writes and fsyncs. At each later step boundary the ranks
+// sum three flags (writes finished, writes failed, preemption signal): once
+// every rank's file is durable, the files' records are gathered to rank 0,
+// whose thread commits (manifest, renames, `latest`, deleting checkpoints
+// beyond --ckpt-keep). A checkpoint due while the previous one is still being
+// written waits for it, and says so.
+//
+// Tests only: LLMC_TEST_CKPT_FAULT=POINT:STEP makes the writer SIGKILL its own
+// process at POINT (after-data, before-manifest, after-manifest, after-rename)
+// of the first checkpoint at a step >= STEP, or (POINT write-error) fail the
+// data file's write as a full disk would, or (POINT slow-MS) sleep MS ms after
+// the data file, a slow disk the loop must not wait for (tests/test_checkpoint.sh).
+#ifndef LLMC_CHECKPOINT_H
+#define LLMC_CHECKPOINT_H
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#ifdef LLMC_ZSTD
+#include <zstd.h>
+#endif
+
+#include "comm.h"
+#include "dataloader.h"
+#include "file_io.h"
+#include "json.h"
+#include "logger.h"
+#include "model.h"
+#include "rand.h"
+#include "train_options.h"
+#include "train_setup.h"
+#include "zero_shard.h"
+
+#define CKPT_FORMAT "llmc-checkpoint"
+#define CKPT_VERSION 1
+#define CKPT_STATES 3  // the fp32 master weights and the AdamW moments, each over the flat order
+static const char *const CKPT_STATE_NAMES[CKPT_STATES] = {"params", "adam_m", "adam_v"};
+#define CKPT_PATH_MAX 1024                  // a directory
+#define CKPT_FILE_MAX (CKPT_PATH_MAX + 300)  // a file in one
+#define CKPT_ERR_MAX 1400
+#define CKPT_CHUNK ((size_t)8 << 20)  // bytes per read, write, compression call
+
+// The flags a resume must keep (checked against the command line), by their
+// names in TRAIN_FLAGS: the weights' init and the data order, the schedule,
+// the optimizer, the sequence length. The total batch is checked too (the
+// batch plan's, in tokens); B, accumulation, ranks and ZeRO stage may change.
+static const char *const CKPT_KEPT_FLAGS[] = {
+    "seed", "shuffle", "lr-schedule", "lr", "min-lr-frac", "warmup-steps", "decay-frac", "steps", "seq-len",
+    "weight-decay", "grad-clip", "beta1", "beta2", "eps",
+};
+#define CKPT_NUM_KEPT_FLAGS ((int)(sizeof(CKPT_KEPT_FLAGS) / sizeof(CKPT_KEPT_FLAGS[0])))
+
+// ---------------------------------------------------------------------------
+// CRC32C (Castagnoli), the SSE4.2 instruction where the build has it
+
+static inline uint32_t crc32c_update(uint32_t crc, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    crc = ~crc;
+#if defined(__SSE4_2__) && defined(__x86_64__)
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        crc = (uint32_t)__builtin_ia32_crc32di(crc, w);
+    }
+    for (; n > 0; n--) crc = __builtin_ia32_crc32qi(crc, *p++);
+#else
+    static uint32_t table[256];
+    static int ready = 0;
+    if (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) {
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+            table[i] = c;
+        }
+        __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
+    }
+    for (; n > 0; n--) crc = table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+#endif
+    return ~crc;
+}
+
+// ---------------------------------------------------------------------------
+// what a rank writes and holds
+
+typedef struct { int64_t lo, hi; } CkptRange;
+
+typedef struct {
+    CkptRange write;              // this rank's shard: written for every state
+    CkptRange hold[CKPT_STATES];  // what it holds of each state (read back on resume)
+} CkptRanges;
+
+// By ZeRO stage: the moments are whole at stage 0, the fp32 weights below
+// stage params_sharded_from (the CPU trainer's are the model's own weights,
+// sharded at 3; the GPU trainer's master copy is sharded with the moments, at 1).
+static inline CkptRanges ckpt_ranges(const ShardMap *sm, int stage, int params_sharded_from) {
+    CkptRanges r;
+    CkptRange shard = {sm->begin, sm->end}, all = {0, sm->num_elements};
+    r.write = shard;
+    r.hold[0] = stage >= params_sharded_from ? shard : all;
+    r.hold[1] = r.hold[2] = stage >= 1 ? shard : all;
+    return r;
+}
+
+// The directory of step N under dir.
+static inline void ckpt_step_dir(char *out, size_t n, const char *dir, int64_t step, const char *suffix) {
+    int k = snprintf(out, n, "%s/step_%08lld%s", dir, (long long)step, suffix);
+    if (k < 0 || (size_t)k >= n) die_usage("--ckpt-dir '%s' is too long", dir);
+}
+
+// Parses "step_NNNNNNNN" (exactly: 8 or more digits, nothing after); -1 if not.
+static inline int64_t ckpt_parse_step_name(const char *name) {
+    if (strncmp(name, "step_", 5) != 0) return -1;
+    const char *d = name + 5;
+    size_t len = strlen(d);
+    if (len < 8 || len > 18 || strspn(d, "0123456789") != len) return -1;
+    return strtoll(d, NULL, 10);
+}
+
+// The step directories in dir, newest first (*n of them; malloc'd).
+static inline int64_t *ckpt_list_steps(const char *dir, int *n) {
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    int cap = 16;
+    int64_t *steps = (int64_t *)mallocCheck(sizeof(int64_t) * (size_t)cap);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int64_t s = ckpt_parse_step_name(e->d_name);
+        if (s < 0) continue;
+        if (*n == cap) {
+            cap *= 2;
+            steps = (int64_t *)realloc(steps, sizeof(int64_t) * (size_t)cap);
+            CHECK(steps != NULL, "out of memory");
+        }
+        steps[(*n)++] = s;
+    }
+    closedir(d);
+    for (int i = 1; i < *n; i++)  // insertion sort, descending
+        for (int j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
+            int64_t t = steps[j]; steps[j] = steps[j - 1]; steps[j - 1] = t;
+        }
+    return steps;
+}
+
+// Removes a directory of plain files (a checkpoint). Returns 0 or an errno.
+static inline int ckpt_remove_dir(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return errno == ENOENT ? 0 : errno;
+    struct dirent *e;
+    int err = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) != 0 && !err) err = errno;
+    }
+    closedir(d);
+    if (rmdir(path) != 0 && !err) err = errno;
+    return err;
+}
+
+// ---------------------------------------------------------------------------
+// the manifest's run description (the parts known when a checkpoint is staged)
+
+// The position a checkpoint restores besides the tensors.
+typedef struct {
+    int64_t step;           // optimizer steps done
+    DataLoaderState data;   // the training loader's position (global)
+    Rng sample_rng;         // the sampling RNG's state
+} CkptPoint;
+
+// What the manifest describes of the run, the same for every checkpoint of it.
+typedef struct {
+    const TrainOptions *o;
+    const GPTConfig *cfg;
+    const ParamLayout *pl;
+    const BatchPlan *plan;
+    const Comm *comm;
+    const char *trainer;  // "train_gpt" | "train_gptcu"
+} CkptRun;
+
+static inline const FlagSpec *ckpt_flag_spec(const char *name) {
+    for (int i = 0; i < FLAGS_COUNT(TRAIN_FLAGS); i++)
+        if (strcmp(TRAIN_FLAGS[i].name, name) == 0) return &TRAIN_FLAGS[i];
+    DIE("checkpoint flag '%s' is not in TRAIN_FLAGS", name);
+}
+
+// A kept flag's value as the manifest writes it (a JSON literal).
+static inline void ckpt_flag_json(const TrainOptions *o, const FlagSpec *f, char *out, size_t n) {
+    const char *field = (const char *)o + f->offset;
+    switch (f->type) {
+        case FLAG_INT: case FLAG_BOOL: snprintf(out, n, "%d", *(const int *)field); return;
+        case FLAG_INT64: snprintf(out, n, "%lld", *(const long long *)field); return;
+        case FLAG_FLOAT: snprintf(out, n, "%.9g", (double)*(const float *)field); return;  // exact for a float
+        case FLAG_STRING: case FLAG_CHOICE: snprintf(out, n, "\"%s\"", field); return;  // (choices: no quoting needed)
+    }
+}
+
+// A growing string for the manifest.
+typedef struct { char *s; size_t len, cap; } CkptText;
+
+static inline void ckpt_text(CkptText *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline void ckpt_text(CkptText *t, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(t->s ? t->s + t->len : NULL, t->s ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        CHECK(k >= 0, "formatting the manifest failed");
+        if (t->s && t->len + (size_t)k < t->cap) { t->len += (size_t)k; return; }
+        t->cap = (t->cap + (size_t)k + 1) * 2;
+        t->s = (char *)realloc(t->s, t->cap);
+        CHECK(t->s != NULL, "out of memory");
+    }
+}
+
+// One data file's record (gathered from its rank to rank 0 as 4 doubles).
+typedef struct {
+    int64_t lo, hi;     // the range of the flat order, for each state
+    int64_t bytes;      // on disk
+    uint32_t crc32c;    // of the bytes on disk
+} CkptFileRecord;
+
+// manifest.json of a checkpoint at point p whose data files are files[0..world) (empty ranges: no file).
+static inline char *ckpt_manifest_json(const CkptRun *run, const CkptPoint *p, const CkptFileRecord *files,
+                                       int world, int compress) {
+    CkptText t = {NULL, 0, 0};
+    const GPTConfig *c = run->cfg;
+    ckpt_text(&t, "{\n  \"format\": \"%s\",\n  \"version\": %d,\n  \"step\": %lld,\n  \"trainer\": \"%s\",\n", CKPT_FORMAT,
+              CKPT_VERSION, (long long)p->step, run->trainer);
+    ckpt_text(&t, "  \"model\": {\"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, "
+              "\"num_heads\": %d, \"channels\": %d},\n", c->max_seq_len, c->vocab_size, c->padded_vocab_size,
+              c->num_layers, c->num_heads, c->channels);
+    ckpt_text(&t, "  \"flags\": {");
+    for (int i = 0; i < CKPT_NUM_KEPT_FLAGS; i++) {
+        char v[FLAG_STR_MAX + 8];
+        ckpt_flag_json(run->o, ckpt_flag_spec(CKPT_KEPT_FLAGS[i]), v, sizeof(v));
+        ckpt_text(&t, "%s\"%s\": %s", i ? ", " : "", CKPT_KEPT_FLAGS[i], v);
+    }
+    ckpt_text(&t, "},\n  \"batch\": {\"total_tokens\": %lld, \"B\": %d, \"T\": %d, \"accum\": %d},\n",
+              run->plan->total_tokens, run->plan->B, run->plan->T, run->plan->accum);
+    ckpt_text(&t, "  \"layout\": {\"ranks\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"zero\": %d},\n", run->comm->world,
+              run->comm->dp, run->comm->tp, run->comm->pp, run->o->zero);
+    int64_t N = run->pl->num_elements;
+    ckpt_text(&t, "  \"tensors\": [");
+    for (int s = 0; s < CKPT_STATES; s++)
+        ckpt_text(&t, "%s{\"name\": \"%s\", \"shape\": [%lld], \"dtype\": \"f32\"}", s ? ", " : "", CKPT_STATE_NAMES[s],
+                  (long long)N);
+    ckpt_text(&t, "],\n  \"parameters\": [\n");  // where each model tensor lies in the flat order
+    for (int i = 0; i < run->pl->num_tensors; i++) {
+        const ParamTensor *pt = &run->pl->tensors[i];
+        ckpt_text(&t, "    {\"name\": \"%s\", \"shape\": [%lld, %lld], \"offset\": %lld}%s\n", pt->name,
+                  (long long)pt->shape[0], (long long)pt->shape[1], (long long)pt->offset,
+                  i + 1 < run->pl->num_tensors ? "," : "");
+    }
+    ckpt_text(&t, "  ],\n  \"files\": [\n");
+    int first = 1;
+    for (int r = 0; r < world; r++) {
+        const CkptFileRecord *f = &files[r];
+        if (f->hi == f->lo) continue;
+        int64_t n = f->hi - f->lo;
+        ckpt_text(&t, "%s    {\"file\": \"rank_%05d.bin\", \"bytes\": %lld, \"crc32c\": %u, \"compression\": \"%s\", "
+                  "\"raw_bytes\": %lld, \"ranges\": [", first ? "" : ",\n", r, (long long)f->bytes, f->crc32c,
+                  compress > 0 ? "zstd" : "none", (long long)(n * CKPT_STATES * 4));
+        for (int s = 0; s < CKPT_STATES; s++)
+            ckpt_text(&t, "%s{\"tensor\": \"%s\", \"lo\": %lld, \"hi\": %lld, \"offset\": %lld}", s ? ", " : "",
+                      CKPT_STATE_NAMES[s], (long long)f->lo, (long long)f->hi, (long long)(s * n * 4));
+        ckpt_text(&t, "]}");
+        first = 0;
+    }
+    const DataLoaderState *d = &p->data;
+    ckpt_text(&t, "\n  ],\n  \"data\": {\"epoch\": %lld, \"sample\": %lld, \"num_samples\": %lld, \"T\": %d, "
+              "\"shuffle\": %d, \"seed\": \"%llu\"},\n", (long long)d->epoch, (long long)d->sample,
+              (long long)d->num_samples, d->T, d->shuffle, (unsigned long long)d->seed);
+    ckpt_text(&t, "  \"sample_rng\": [\"%llu\", \"%llu\", \"%llu\", \"%llu\"]\n}\n",
+              (unsigned long long)p->sample_rng.s[0], (unsigned long long)p->sample_rng.s[1],
+              (unsigned long long)p->sample_rng.s[2], (unsigned long long)p->sample_rng.s[3]);
+    return t.s;
+}
+
+// ---------------------------------------------------------------------------
+// writing files (errors returned as a message naming the file, for the thread)
+
+typedef struct {
+    char *err;  // (CKPT_ERR_MAX)
+    const char *kill_point;  // LLMC_TEST_CKPT_FAULT's point for this checkpoint, or NULL
+} CkptIO;
+
+static inline int ckpt_io_fail(CkptIO *io, const char *what, const char *path, int err) {
+    snprintf(io->err, CKPT_ERR_MAX, "checkpoint: %s '%s' failed: %s", what, path, strerror(err));
+    return 0;
+}
+
+// Tests only: dies by SIGKILL at the named point of the writing.
+static inline void ckpt_kill_point(const CkptIO *io, const char *point) {
+    if (io->kill_point && strcmp(io->kill_point, point) == 0) {
+        fprintf(stderr, "LLMC_TEST_CKPT_FAULT: killed at %s\n", point);
+        fflush(stderr);
+        raise(SIGKILL);
+    }
+}
+
+static inline int ckpt_write_all(int fd, const void *buf, size_t n) {
+    const char *p = (const char *)buf;
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return errno;
+        if (k == 0) return EIO;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+// Writes data[0..n) to path (created or truncated), zstd-compressed at level
+// compress > 0, fsynced. Returns 1 with its size and CRC32C, or 0 (io->err).
+static inline int ckpt_write_file(CkptIO *io, const char *path, const void *data, size_t n, int compress,
+                                  int64_t *bytes, uint32_t *crc) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return ckpt_io_fail(io, "creating", path, errno);
+    int err = 0;
+    *bytes = 0;
+    *crc = 0;
+    if (compress <= 0) {
+        for (size_t off = 0; off < n && !err; off += CKPT_CHUNK) {
+            size_t len = n - off < CKPT_CHUNK ? n - off : CKPT_CHUNK;
+            *crc = crc32c_update(*crc, (const char *)data + off, len);
+            err = ckpt_write_all(fd, (const char *)data + off, len);
+        }
+        *bytes = (int64_t)n;
+    } else {
+#ifdef LLMC_ZSTD
+        ZSTD_CCtx *cc = ZSTD_createCCtx();
+        CHECK(cc != NULL, "out of memory");
+        ZSTD_CCtx_setParameter(cc, ZSTD_c_compressionLevel, compress);
+        ZSTD_CCtx_setPledgedSrcSize(cc, n);
+        size_t out_cap = ZSTD_CStreamOutSize();
+        char *out = (char *)mallocCheck(out_cap);
+        ZSTD_inBuffer in = {data, n, 0};
+        size_t left;
+        do {
+            ZSTD_outBuffer ob = {out, out_cap, 0};
+            left = ZSTD_compressStream2(cc, &ob, &in, ZSTD_e_end);
+            CHECK(!ZSTD_isError(left), "zstd compression failed: %s", ZSTD_getErrorName(left));
+            *crc = crc32c_update(*crc, out, ob.pos);
+            *bytes += (int64_t)ob.pos;
+            err = ckpt_write_all(fd, out, ob.pos);
+        } while (left != 0 && !err);
+        free(out);
+        ZSTD_freeCCtx(cc);
+#else
+        DIE("--ckpt-compress needs a build with zstd");
+#endif
+    }
+    if (!err && fsync(fd) != 0) err = errno;
+    if (close(fd) != 0 && !err) err = errno;
+    if (err) {
+        unlink(path);
+        return ckpt_io_fail(io, "writing", path, err);
+    }
+    return 1;
+}
+
+// `latest` in dir names the step directory `name` (file_io.h's AtomicOut:
+// fsynced, renamed, the directory fsynced; a failure is one line, exit 2 --
+// the step directory is complete by then, and --resume auto does not need `latest`).
+static inline void ckpt_write_latest(const char *dir, const char *name) {
+    char path[CKPT_FILE_MAX];
+    snprintf(path, sizeof(path), "%s/latest", dir);
+    AtomicOut out;
+    atomic_out_open(&out, path);
+    atomic_out_printf(&out, "%s\n", name);
+    atomic_out_commit(&out);
+}
+
+// ---------------------------------------------------------------------------
+// the writer
+
+typedef enum { CKPT_JOB_NONE, CKPT_JOB_WRITE, CKPT_JOB_COMMIT, CKPT_JOB_EXIT } CkptJob;
+// STAGING: the trainer's copy into the staging buffer is in flight (GPU), the write not yet handed to the thread.
+typedef enum { CKPT_IDLE, CKPT_STAGING, CKPT_WRITING, CKPT_COMMITTING } CkptPhase;
+
+static volatile sig_atomic_t ckpt_signal_received = 0;  // SIGTERM / SIGUSR1: checkpoint and exit
+static inline void ckpt_on_signal(int sig) { ckpt_signal_received = sig; }
+
+typedef struct {
+    CkptRun run;
+    const char *dir;
+    int every, keep, compress;
+    CommGroup *dp;
+    int rank, world;
+    CkptRanges ranges;
+    float *staging;             // (CKPT_STATES, write.hi - write.lo): what this rank writes, from the trainer
+    void (*wait_staged)(void *ctx);  // the trainer's: waits for its queued staging copy (NULL: the thread copies)
+    void (*stage)(void *ctx, float *staging, int64_t lo, int64_t hi);  // the trainer's copy into staging
+    int copy_pending;           // the thread's copy of the checkpoint staged last is not done yet (under mu)
+    double stall_ms;            // what the checkpoint in flight has cost the loop so far
+    int stall_open;             // its copy is not known done yet: its JSON record is still to come
+    Logger *log;
+    void *ctx;
+    const char *kill_spec;      // LLMC_TEST_CKPT_FAULT
+    // the checkpoint in flight (phase changes only on the training thread)
+    CkptPhase phase;
+    CkptPoint point;
+    double staged_at, write_s;  // wall clock when staged; seconds its data took to write (this rank)
+    int64_t last_staged;        // step of the last checkpoint staged (-1: none)
+    CkptFileRecord mine;        // this rank's file (set by the thread)
+    CkptFileRecord *files;      // (world) every rank's, gathered (rank 0)
+    // the thread, and what it hands back (under mu)
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    CkptJob job;
+    int job_done, job_failed;
+    char err[CKPT_ERR_MAX];
+} CkptWriter;
+
+static inline const char *ckpt_kill_point_for(const CkptWriter *w, int64_t step) {
+    static char point[64];
+    if (!w->kill_spec) return NULL;
+    const char *colon = strchr(w->kill_spec, ':');
+    if (!colon || (size_t)(colon - w->kill_spec) >= sizeof(point) || atoll(colon + 1) > step) return NULL;
+    snprintf(point, sizeof(point), "%.*s", (int)(colon - w->kill_spec), w->kill_spec);
+    return point;
+}
+
+// The thread's WRITE job: this rank's data file into step_N.tmp/.
+static inline int ckpt_do_write(CkptWriter *w, CkptIO *io) {
+    char tmp_dir[CKPT_PATH_MAX], path[CKPT_FILE_MAX];
+    ckpt_step_dir(tmp_dir, sizeof(tmp_dir), w->dir, w->point.step, ".tmp");
+    if (mkdir(tmp_dir, 0755) != 0 && errno != EEXIST) return ckpt_io_fail(io, "creating", tmp_dir, errno);
+    double t0 = wall_seconds();
+    CkptRange r = w->ranges.write;
+    if (!w->wait_staged) {  // the copy, while the training thread runs the next forward and backward
+        w->stage(w->ctx, w->staging, r.lo, r.hi);
+        pthread_mutex_lock(&w->mu);
+        w->copy_pending = 0;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+    }
+    w->mine.lo = r.lo;
+    w->mine.hi = r.hi;
+    w->mine.bytes = 0;
+    w->mine.crc32c = 0;
+    if (r.hi > r.lo) {
+        snprintf(path, sizeof(path), "%s/rank_%05d.bin", tmp_dir, w->rank);
+        size_t n = sizeof(float) * (size_t)(r.hi - r.lo) * CKPT_STATES;
+        if (io->kill_point && strcmp(io->kill_point, "write-error") == 0) return ckpt_io_fail(io, "writing", path, ENOSPC);
+        if (!ckpt_write_file(io, path, w->staging, n, w->compress, &w->mine.bytes, &w->mine.crc32c)) return 0;
+    }
+    if (io->kill_point && strncmp(io->kill_point, "slow-", 5) == 0) {  // a slow disk: the loop must not wait for it
+        struct timespec ts = {atoi(io->kill_point + 5) / 1000, (long)(atoi(io->kill_point + 5) % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+    }
+    w->write_s = wall_seconds() - t0;
+    ckpt_kill_point(io, "after-data");
+    return 1;
+}
+
+// The thread's COMMIT job (rank 0): manifest, rename, `latest`, older checkpoints beyond --ckpt-keep.
+static inline int ckpt_do_commit(CkptWriter *w, CkptIO *io) {
+    char tmp_dir[CKPT_PATH_MAX], final_dir[CKPT_PATH_MAX], path[CKPT_FILE_MAX];
+    ckpt_step_dir(tmp_dir, sizeof(tmp_dir), w->dir, w->point.step, ".tmp");
+    ckpt_step_dir(final_dir, sizeof(final_dir), w->dir, w->point.step, "");
+    char *manifest = ckpt_manifest_json(&w->run, &w->point, w->files, w->world, w->compress);
+    ckpt_kill_point(io, "before-manifest");
+    snprintf(path, sizeof(path), "%s/manifest.json", tmp_dir);
+    int64_t bytes;
+    uint32_t crc;
+    int ok = ckpt_write_file(io, path, manifest, strlen(manifest), 0, &bytes, &crc);
+    free(manifest);
+    if (!ok) return 0;
+    fsync_dir(tmp_dir);
+    ckpt_kill_point(io, "after-manifest");
+    // an existing step_N (a run resumed from an older checkpoint is redoing it) is swapped out atomically
+    struct stat st;
+    int err;
+    if (stat(final_dir, &st) == 0) {
+        if (renameat2(AT_FDCWD, tmp_dir, AT_FDCWD, final_dir, RENAME_EXCHANGE) != 0)
+            return ckpt_io_fail(io, "replacing", final_dir, errno);
+        if ((err = ckpt_remove_dir(tmp_dir)) != 0) return ckpt_io_fail(io, "removing the replaced", tmp_dir, err);
+    } else if (rename(tmp_dir, final_dir) != 0) {
+        return ckpt_io_fail(io, "renaming", tmp_dir, errno);
+    }
+    fsync_dir(w->dir);
+    ckpt_kill_point(io, "after-rename");
+    ckpt_write_latest(w->dir, strrchr(final_dir, '/') + 1);
+    if (w->keep > 0) {  // older checkpoints beyond the newest `keep` (never newer ones)
+        int n, kept = 0;
+        int64_t *steps = ckpt_list_steps(w->dir, &n);
+        for (int i = 0; i < n; i++) {
+            if (steps[i] > w->point.step || ++kept <= w->keep) continue;
+            ckpt_step_dir(path, sizeof(path), w->dir, steps[i], "");
+            if ((err = ckpt_remove_dir(path)) != 0) {
+                free(steps);
+                return ckpt_io_fail(io, "deleting the old checkpoint", path, err);
+            }
+        }
+        free(steps);
+    }
+    return 1;
+}
+
+static inline void *ckpt_thread_main(void *arg) {
+    CkptWriter *w = (CkptWriter *)arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (w->job == CKPT_JOB_NONE || w->job_done) pthread_cond_wait(&w->cv, &w->mu);
+        CkptJob job = w->job;
+        if (job == CKPT_JOB_EXIT) break;
+        pthread_mutex_unlock(&w->mu);
+        char err[CKPT_ERR_MAX] = "";
+        CkptIO io = {err, ckpt_kill_point_for(w, w->point.step)};
+        int ok = job == CKPT_JOB_WRITE ? ckpt_do_write(w, &io) : ckpt_do_commit(w, &io);
+        pthread_mutex_lock(&w->mu);
+        w->job_done = 1;
+        w->job_failed = !ok;
+        if (!ok) snprintf(w->err, sizeof(w->err), "%s", err);
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static inline void ckpt_submit(CkptWriter *w, CkptJob job) {
+    pthread_mutex_lock(&w->mu);
+    w->job = job;
+    w->job_done = 0;
+    w->job_failed = 0;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+// Whether the thread's job is done (block: wait for it); *failed: whether it failed.
+static inline int ckpt_job_done(CkptWriter *w, int block, int *failed) {
+    pthread_mutex_lock(&w->mu);
+    while (block && !w->job_done) pthread_cond_wait(&w->cv, &w->mu);
+    int done = w->job_done;
+    *failed = w->job_failed;
+    pthread_mutex_unlock(&w->mu);
+    return done;
+}
+
+// Starts the writer (--ckpt-dir given): creates the directory, removes stale
+// .tmp directories (rank 0; the ranks wait for it), starts the thread, and
+// catches SIGTERM and SIGUSR1 (preemption: checkpoint at the next step boundary, exit 0).
+static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup *dp, const CkptRanges *ranges,
+                                    float *staging, void (*wait_staged)(void *), void *ctx) {
+    memset(w, 0, sizeof(*w));
+    const TrainOptions *o = run->o;
+    w->run = *run;
+    w->dir = o->ckpt_dir;
+    if (strlen(w->dir) > CKPT_PATH_MAX - 32) die_usage("--ckpt-dir '%s' is too long", w->dir);
+    w->every = o->ckpt_every;
+    w->keep = o->ckpt_keep;
+    w->compress = o->ckpt_compress;
+    w->dp = dp;
+    w->rank = dp->rank;
+    w->world = dp->size;
+    w->ranges = *ranges;
+    w->staging = staging;
+    w->wait_staged = wait_staged;
+    w->ctx = ctx;
+    w->kill_spec = getenv("LLMC_TEST_CKPT_FAULT");
+    w->last_staged = -1;
+    w->files = (CkptFileRecord *)callocCheck((size_t)w->world, sizeof(CkptFileRecord));
+    if (w->rank == 0) {
+        make_dirs(w->dir, "--ckpt-dir");
+        if (access(w->dir, W_OK) != 0) die_usage("--ckpt-dir: directory '%s' is not writable", w->dir);
+        DIR *d = opendir(w->dir);
+        struct dirent *e;
+        char path[CKPT_FILE_MAX];
+        while (d && (e = readdir(d)) != NULL) {
+            size_t len = strlen(e->d_name);
+            if (strncmp(e->d_name, "step_", 5) != 0 || len < 4 || strcmp(e->d_name + len - 4, ".tmp") != 0) continue;
+            snprintf(path, sizeof(path), "%s/%s", w->dir, e->d_name);
+            int err = ckpt_remove_dir(path);
+            if (err) die_usage("--ckpt-dir: cannot remove the incomplete checkpoint '%s': %s", path, strerror(err));
+            printf("checkpoint: removed the incomplete %s\n", path);
+        }
+        if (d) closedir(d);
+    }
+    comm_barrier(dp);
+    CHECK(pthread_mutex_init(&w->mu, NULL) == 0 && pthread_cond_init(&w->cv, NULL) == 0, "pthread init failed");
+    CHECK(pthread_create(&w->thread, NULL, ckpt_thread_main, w) == 0, "starting the checkpoint thread failed");
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = ckpt_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+}
+
+// A failed write or commit: the rank that failed says why, rank 0 removes the
+// .tmp directory (every rank's thread is done with it), and the run stops.
+static inline void ckpt_fail(CkptWriter *w, int failed_here) {
+    if (failed_here) {
+        fprintf(stderr, "error: %s\n", w->err);
+        fflush(stderr);
+    }
+    comm_barrier(w->dp);
+    if (w->rank == 0) {
+        char tmp_dir[CKPT_PATH_MAX];
+        ckpt_step_dir(tmp_dir, sizeof(tmp_dir), w->dir, w->point.step, ".tmp");
+        ckpt_remove_dir(tmp_dir);
+    }
+    exit(EXIT_FAILURE);
+}
+
+// Every rank's data file is durable: the records go to rank 0, whose thread commits.
+static inline void ckpt_start_commit(CkptWriter *w) {
+    double mine[4] = {(double)w->mine.lo, (double)w->mine.hi, (double)w->mine.bytes, (double)w->mine.crc32c};
+    double *all = (double *)mallocCheck(sizeof(double) * 4 * (size_t)w->world);
+    size_t *counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)w->world);
+    for (int r = 0; r < w->world; r++) counts[r] = 4;
+    CommRequest req = comm_all_gather_start(w->dp, mine, all, counts, COMM_F64);
+    comm_wait(&req);
+    for (int r = 0; r < w->world; r++) {
+        CkptFileRecord f = {(int64_t)all[4 * r], (int64_t)all[4 * r + 1], (int64_t)all[4 * r + 2],
+                            (uint32_t)all[4 * r + 3]};
+        w->files[r] = f;
+    }
+    free(all);
+    free(counts);
+    if (w->rank == 0) {
+        w->phase = CKPT_COMMITTING;
+        ckpt_submit(w, CKPT_JOB_COMMIT);
+    } else {
+        w->phase = CKPT_IDLE;
+    }
+}
+
+// Rank 0: logs the commit it found done.
+static inline void ckpt_log_commit(CkptWriter *w, Logger *log, int64_t at_step) {
+    double total = 0;
+    for (int r = 0; r < w->world; r++) total += (double)w->files[r].bytes;
+    double raw = (double)w->run.pl->num_elements * CKPT_STATES * 4, secs = wall_seconds() - w->staged_at;
+    char dir[CKPT_PATH_MAX];
+    ckpt_step_dir(dir, sizeof(dir), w->dir, w->point.step, "");
+    printf("checkpoint %s committed at step %lld: %.1f MB on disk (%.2fx compression), rank 0 wrote at %.0f MB/s, "
+           "%.2f s after staging\n", dir, (long long)at_step, total / 1e6, raw / (total > 0 ? total : 1),
+           (double)w->mine.bytes / 1e6 / (w->write_s > 0 ? w->write_s : 1e-9), secs);
+    fflush(stdout);
+    logger_ckpt(log, w->point.step, "committed", 0.0, total, secs);
+    w->phase = CKPT_IDLE;
+}
+
+// The copy of the checkpoint in flight is done: its stall (staging, plus
+// the waits for the copy, extra_ms the last) goes to the JSON log.
+static inline void ckpt_stall_close(CkptWriter *w, double extra_ms) {
+    if (!w->stall_open) return;
+    w->stall_ms += extra_ms;
+    w->stall_open = 0;
+    logger_ckpt(w->log, w->point.step, "staged", w->stall_ms, 0.0, 0.0);
+}
+
+// A staged checkpoint whose copy was in flight (GPU): the copy is done by
+// now (it ran beside a whole step; the wait makes sure), the thread writes it.
+static inline void ckpt_hand_to_thread(CkptWriter *w) {
+    if (w->phase != CKPT_STAGING) return;
+    if (w->wait_staged) {
+        double t0 = wall_seconds();
+        w->wait_staged(w->ctx);
+        ckpt_stall_close(w, (wall_seconds() - t0) * 1e3);
+    }
+    w->phase = CKPT_WRITING;
+    ckpt_submit(w, CKPT_JOB_WRITE);
+}
+
+// Drives the checkpoint in flight to the end (a new one is due, or the run
+// ends): waits for this rank's file, then (collectively) for every rank's,
+// then rank 0 waits for its commit.
+static inline void ckpt_drain(CkptWriter *w, Logger *log, int64_t at_step) {
+    int failed;
+    ckpt_hand_to_thread(w);
+    if (w->phase == CKPT_WRITING) {
+        ckpt_job_done(w, 1, &failed);
+        ckpt_stall_close(w, 0.0);  // (the run's end, or the next checkpoint, waited for all of it)
+        double f[2] = {1.0, (double)failed};
+        comm_all_reduce(w->dp, f, 2, COMM_F64);
+        if (f[1] > 0) ckpt_fail(w, failed);
+        ckpt_start_commit(w);
+    }
+    if (w->phase == CKPT_COMMITTING) {
+        ckpt_job_done(w, 1, &failed);
+        if (failed) ckpt_fail(w, 1);
+        ckpt_log_commit(w, log, at_step);
+    }
+}
+
+// At the boundary after `steps_done` optimizer steps: progresses the
+// checkpoint in flight, stages a new one when one is due (every --ckpt-every
+// steps, at the end of the run, or after a preemption signal) through
+// stage(ctx, staging, lo, hi), and, at the end or on a signal, waits for its
+// commit. Collective over the data ranks. Returns 1 when the run must stop
+// (preempted: the checkpoint is committed). The JSON log gets the stall.
+static inline int ckpt_step_boundary(CkptWriter *w, int64_t steps_done, int final, const DataLoader *train,
+                                     const Rng *sample_rng, void (*stage)(void *, float *, int64_t, int64_t),
+                                     Logger *log) {
+    double t0 = wall_seconds();
+    ckpt_hand_to_thread(w);
+    CkptPhase phase = w->phase;  // (its job's done and failed flags below)
+    int failed = 0, done = phase != CKPT_IDLE && ckpt_job_done(w, 0, &failed);
+    // flags summed over the ranks: writes finished, writes failed, commit failed (rank 0), signal received
+    double f[4] = {(double)(phase == CKPT_WRITING && done), (double)(phase == CKPT_WRITING && failed),
+                   (double)(phase == CKPT_COMMITTING && failed), (double)(ckpt_signal_received != 0)};
+    comm_all_reduce(w->dp, f, 4, COMM_F64);
+    if (f[2] > 0) ckpt_fail(w, w->rank == 0);
+    if (f[1] > 0) {
+        ckpt_job_done(w, 1, &failed);  // every thread finishes before the directory goes
+        ckpt_fail(w, failed);
+    }
+    if (phase == CKPT_WRITING && f[0] == w->world) ckpt_start_commit(w);
+    if (phase == CKPT_COMMITTING && done && !failed) ckpt_log_commit(w, log, steps_done);
+    int preempt = f[3] > 0;
+    int due = (w->every > 0 && steps_done % w->every == 0) || final || preempt;
+    if (!due || steps_done == w->last_staged) return 0;
+    if (preempt && w->rank == 0) {
+        printf("checkpoint: preemption signal received: checkpointing at step %lld, then exiting\n",
+               (long long)steps_done);
+    }
+    if (w->phase != CKPT_IDLE) {
+        if (w->rank == 0) {
+            printf("checkpoint: step %lld waits for step_%08lld to be written\n", (long long)steps_done,
+                   (long long)w->point.step);
+            fflush(stdout);
+        }
+        ckpt_drain(w, log, steps_done);
+    }
+    CkptPoint p = {steps_done, dataloader_state(train), *sample_rng};
+    w->point = p;
+    w->stage = stage;
+    w->log = log;
+    w->last_staged = steps_done;
+    w->phase = CKPT_STAGING;
+    if (w->wait_staged) {
+        stage(w->ctx, w->staging, w->ranges.write.lo, w->ranges.write.hi);  // queued
+    } else {
+        w->copy_pending = 1;  // (the thread is idle: no lock needed before the submit)
+        ckpt_hand_to_thread(w);
+    }
+    w->staged_at = wall_seconds();
+    double stall_ms = (w->staged_at - t0) * 1e3;
+    if (w->rank == 0) {
+        printf("checkpoint step_%08lld staged (training stalled %.2f ms); %s in the background\n",
+               (long long)steps_done, stall_ms, w->wait_staged ? "copying to host memory, then writing" : "writing");
+        fflush(stdout);
+    }
+    w->stall_ms = stall_ms;
+    w->stall_open = 1;
+    if (final || preempt) ckpt_drain(w, log, steps_done);
+    return preempt;
+}
+
+// Before an optimizer update (which rewrites the weights and moments): waits
+// until the thread's copy of a staged checkpoint is done, and logs the
+// checkpoint's stall (CPU trainer; the GPU trainer's update waits on the device).
+static inline void ckpt_before_update(CkptWriter *w) {
+    if (!w->stall_open || w->wait_staged) return;
+    double t0 = wall_seconds();
+    pthread_mutex_lock(&w->mu);
+    while (w->copy_pending) pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    ckpt_stall_close(w, (wall_seconds() - t0) * 1e3);
+}
+
+static inline void ckpt_writer_free(CkptWriter *w) {
+    ckpt_submit(w, CKPT_JOB_EXIT);
+    CHECK(pthread_join(w->thread, NULL) == 0, "joining the checkpoint thread failed");
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w->files);
+    memset(w, 0, sizeof(*w));
+}
+
+// ---------------------------------------------------------------------------
+// the reader
+
+// A checkpoint's manifest, parsed and checked against this run. Errors go to
+// err (a message naming the file); damaged (vs. conflicting) says whether
+// --resume auto may skip it for an older one.
+typedef struct {
+    char dir[CKPT_PATH_MAX];
+    JsonValue root;
+    CkptPoint point;
+    char *err;
+    int damaged;
+} CkptReader;
+
+static inline int ckpt_reader_fail(CkptReader *r, int damaged, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline int ckpt_reader_fail(CkptReader *r, int damaged, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->err, CKPT_ERR_MAX, fmt, ap);
+    va_end(ap);
+    r->damaged = damaged;
+    return 0;
+}
+
+// Reads a whole small file (the manifest, `latest`) into a NUL-terminated buffer; NULL: errno.
+static inline char *ckpt_slurp(const char *path, size_t max_bytes, size_t *len) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > max_bytes) {
+        close(fd);
+        errno = EINVAL;
+        return NULL;
+    }
+    char *buf = (char *)mallocCheck((size_t)st.st_size + 1);
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+        ssize_t k = read(fd, buf + got, (size_t)st.st_size - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    close(fd);
+    buf[got] = '\0';
+    *len = got;
+    return buf;
+}
+
+static inline int ckpt_get_int(CkptReader *r, const JsonValue *obj, const char *key, int64_t lo, int64_t hi,
+                               int64_t *out) {
+    if (json_int64(json_get(obj, key), lo, hi, out)) return 1;
+    return ckpt_reader_fail(r, 1, "%s/manifest.json: '%s' is missing or not an integer in [%lld, %lld]", r->dir, key,
+                            (long long)lo, (long long)hi);
+}
+
+// Opens dir's manifest and checks it against this run: format, version, model,
+// kept flags, total batch, tensors. Returns 1, or 0 with r->err.
+static inline int ckpt_reader_open(CkptReader *r, const char *dir, const CkptRun *run, char *err) {
+    memset(r, 0, sizeof(*r));
+    r->err = err;
+    snprintf(r->dir, sizeof(r->dir), "%s", dir);
+    char path[CKPT_FILE_MAX];
+    snprintf(path, sizeof(path), "%s/manifest.json", dir);
+    size_t len;
+    char *text = ckpt_slurp(path, (size_t)64 << 20, &len);
+    if (!text) return ckpt_reader_fail(r, 1, "%s: cannot read it (%s): not a complete checkpoint", path, strerror(errno));
+    char jerr[256];
+    int ok = json_parse(text, len, &r->root, jerr, sizeof(jerr));
+    free(text);
+    if (!ok) return ckpt_reader_fail(r, 1, "%s: %s", path, jerr);
+    const JsonValue *root = &r->root, *fmt = json_get(root, "format");
+    int64_t version = 0, step = 0;
+    if (!fmt || fmt->type != JSON_STRING || strcmp(fmt->text, CKPT_FORMAT) != 0)
+        return ckpt_reader_fail(r, 1, "%s: not an %s manifest", path, CKPT_FORMAT);
+    if (!ckpt_get_int(r, root, "version", 0, INT32_MAX, &version)) return 0;
+    if (version != CKPT_VERSION)
+        return ckpt_reader_fail(r, 0, "%s: format version %lld, this program reads version %d", path,
+                                (long long)version, CKPT_VERSION);
+    if (!ckpt_get_int(r, root, "step", 0, run->o->steps, &step)) return 0;
+    r->point.step = step;
+    // the model
+    const JsonValue *model = json_get(root, "model");
+    const GPTConfig *c = run->cfg;
+    struct { const char *key; int want; } dims[] = {
+        {"max_seq_len", c->max_seq_len}, {"vocab_size", c->vocab_size}, {"padded_vocab_size", c->padded_vocab_size},
+        {"num_layers", c->num_layers}, {"num_heads", c->num_heads}, {"channels", c->channels}};
+    for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++) {
+        int64_t v = 0;
+        if (!ckpt_get_int(r, model, dims[i].key, 0, INT32_MAX, &v)) return 0;
+        if (v != dims[i].want)
+            return ckpt_reader_fail(r, 0, "%s: a model with %s %lld, this run's has %d", path, dims[i].key,
+                                    (long long)v, dims[i].want);
+    }
+    // the flags a resume keeps: compared as the manifest writes them
+    const JsonValue *flags = json_get(root, "flags");
+    for (int i = 0; i < CKPT_NUM_KEPT_FLAGS; i++) {
+        const FlagSpec *f = ckpt_flag_spec(CKPT_KEPT_FLAGS[i]);
+        const JsonValue *v = json_get(flags, f->name);
+        char want[FLAG_STR_MAX + 8], got[FLAG_STR_MAX + 8];
+        ckpt_flag_json(run->o, f, want, sizeof(want));
+        if (!v || (v->type != JSON_NUMBER && v->type != JSON_STRING))
+            return ckpt_reader_fail(r, 1, "%s: flag '%s' is missing", path, f->name);
+        if (v->type == JSON_STRING) snprintf(got, sizeof(got), "\"%s\"", v->text);
+        else snprintf(got, sizeof(got), "%s", v->text);
+        if (strcmp(want, got) != 0)
+            return ckpt_reader_fail(r, 0, "%s: written with --%s %s, this run has --%s %s (a resume keeps it)", path,
+                                    f->name, got, f->name, want);
+    }
+    int64_t total = 0;
+    if (!ckpt_get_int(r, json_get(root, "batch"), "total_tokens", 1, INT64_MAX, &total)) return 0;
+    if (total != run->plan->total_tokens)
+        return ckpt_reader_fail(r, 0, "%s: written with a total batch of %lld tokens, this run has %lld", path,
+                                (long long)total, run->plan->total_tokens);
+    // the tensor table: the flat order this program lays out
+    const JsonValue *params = json_get(root, "parameters");
+    if (!params || params->type != JSON_ARRAY || params->count != run->pl->num_tensors)
+        return ckpt_reader_fail(r, 1, "%s: 'parameters' is not the table of %d tensors", path, run->pl->num_tensors);
+    for (int i = 0; i < params->count; i++) {
+        const JsonValue *name = json_get(&params->items[i], "name");
+        int64_t off;
+        if (!name || name->type != JSON_STRING || strcmp(name->text, run->pl->tensors[i].name) != 0 ||
+            !json_int64(json_get(&params->items[i], "offset"), 0, INT64_MAX, &off) ||
+            off != run->pl->tensors[i].offset)
+            return ckpt_reader_fail(r, 0, "%s: parameter %d is not %s at offset %lld of the flat order", path, i,
+                                    run->pl->tensors[i].name, (long long)run->pl->tensors[i].offset);
+    }
+    // the data position and the sampling RNG
+    const JsonValue *data = json_get(root, "data");
+    int64_t epoch = 0, sample = 0, num_samples = 0, T = 0, shuffle = 0;
+    uint64_t seed;
+    if (!ckpt_get_int(r, data, "epoch", 0, INT64_MAX / 2, &epoch) ||
+        !ckpt_get_int(r, data, "sample", 0, INT64_MAX / 2, &sample) ||
+        !ckpt_get_int(r, data, "num_samples", 1, INT64_MAX / 2, &num_samples) ||
+        !ckpt_get_int(r, data, "T", 1, INT32_MAX, &T) || !ckpt_get_int(r, data, "shuffle", 0, 1, &shuffle))
+        return 0;
+    if (!json_u64_string(json_get(data, "seed"), &seed))
+        return ckpt_reader_fail(r, 1, "%s: data 'seed' is missing or not a decimal string", path);
+    DataLoaderState ds = {epoch, sample, seed, num_samples, (int32_t)T, (int32_t)shuffle};
+    r->point.data = ds;
+    const JsonValue *rng = json_get(root, "sample_rng");
+    if (!rng || rng->type != JSON_ARRAY || rng->count != 4)
+        return ckpt_reader_fail(r, 1, "%s: 'sample_rng' is not 4 decimal strings", path);
+    for (int i = 0; i < 4; i++)
+        if (!json_u64_string(&rng->items[i], &r->point.sample_rng.s[i]))
+            return ckpt_reader_fail(r, 1, "%s: 'sample_rng' is not 4 decimal strings", path);
+    return 1;
+}
+
+static inline void ckpt_reader_close(CkptReader *r) { json_free(&r->root); }
+
+// Where a file's bytes go: for each state, this rank's destination over `hold`.
+typedef struct {
+    float *dst[CKPT_STATES];      // indexed from hold[s].lo
+    CkptRange hold[CKPT_STATES];
+    int64_t filled[CKPT_STATES];  // elements copied (every element of hold exactly once when complete)
+} CkptTargets;
+
+typedef struct {
+    int state;
+    int64_t lo, hi, offset;  // [lo, hi) of the state's flat order at raw byte offset
+} CkptFileRange;
+
+// Raw bytes [pos, pos+n) of a file: copied where they overlap a wanted range.
+static inline void ckpt_scatter(CkptTargets *t, const CkptFileRange *ranges, int nranges, int64_t pos,
+                                const char *bytes, int64_t n) {
+    for (int i = 0; i < nranges; i++) {
+        const CkptFileRange *fr = &ranges[i];
+        const CkptRange *h = &t->hold[fr->state];
+        // the range's raw bytes [b0, b1), of which the wanted elements [e0, e1) of the state
+        int64_t e0 = fr->lo > h->lo ? fr->lo : h->lo, e1 = fr->hi < h->hi ? fr->hi : h->hi;
+        if (e1 <= e0) continue;
+        int64_t b0 = fr->offset + (e0 - fr->lo) * 4, b1 = fr->offset + (e1 - fr->lo) * 4;
+        int64_t a = pos > b0 ? pos : b0, z = pos + n < b1 ? pos + n : b1;
+        if (z <= a) continue;
+        memcpy((char *)t->dst[fr->state] + (e0 - h->lo) * 4 + (a - b0), bytes + (a - pos), (size_t)(z - a));
+        t->filled[fr->state] += (z - a);  // (bytes here; divided at the end)
+    }
+}
+
+// Reads one data file: its size and CRC32C against the manifest, its bytes
+// (decompressed) into the targets. Returns 1, or 0 with r->err (damaged).
+static inline int ckpt_read_file(CkptReader *r, const JsonValue *entry, CkptTargets *t) {
+    const JsonValue *name = json_get(entry, "file"), *comp = json_get(entry, "compression");
+    const JsonValue *jr = json_get(entry, "ranges");
+    if (!name || name->type != JSON_STRING || strchr(name->text, '/') || !comp || comp->type != JSON_STRING ||
+        (strcmp(comp->text, "none") != 0 && strcmp(comp->text, "zstd") != 0) || !jr || jr->type != JSON_ARRAY ||
+        jr->count < 1 || jr->count > 64)
+        return ckpt_reader_fail(r, 1, "%s/manifest.json: a bad 'files' entry", r->dir);
+    int64_t bytes = 0, raw_bytes = 0, crc = 0;
+    if (!ckpt_get_int(r, entry, "bytes", 0, INT64_MAX / 2, &bytes) ||
+        !ckpt_get_int(r, entry, "raw_bytes", 0, INT64_MAX / 2, &raw_bytes) ||
+        !ckpt_get_int(r, entry, "crc32c", 0, UINT32_MAX, &crc))
+        return 0;
+    int zstd = strcmp(comp->text, "zstd") == 0;
+    if (!zstd && raw_bytes != bytes)
+        return ckpt_reader_fail(r, 1, "%s/manifest.json: '%s' is uncompressed but its sizes differ", r->dir, name->text);
+    CkptFileRange ranges[64];
+    for (int i = 0; i < jr->count; i++) {
+        const JsonValue *tn = json_get(&jr->items[i], "tensor");
+        int s = -1;
+        for (int k = 0; k < CKPT_STATES && tn && tn->type == JSON_STRING; k++)
+            if (strcmp(tn->text, CKPT_STATE_NAMES[k]) == 0) s = k;
+        if (s < 0) return ckpt_reader_fail(r, 1, "%s/manifest.json: '%s' holds an unknown tensor", r->dir, name->text);
+        ranges[i].state = s;
+        if (!ckpt_get_int(r, &jr->items[i], "lo", 0, INT64_MAX / 8, &ranges[i].lo) ||
+            !ckpt_get_int(r, &jr->items[i], "hi", ranges[i].lo, INT64_MAX / 8, &ranges[i].hi) ||
+            !ckpt_get_int(r, &jr->items[i], "offset", 0, raw_bytes, &ranges[i].offset))
+            return 0;
+        if ((ranges[i].hi - ranges[i].lo) * 4 > raw_bytes - ranges[i].offset)
+            return ckpt_reader_fail(r, 1, "%s/manifest.json: a range of '%s' lies outside its %lld bytes", r->dir,
+                                    name->text, (long long)raw_bytes);
+    }
+    char path[CKPT_FILE_MAX];
+    if (strlen(name->text) > 255) return ckpt_reader_fail(r, 1, "%s/manifest.json: a file name is too long", r->dir);
+    snprintf(path, sizeof(path), "%s/%s", r->dir, name->text);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) return ckpt_reader_fail(r, 1, "%s: missing or unreadable (%s)", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ckpt_reader_fail(r, 1, "%s: not a regular file", path);
+    }
+    if ((int64_t)st.st_size != bytes) {
+        close(fd);
+        return ckpt_reader_fail(r, 1, "%s: %lld bytes, the manifest says %lld (truncated or damaged)", path,
+                                (long long)st.st_size, (long long)bytes);
+    }
+    char *buf = (char *)mallocCheck(CKPT_CHUNK);
+    uint32_t got_crc = 0;
+    int64_t pos = 0, raw_pos = 0;
+    int ok = 1;
+#ifdef LLMC_ZSTD
+    ZSTD_DCtx *dc = zstd ? ZSTD_createDCtx() : NULL;
+    char *out = zstd ? (char *)mallocCheck(ZSTD_DStreamOutSize()) : NULL;
+#else
+    if (zstd) {
+        close(fd);
+        free(buf);
+        return ckpt_reader_fail(r, 0, "%s: zstd-compressed, and this program was built without zstd", path);
+    }
+#endif
+    while (ok && pos < bytes) {
+        size_t want = bytes - pos < (int64_t)CKPT_CHUNK ? (size_t)(bytes - pos) : CKPT_CHUNK;
+        ssize_t k = read(fd, buf, want);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { ok = ckpt_reader_fail(r, 1, "%s: read failed at byte %lld", path, (long long)pos); break; }
+        got_crc = crc32c_update(got_crc, buf, (size_t)k);
+        pos += k;
+        if (!zstd) {
+            ckpt_scatter(t, ranges, jr->count, raw_pos, buf, k);
+            raw_pos += k;
+            continue;
+        }
+#ifdef LLMC_ZSTD
+        ZSTD_inBuffer in = {buf, (size_t)k, 0};
+        while (ok && in.pos < in.size) {
+            ZSTD_outBuffer ob = {out, ZSTD_DStreamOutSize(), 0};
+            size_t rc = ZSTD_decompressStream(dc, &ob, &in);
+            if (ZSTD_isError(rc) || raw_pos + (int64_t)ob.pos > raw_bytes) {
+                ok = ckpt_reader_fail(r, 1, "%s: corrupt zstd data", path);
+                break;
+            }
+            ckpt_scatter(t, ranges, jr->count, raw_pos, out, (int64_t)ob.pos);
+            raw_pos += (int64_t)ob.pos;
+        }
+#endif
+    }
+#ifdef LLMC_ZSTD
+    if (dc) ZSTD_freeDCtx(dc);
+    free(out);
+#endif
+    close(fd);
+    free(buf);
+    if (!ok) return 0;
+    if (got_crc != (uint32_t)crc)
+        return ckpt_reader_fail(r, 1, "%s: CRC32C %u does not match the manifest's %u (damaged)", path, got_crc,
+                                (unsigned)crc);
+    if (raw_pos != raw_bytes)
+        return ckpt_reader_fail(r, 1, "%s: %lld bytes decompressed, the manifest says %lld", path, (long long)raw_pos,
+                                (long long)raw_bytes);
+    return 1;
+}
+
+// Fills this rank's ranges (t->hold) of every state from the files that
+// overlap them. Returns 1 when every element came from exactly one file.
+static inline int ckpt_read_tensors(CkptReader *r, CkptTargets *t) {
+    const JsonValue *files = json_get(&r->root, "files");
+    if (!files || files->type != JSON_ARRAY) return ckpt_reader_fail(r, 1, "%s/manifest.json: no 'files'", r->dir);
+    for (int s = 0; s < CKPT_STATES; s++) t->filled[s] = 0;
+    for (int i = 0; i < files->count; i++) {
+        // skip files that hold nothing this rank needs (their ranges are read without opening them)
+        const JsonValue *jr = json_get(&files->items[i], "ranges");
+        int needed = 0;
+        for (int k = 0; jr && jr->type == JSON_ARRAY && k < jr->count; k++) {
+            int64_t lo = -1, hi = -1;
+            json_int64(json_get(&jr->items[k], "lo"), 0, INT64_MAX, &lo);
+            json_int64(json_get(&jr->items[k], "hi"), 0, INT64_MAX, &hi);
+            for (int s = 0; s < CKPT_STATES; s++) needed |= lo < t->hold[s].hi && hi > t->hold[s].lo;
+        }
+        if (!needed && jr) continue;
+        if (!ckpt_read_file(r, &files->items[i], t)) return 0;
+    }
+    for (int s = 0; s < CKPT_STATES; s++)
+        if (t->filled[s] != (t->hold[s].hi - t->hold[s].lo) * 4)
+            return ckpt_reader_fail(r, 1, "%s/manifest.json: the files do not cover %s [%lld, %lld) exactly once",
+                                    r->dir, CKPT_STATE_NAMES[s], (long long)t->hold[s].lo, (long long)t->hold[s].hi);
+    return 1;
+}
+
+// Reads this rank's part of the checkpoint in dir into t, checked against
+// the run and its training data. 1: read; 0: r->err says why (r->damaged: the
+// checkpoint is damaged rather than of another run).
+static inline int ckpt_read(CkptReader *r, const char *dir, const CkptRun *run, const DataLoader *train,
+                            CkptTargets *t, char *err) {
+    int ok = ckpt_reader_open(r, dir, run, err);
+    if (ok) {
+        const DataLoaderState *d = &r->point.data;
+        int64_t per_batch = (int64_t)train->B * train->world;
+        if (d->num_samples != train->num_samples)
+            ok = ckpt_reader_fail(r, 0, "%s/manifest.json: the training data had %lld samples, '%s' has %lld", dir,
+                                  (long long)d->num_samples, train->pattern, (long long)train->num_samples);
+        else if (d->sample % per_batch != 0)
+            ok = ckpt_reader_fail(r, 0, "%s/manifest.json: the data continues at global sample %lld, which is not a "
+                                  "multiple of batch-size x ranks = %lld", dir, (long long)d->sample,
+                                  (long long)per_batch);
+    }
+    if (ok) ok = ckpt_read_tensors(r, t);
+    return ok;
+}
+
+// --resume: finds the checkpoint (auto: the newest complete one in
+// --ckpt-dir, skipping damaged ones, saying so; else the directory given)
+// and reads this rank's part of it into t (its hold ranges), and *point.
+// Returns 1, or 0 for a fresh start (auto, and none there). Bad input (a
+// damaged checkpoint given by name, one of another run, a `latest` that names
+// nothing): one line from the rank that found it, every rank exits 2.
+// Collective over the data ranks.
+static inline int ckpt_resume(const CkptRun *run, CommGroup *dp, const DataLoader *train, CkptTargets *t,
+                              CkptPoint *point) {
+    const TrainOptions *o = run->o;
+    int auto_mode = strcmp(o->resume, "auto") == 0, n = 1;
+    int64_t *steps = NULL;
+    char dir[CKPT_PATH_MAX], err[CKPT_ERR_MAX];
+    if (auto_mode) {
+        char latest[CKPT_FILE_MAX];
+        snprintf(latest, sizeof(latest), "%s/latest", o->ckpt_dir);
+        size_t len;
+        char *name = ckpt_slurp(latest, 4096, &len);
+        if (name) {  // a hint only (the newest complete directory wins), but it must name one
+            name[strcspn(name, "\n")] = '\0';
+            struct stat st;
+            snprintf(dir, sizeof(dir), "%s/%s", o->ckpt_dir, name);
+            if (ckpt_parse_step_name(name) < 0 || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+                die_usage("%s names '%s', which is not a checkpoint directory there", latest, name);
+            free(name);
+        }
+        steps = ckpt_list_steps(o->ckpt_dir, &n);
+        if (n == 0) {
+            if (dp->rank == 0) printf("resume: no checkpoint in %s: starting fresh\n", o->ckpt_dir);
+            free(steps);
+            return 0;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (auto_mode) ckpt_step_dir(dir, sizeof(dir), o->ckpt_dir, steps[i], "");
+        else snprintf(dir, sizeof(dir), "%s", o->resume);
+        CkptReader r;
+        int ok = ckpt_read(&r, dir, run, train, t, err);
+        if (ok) *point = r.point;
+        ckpt_reader_close(&r);
+        double f[2] = {(double)!ok, (double)(!ok && !r.damaged)};  // ranks that failed; of those, on a conflict (not damage)
+        comm_all_reduce(dp, f, 2, COMM_F64);
+        if (f[0] == 0) {
+            free(steps);
+            return 1;
+        }
+        if (!auto_mode || f[1] > 0) {
+            if (!ok) fprintf(stderr, "error: %s\n", err);
+            fflush(stderr);
+            comm_barrier(dp);
+            exit(EXIT_USAGE);
+        }
+        if (dp->rank == 0)
+            printf("resume: skipping %s: %s\n", dir, ok ? "damaged (another rank's files)" : err);
+    }
+    if (dp->rank == 0) printf("resume: no complete checkpoint in %s: starting fresh\n", o->ckpt_dir);
+    free(steps);
+    return 0;
+}
+
+#endif  // LLMC_CHECKPOINT_H

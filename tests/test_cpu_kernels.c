@@ -1,0 +1,266 @@
+// test_cpu_kernels.c: the native CPU kernels at the vector width this binary
+// was built for (the Makefile builds it once per instruction set the machine
+// can run: test_cpu_kernels at -march=native, test_cpu_kernels_avx2 without
+// AVX-512, test_cpu_kernels_portable without AVX) against double-precision
+// references: the packed sgemm (llmc/cpu_matmul.h) on odd shapes, shapes
+// across its block edges, all four transposes, alpha/beta, leading dimensions
+// wider than the matrix, misaligned pointers and 1 vs 2 threads (bit-equal);
+// the llmc/cpu_vec.h reductions, exp/tanh, GELU and its gradient at lengths
+// around the vector width and misaligned; the gradient norm's sum of squares.
+#include "llmc/cpu_layers.h"
+#include "llmc/optimizer.h"
+#include "llmc/rand.h"
+#include "tests/testing.h"
+
+// C = alpha * op(A) @ op(B) + beta * C0 in double, rounded to float
+static void reference_matmul(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                             const float *B, int ldb, float beta, const float *C0, float *R, int ldc) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++)
+                acc += (double)(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]) *
+                       (tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
+            R[(size_t)i * ldc + j] = (float)(alpha * acc + (beta == 0.0f ? 0.0 : (double)beta * C0[(size_t)i * ldc + j]));
+        }
+}
+
+// max |C - R| / (|alpha| * max_ij sum_k |a_ik b_kj| + |beta| * max |C0|), so an error of one rounding per
+// term of the depth is O(K * 6e-8) whatever the cancellation
+static double scaled_error(const float *Cm, const float *R, int M, int N, int ldc, double scale) {
+    double worst = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double d = fabs((double)Cm[(size_t)i * ldc + j] - R[(size_t)i * ldc + j]);
+            if (d > worst || d != d) worst = d != d ? INFINITY : d;
+        }
+    return worst / scale;
+}
+
+typedef struct { int M, N, K; } MatShape;
+
+// One product through matmul_native with every operand offset by `misalign`
+// floats from a 64-byte boundary and leading dimensions `pad` wider than needed.
+static double check_matmul(Rng *rng, MatShape s, int ta, int tb, float alpha, float beta, int misalign, int pad,
+                           int threads_equal) {
+    int M = s.M, N = s.N, K = s.K;
+    int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+    float *abuf = (float *)alignedMallocCheck(sizeof(float) * (na + 16));
+    float *bbuf = (float *)alignedMallocCheck(sizeof(float) * (nb + 16));
+    float *cbuf = (float *)alignedMallocCheck(sizeof(float) * (nc + 16));
+    float *c0 = (float *)mallocCheck(sizeof(float) * (nc + 1)), *R = (float *)mallocCheck(sizeof(float) * (nc + 1));
+    float *A = abuf + misalign, *Bm = bbuf + misalign, *Cm = cbuf + misalign;
+    rng_normal_fill(rng, A, (int64_t)na, 1.0f);
+    rng_normal_fill(rng, Bm, (int64_t)nb, 1.0f);
+    rng_normal_fill(rng, c0, (int64_t)nc, 1.0f);
+    double scale = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double t = 0;
+            for (int k = 0; k < K; k++)
+                t += fabs((double)(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]) *
+                          (tb ? Bm[(size_t)j * ldb + k] : Bm[(size_t)k * ldb + j]));
+            scale = t > scale ? t : scale;
+        }
+    scale = fabs(alpha) * scale + fabs(beta) * 4.0 + 1e-30;
+    reference_matmul(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, c0, R, ldc);
+    memcpy(Cm, c0, sizeof(float) * nc);
+    matmul_native(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
+    double e = scaled_error(Cm, R, M, N, ldc, scale);
+    // the padding of each C row is never written
+    for (int i = 0; i < M && pad; i++)
+        for (int j = N; j < ldc; j++)
+            if (memcmp(&Cm[(size_t)i * ldc + j], &c0[(size_t)i * ldc + j], sizeof(float)) != 0) e = INFINITY;
+    if (threads_equal) {  // the same product on one thread: the same bits
+        memcpy(R, Cm, sizeof(float) * nc);
+        memcpy(Cm, c0, sizeof(float) * nc);
+#ifdef _OPENMP
+        int saved = omp_get_max_threads();
+        omp_set_num_threads(1);
+#endif
+        matmul_native(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
+#ifdef _OPENMP
+        omp_set_num_threads(saved);
+#endif
+        if (memcmp(R, Cm, sizeof(float) * nc) != 0) e = INFINITY;
+    }
+    free(abuf); free(bbuf); free(cbuf); free(c0); free(R);
+    return e;
+}
+
+static void test_matmul_native(void) {
+    Rng rng;
+    rng_seed(&rng, 11);
+    // odd sizes, one tile, one tile and one, the edges of KC, KB and MC, and more than one block of each
+    const MatShape shapes[] = {
+        {1, 1, 1}, {7, 33, 5}, {MM_MR, MM_NR, MM_KC}, {MM_MR + 1, MM_NR + 1, MM_KC + 1}, {MM_MR - 1, MM_NR - 1, 3},
+        {2 * MM_MR + 3, 3 * MM_NR - 5, MM_KB + MM_KC + 7}, {MM_MC + MM_MR + 1, 2 * MM_NR + 3, 9}, {37, 300, 259},
+        {130, 65, 520}, {64, 64, 64},
+    };
+    const int nshapes = (int)(sizeof(shapes) / sizeof(shapes[0]));
+    int bad = 0, runs = 0;
+    double worst = 0;
+    for (int s = 0; s < nshapes; s++)
+        for (int tr = 0; tr < 4; tr++) {
+            int ta = tr & 1, tb = tr >> 1;
+            // each shape and transpose with a different alpha/beta, alignment and padding
+            static const float alphas[] = {1.0f, 0.5f, -2.0f}, betas[] = {0.0f, 1.0f, 0.25f};
+            int v = s * 4 + tr;
+            float alpha = alphas[v % 3], beta = betas[(v / 3) % 3];
+            int misalign = v % 4, pad = (v / 2) % 3 == 0 ? 0 : 1 + v % 5;
+            double e = check_matmul(&rng, shapes[s], ta, tb, alpha, beta, misalign, pad, s % 3 == 0);
+            // each C element sums its depth in fp32 (with FMA): a few roundings per term at most
+            double tol = 4e-7 * sqrt((double)shapes[s].K) + 1e-6;
+            runs++;
+            worst = e > worst ? e : worst;
+            if (!(e <= tol)) {
+                bad++;
+                printf("  %dx%dx%d ta=%d tb=%d alpha=%g beta=%g misalign=%d pad=%d: error %.2e (tolerance %.2e)\n",
+                       shapes[s].M, shapes[s].N, shapes[s].K, ta, tb, alpha, beta, misalign, pad, e, tol);
+            }
+        }
+    test_result(bad == 0, "native matmul %s matches a double-precision reference on %d products (odd shapes, block edges, "
+                "transposes, alpha/beta, padded and misaligned operands, 1 vs 2 threads bit-equal; worst %.1e)",
+                MATMUL_NATIVE_KERNEL, runs, worst);
+    // K = 0: C = beta * C
+    float c[6] = {1, 2, 3, 4, 5, 6}, dummy = 0;
+    matmul_native(0, 0, 2, 3, 0, 1.0f, &dummy, 1, &dummy, 3, 0.5f, c, 3);
+    test_result(c[0] == 0.5f && c[5] == 3.0f, "native matmul with K = 0 scales C by beta");
+}
+
+// lengths around the vector width and a long one; each at every misalignment below one vector
+static const int lengths[] = {1, 2, VEC_LANES - 1, VEC_LANES, VEC_LANES + 1, 2 * VEC_LANES + 3, 1000, 4099};
+
+static void test_vec_reductions(void) {
+    Rng rng;
+    rng_seed(&rng, 5);
+    float *buf = (float *)alignedMallocCheck(sizeof(float) * (4099 + 64)), *buf2 = (float *)alignedMallocCheck(sizeof(float) * (4099 + 64));
+    float *work = (float *)mallocCheck(sizeof(float) * (4099 + 64));
+    rng_normal_fill(&rng, buf, 4099 + 64, 3.0f);
+    rng_normal_fill(&rng, buf2, 4099 + 64, 1.0f);
+    double worst[6] = {0};
+    int bad_max = 0;
+    for (size_t li = 0; li < sizeof(lengths) / sizeof(lengths[0]); li++)
+        for (int off = 0; off < VEC_LANES; off += off < 3 ? 1 : VEC_LANES) {
+            int n = lengths[li];
+            const float *x = buf + off, *y = buf2 + off;
+            double mx = x[0], sum = 0, dot = 0, abs_sum = 0, abs_dot = 0;
+            for (int i = 0; i < n; i++) {
+                mx = x[i] > mx ? x[i] : mx;
+                sum += x[i]; abs_sum += fabs(x[i]);
+                dot += (double)x[i] * y[i]; abs_dot += fabs((double)x[i] * y[i]);
+            }
+            if (vec_max(x, n) != (float)mx) bad_max++;
+            double e0 = fabs(vec_sum(x, n) - sum) / abs_sum, e1 = fabs(vec_dot(x, y, n) - dot) / abs_dot;
+            // softmax pieces: sum of exp(x - max), and the stored exp(x - max) * scale
+            // (against exp of the float x - max the kernel sees: that rounding is the caller's)
+            double esum = 0;
+            for (int i = 0; i < n; i++) esum += exp((double)(x[i] - (float)mx));
+            memcpy(work, x, sizeof(float) * n);
+            double e2 = fabs(vec_exp_sum(work, n, (float)mx, 1.0f, 0) - esum) / esum;
+            double e3 = fabs(vec_exp_sum(work, n, (float)mx, 0.5f, 1) - esum) / esum, e4 = 0;
+            for (int i = 0; i < n; i++) {
+                double want = 0.5 * exp((double)(x[i] - (float)mx));
+                double d = fabs(work[i] - want) / want;
+                e4 = d > e4 ? d : e4;
+            }
+            double sq = 0;
+            for (int i = 0; i < n; i++) sq += (double)x[i] * x[i];
+            double e5 = fabs(vec_sum_squares(x, n) - sq) / sq;
+            double e[6] = {e0, e1, e2, e3 > e2 ? e3 : e2, e4, e5};
+            for (int k = 0; k < 6; k++) worst[k] = e[k] > worst[k] ? e[k] : worst[k];
+        }
+    test_result(bad_max == 0, "vec_max (%s, %d lanes) equals the scalar max at every length and alignment", VEC_ISA,
+                VEC_LANES);
+    test_result(worst[0] < 1e-6 && worst[1] < 1e-6, "vec_sum and vec_dot (%s) within 1e-6 of double (%.1e, %.1e)",
+                VEC_ISA, worst[0], worst[1]);
+    test_result(worst[2] < 2e-6 && worst[3] < 2e-6 && worst[4] < 4e-7,
+                "vec_exp_sum (%s) against double exp: sums %.1e, %.1e; stored values %.1e", VEC_ISA, worst[2], worst[3],
+                worst[4]);
+    test_result(worst[5] < 1e-7, "vec_sum_squares (%s) agrees with a float64 sum to %.1e", VEC_ISA, worst[5]);
+    free(buf); free(buf2); free(work);
+}
+
+// max |got - want| / max(|want|, 1)
+static double max_scaled_diff(const float *got, const double *want, int n) {
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        double d = fabs(got[i] - want[i]) / fmax(fabs(want[i]), 1.0);
+        if (!(d <= worst)) worst = d;  // (a NaN sticks)
+    }
+    return worst;
+}
+
+// exp over the clamp range, tanh and GELU forward/backward against libm in double
+static void test_vec_elementwise(void) {
+    double e_exp = 0, e_tanh = 0;
+    for (int i = -8700; i <= 8800; i++) {
+        float x = i * 0.01f;
+        e_exp = fmax(e_exp, fabs(scalar_exp(x) - exp((double)x)) / exp((double)x));
+        float lanes[VEC_LANES] = {x};
+        vf t = vf_tanh(vf_load(lanes));
+        e_tanh = fmax(e_tanh, fabs(t[0] - tanh((double)x)));
+    }
+    test_result(e_exp < 2.5e-7 && e_tanh < 3e-7, "exp (relative %.1e) and tanh (absolute %.1e) on [-87, 88] (%s)", e_exp,
+                e_tanh, VEC_ISA);
+    Rng rng;
+    rng_seed(&rng, 9);
+    const int n = 3 * VEC_LANES + 5;  // full vectors and a tail, misaligned by one float
+    float *buf = (float *)alignedMallocCheck(sizeof(float) * 4 * (n + 1));
+    float *x = buf + 1, *out = x + n + 1, *d = out + n + 1;
+    rng_normal_fill(&rng, x, n, 2.0f);
+    rng_normal_fill(&rng, d, n, 1.0f);
+    float guard = 123.0f;
+    out[n] = guard;
+    gelu_forward(out, x, (size_t)n);
+    const double s2pi = sqrt(2.0 / M_PI);
+    double want[3 * VEC_LANES + 5], want_grad[3 * VEC_LANES + 5];
+    for (int i = 0; i < n; i++) {
+        double xi = x[i], u = s2pi * (xi + 0.044715 * xi * xi * xi), th = tanh(u);
+        want[i] = 0.5 * xi * (1.0 + th);
+        want_grad[i] = d[i] * (0.5 * (1.0 + th) + 0.5 * xi * (1.0 - th * th) * s2pi * (1.0 + 3.0 * 0.044715 * xi * xi));
+    }
+    double ef = max_scaled_diff(out, want, n);
+    gelu_backward_inplace(d, x, (size_t)n);
+    double eb = max_scaled_diff(d, want_grad, n);
+    test_result(ef < 1e-6 && eb < 1e-6 && out[n] == guard,
+                "GELU forward (%.1e) and backward (%.1e) against double over full vectors and a tail (%s)", ef, eb,
+                VEC_ISA);
+    free(buf);
+}
+
+// The global gradient norm's sum of squares over several of its parallel
+// blocks: float64 accuracy and the same bits on 1 and 2 threads.
+static void test_sum_of_squares(void) {
+    const int64_t n = 3 * (1 << 16) + 12345;
+    float *g = (float *)mallocCheck(sizeof(float) * (size_t)(n + 1));
+    Rng rng;
+    rng_seed(&rng, 3);
+    rng_normal_fill(&rng, g, n + 1, 1e-2f);
+    const float *gm = g + 1;  // misaligned
+    double want = 0;
+    for (int64_t i = 0; i < n; i++) want += (double)gm[i] * gm[i];
+    double got = sum_of_squares(gm, n);
+#ifdef _OPENMP
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+#endif
+    double got1 = sum_of_squares(gm, n);
+#ifdef _OPENMP
+    omp_set_num_threads(saved);
+#endif
+    double e = fabs(got - want) / want;
+    test_result(e < 1e-7 && got == got1, "gradient norm's sum of squares: relative error %.1e vs float64, 1 and %d threads equal",
+                e, omp_threads());
+    free(g);
+}
+
+int main(void) {
+    printf("native kernels: %s, %d-lane vectors (%s)\n", MATMUL_NATIVE_KERNEL, VEC_LANES, VEC_ISA);
+    test_matmul_native();
+    test_vec_reductions();
+    test_vec_elementwise();
+    test_sum_of_squares();
+    return test_exit_code();
+}
