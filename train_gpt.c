@@ -3,7 +3,8 @@
 // accumulation to a total batch in tokens, validation and sampling, llm.c model
 // files in and out. It is the correctness reference for the GPU trainer
 // (train_gpt.cu), which takes the same flags (llmc/train_options.h) and writes
-// the same logs (llmc/logger.h).
+// the same logs (llmc/logger.h). With --pp the layers are split over
+// pipeline ranks (llmc/pipeline_cpu.h).
 #include <sys/resource.h>
 
 #include "llmc/comm.h"
@@ -13,6 +14,7 @@
 #include "llmc/modelfile.h"
 #include "llmc/optimizer.h"
 #include "llmc/param_gather.h"
+#include "llmc/pipeline_cpu.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_options.h"
 #include "llmc/train_loop.h"
@@ -59,15 +61,24 @@ int main(int argc, char **argv) {
     train_options_parse(argc, argv, &o, SUMMARY);
     matmul_set_backend(o.matmul);
     if (strcmp(o.comm, "nccl") == 0) die_usage("--comm nccl: the CPU trainer communicates over MPI (--comm mpi)");
-    Comm comm;
-    comm_init(&comm, &argc, &argv, 1, 1, o.comm_timeout);
-    CommGroup *dp = comm_group(&comm, COMM_DATA);
-    const int rank = comm.rank, world = dp->size;  // data-parallel ranks; only rank 0 logs and writes files
-
     int from_file;
     GPTConfig cfg = train_build_config(&o, &from_file);
+    if (o.print_schedule) {
+        LaunchInfo li = launch_detect();
+        train_print_schedule_and_exit(&o, &cfg, li.rank, li.world);
+    }
+    const int pipelined = o.pp > 1;
+    if (pipelined && o.zero > 1) die_usage("--pp %d with --zero %d: pipeline parallel runs at ZeRO-0 and 1 for now", o.pp, o.zero);
+    if (pipelined && (o.ckpt_dir[0] || o.resume[0]))
+        die_usage("--pp %d: checkpoints of a pipeline-parallel run are not built yet (--ckpt-dir, --resume)", o.pp);
+    Comm comm;
+    comm_init(&comm, &argc, &argv, 1, o.pp, o.comm_timeout);
+    CommGroup *dp = comm_group(&comm, COMM_DATA);
+    const int rank = comm.rank, world = dp->size;  // data-parallel ranks; only rank 0 logs and writes files
     BatchPlan plan = train_batch_plan(&o, &cfg, world);
     const int B = plan.B, T = plan.T;
+    PPLayout pp_layout;
+    PPKind pp_kind = pipelined ? train_pipeline_plan(&o, &cfg, &plan, &pp_layout) : PP_1F1B;
 
     {  // the memory this rank will hold (zero_shard.h's formula), checked before anything is allocated
         ParamLayout pl;
@@ -91,24 +102,46 @@ int main(int argc, char **argv) {
         dataloader_init(&val_loader, o.data_val, B, T, dp->rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 2);
 
     Zero zero;  // gradient reduction, sharded AdamW state (and gradients, weights)
-    zero_init(&zero, &model, &comm, o.zero, o.bucket_mb);
+    Pipeline pipeline;  // or the stages of a pipeline and their AdamW state
+    if (pipelined) pipeline_init(&pipeline, &model, &comm, pp_layout, pp_kind, o.zero, B, T, plan.dloss, o.pp_trace);
+    else zero_init(&zero, &model, &comm, o.zero, o.bucket_mb);
     Tokenizer tokenizer;
     int have_tokenizer = train_load_tokenizer(&o, &tokenizer, cfg.vocab_size);
-    gpt_alloc_activations(&model, B, T);
+    if (!pipelined) gpt_alloc_activations(&model, B, T);
+    double act_bytes = 4.0 * (pipelined ? pipeline_activation_floats(&pipeline, plan.accum) : model.acts.num_floats);
 
     double peak_gflops = o.peak_tflops > 0 ? o.peak_tflops * 1e3 : matmul_measure_peak_gflops(1024, 10);
     double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)plan.total_tokens;
-    ZeroMemory zm = zero_cpu_memory(&zero);
+    ZeroMemory zm = {0, 0, 0};
+    if (pipelined) {  // (every rank keeps the whole buffer: stage-sized buffers are not built yet)
+        zm.params = zm.grads = 4.0 * model.layout.num_elements;
+        for (int k = 0; k < pipeline.nheld; k++) zm.optimizer += 8.0 * (pipeline.shards[k].end - pipeline.shards[k].begin);
+    } else {
+        zm = zero_cpu_memory(&zero);
+    }
     if (rank == 0) {
         train_print_header(&o, &cfg, model.layout.num_params, from_file, &plan, world, &train_loader, have_val);
         printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d | ZeRO-%d | bucket %.1f MB | "
                "comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp, comm.tp,
-               comm.pp, o.zero, zero.bucket_elems * 4 / 1e6, o.comm_timeout);
-        printf("memory per rank (ZeRO-%d: N = %lld elements, shard S = %lld): params %.3f MB (4 B x %s) + grads %.3f MB "
-               "(4 B x %s) + AdamW m,v %.3f MB (8 B x %s; the fp32 params are the master copy) = %.3f MB | activations "
-               "%.1f MB\n", o.zero, (long long)zero.map.num_elements, (long long)zero.map.shard, zm.params / 1e6,
-               o.zero >= 3 ? "S" : "N", zm.grads / 1e6, o.zero >= 2 ? "S" : "N", zm.optimizer / 1e6,
-               o.zero >= 1 ? "S" : "N", (zm.params + zm.grads + zm.optimizer) / 1e6, model.acts.num_floats * 4 / 1e6);
+               comm.pp, o.zero, pipelined ? 0.0 : zero.bucket_elems * 4 / 1e6, o.comm_timeout);
+        if (pipelined)
+            printf("pipeline: %d stages over %d ranks | schedule %s | %d micro-batches a step | predicted bubble %.3f "
+                   "(F = B = W; --print-schedule shows it)\n", pp_layout.stages, o.pp, pp_kind_names[pp_kind],
+                   plan.accum, pp_bubble_theory(pp_kind, o.pp, o.virtual_stages, plan.accum));
+        if (pipelined)
+            printf("memory of rank 0 (its stages hold %lld of N = %lld elements, ZeRO-%d over %d data ranks): params "
+                   "%.3f MB + grads %.3f MB (4 B x N each: the whole buffer, stage-sized buffers are not built yet) + "
+                   "AdamW m,v %.3f MB = %.3f MB | activations %.1f MB at the schedule's peak\n",
+                   (long long)pipeline_held_elements(&pipeline), (long long)model.layout.num_elements, o.zero,
+                   world, zm.params / 1e6, zm.grads / 1e6, zm.optimizer / 1e6,
+                   (zm.params + zm.grads + zm.optimizer) / 1e6, act_bytes / 1e6);
+        else
+            printf("memory per rank (ZeRO-%d: N = %lld elements, shard S = %lld): params %.3f MB (4 B x %s) + grads "
+                   "%.3f MB (4 B x %s) + AdamW m,v %.3f MB (8 B x %s; the fp32 params are the master copy) = %.3f MB | "
+                   "activations %.1f MB\n", o.zero, (long long)zero.map.num_elements, (long long)zero.map.shard,
+                   zm.params / 1e6, o.zero >= 3 ? "S" : "N", zm.grads / 1e6, o.zero >= 2 ? "S" : "N",
+                   zm.optimizer / 1e6, o.zero >= 1 ? "S" : "N", (zm.params + zm.grads + zm.optimizer) / 1e6,
+                   act_bytes / 1e6);
         printf("compute: %d threads, matmul %s, peak %.1f GFLOP/s (%s), %.2f GFLOP/step\n", omp_threads(),
                matmul_backend_name(), peak_gflops, o.peak_tflops > 0 ? "--peak-tflops" : MATMUL_PEAK_SOURCE,
                flops_per_step * 1e-9);
@@ -117,8 +150,14 @@ int main(int argc, char **argv) {
 
     CpuTrainer trainer = {&model, &zero};
     TrainModel tm = {&trainer, cpu_forward, cpu_backward, cpu_logits, cpu_begin_step, cpu_begin_micro,
-                     cpu_finish_grads, cpu_optimizer_step, NULL, NULL, cpu_ckpt_stage, NULL, cpu_ckpt_load};
-    CkptRanges ranges = ckpt_ranges(&zero.map, o.zero, 3);
+                     cpu_finish_grads, cpu_optimizer_step, NULL, NULL, cpu_ckpt_stage, NULL, cpu_ckpt_load, NULL};
+    if (pipelined)
+        tm = (TrainModel){&pipeline, pipeline_forward, pipeline_nothing, pipeline_logits, pipeline_nothing,
+                          pipeline_nothing_micro, pipeline_finish_grads, pipeline_optimizer_step, NULL, NULL, NULL,
+                          NULL, NULL, pipeline_step};
+    CkptRanges ranges;
+    memset(&ranges, 0, sizeof(ranges));
+    if (!pipelined) ranges = ckpt_ranges(&zero.map, o.zero, 3);
     float *ckpt_staging = NULL;  // what this rank writes of each checkpoint
     if (o.ckpt_dir[0])
         ckpt_staging = (float *)alignedMallocCheck(sizeof(float) * CKPT_STATES *
@@ -132,10 +171,12 @@ int main(int argc, char **argv) {
     int finished = train_loop(&run, &log);  // 0: preempted, its checkpoint committed
     free(ckpt_staging);
 
-    if (finished && (o.out_dir[0] || o.save_model[0])) {  // every rank takes part; rank 0 writes
+    if (finished && (o.out_dir[0] || o.save_model[0]) && pipelined) pipeline_gather_params(&pipeline);
+    if (finished && (o.out_dir[0] || o.save_model[0]) && (!pipelined || pipeline.rank == 0)) {
+        // every rank of rank 0's data group takes part; rank 0 writes
         ParamGather pg;
-        float *views[3];
-        zero_state_views(&zero, views);
+        float *views[3] = {model.params, NULL, NULL};
+        if (!pipelined) zero_state_views(&zero, views);
         param_gather_init(&pg, dp, model.layout.num_elements, o.zero >= 3, modelfile_fetch_local, views[0]);
         train_save_model_files(&o, &model.layout, rank == 0, param_gather_fetch, &pg);
         param_gather_free(&pg);
@@ -149,7 +190,8 @@ int main(int argc, char **argv) {
     if (have_tokenizer) tokenizer_free(&tokenizer);
     dataloader_free(&train_loader);
     if (have_val) dataloader_free(&val_loader);
-    zero_free(&zero);
+    if (pipelined) pipeline_free(&pipeline);
+    else zero_free(&zero);
     gpt_free(&model);
     comm_finalize(&comm);
     return 0;

@@ -106,6 +106,13 @@ static CommGroup *device_groups(Comm *comm, const char *choice) {
 int main(int argc, char **argv) {
     TrainOptions o;
     train_options_parse(argc, argv, &o, SUMMARY);
+    if (o.print_schedule) {  // (the pipeline's plan needs no GPU)
+        int from_file;
+        GPTConfig cfg = train_build_config(&o, &from_file);
+        LaunchInfo li = launch_detect();
+        train_print_schedule_and_exit(&o, &cfg, li.rank, li.world);
+    }
+    if (o.pp > 1) die_usage("--pp %d: the GPU trainer's pipeline parallel is not built yet (./train_gpt has it)", o.pp);
     if (!cuda_device_present()) die_usage("no CUDA device found (train_gptcu needs one GPU; ./train_gpt runs on the CPU)");
     Comm comm;
     comm_init(&comm, &argc, &argv, 1, 1, o.comm_timeout);
@@ -190,7 +197,7 @@ int main(int argc, char **argv) {
                           NULL, NULL, NULL, 0};
     TrainModel tm = {&trainer, gpu_forward, gpu_backward, gpu_logits, gpu_begin_step, gpu_begin_micro,
                      gpu_finish_grads, gpu_optimizer_step, gpu_range_push, gpu_range_pop, gpu_ckpt_stage,
-                     gpu_ckpt_wait_staged, gpu_ckpt_load};
+                     gpu_ckpt_wait_staged, gpu_ckpt_load, NULL};
     // checkpoints: the fp32 master weights are sharded with the moments (from ZeRO-1)
     CkptRanges ranges = ckpt_ranges(&zero.map, o.zero, 1);
     float *ckpt_staging = NULL;  // (pinned) what this rank writes of each checkpoint

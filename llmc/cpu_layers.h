@@ -169,13 +169,22 @@ static void linear_forward(float *out, const float *inp, const float *weight, co
     matmul(0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, 1.0f, out, OC);
 }
 
-// dinp (N,IC) = dout @ weight (overwritten, or += when accumulate_dinp);
-// dweight (OC,IC) += dout^T @ inp; dbias (OC) += column sums of dout.
-static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                            const float *weight, int N, int IC, int OC, int accumulate_dinp) {
-    matmul(0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, accumulate_dinp ? 1.0f : 0.0f, dinp, IC);
+// dinp (N,IC) = dout @ weight (overwritten): the input gradient (B).
+static void linear_backward_input(float *dinp, const float *dout, const float *weight, int N, int IC, int OC) {
+    matmul(0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
+}
+
+// dweight (OC,IC) += dout^T @ inp; dbias (OC) += column sums of dout: the weight gradient (W).
+static void linear_backward_weight(float *dweight, float *dbias, const float *dout, const float *inp, int N, int IC,
+                                   int OC) {
     matmul(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
     if (dbias) column_sum_accumulate(dbias, dout, N, OC);
+}
+
+static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                            const float *weight, int N, int IC, int OC) {
+    linear_backward_input(dinp, dout, weight, N, IC, OC);
+    linear_backward_weight(dweight, dbias, dout, inp, N, IC, OC);
 }
 
 // ---------------------------------------------------------------------------

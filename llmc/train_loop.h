@@ -48,6 +48,10 @@ typedef struct {
     void (*ckpt_stage)(void *ctx, float *staging, int64_t lo, int64_t hi);
     void (*ckpt_wait_staged)(void *ctx);
     void (*ckpt_load)(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step);
+    // Pipeline parallel (pipeline_cpu.h): the step's forwards and backwards over
+    // all accum micro-batches at once (xs, ys: (accum, B*T)), as the schedule
+    // orders them; the sum of their mean losses. NULL: forward and backward per micro-step.
+    float (*pipeline_step)(void *ctx, const int *xs, const int *ys, int accum);
 } TrainModel;
 
 static inline void train_range_push(const TrainModel *tm, const char *name) {
@@ -211,8 +215,9 @@ static int train_loop(const TrainRun *r, Logger *log) {
     const TrainOptions *o = r->o;
     const TrainModel *tm = r->model;
     const int B = r->plan.B, T = r->plan.T, accum = r->plan.accum;
-    int *x = (int *)mallocCheck(sizeof(int) * (size_t)B * T);
-    int *y = (int *)mallocCheck(sizeof(int) * (size_t)B * T);
+    size_t micro_batches = tm->pipeline_step ? (size_t)accum : 1;  // held at once
+    int *x = (int *)mallocCheck(sizeof(int) * (size_t)B * T * micro_batches);
+    int *y = (int *)mallocCheck(sizeof(int) * (size_t)B * T * micro_batches);
     LrSchedule sched = train_lr_schedule(o);
     Rng sample_rng = train_sample_rng(o);
     int start = o->resume[0] ? train_resume(r, &sample_rng) : 0, finished = 1;
@@ -232,12 +237,15 @@ static int train_loop(const TrainRun *r, Logger *log) {
         double loss = 0.0;
         for (int micro = 0; micro < accum; micro++) {
             train_range_push(tm, "data");
-            dataloader_next(r->train, x, y);
+            size_t at = tm->pipeline_step ? (size_t)micro * B * T : 0;
+            dataloader_next(r->train, x + at, y + at);
             train_range_pop(tm);
+            if (tm->pipeline_step) continue;
             tm->begin_micro(tm->ctx, micro, accum);
             loss += tm->forward(tm->ctx, x, y, B, T, r->plan.dloss);
             tm->backward(tm->ctx);  // the model's hooks start the gradient reductions
         }
+        if (tm->pipeline_step) loss = tm->pipeline_step(tm->ctx, x, y, accum);
         loss = comm_mean(r->dp, loss / accum);
         float norm = tm->finish_grads(tm->ctx);
         float lr = lr_at_step(&sched, step);

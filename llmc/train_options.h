@@ -44,6 +44,11 @@ typedef struct {
     char ckpt_dir[FLAG_STR_MAX];  // checkpoints (checkpoint.h)
     int ckpt_every, ckpt_keep, ckpt_compress;
     char resume[FLAG_STR_MAX];    // "", "auto" or a checkpoint directory
+    int pp, virtual_stages;       // pipeline parallel (pp_layout.h, pp_schedule.h)
+    char pp_layers[FLAG_STR_MAX];
+    char pp_schedule[FLAG_STR_MAX];
+    int print_schedule;
+    char pp_trace[FLAG_STR_MAX];
 } TrainOptions;
 
 #define TO(field) offsetof(TrainOptions, field)
@@ -107,6 +112,18 @@ static const FlagSpec TRAIN_FLAGS[] = {
     {"ckpt-compress", FLAG_INT, TO(ckpt_compress), "0", NULL, 0, 19, "zstd level for checkpoint data (0: raw)"},
     {"resume", FLAG_STRING, TO(resume), "", NULL, 0, 0,
      "continue from a checkpoint: auto (the newest complete one in --ckpt-dir; none: start fresh) or a step_N directory"},
+    {"pp", FLAG_INT, TO(pp), "1", NULL, 1, 32767,
+     "pipeline-parallel stages: the layers split over this many ranks (ranks = data x pipeline; CPU trainer, ZeRO-0)"},
+    {"pp-layers", FLAG_STRING, TO(pp_layers), "", NULL, 0, 0,
+     "layers of each stage, comma-separated, --pp x --virtual-stages counts (default: as even as they go)"},
+    {"pp-schedule", FLAG_CHOICE, TO(pp_schedule), "1f1b", "gpipe|1f1b|interleaved|zb1p", 0, 0,
+     "pipeline schedule: GPipe, 1F1B, interleaved 1F1B (--virtual-stages), zero-bubble ZB-H1"},
+    {"virtual-stages", FLAG_INT, TO(virtual_stages), "1", NULL, 1, 127,
+     "chunks of layers per pipeline rank (the interleaved schedule: 2 or more)"},
+    {"print-schedule", FLAG_BOOL, TO(print_schedule), "0", NULL, 0, 1,
+     "print the pipeline's stages, each rank's actions as a timeline and the predicted bubble, then exit"},
+    {"pp-trace", FLAG_STRING, TO(pp_trace), "", NULL, 0, 0,
+     "debug: each rank writes the pipeline actions it executes, a line per step, to FILE.rankN"},
 };
 #undef TO
 

@@ -15,6 +15,8 @@
 #include "model.h"
 #include "modelfile.h"
 #include "logger.h"
+#include "pp_layout.h"
+#include "pp_schedule.h"
 #include "rand.h"
 #include "schedule.h"
 #include "train_options.h"
@@ -79,6 +81,59 @@ static BatchPlan train_batch_plan(const TrainOptions *o, const GPTConfig *cfg, i
     p.dloss = (float)(1.0 / (double)p.total_tokens);
     if (o->eval_every > 0 && o->data_val[0] == '\0') die_usage("--eval-every needs --data-val");
     return p;
+}
+
+// The pipeline's stages (*layout) and schedule from --pp, --pp-layers,
+// --pp-schedule and --virtual-stages, checked against the model and the batch
+// plan (its accumulation steps are the micro-batches): one line, exit 2, when
+// they do not fit.
+static PPKind train_pipeline_plan(const TrainOptions *o, const GPTConfig *cfg, const BatchPlan *plan,
+                                  PPLayout *layout) {
+    char err[512];
+    if (pp_layout_init(layout, cfg->num_layers, o->pp, o->virtual_stages, o->pp_layers, err, sizeof(err)))
+        die_usage("%s", err);
+    PPKind kind = (PPKind)pp_kind_from_name(o->pp_schedule);
+    const char *why = pp_schedule_unusable(kind, o->pp, o->virtual_stages, plan->accum);
+    if (why)
+        die_usage("--pp-schedule %s with --pp %d, --virtual-stages %d and %d micro-batches a step (the accumulation "
+                  "steps): %s", o->pp_schedule, o->pp, o->virtual_stages, plan->accum, why);
+    return kind;
+}
+
+// --print-schedule: each stage's layers and parameters, then the schedule as
+// a timeline with its bubble, and each rank's list of actions.
+static void train_print_pipeline(const PPLayout *layout, PPKind kind, int micro_batches, const ParamLayout *pl) {
+    printf("pipeline: %d ranks x %d chunk%s = %d stages | schedule %s | %d micro-batches a step\n", layout->pp,
+           layout->v, layout->v > 1 ? "s" : "", layout->stages, pp_kind_names[kind], micro_batches);
+    for (int g = 0; g < layout->stages; g++)
+        printf("  stage %d (rank %d, chunk %d): layers %d-%d | %.3fM parameters%s%s\n", g, g % layout->pp,
+               g / layout->pp, layout->first_layer[g], layout->first_layer[g + 1] - 1,
+               pp_stage_params(pl, layout, g) / 1e6, g == 0 ? " | embeddings" : "",
+               g == layout->stages - 1 ? " | ln_f, classifier (wte, tied)" : "");
+    PPSchedule s;
+    pp_schedule_build(&s, kind, layout->pp, layout->v, micro_batches);
+    pp_print_schedule(stdout, &s);
+    pp_schedule_free(&s);
+}
+
+// --print-schedule (before any rank connects): the data ranks are the
+// launcher's ranks over --pp (one, from a lone process); rank 0 prints, every
+// rank exits 0.
+static void train_print_schedule_and_exit(const TrainOptions *o, const GPTConfig *cfg, int launcher_rank,
+                                          int launcher_world) {
+    if (launcher_world > 1 && launcher_world % o->pp != 0)
+        die_usage("%d ranks do not split into data parallel x --pp %d", launcher_world, o->pp);
+    BatchPlan plan = train_batch_plan(o, cfg, launcher_world > 1 ? launcher_world / o->pp : 1);
+    PPLayout layout;
+    PPKind kind = train_pipeline_plan(o, cfg, &plan, &layout);
+    if (launcher_rank == 0) {
+        ParamLayout pl;
+        param_layout_init(&pl, cfg);
+        train_print_pipeline(&layout, kind, plan.accum, &pl);
+        param_layout_free(&pl);
+    }
+    pp_layout_free(&layout);
+    exit(0);
 }
 
 // Bytes this process can still allocate: the kernel's MemAvailable estimate

@@ -258,6 +258,50 @@ static void test_modelfile_bf16(const GPT *m) {
     unlink(path);
 }
 
+// The backward split into input gradients (B) and weight gradients (W), and
+// the model cut into two stages (the first's output handed to the second, its
+// input gradient handed back): the same gradients as the whole backward, bit
+// for bit, but wte's (its two halves add in another order).
+static void test_split_backward_and_stages(GPT *m, const Fixture *fx) {
+    int B = fx->B, T = fx->T, L = m->cfg.num_layers, C = m->cfg.channels;
+    size_t n = (size_t)m->layout.num_elements, NC = (size_t)B * T * C;
+    float dloss = 1.0f / (float)(B * T);
+    float *whole = (float *)mallocCheck(sizeof(float) * n);
+    forward_backward(m, fx->x, fx->y, B, T);
+    memcpy(whole, m->grads, sizeof(float) * n);
+    GPTActivations a, s0, s1;
+    memset(&a, 0, sizeof(a)), memset(&s0, 0, sizeof(s0)), memset(&s1, 0, sizeof(s1));
+    gpt_zero_grad(m);
+    gpt_activations_alloc(&a, &m->cfg, B, T, 0, L, 1);
+    gpt_stage_forward(m, &a, fx->x, fx->y, B, T, dloss);
+    gpt_stage_backward(m, &a);
+    int64_t fcw = param_tensor(&m->layout, PK_FCW, L - 1)->offset;
+    int untouched = m->grads[fcw] == 0.0f && m->grads[fcw + 1] == 0.0f;
+    gpt_stage_backward_weights(m, &a);
+    test_result(untouched && memcmp(whole, m->grads, sizeof(float) * n) == 0,
+                "split backward: B leaves the weight gradients to W, and B then W equals the whole backward bit for bit");
+    int k = L / 2 > 0 ? L / 2 : 1;
+    gpt_zero_grad(m);
+    gpt_activations_alloc(&s0, &m->cfg, B, T, 0, k, 0);
+    gpt_activations_alloc(&s1, &m->cfg, B, T, k, L, 1);
+    gpt_stage_forward(m, &s0, fx->x, fx->y, B, T, dloss);
+    memcpy(s1.encoded, s0.residual3[k - 1], sizeof(float) * NC);
+    float loss = gpt_stage_forward(m, &s1, fx->x, fx->y, B, T, dloss);
+    gpt_stage_backward(m, &s1);
+    gpt_stage_backward_weights(m, &s1);
+    memcpy(s0.dresidual, s1.dresidual, sizeof(float) * NC);
+    gpt_stage_backward(m, &s0);
+    const ParamTensor *wte = param_tensor(&m->layout, PK_WTE, -1);
+    int same = memcmp(whole + wte->offset + wte->numel, m->grads + wte->offset + wte->numel,
+                      sizeof(float) * (n - (size_t)(wte->offset + wte->numel))) == 0;
+    double e = rel_error(m->grads + wte->offset, whole + wte->offset, (long)wte->numel, 1e-8);
+    test_result(same && e < 1e-6 && fabsf(loss - fx->loss) < 1e-5f,
+                "two stages (layers 0-%d, %d-%d): every gradient equals the whole model's, wte to %.1e (loss %.6f)",
+                k - 1, k, L - 1, e, loss);
+    gpt_activations_free(&a), gpt_activations_free(&s0), gpt_activations_free(&s1);
+    free(whole);
+}
+
 int main(void) {
     GPTConfig cfg;
     modelfile_read_config(MODEL_FIXTURE, &cfg);
@@ -279,6 +323,7 @@ int main(void) {
     matmul_set_backend("auto");
 #endif
     test_finite_differences(&m, &fx);
+    test_split_backward_and_stages(&m, &fx);
     test_modelfile_roundtrip(&m);
     test_modelfile_bf16(&m);
     test_training_steps(&m, &fx);  // last: it changes the weights

@@ -52,7 +52,7 @@ static void check_shape(Rng *rng, MatmulContext *mc, int N, int IC, int OC, int 
     float *d_dw = device_f32_from(dw, wo), *d_db = device_f32_from(db, OC);
     bf16 *d_dout = bf16_shifted(dout, no, shift), *d_dinp = bf16_shifted(NULL, ni, shift);
     float *d_scratch = (float *)cudaMallocCheck(colsum_scratch_floats(N, OC) * 4);
-    linear_backward(dinp, dw, db, dout, inp, w, N, IC, OC, 0);
+    linear_backward(dinp, dw, db, dout, inp, w, N, IC, OC);
     poison(d_dinp, ni * 2);
     gpu_matmul_backward<bf16>(mc, d_dinp, d_dw, d_db, d_scratch, d_dout, d_dout, d_inp, d_w, N, IC, OC, 0);
     float *g_dinp = host_from_bf16(d_dinp, ni), *g_dw = host_from_f32(d_dw, wo), *g_db = host_from_f32(d_db, OC);
@@ -76,7 +76,7 @@ static void check_shape(Rng *rng, MatmulContext *mc, int N, int IC, int OC, int 
     check_close(what, got_nb, ref_nb, no, 1e-2, 1e-2);
     for (size_t i = 0; i < no; i++) dsrc[i] = 2.0f * rng_uniform(rng) - 1.0f;
     float *d_dsrc = device_f32_from(dsrc, no);
-    linear_backward(dinp, dw, NULL, dout, inp, w, N, IC, OC, 0);
+    linear_backward(dinp, dw, NULL, dout, inp, w, N, IC, OC);
     column_sum_accumulate(db, dsrc, N, OC);
     gpu_matmul_backward<float>(mc, NULL, d_dw, d_db, d_scratch, d_dout, d_dsrc, d_inp, d_w, N, IC, OC, 0);
     float *g_dw2 = host_from_f32(d_dw, wo), *g_db2 = host_from_f32(d_db, OC);

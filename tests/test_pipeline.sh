@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# test_pipeline.sh: pipeline parallel on the CPU trainer (llmc/pipeline_cpu.h)
+# under mpirun. Each layout trains 10 steps of the same global batch (8
+# micro-batches a step) as one process: pp 2 with every schedule, pp 4 (1f1b
+# and zb1p), pp 2 interleaved over 2 chunks, pp 2 with --pp-layers, and data 2
+# x pipeline 2; the losses, gradient norms and final weights equal the single
+# process to 1e-5 (the tied wte's two gradients are summed in another order,
+# so the weights are not bit-identical). Evaluation and sampling through the
+# stages give the same validation losses and samples. --pp-trace records what
+# each rank executed, which must be the list --print-schedule prints. Layouts
+# that do not fit end with one line and exit 2. SKIPs without MPI.
+set -u
+cd "$(dirname "$0")/.."
+. tests/checks.sh
+BUILD=${BUILD:-build}
+TRAIN=$BUILD/train_gpt
+CMP=$BUILD/tests/test_zero
+P=pipeline_
+if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
+    echo "SKIP: pipeline (built without MPI or no mpirun)"
+    exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_rmaps_base_oversubscribe=1
+MPIRUN=(timeout 120 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x ASAN_OPTIONS)
+
+cat llmc/*.h > "$tmp/corpus.txt"
+"$BUILD/tokenize" --bytes 1 --out-dir "$tmp" --name d --val-tokens 20000 "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
+    { fail data "$(tail -1 "$tmp/tok.log")"; exit 1; }
+# 4 layers; global batch 4 x 32 tokens x 8 micro-batches
+COMMON=(--data-train "$tmp/d_train_*.bin" --n-layer 4 --n-embd 64 --n-head 4 --vocab-size 257 --max-seq-len 64
+        --seq-len 32 --total-batch-tokens 1024 --steps 10 --lr 3e-4 --weight-decay 0.1 --seed 5 --peak-tflops 1
+        --comm-timeout 60)
+EVAL=(--data-val "$tmp/d_val_*.bin" --eval-every 5 --eval-batches 2 --sample-every 5 --sample-tokens 16)
+
+"$TRAIN" "${COMMON[@]}" --batch-size 4 --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" >"$tmp/ref.log" 2>&1 ||
+    { fail reference_run "$(tail -2 "$tmp/ref.log")"; exit 1; }
+
+# NAME RANKS FLAGS...: trains, and compares with the single process
+layout() {
+    local name=$1 np=$2 rc; shift 2
+    "${MPIRUN[@]}" -np "$np" "$TRAIN" "${COMMON[@]}" "$@" --log-json "$tmp/$name.json" --save-model "$tmp/$name.bin" \
+        >"$tmp/$name.log" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ]; then fail "${name}_runs" "exit $rc: $(grep -a -m2 -i 'error' "$tmp/$name.log" | tr '\n' ' ')"; return; fi
+    "$CMP" --compare-logs "$tmp/ref.json" "$tmp/$name.json" 1e-5 "${P}${name}_loss_and_norm_match_one_process"
+    "$CMP" --compare-models "$tmp/ref.bin" "$tmp/$name.bin" 1e-5 "${P}${name}_weights_match_one_process"
+}
+for schedule in 1f1b gpipe zb1p; do layout "pp2_$schedule" 2 --batch-size 4 --pp 2 --pp-schedule $schedule; done
+layout pp4_1f1b 4 --batch-size 4 --pp 4
+layout pp4_zb1p 4 --batch-size 4 --pp 4 --pp-schedule zb1p
+layout pp2_interleaved_v2 2 --batch-size 4 --pp 2 --pp-schedule interleaved --virtual-stages 2
+layout pp2_layers_1_3 2 --batch-size 4 --pp 2 --pp-layers 1,3
+layout dp2_pp2 4 --batch-size 2 --pp 2
+layout dp2_pp2_zero1 4 --batch-size 2 --pp 2 --zero 1
+layout dp2_pp2_interleaved_zero1 4 --batch-size 2 --pp 2 --pp-schedule interleaved --virtual-stages 2 --zero 1
+check dp2_pp2_says_its_layout "grep -aq '^ranks: 4 (mpirun launch, MPI on) | data parallel 2 x tensor 1 x pipeline 2' '$tmp/dp2_pp2.log'"
+
+# evaluation and sampling run the stages in order: the same losses and text as one process
+"$TRAIN" "${COMMON[@]}" "${EVAL[@]}" --batch-size 4 --log-json "$tmp/eval_ref.json" >"$tmp/eval_ref.log" 2>&1
+"${MPIRUN[@]}" -np 2 "$TRAIN" "${COMMON[@]}" "${EVAL[@]}" --batch-size 4 --pp 2 --pp-schedule interleaved \
+    --virtual-stages 2 --log-json "$tmp/eval_pp.json" --pp-trace "$tmp/trace" >"$tmp/eval_pp.log" 2>&1
+check eval_losses_match_one_process \
+    "[ -n \"\$(grep val_loss '$tmp/eval_ref.json')\" ] && diff <(grep val_loss '$tmp/eval_ref.json') <(grep val_loss '$tmp/eval_pp.json') >/dev/null"
+check samples_match_one_process \
+    "[ \$(grep -ac -- '---- sample' '$tmp/eval_pp.log') = 3 ] && diff <(grep -a -A2 -- '---- sample' '$tmp/eval_ref.log') <(grep -a -A2 -- '---- sample' '$tmp/eval_pp.log') >/dev/null"
+
+# the runtime executed the lists --print-schedule prints, every step
+"$TRAIN" "${COMMON[@]}" --batch-size 4 --pp 2 --pp-schedule interleaved --virtual-stages 2 --print-schedule 1 \
+    >"$tmp/schedule.txt" 2>&1
+for r in 0 1; do
+    want=$(sed -n "s/^  actions rank $r://p" "$tmp/schedule.txt")
+    steps=$(sed "s/^step [0-9]* rank $r://" "$tmp/trace.rank$r" | sort -u)
+    check "trace_of_rank_${r}_is_its_list" "[ -n \"\$want\" ] && [ \"\$steps\" = \"\$want\" ] && [ \$(wc -l <'$tmp/trace.rank$r') = 10 ]" \
+        "the executed actions differ from --print-schedule's: $(head -c 200 <<<"$steps")"
+done
+check print_schedule_bubble "grep -q 'bubble 0.0588 (theory 0.0588)' '$tmp/schedule.txt'"
+
+# layouts that do not fit: one line, exit 2
+expect_usage_error more_stages_than_layers 'more than the model.s 4 layers' \
+    "$TRAIN" "${COMMON[@]}" --pp 8 --print-schedule 1
+expect_usage_error pp_layers_that_do_not_add_up "adds up to 3 layers; the model has 4" \
+    "$TRAIN" "${COMMON[@]}" --pp 2 --pp-layers 1,2 --print-schedule 1
+expect_usage_error interleaved_micro_batches 'multiple of --pp' \
+    "$TRAIN" "${COMMON[@]}" --pp 2 --pp-schedule interleaved --virtual-stages 2 --total-batch-tokens 384 --batch-size 4 \
+    --print-schedule 1
+"${MPIRUN[@]}" -np 3 "$TRAIN" "${COMMON[@]}" --batch-size 4 --pp 2 >"$tmp/np3.log" 2>&1
+rc=$?
+check rejects_world_not_data_times_pipeline "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -aq '3 ranks do not split into tensor-parallel 1 x pipeline-parallel 2' '$tmp/np3.log'" \
+    "exit $rc: $(grep -a -m1 error "$tmp/np3.log")"
+expect_usage_error zero2_with_pp 'ZeRO-0 and 1 for now' "$TRAIN" "${COMMON[@]}" --pp 2 --zero 2
+expect_usage_error checkpoints_with_pp 'not built yet' "$TRAIN" "${COMMON[@]}" --pp 2 --ckpt-dir "$tmp/ck"
