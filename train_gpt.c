@@ -171,6 +171,7 @@ int main(int argc, char **argv) {
     int finished = train_loop(&run, &log);  // 0: preempted, its checkpoint committed
     free(ckpt_staging);
 
+    if (pipelined) pipeline_report(&pipeline, rank == 0);
     if (finished && (o.out_dir[0] || o.save_model[0]) && pipelined) pipeline_gather_params(&pipeline);
     if (finished && (o.out_dir[0] || o.save_model[0]) && (!pipelined || pipeline.rank == 0)) {
         // every rank of rank 0's data group takes part; rank 0 writes

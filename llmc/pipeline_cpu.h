@@ -68,6 +68,9 @@ typedef struct {
     float dloss;
     FILE *trace;               // --pp-trace: the actions each step executed
     int64_t step;
+    // the steps after the first, for pipeline_report: seconds and counts of F, B and W, and of whole steps
+    double op_seconds[3], busy_seconds, span_seconds;
+    int64_t op_count[3], timed_steps;
 } Pipeline;
 
 static inline int pp_stage_first_layer(const Pipeline *pp, int chunk) {
@@ -251,6 +254,7 @@ static float pipeline_step(void *ctx, const int *xs, const int *ys, int m) {
     const PPAction *acts = pp->sched.acts;
     int begin = pp->sched.begin[pp->rank], end = pp->sched.begin[pp->rank + 1];
     if (pp->trace) fprintf(pp->trace, "step %lld rank %d:", (long long)pp->step, pp->rank);
+    double step_start = wall_seconds(), busy = 0.0, op_seconds[3] = {0, 0, 0};
     for (int i = begin; i < end;) {
         const PPAction *a = &acts[i];
         if (pp->trace) {
@@ -267,20 +271,30 @@ static float pipeline_step(void *ctx, const int *xs, const int *ys, int m) {
             continue;
         }
         PPSlot *s = pp_slot(pp, a->chunk, a->mb);
+        if (a->op == PP_F && s->recv_f_posted) comm_wait(&s->recv_f);
+        if (a->op == PP_B && s->recv_b_posted) comm_wait(&s->recv_b);
+        double t0 = wall_seconds();
         if (a->op == PP_F) {
-            if (s->recv_f_posted) comm_wait(&s->recv_f);
             loss += gpt_stage_forward(model, &s->a, xs + a->mb * BT, ys + a->mb * BT, pp->B, pp->T, pp->dloss);
         } else if (a->op == PP_B) {
-            if (s->recv_b_posted) comm_wait(&s->recv_b);
             gpt_stage_backward(model, &s->a);
         } else {
             if (pp->split) gpt_stage_backward_weights(model, &s->a);
             s->w_done = 1;
             pp_slot_maybe_release(pp, s);
         }
+        double took = wall_seconds() - t0;
+        op_seconds[a->op] += took;
+        busy += took;
         i++;
     }
     if (pp->trace) fprintf(pp->trace, "\n");
+    if (pp->step > 0) {  // (the first step allocates the activations)
+        for (int k = 0; k < 3; k++) pp->op_seconds[k] += op_seconds[k], pp->op_count[k] += (int64_t)pp->v * m;
+        pp->busy_seconds += busy;
+        pp->span_seconds += wall_seconds() - step_start;
+        pp->timed_steps++;
+    }
     pp->step++;
     comm_broadcast(pp->pipe, &loss, 1, COMM_F64, pp->p - 1);
     return (float)loss;
@@ -391,6 +405,46 @@ static void pipeline_optimizer_step(void *ctx, const AdamWConfig *ac, float grad
 
 static void pipeline_nothing(void *ctx) { (void)ctx; }
 static void pipeline_nothing_micro(void *ctx, int micro, int accum) { (void)ctx, (void)micro, (void)accum; }
+
+// At the end of a run (every rank of the pipeline group calls it; rank 0 of
+// the group prints): each rank's mean F, B and W times and idle fraction over
+// the steps after the first, and what the simulator (pp_schedule.h) predicts
+// for the lists with those times: the schedule's measured bubble against its
+// model. Transfers are taken as free; the measured idle includes them.
+static void pipeline_report(Pipeline *pp, int print) {
+    if (pp->timed_steps == 0) return;
+    int p = pp->p;
+    double mine[5], *all = (double *)mallocCheck(sizeof(double) * 5 * (size_t)p);
+    for (int k = 0; k < 3; k++) mine[k] = pp->op_seconds[k] / (double)pp->op_count[k];
+    mine[3] = pp->busy_seconds / (double)pp->timed_steps;
+    mine[4] = pp->span_seconds / (double)pp->timed_steps;
+    size_t *counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)p);
+    for (int r = 0; r < p; r++) counts[r] = 5;
+    CommRequest req = comm_all_gather_start(pp->pipe, mine, all, counts, COMM_F64);
+    comm_wait(&req);
+    if (print) {
+        PPTimes *t = (PPTimes *)mallocCheck(sizeof(PPTimes) * (size_t)p);
+        double span = 0.0;
+        for (int r = 0; r < p; r++) {
+            t[r] = (PPTimes){all[5 * r], all[5 * r + 1], all[5 * r + 2], 0.0};
+            if (all[5 * r + 4] > span) span = all[5 * r + 4];
+        }
+        PPSim sim;
+        char err[256];
+        if (pp_simulate_ranks(&pp->sched, t, 1, 0, &sim, err, sizeof(err)) == 0) {
+            printf("pipeline timing (%s, mean of %lld steps after the first; ms): step %.2f measured, %.2f simulated\n",
+                   pp_kind_names[pp->kind], (long long)pp->timed_steps, span * 1e3, sim.span * 1e3);
+            for (int r = 0; r < p; r++)
+                printf("  rank %d: F %.3f B %.3f W %.3f a chunk's micro-batch | idle %.1f%% measured, %.1f%% simulated\n",
+                       r, t[r].f * 1e3, t[r].b * 1e3, t[r].w * 1e3, 100.0 * (1.0 - all[5 * r + 3] / all[5 * r + 4]),
+                       100.0 * sim.idle[r] / sim.span);
+        }
+        pp_sim_free(&sim);
+        free(t);
+    }
+    free(counts);
+    free(all);
+}
 
 // Whole weights on every rank of the pipeline group (for the model files):
 // each element from the one rank whose stage holds it (wte from the first).

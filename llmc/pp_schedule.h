@@ -344,8 +344,11 @@ static inline void pp_sim_free(PPSim *r) {
     memset(r, 0, sizeof(*r));
 }
 
-// 0 if the lists check (pp_schedule_check) and run to the end, else 1 with why in err
-static inline int pp_simulate(const PPSchedule *s, PPTimes t, int keep_times, PPSim *out, char *err, size_t errlen) {
+// 0 if the lists check (pp_schedule_check) and run to the end, else 1 with why
+// in err. times: one PPTimes for every rank, or (per_rank) one per rank (the
+// transfer time is times[0]'s).
+static inline int pp_simulate_ranks(const PPSchedule *s, const PPTimes *times, int per_rank, int keep_times,
+                                    PPSim *out, char *err, size_t errlen) {
     int p = s->p, n = s->begin[p], cells = s->v * s->m;
     size_t n1 = (size_t)(n ? n : 1);
     memset(out, 0, sizeof(*out));
@@ -378,7 +381,7 @@ static inline int pp_simulate(const PPSchedule *s, PPTimes t, int keep_times, PP
     int *at = (int *)mallocCheck((size_t)p * 3 * sizeof(int)), *alive = at + p, *in_flight = alive + p;
     for (int i = 0; i < n; i++) post[i] = -1;
     for (int r = 0; r < p; r++) at[r] = s->begin[r], alive[r] = 0, in_flight[r] = 0;
-#define PP_ARRIVAL(i) (fmax(post[i], post[match[i]]) + t.xfer)  // once both are posted
+#define PP_ARRIVAL(i) (fmax(post[i], post[match[i]]) + times[0].xfer)  // once both are posted
     for (int progress = 1; progress;) {
         progress = 0;
         for (int r = 0; r < p; r++) {
@@ -386,7 +389,8 @@ static inline int pp_simulate(const PPSchedule *s, PPTimes t, int keep_times, PP
                 const PPAction *a = &s->acts[at[r]];
                 int i = at[r];
                 if (!pp_is_comm(a->op)) {
-                    double begin = clock[r], d = a->op == PP_F ? t.f : a->op == PP_B ? t.b : t.w;
+                    const PPTimes *t = &times[per_rank ? r : 0];
+                    double begin = clock[r], d = a->op == PP_F ? t->f : a->op == PP_B ? t->b : t->w;
                     if (recv_of[i] >= 0) {
                         if (post[match[recv_of[i]]] < 0) break;  // its data has not been sent
                         begin = fmax(begin, PP_ARRIVAL(recv_of[i]));
@@ -435,6 +439,10 @@ static inline int pp_simulate(const PPSchedule *s, PPTimes t, int keep_times, PP
     free(post);
     free(match);
     return out->deadlock;
+}
+
+static inline int pp_simulate(const PPSchedule *s, PPTimes t, int keep_times, PPSim *out, char *err, size_t errlen) {
+    return pp_simulate_ranks(s, &t, 0, keep_times, out, err, errlen);
 }
 
 // ---------------------------------------------------------------------------
