@@ -92,7 +92,14 @@ int main(int argc, char **argv) {
     GPT model;
     gpt_init(&model, &cfg);
     if (from_file) modelfile_load(o.model, &model.layout, model.params);
-    else gpt2_init_params(&model.layout, model.params, (uint64_t)o.seed);
+    else if (!pipelined) gpt2_init_params(&model.layout, model.params, (uint64_t)o.seed);
+    else {  // only this rank's stages' tensors, as the whole model's initialisation draws them
+        PPRange held[PP_MAX_RANK_RANGES];
+        int64_t lo[PP_MAX_RANK_RANGES], hi[PP_MAX_RANK_RANGES];
+        int n = pp_rank_ranges(&model.layout, &pp_layout, comm_group(&comm, COMM_PIPELINE)->rank, held);
+        for (int k = 0; k < n; k++) lo[k] = held[k].lo, hi[k] = held[k].hi;
+        gpt2_init_params_in(&model.layout, model.params, (uint64_t)o.seed, lo, hi, n);
+    }
 
     DataLoader train_loader, val_loader;
     dataloader_init(&train_loader, o.data_train, B, T, dp->rank, world, o.shuffle, (uint64_t)o.seed, cfg.vocab_size,
@@ -113,8 +120,8 @@ int main(int argc, char **argv) {
     double peak_gflops = o.peak_tflops > 0 ? o.peak_tflops * 1e3 : matmul_measure_peak_gflops(1024, 10);
     double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)plan.total_tokens;
     ZeroMemory zm = {0, 0, 0};
-    if (pipelined) {  // (every rank keeps the whole buffer: stage-sized buffers are not built yet)
-        zm.params = zm.grads = 4.0 * model.layout.num_elements;
+    if (pipelined) {  // what this rank's stages hold (pipeline_cpu.h)
+        zm.params = zm.grads = 4.0 * (double)pipeline_held_elements(&pipeline);
         for (int k = 0; k < pipeline.nheld; k++) zm.optimizer += 8.0 * (pipeline.shards[k].end - pipeline.shards[k].begin);
     } else {
         zm = zero_cpu_memory(&zero);
@@ -129,11 +136,11 @@ int main(int argc, char **argv) {
                    "(F = B = W; --print-schedule shows it)\n", pp_layout.stages, o.pp, pp_kind_names[pp_kind],
                    plan.accum, pp_bubble_theory(pp_kind, o.pp, o.virtual_stages, plan.accum));
         if (pipelined)
-            printf("memory of rank 0 (its stages hold %lld of N = %lld elements, ZeRO-%d over %d data ranks): params "
-                   "%.3f MB + grads %.3f MB (4 B x N each: the whole buffer, stage-sized buffers are not built yet) + "
-                   "AdamW m,v %.3f MB = %.3f MB | activations %.1f MB at the schedule's peak\n",
+            printf("memory of rank 0 (its stages hold H = %lld of N = %lld elements, ZeRO-%d over %d data ranks): "
+                   "params %.3f MB + grads %.3f MB (4 B x H each) + AdamW m,v %.3f MB (8 B x H%s) = %.3f MB | "
+                   "activations %.1f MB at the schedule's peak\n",
                    (long long)pipeline_held_elements(&pipeline), (long long)model.layout.num_elements, o.zero,
-                   world, zm.params / 1e6, zm.grads / 1e6, zm.optimizer / 1e6,
+                   world, zm.params / 1e6, zm.grads / 1e6, zm.optimizer / 1e6, o.zero ? " / data ranks" : "",
                    (zm.params + zm.grads + zm.optimizer) / 1e6, act_bytes / 1e6);
         else
             printf("memory per rank (ZeRO-%d: N = %lld elements, shard S = %lld): params %.3f MB (4 B x %s) + grads "

@@ -62,14 +62,15 @@ typedef struct {
     GPTHooks hooks;
 } GPT;
 
+// params and grads are zeroed mappings: a page takes memory once written, so
+// a distributed layer that uses part of them (ZeRO-2/3, a pipeline stage)
+// holds only that part.
 static void gpt_init(GPT *m, const GPTConfig *cfg) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     param_layout_init(&m->layout, cfg);
-    m->params = (float *)alignedMallocCheck(sizeof(float) * (size_t)m->layout.num_elements);
-    m->grads = (float *)alignedMallocCheck(sizeof(float) * (size_t)m->layout.num_elements);
-    memset(m->params, 0, sizeof(float) * (size_t)m->layout.num_elements);
-    memset(m->grads, 0, sizeof(float) * (size_t)m->layout.num_elements);
+    m->params = map_zeroed(sizeof(float) * (size_t)m->layout.num_elements);
+    m->grads = map_zeroed(sizeof(float) * (size_t)m->layout.num_elements);
 }
 
 static void gpt_activations_free(GPTActivations *a) {
@@ -155,8 +156,8 @@ static void gpt_alloc_activations(GPT *m, int B, int T) {
 
 static void gpt_free(GPT *m) {
     gpt_activations_free(&m->acts);
-    free(m->params);
-    free(m->grads);
+    munmap(m->params, sizeof(float) * (size_t)m->layout.num_elements);
+    munmap(m->grads, sizeof(float) * (size_t)m->layout.num_elements);
     param_layout_free(&m->layout);
     memset(m, 0, sizeof(*m));
 }

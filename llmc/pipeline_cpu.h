@@ -18,9 +18,11 @@
 // in order on one micro-batch; the loss and the sampled logits are broadcast
 // from the last stage.
 //
-// Every rank keeps the whole flat buffer (model.h) but touches only the
-// ranges its stages hold (pp_stage_ranges); at the end they are summed over
-// the pipeline group into whole weights for the model files.
+// Memory: the weights and gradients stay addressed by the global flat order
+// (model.h), but as anonymous mappings of which only the ranges this rank's
+// stages hold (pp_stage_ranges) are ever touched, so only those take memory;
+// the AdamW state holds just the pieces this rank updates. For the model
+// files, the other ranks send their ranges to rank 0 of the pipeline group.
 #ifndef LLMC_PIPELINE_CPU_H
 #define LLMC_PIPELINE_CPU_H
 
@@ -29,11 +31,13 @@
 #include "optimizer.h"
 #include "pp_layout.h"
 #include "pp_schedule.h"
+#include "zero_cpu.h"
 #include "zero_shard.h"
 
 #define PP_TAG_BASE 200  // point-to-point tags on the pipeline group: PP_TAG_BASE + (stage, micro-batch, direction)
 #define PP_TAG_EVAL 100
 #define PP_TAG_WTE 101
+#define PP_TAG_GATHER 102
 
 typedef struct {
     GPTActivations a;
@@ -50,7 +54,7 @@ typedef struct {
     PPSchedule sched;          // the step's lists, every rank's (built for m micro-batches)
     PPKind kind;
     int rank, p, v, m, B, T, split;
-    PPRange held[PP_MAX_RANGES * 128];  // this rank's ranges of the flat buffer, its chunks in order
+    PPRange held[PP_MAX_RANK_RANGES];  // this rank's ranges of the flat buffer, its chunks in order
     int nheld;
     int wte_at;                // index in held of wte (the first or the last stage holds it; -1: neither)
     int wte_held;              // wte_at on the last stage when p > 1 (the norm counts the first stage's), else -1
@@ -80,7 +84,13 @@ static inline int pp_stage_end_layer(const Pipeline *pp, int chunk) {
     return pp->layout.first_layer[pp_stage_of(pp->p, pp->rank, chunk) + 1];
 }
 
-// layout: the stages' layers (pp_layout_init's); takes it over.
+static int pp_range_cmp(const void *a, const void *b) {
+    int64_t x = ((const PPRange *)a)->lo, y = ((const PPRange *)b)->lo;
+    return (x > y) - (x < y);
+}
+
+// layout: the stages' layers (pp_layout_init's); takes it over. The model's
+// weights: initialised or loaded (at least this rank's ranges).
 static void pipeline_init(Pipeline *pp, GPT *model, Comm *comm, PPLayout layout, PPKind kind, int zero, int B,
                           int T, float dloss, const char *trace_path) {
     memset(pp, 0, sizeof(*pp));
@@ -96,15 +106,22 @@ static void pipeline_init(Pipeline *pp, GPT *model, Comm *comm, PPLayout layout,
     pp->split = kind == PP_ZB1P;
     const ParamLayout *pl = &model->layout;
     pp->wte_held = pp->wte_at = -1;
-    for (int c = 0; c < pp->v; c++) {
-        int g = pp_stage_of(pp->p, pp->rank, c);
-        PPRange r[PP_MAX_RANGES];
-        int n = pp_stage_ranges(pl, &layout, g, r);
-        for (int k = 0; k < n; k++) {
-            if ((g == 0 || g == layout.stages - 1) && k == 0) pp->wte_at = pp->nheld;  // (its first range)
-            if (g == layout.stages - 1 && g > 0 && k == 0) pp->wte_held = pp->nheld;  // the classifier's copy
-            pp->held[pp->nheld++] = r[k];
+    pp->nheld = pp_rank_ranges(pl, &layout, pp->rank, pp->held);
+    const ParamTensor *wte = param_tensor(pl, PK_WTE, -1);
+    for (int k = 0; k < pp->nheld; k++)
+        if (pp->held[k].lo == wte->offset && pp->held[k].hi == wte->offset + wte->numel) {
+            pp->wte_at = k;
+            if (pp->rank == pp->p - 1 && layout.stages > 1) pp->wte_held = k;  // the classifier's copy
         }
+    // the weights outside this rank's stages are handed back (a model file wrote them all)
+    PPRange sorted[PP_MAX_RANK_RANGES];
+    memcpy(sorted, pp->held, sizeof(PPRange) * (size_t)pp->nheld);
+    qsort(sorted, (size_t)pp->nheld, sizeof(PPRange), pp_range_cmp);
+    int64_t gap = 0;
+    for (int k = 0; k <= pp->nheld; k++) {
+        int64_t next = k < pp->nheld ? sorted[k].lo : pl->num_elements;
+        if (next > gap) release_range(model->params, gap, next);
+        if (k < pp->nheld && sorted[k].hi > gap) gap = sorted[k].hi;
     }
     pp->shards = (ShardMap *)mallocCheck(sizeof(ShardMap) * (size_t)pp->nheld);
     pp->state_at = (int64_t *)mallocCheck(sizeof(int64_t) * (size_t)pp->nheld);
@@ -446,18 +463,25 @@ static void pipeline_report(Pipeline *pp, int print) {
     free(all);
 }
 
-// Whole weights on every rank of the pipeline group (for the model files):
-// each element from the one rank whose stage holds it (wte from the first).
+// Whole weights on rank 0 of the pipeline group (for the model files): every
+// other rank sends it its stages' ranges (the last stage's wte is the first's).
 static void pipeline_gather_params(Pipeline *pp) {
     GPT *m = pp->model;
-    int64_t N = m->layout.num_elements, at = 0;
-    unsigned char *mine = (unsigned char *)callocCheck((size_t)N, 1);
-    for (int k = 0; k < pp->nheld; k++)
-        if (k != pp->wte_held) memset(mine + pp->held[k].lo, 1, (size_t)(pp->held[k].hi - pp->held[k].lo));
-    for (; at < N; at++)
-        if (!mine[at]) m->params[at] = 0.0f;
-    free(mine);
-    comm_all_reduce(pp->pipe, m->params, (size_t)N, COMM_F32);
+    for (int r = 1; r < pp->p; r++) {
+        if (pp->rank != 0 && pp->rank != r) continue;
+        for (int c = 0; c < pp->v; c++) {
+            int g = pp_stage_of(pp->p, r, c);
+            PPRange ranges[PP_MAX_RANGES];
+            int n = pp_stage_ranges(&m->layout, &pp->layout, g, ranges);
+            for (int k = g == pp->layout.stages - 1 ? 1 : 0; k < n; k++) {
+                float *at = m->params + ranges[k].lo;
+                size_t len = (size_t)(ranges[k].hi - ranges[k].lo);
+                CommRequest q = pp->rank == 0 ? comm_recv_start(pp->pipe, at, len, COMM_F32, r, PP_TAG_GATHER)
+                                              : comm_send_start(pp->pipe, at, len, COMM_F32, 0, PP_TAG_GATHER);
+                comm_wait(&q);
+            }
+        }
+    }
 }
 
 #endif  // LLMC_PIPELINE_CPU_H

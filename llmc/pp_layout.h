@@ -13,7 +13,8 @@
 
 #include "model.h"
 
-#define PP_MAX_RANGES 4  // wte, wpe, the layers, ln_f
+#define PP_MAX_RANGES 4  // a stage's: wte, wpe, the layers, ln_f
+#define PP_MAX_RANK_RANGES (PP_MAX_RANGES * 127)  // a rank's, over its chunks (--virtual-stages <= 127)
 
 typedef struct {
     int pp, v, stages;  // pipeline ranks, chunks per rank, stages = pp * v
@@ -87,6 +88,14 @@ static inline int pp_stage_ranges(const ParamLayout *pl, const PPLayout *pp, int
     if (g == 0) out[n++] = (PPRange){wte->offset + wte->numel, pl->layer_begin0};  // wpe
     out[n++] = (PPRange){layer_offset(pl, pp->first_layer[g]), layer_offset(pl, pp->first_layer[g + 1])};
     if (g == pp->stages - 1) out[n++] = (PPRange){layer_offset(pl, L), pl->num_elements};  // ln_f
+    return n;
+}
+
+// The ranges pipeline rank `rank` holds: its chunks' stages', in chunk order
+// (at most PP_MAX_RANK_RANGES); returns how many.
+static inline int pp_rank_ranges(const ParamLayout *pl, const PPLayout *pp, int rank, PPRange *out) {
+    int n = 0;
+    for (int c = 0; c < pp->v; c++) n += pp_stage_ranges(pl, pp, c * pp->pp + rank, out + n);
     return n;
 }
 

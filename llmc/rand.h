@@ -58,6 +58,14 @@ static inline void rng_normal_fill(Rng *r, float *out, int64_t n, float std) {
     }
 }
 
+// Advances r past what rng_normal_fill(r, out, n, std) draws.
+static inline void rng_skip_normals(Rng *r, int64_t n) {
+    for (int64_t i = 0; i < n; i += 2) {
+        rng_next_u64(r);
+        rng_next_u64(r);
+    }
+}
+
 // In-place Fisher-Yates shuffle of idx[0..n).
 static inline void rng_permute_u32(Rng *r, uint32_t *idx, uint64_t n) {
     for (uint64_t i = n; i > 1; i--) {

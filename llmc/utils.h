@@ -1,5 +1,6 @@
 // utils.h: error handling shared by every host program: fatal errors that name
-// file:line, checked allocation and checked file I/O, and a monotonic clock.
+// file:line, checked allocation (and zeroed buffers mapped a page at a time),
+// checked file I/O, and a monotonic clock.
 // Convention: a user error (bad flag, bad file) exits with status 2 and one line
 // on stderr; an internal error (allocation, I/O failure) exits with status 1.
 #ifndef LLMC_UTILS_H
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -118,6 +120,29 @@ static inline void fclose_check_at(FILE *f, const char *path, const char *file, 
 #define fcloseCheck(f, path) fclose_check_at((f), (path), __FILE__, __LINE__)
 
 // Seconds on a monotonic clock.
+// A zeroed buffer of `bytes` as an anonymous mapping (page-aligned): its pages
+// take memory only once written, so a buffer addressed in full but used in
+// part (a ZeRO shard, a pipeline stage's ranges) costs only the part.
+static inline float *map_zeroed(size_t bytes) {
+    void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(p != MAP_FAILED, "mmap of %zu bytes failed", bytes);
+    return (float *)p;
+}
+
+// Zeroes buf[lo, hi) of a map_zeroed buffer and hands its whole pages back to the OS.
+static inline void release_range(float *buf, int64_t lo, int64_t hi) {
+    uintptr_t a = (uintptr_t)(buf + lo), b = (uintptr_t)(buf + hi);
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t pa = (a + page - 1) / page * page, pb = b / page * page;
+    if (pa >= pb) {
+        memset((void *)a, 0, b - a);
+        return;
+    }
+    memset((void *)a, 0, pa - a);
+    memset((void *)pb, 0, b - pb);
+    CHECK(madvise((void *)pa, pb - pa, MADV_DONTNEED) == 0, "madvise failed");
+}
+
 static inline double wall_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -21,10 +21,11 @@
 // accumulated in the forward and the embedding backward adds to it at the
 // very end), so the pending range always grows downwards.
 //
-// Released buffers: ZeRO-2 keeps the full gradient buffer, ZeRO-3 also the
-// full parameter buffer, as anonymous mappings whose released ranges are
-// handed back with madvise(MADV_DONTNEED): they hold no memory and read as
-// zero (for gradients that is the zeroing for the next micro-step).
+// Released buffers: the model's full gradient (ZeRO-2) and parameter (ZeRO-3)
+// buffers are anonymous mappings (gpt_cpu.h, utils.h's map_zeroed) whose
+// released ranges are handed back with madvise(MADV_DONTNEED): they hold no
+// memory and read as zero (for gradients that is the zeroing for the next
+// micro-step).
 #ifndef LLMC_ZERO_CPU_H
 #define LLMC_ZERO_CPU_H
 
@@ -55,7 +56,6 @@ typedef struct {
     float *m, *v;           // AdamW state: N elements (stage 0) or S (stage >= 1), indexed from map.begin
     float *grad_shard;      // stage >= 1: this rank's reduced gradient (stage 1: its range of model->grads)
     float *param_shard;     // stage 3: this rank's weights (the master copy), S elements
-    size_t mapped_bytes;    // size of each anonymous mapping (stage 2: grads; stage 3: grads and params)
     int reduce_now;         // this micro-step's gradients are reduced
     int overwrite;          // the reduce-scatter writes grad_shard (first reduced micro-step) rather than adds
     int64_t pending_lo, pending_hi;  // ready gradients not yet in a bucket
@@ -70,29 +70,6 @@ typedef struct {
 } Zero;
 
 // ---------------------------------------------------------------------------
-// mapped buffers
-
-static inline float *zero_map(size_t bytes) {
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    CHECK(p != MAP_FAILED, "mmap of %zu bytes failed", bytes);
-    return (float *)p;
-}
-
-// Zeroes buf[lo, hi) and hands its whole pages back to the OS.
-static inline void zero_release(float *buf, int64_t lo, int64_t hi) {
-    uintptr_t a = (uintptr_t)(buf + lo), b = (uintptr_t)(buf + hi);
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t pa = (a + page - 1) / page * page, pb = b / page * page;
-    if (pa >= pb) {
-        memset((void *)a, 0, b - a);
-        return;
-    }
-    memset((void *)a, 0, pa - a);
-    memset((void *)pb, 0, b - pb);
-    CHECK(madvise((void *)pa, pb - pa, MADV_DONTNEED) == 0, "madvise failed");
-}
-
-// ---------------------------------------------------------------------------
 // gradient buckets
 
 static inline void zero_complete(Zero *z, ZeroBucket *b) {
@@ -104,7 +81,7 @@ static inline void zero_complete(Zero *z, ZeroBucket *b) {
         for (int64_t i = 0; i < phi - plo; i++) dst[i] += src[i];
         z->slot_busy[b->slot] = 0;
     }
-    if (z->stage >= 2) zero_release(z->model->grads, b->lo, b->hi);
+    if (z->stage >= 2) release_range(z->model->grads, b->lo, b->hi);
 }
 
 // Completes the finished buckets (or, with block, all of them), keeping order.
@@ -223,7 +200,7 @@ static inline void zero_release_segment(Zero *z, int s) {
     if (!z->resident[s]) return;
     int64_t lo, hi;
     param_segment_range(&z->model->layout, s, &lo, &hi);
-    zero_release(z->model->params, lo, hi);
+    release_range(z->model->params, lo, hi);
     z->resident[s] = 0;
 }
 
@@ -265,15 +242,11 @@ static inline void zero_init(Zero *z, GPT *model, Comm *comm, int stage, double 
     if (stage >= 2) {
         int64_t slot = z->bucket_elems < z->map.shard ? z->bucket_elems : z->map.shard;
         for (int s = 0; s < ZERO_SLOTS; s++) z->slots[s] = (float *)mallocCheck(sizeof(float) * (size_t)slot);
-        z->mapped_bytes = sizeof(float) * (size_t)n;
-        free(model->grads);
-        model->grads = zero_map(z->mapped_bytes);
     }
-    if (stage == 3) {
+    if (stage == 3) {  // the weights live in param_shard; the model's buffer holds only what is gathered
         z->param_shard = (float *)callocCheck((size_t)z->map.shard, sizeof(float));
         memcpy(z->param_shard, model->params + z->map.begin, sizeof(float) * (size_t)(z->map.end - z->map.begin));
-        free(model->params);
-        model->params = zero_map(z->mapped_bytes);
+        release_range(model->params, 0, n);
         z->resident = (int *)callocCheck((size_t)z->num_segments, sizeof(int));
         z->prefetch_segment = -1;
     }
@@ -370,18 +343,9 @@ static inline void zero_ckpt_load(Zero *z, float *const states[3], const int64_t
         memcpy(views[s] + holds[s][0], states[s], sizeof(float) * (size_t)(holds[s][1] - holds[s][0]));
 }
 
-// Gives the model back its own kind of buffers (gpt_free frees them).
 static inline void zero_free(Zero *z) {
     GPT *m = z->model;
-    if (z->stage >= 2) {
-        munmap(m->grads, z->mapped_bytes);
-        m->grads = NULL;
-    }
-    if (z->stage == 3) {
-        zero_finish_prefetch(z);
-        munmap(m->params, z->mapped_bytes);
-        m->params = NULL;
-    }
+    if (z->stage == 3) zero_finish_prefetch(z);
     memset(&m->hooks, 0, sizeof(m->hooks));
     for (int s = 0; s < ZERO_SLOTS; s++) free(z->slots[s]);
     free(z->m);

@@ -65,21 +65,21 @@ static void test_memory_formula(void) {
 
 static void test_release(void) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE), n = 16 * page / sizeof(float);
-    float *buf = zero_map(n * sizeof(float));
+    float *buf = map_zeroed(n * sizeof(float));
     for (size_t i = 0; i < n; i++) buf[i] = 1.0f;
     int64_t lo = 100, hi = (int64_t)n - 333;
-    zero_release(buf, lo, hi);
+    release_range(buf, lo, hi);
     int ok = 1;
     for (size_t i = 0; i < n; i++) ok &= buf[i] == (((int64_t)i >= lo && (int64_t)i < hi) ? 0.0f : 1.0f);
-    test_result(ok, "zero_release_zeroes_only_its_range");
+    test_result(ok, "release_range_zeroes_only_its_range");
     // the whole pages inside the range are no longer resident (before being read again)
     for (size_t i = 0; i < n; i++) buf[i] = 1.0f;
-    zero_release(buf, lo, hi);
+    release_range(buf, lo, hi);
     unsigned char vec[16];
     CHECK(mincore(buf, 16 * page, vec) == 0, "mincore failed");
     int released = 1;
     for (int p = 1; p < 15; p++) released &= (vec[p] & 1) == 0;
-    test_result(released && (vec[0] & 1) && (vec[15] & 1), "zero_release_hands_pages_back");
+    test_result(released && (vec[0] & 1) && (vec[15] & 1), "release_range_hands_pages_back");
     munmap(buf, n * sizeof(float));
 }
 
