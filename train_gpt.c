@@ -52,7 +52,7 @@ static void cpu_ckpt_stage(void *ctx, float *staging, int64_t lo, int64_t hi) {
 static void cpu_ckpt_load(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step) {
     (void)step;
     int64_t holds[CKPT_STATES][2];
-    for (int s = 0; s < CKPT_STATES; s++) holds[s][0] = ranges->hold[s].lo, holds[s][1] = ranges->hold[s].hi;
+    for (int s = 0; s < CKPT_STATES; s++) holds[s][0] = ranges->hold[s].r[0].lo, holds[s][1] = ranges->hold[s].r[0].hi;
     zero_ckpt_load(((CpuTrainer *)ctx)->zero, states, holds);
 }
 
@@ -69,8 +69,6 @@ int main(int argc, char **argv) {
     }
     const int pipelined = o.pp > 1;
     if (pipelined && o.zero > 1) die_usage("--pp %d with --zero %d: pipeline parallel runs at ZeRO-0 and 1 for now", o.pp, o.zero);
-    if (pipelined && (o.ckpt_dir[0] || o.resume[0]))
-        die_usage("--pp %d: checkpoints of a pipeline-parallel run are not built yet (--ckpt-dir, --resume)", o.pp);
     Comm comm;
     comm_init(&comm, &argc, &argv, 1, o.pp, o.comm_timeout);
     CommGroup *dp = comm_group(&comm, COMM_DATA);
@@ -160,17 +158,16 @@ int main(int argc, char **argv) {
                      cpu_finish_grads, cpu_optimizer_step, NULL, NULL, cpu_ckpt_stage, NULL, cpu_ckpt_load, NULL};
     if (pipelined)
         tm = (TrainModel){&pipeline, pipeline_forward, pipeline_nothing, pipeline_logits, pipeline_nothing,
-                          pipeline_nothing_micro, pipeline_finish_grads, pipeline_optimizer_step, NULL, NULL, NULL,
-                          NULL, NULL, pipeline_step};
-    CkptRanges ranges;
-    memset(&ranges, 0, sizeof(ranges));
-    if (!pipelined) ranges = ckpt_ranges(&zero.map, o.zero, 3);
+                          pipeline_nothing_micro, pipeline_finish_grads, pipeline_optimizer_step, NULL, NULL,
+                          pipeline_ckpt_stage, NULL, pipeline_ckpt_load, pipeline_step};
+    CkptRanges ranges = pipelined ? pipeline_ckpt_ranges(&pipeline) : ckpt_ranges(&zero.map, o.zero, 3);
     float *ckpt_staging = NULL;  // what this rank writes of each checkpoint
     if (o.ckpt_dir[0])
         ckpt_staging = (float *)alignedMallocCheck(sizeof(float) * CKPT_STATES *
-                                                   (size_t)(ranges.write.hi - ranges.write.lo));
+                                                   (size_t)(ckpt_pieces_elems(&ranges.write) + 1));
     TrainRun run = {&o, &cfg, plan, &tm, &train_loader, have_val ? &val_loader : NULL,
-                    have_tokenizer ? &tokenizer : NULL, dp, rank, flops_per_step, peak_gflops * 1e9,
+                    have_tokenizer ? &tokenizer : NULL, dp, pipelined ? comm_group(&comm, COMM_WORLD) : dp, rank,
+                    flops_per_step, peak_gflops * 1e9,
                     {&o, &cfg, &model.layout, &plan, &comm, "train_gpt"}, ranges, ckpt_staging};
     if (rank == 0) train_check_outputs(&o, from_file, &train_loader, have_val ? &val_loader : NULL);
     Logger log;

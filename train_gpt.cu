@@ -203,13 +203,13 @@ int main(int argc, char **argv) {
     float *ckpt_staging = NULL;  // (pinned) what this rank writes of each checkpoint
     if (o.ckpt_dir[0]) {
         CUDA_CHECK(cudaMallocHost((void **)&ckpt_staging, sizeof(float) * CKPT_STATES *
-                                  (size_t)(ranges.write.hi > ranges.write.lo ? ranges.write.hi - ranges.write.lo : 1)));
+                                  (size_t)(ckpt_pieces_elems(&ranges.write) + 1)));
         CUDA_CHECK(cudaStreamCreateWithFlags(&trainer.ckpt_stream, cudaStreamNonBlocking));
         CUDA_CHECK(cudaEventCreateWithFlags(&trainer.ckpt_ready, cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&trainer.ckpt_copied, cudaEventDisableTiming));
     }
     TrainRun run = {&o, &cfg, plan, &tm, &train_loader, have_val ? &val_loader : NULL,
-                    have_tokenizer ? &tokenizer : NULL, host_dp, rank, flops_per_step, peak_tflops * 1e12,
+                    have_tokenizer ? &tokenizer : NULL, host_dp, host_dp, rank, flops_per_step, peak_tflops * 1e12,
                     {&o, &cfg, &model.layout, &plan, &comm, "train_gptcu"}, ranges, ckpt_staging};
     if (rank == 0) train_check_outputs(&o, from_file, &train_loader, have_val ? &val_loader : NULL);
     Logger log;

@@ -125,17 +125,39 @@ static inline uint32_t crc32c_update(uint32_t crc, const void *data, size_t n) {
 
 typedef struct { int64_t lo, hi; } CkptRange;
 
+// Ranges of the flat order, in the order a rank keeps them (a ZeRO shard is
+// one; a pipeline rank's stages are several).
+#define CKPT_MAX_PIECES 20  // (3 states x 20 pieces: the reader's 64 ranges a file)
 typedef struct {
-    CkptRange write;              // this rank's shard: written for every state
-    CkptRange hold[CKPT_STATES];  // what it holds of each state (read back on resume)
+    int n;
+    CkptRange r[CKPT_MAX_PIECES];
+} CkptPieces;
+
+static inline int64_t ckpt_pieces_elems(const CkptPieces *p) {
+    int64_t n = 0;
+    for (int k = 0; k < p->n; k++) n += p->r[k].hi - p->r[k].lo;
+    return n;
+}
+
+typedef struct {
+    CkptPieces write;              // what this rank writes, for every state
+    CkptPieces hold[CKPT_STATES];  // what it holds of each state (read back on resume)
 } CkptRanges;
+
+static inline CkptPieces ckpt_one_piece(int64_t lo, int64_t hi) {
+    CkptPieces p;
+    memset(&p, 0, sizeof(p));
+    p.n = 1;
+    p.r[0].lo = lo, p.r[0].hi = hi;
+    return p;
+}
 
 // By ZeRO stage: the moments are whole at stage 0, the fp32 weights below
 // stage params_sharded_from (the CPU trainer's are the model's own weights,
 // sharded at 3; the GPU trainer's master copy is sharded with the moments, at 1).
 static inline CkptRanges ckpt_ranges(const ShardMap *sm, int stage, int params_sharded_from) {
     CkptRanges r;
-    CkptRange shard = {sm->begin, sm->end}, all = {0, sm->num_elements};
+    CkptPieces shard = ckpt_one_piece(sm->begin, sm->end), all = ckpt_one_piece(0, sm->num_elements);
     r.write = shard;
     r.hold[0] = stage >= params_sharded_from ? shard : all;
     r.hold[1] = r.hold[2] = stage >= 1 ? shard : all;
@@ -253,12 +275,15 @@ static inline void ckpt_text(CkptText *t, const char *fmt, ...) {
     }
 }
 
-// One data file's record (gathered from its rank to rank 0 as 4 doubles).
+// One data file's record (gathered from its rank to rank 0 as doubles). The
+// file holds, for each piece in turn, its range of every state one after the
+// other: piece k of len_k elements starts at 3 * (len_0 + ... + len_{k-1}) elements.
 typedef struct {
-    int64_t lo, hi;     // the range of the flat order, for each state
+    CkptPieces pieces;  // the ranges of the flat order, for each state (none: no file)
     int64_t bytes;      // on disk
     uint32_t crc32c;    // of the bytes on disk
 } CkptFileRecord;
+#define CKPT_RECORD_DOUBLES (3 + 2 * CKPT_MAX_PIECES)
 
 // manifest.json of a checkpoint at point p whose data files are files[0..world) (empty ranges: no file).
 static inline char *ckpt_manifest_json(const CkptRun *run, const CkptPoint *p, const CkptFileRecord *files,
@@ -296,14 +321,20 @@ static inline char *ckpt_manifest_json(const CkptRun *run, const CkptPoint *p, c
     int first = 1;
     for (int r = 0; r < world; r++) {
         const CkptFileRecord *f = &files[r];
-        if (f->hi == f->lo) continue;
-        int64_t n = f->hi - f->lo;
+        int64_t total = ckpt_pieces_elems(&f->pieces), at = 0;
+        if (total == 0) continue;
         ckpt_text(&t, "%s    {\"file\": \"rank_%05d.bin\", \"bytes\": %lld, \"crc32c\": %u, \"compression\": \"%s\", "
                   "\"raw_bytes\": %lld, \"ranges\": [", first ? "" : ",\n", r, (long long)f->bytes, f->crc32c,
-                  compress > 0 ? "zstd" : "none", (long long)(n * CKPT_STATES * 4));
-        for (int s = 0; s < CKPT_STATES; s++)
-            ckpt_text(&t, "%s{\"tensor\": \"%s\", \"lo\": %lld, \"hi\": %lld, \"offset\": %lld}", s ? ", " : "",
-                      CKPT_STATE_NAMES[s], (long long)f->lo, (long long)f->hi, (long long)(s * n * 4));
+                  compress > 0 ? "zstd" : "none", (long long)(total * CKPT_STATES * 4));
+        for (int k = 0; k < f->pieces.n; k++) {
+            const CkptRange *q = &f->pieces.r[k];
+            int64_t n = q->hi - q->lo;
+            for (int s = 0; s < CKPT_STATES; s++)
+                ckpt_text(&t, "%s{\"tensor\": \"%s\", \"lo\": %lld, \"hi\": %lld, \"offset\": %lld}",
+                          k || s ? ", " : "", CKPT_STATE_NAMES[s], (long long)q->lo, (long long)q->hi,
+                          (long long)((CKPT_STATES * at + s * n) * 4));
+            at += n;
+        }
         ckpt_text(&t, "]}");
         first = 0;
     }
@@ -430,7 +461,7 @@ typedef struct {
     CommGroup *dp;
     int rank, world;
     CkptRanges ranges;
-    float *staging;             // (CKPT_STATES, write.hi - write.lo): what this rank writes, from the trainer
+    float *staging;             // (3 x write's elements, the file's order): what this rank writes, from the trainer
     void (*wait_staged)(void *ctx);  // the trainer's: waits for its queued staging copy (NULL: the thread copies)
     void (*stage)(void *ctx, float *staging, int64_t lo, int64_t hi);  // the trainer's copy into staging
     int copy_pending;           // the thread's copy of the checkpoint staged last is not done yet (under mu)
@@ -464,27 +495,36 @@ static inline const char *ckpt_kill_point_for(const CkptWriter *w, int64_t step)
     return point;
 }
 
+// The trainer's copy of each piece this rank writes into its place in staging.
+static inline void ckpt_stage_pieces(CkptWriter *w) {
+    int64_t at = 0;
+    for (int k = 0; k < w->ranges.write.n; k++) {
+        const CkptRange *q = &w->ranges.write.r[k];
+        w->stage(w->ctx, w->staging + CKPT_STATES * at, q->lo, q->hi);
+        at += q->hi - q->lo;
+    }
+}
+
 // The thread's WRITE job: this rank's data file into step_N.tmp/.
 static inline int ckpt_do_write(CkptWriter *w, CkptIO *io) {
     char tmp_dir[CKPT_PATH_MAX], path[CKPT_FILE_MAX];
     ckpt_step_dir(tmp_dir, sizeof(tmp_dir), w->dir, w->point.step, ".tmp");
     if (mkdir(tmp_dir, 0755) != 0 && errno != EEXIST) return ckpt_io_fail(io, "creating", tmp_dir, errno);
     double t0 = wall_seconds();
-    CkptRange r = w->ranges.write;
     if (!w->wait_staged) {  // the copy, while the training thread runs the next forward and backward
-        w->stage(w->ctx, w->staging, r.lo, r.hi);
+        ckpt_stage_pieces(w);
         pthread_mutex_lock(&w->mu);
         w->copy_pending = 0;
         pthread_cond_broadcast(&w->cv);
         pthread_mutex_unlock(&w->mu);
     }
-    w->mine.lo = r.lo;
-    w->mine.hi = r.hi;
+    w->mine.pieces = w->ranges.write;
     w->mine.bytes = 0;
     w->mine.crc32c = 0;
-    if (r.hi > r.lo) {
+    int64_t total = ckpt_pieces_elems(&w->ranges.write);
+    if (total > 0) {
         snprintf(path, sizeof(path), "%s/rank_%05d.bin", tmp_dir, w->rank);
-        size_t n = sizeof(float) * (size_t)(r.hi - r.lo) * CKPT_STATES;
+        size_t n = sizeof(float) * (size_t)total * CKPT_STATES;
         if (io->kill_point && strcmp(io->kill_point, "write-error") == 0) return ckpt_io_fail(io, "writing", path, ENOSPC);
         if (!ckpt_write_file(io, path, w->staging, n, w->compress, &w->mine.bytes, &w->mine.crc32c)) return 0;
     }
@@ -649,16 +689,23 @@ static inline void ckpt_fail(CkptWriter *w, int failed_here) {
 
 // Every rank's data file is durable: the records go to rank 0, whose thread commits.
 static inline void ckpt_start_commit(CkptWriter *w) {
-    double mine[4] = {(double)w->mine.lo, (double)w->mine.hi, (double)w->mine.bytes, (double)w->mine.crc32c};
-    double *all = (double *)mallocCheck(sizeof(double) * 4 * (size_t)w->world);
+    const int D = CKPT_RECORD_DOUBLES;
+    double mine[CKPT_RECORD_DOUBLES] = {(double)w->mine.pieces.n, (double)w->mine.bytes, (double)w->mine.crc32c};
+    for (int k = 0; k < w->mine.pieces.n; k++)
+        mine[3 + 2 * k] = (double)w->mine.pieces.r[k].lo, mine[4 + 2 * k] = (double)w->mine.pieces.r[k].hi;
+    double *all = (double *)mallocCheck(sizeof(double) * D * (size_t)w->world);
     size_t *counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)w->world);
-    for (int r = 0; r < w->world; r++) counts[r] = 4;
+    for (int r = 0; r < w->world; r++) counts[r] = (size_t)D;
     CommRequest req = comm_all_gather_start(w->dp, mine, all, counts, COMM_F64);
     comm_wait(&req);
     for (int r = 0; r < w->world; r++) {
-        CkptFileRecord f = {(int64_t)all[4 * r], (int64_t)all[4 * r + 1], (int64_t)all[4 * r + 2],
-                            (uint32_t)all[4 * r + 3]};
-        w->files[r] = f;
+        const double *a = all + (size_t)D * r;
+        CkptFileRecord *f = &w->files[r];
+        memset(f, 0, sizeof(*f));
+        f->pieces.n = (int)a[0];
+        f->bytes = (int64_t)a[1];
+        f->crc32c = (uint32_t)a[2];
+        for (int k = 0; k < f->pieces.n; k++) f->pieces.r[k].lo = (int64_t)a[3 + 2 * k], f->pieces.r[k].hi = (int64_t)a[4 + 2 * k];
     }
     free(all);
     free(counts);
@@ -774,7 +821,7 @@ static inline int ckpt_step_boundary(CkptWriter *w, int64_t steps_done, int fina
     w->last_staged = steps_done;
     w->phase = CKPT_STAGING;
     if (w->wait_staged) {
-        stage(w->ctx, w->staging, w->ranges.write.lo, w->ranges.write.hi);  // queued
+        ckpt_stage_pieces(w);  // queued
     } else {
         w->copy_pending = 1;  // (the thread is idle: no lock needed before the submit)
         ckpt_hand_to_thread(w);
@@ -964,11 +1011,12 @@ static inline int ckpt_reader_open(CkptReader *r, const char *dir, const CkptRun
 
 static inline void ckpt_reader_close(CkptReader *r) { json_free(&r->root); }
 
-// Where a file's bytes go: for each state, this rank's destination over `hold`.
+// Where a file's bytes go: for each state, this rank's destination over the
+// pieces of `hold`, one after the other.
 typedef struct {
-    float *dst[CKPT_STATES];      // indexed from hold[s].lo
-    CkptRange hold[CKPT_STATES];
-    int64_t filled[CKPT_STATES];  // elements copied (every element of hold exactly once when complete)
+    float *dst[CKPT_STATES];      // (the elements of hold[s]): piece k at the sum of the earlier pieces' lengths
+    CkptPieces hold[CKPT_STATES];
+    int64_t filled[CKPT_STATES];  // bytes copied (every element of hold exactly once when complete)
 } CkptTargets;
 
 typedef struct {
@@ -981,15 +1029,19 @@ static inline void ckpt_scatter(CkptTargets *t, const CkptFileRange *ranges, int
                                 const char *bytes, int64_t n) {
     for (int i = 0; i < nranges; i++) {
         const CkptFileRange *fr = &ranges[i];
-        const CkptRange *h = &t->hold[fr->state];
-        // the range's raw bytes [b0, b1), of which the wanted elements [e0, e1) of the state
-        int64_t e0 = fr->lo > h->lo ? fr->lo : h->lo, e1 = fr->hi < h->hi ? fr->hi : h->hi;
-        if (e1 <= e0) continue;
-        int64_t b0 = fr->offset + (e0 - fr->lo) * 4, b1 = fr->offset + (e1 - fr->lo) * 4;
-        int64_t a = pos > b0 ? pos : b0, z = pos + n < b1 ? pos + n : b1;
-        if (z <= a) continue;
-        memcpy((char *)t->dst[fr->state] + (e0 - h->lo) * 4 + (a - b0), bytes + (a - pos), (size_t)(z - a));
-        t->filled[fr->state] += (z - a);  // (bytes here; divided at the end)
+        const CkptPieces *hold = &t->hold[fr->state];
+        int64_t at = 0;  // where the piece starts in dst
+        for (int k = 0; k < hold->n; at += hold->r[k].hi - hold->r[k].lo, k++) {
+            const CkptRange *h = &hold->r[k];
+            // the range's raw bytes [b0, b1), of which the wanted elements [e0, e1) of the state
+            int64_t e0 = fr->lo > h->lo ? fr->lo : h->lo, e1 = fr->hi < h->hi ? fr->hi : h->hi;
+            if (e1 <= e0) continue;
+            int64_t b0 = fr->offset + (e0 - fr->lo) * 4, b1 = fr->offset + (e1 - fr->lo) * 4;
+            int64_t a = pos > b0 ? pos : b0, z = pos + n < b1 ? pos + n : b1;
+            if (z <= a) continue;
+            memcpy((char *)(t->dst[fr->state] + at) + (e0 - h->lo) * 4 + (a - b0), bytes + (a - pos), (size_t)(z - a));
+            t->filled[fr->state] += (z - a);
+        }
     }
 }
 
@@ -1111,15 +1163,17 @@ static inline int ckpt_read_tensors(CkptReader *r, CkptTargets *t) {
             int64_t lo = -1, hi = -1;
             json_int64(json_get(&jr->items[k], "lo"), 0, INT64_MAX, &lo);
             json_int64(json_get(&jr->items[k], "hi"), 0, INT64_MAX, &hi);
-            for (int s = 0; s < CKPT_STATES; s++) needed |= lo < t->hold[s].hi && hi > t->hold[s].lo;
+            for (int s = 0; s < CKPT_STATES; s++)
+                for (int q = 0; q < t->hold[s].n; q++) needed |= lo < t->hold[s].r[q].hi && hi > t->hold[s].r[q].lo;
         }
         if (!needed && jr) continue;
         if (!ckpt_read_file(r, &files->items[i], t)) return 0;
     }
     for (int s = 0; s < CKPT_STATES; s++)
-        if (t->filled[s] != (t->hold[s].hi - t->hold[s].lo) * 4)
-            return ckpt_reader_fail(r, 1, "%s/manifest.json: the files do not cover %s [%lld, %lld) exactly once",
-                                    r->dir, CKPT_STATE_NAMES[s], (long long)t->hold[s].lo, (long long)t->hold[s].hi);
+        if (t->filled[s] != ckpt_pieces_elems(&t->hold[s]) * 4)
+            return ckpt_reader_fail(r, 1, "%s/manifest.json: the files do not cover %s [%lld, %lld)%s exactly once",
+                                    r->dir, CKPT_STATE_NAMES[s], (long long)t->hold[s].r[0].lo,
+                                    (long long)t->hold[s].r[0].hi, t->hold[s].n > 1 ? " and the rest" : "");
     return 1;
 }
 

@@ -26,6 +26,7 @@
 #ifndef LLMC_PIPELINE_CPU_H
 #define LLMC_PIPELINE_CPU_H
 
+#include "checkpoint.h"
 #include "comm.h"
 #include "gpt_cpu.h"
 #include "optimizer.h"
@@ -422,6 +423,68 @@ static void pipeline_optimizer_step(void *ctx, const AdamWConfig *ac, float grad
 
 static void pipeline_nothing(void *ctx) { (void)ctx; }
 static void pipeline_nothing_micro(void *ctx, int micro, int accum) { (void)ctx, (void)micro, (void)accum; }
+
+// ---------------------------------------------------------------------------
+// checkpoints (checkpoint.h): every rank writes 1/dp of each range its stages
+// hold (the last stage's wte is the first's), so each element is written
+// once; it holds the weights of its ranges and the AdamW state of its pieces.
+
+// Refuses (exit 2) a layout whose ranks hold more pieces than a checkpoint file lists.
+static CkptRanges pipeline_ckpt_ranges(const Pipeline *pp) {
+    CkptRanges r;
+    memset(&r, 0, sizeof(r));
+    if (pp->nheld > CKPT_MAX_PIECES)
+        die_usage("--ckpt-dir: a rank of this pipeline holds %d ranges of the weights, more than a checkpoint file "
+                  "lists (%d): use fewer --virtual-stages", pp->nheld, CKPT_MAX_PIECES);
+    for (int k = 0; k < pp->nheld; k++) {
+        int64_t lo, hi;
+        pp_piece(pp, k, &lo, &hi);
+        r.hold[0].r[r.hold[0].n++] = (CkptRange){pp->held[k].lo, pp->held[k].hi};
+        r.hold[1].r[r.hold[1].n++] = (CkptRange){lo, hi};
+        if (k == pp->wte_held) continue;
+        ShardMap w;
+        shard_map_init(&w, pp->held[k].hi - pp->held[k].lo, pp->dp->rank, pp->dp->size);
+        if (w.end > w.begin) r.write.r[r.write.n++] = (CkptRange){pp->held[k].lo + w.begin, pp->held[k].lo + w.end};
+    }
+    r.hold[2] = r.hold[1];
+    return r;
+}
+
+// The held range a written piece [lo, hi) lies in.
+static int pp_held_of(const Pipeline *pp, int64_t lo, int64_t hi) {
+    for (int k = 0; k < pp->nheld; k++)
+        if (k != pp->wte_held && lo >= pp->held[k].lo && hi <= pp->held[k].hi) return k;
+    DIE("checkpoint piece [%lld, %lld) is not one of this rank's", (long long)lo, (long long)hi);
+}
+
+// [lo, hi) of the weights, m and v, one after the other, into staging.
+static void pipeline_ckpt_stage(void *ctx, float *staging, int64_t lo, int64_t hi) {
+    Pipeline *pp = (Pipeline *)ctx;
+    int k = pp_held_of(pp, lo, hi);
+    int64_t plo, phi, n = hi - lo;
+    pp_piece(pp, k, &plo, &phi);
+    CHECK(lo >= plo && hi <= phi, "checkpoint piece [%lld, %lld) outside this rank's AdamW state",
+          (long long)lo, (long long)hi);
+    const float *views[3] = {pp->model->params + lo, pp->adam_m + pp->state_at[k] + (lo - plo),
+                             pp->adam_v + pp->state_at[k] + (lo - plo)};
+    for (int s = 0; s < 3; s++) memcpy(staging + (size_t)s * (size_t)n, views[s], sizeof(float) * (size_t)n);
+}
+
+// The states over pipeline_ckpt_ranges' holds: the weights of every held
+// range, the AdamW state of every piece (the order adam_m and adam_v keep).
+static void pipeline_ckpt_load(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step) {
+    (void)step;
+    Pipeline *pp = (Pipeline *)ctx;
+    int64_t at = 0;
+    for (int k = 0; k < ranges->hold[0].n; k++) {
+        const CkptRange *q = &ranges->hold[0].r[k];
+        memcpy(pp->model->params + q->lo, states[0] + at, sizeof(float) * (size_t)(q->hi - q->lo));
+        at += q->hi - q->lo;
+    }
+    int64_t n = ckpt_pieces_elems(&ranges->hold[1]);
+    memcpy(pp->adam_m, states[1], sizeof(float) * (size_t)n);
+    memcpy(pp->adam_v, states[2], sizeof(float) * (size_t)n);
+}
 
 // At the end of a run (every rank of the pipeline group calls it; rank 0 of
 // the group prints): each rank's mean F, B and W times and idle fraction over

@@ -44,7 +44,8 @@ typedef struct {
     // fp32 master weights, AdamW m and v into staging (CKPT_STATES, hi - lo),
     // or queues that copy; wait_staged: waits for a queued copy (NULL: stage
     // copies at once, and the writer thread calls it); load: installs the
-    // states over ranges->hold from host arrays, as they were after `step` steps.
+    // states over ranges->hold from host arrays (states[s]: hold[s]'s pieces one
+    // after the other), as they were after `step` steps.
     void (*ckpt_stage)(void *ctx, float *staging, int64_t lo, int64_t hi);
     void (*ckpt_wait_staged)(void *ctx);
     void (*ckpt_load)(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step);
@@ -70,6 +71,7 @@ typedef struct {
     DataLoader *train, *val;   // val: NULL without --data-val
     const Tokenizer *tokenizer;  // NULL: samples print as bytes or ids
     CommGroup *dp;             // the data group on host buffers (means of losses)
+    CommGroup *ckpt_group;     // the ranks that write checkpoints (the data group; the world with --pp)
     int rank;                  // only rank 0 prints
     double flops_per_step, peak_flops;  // FLOP, FLOP/s (for MFU)
     // checkpoints: what the manifest describes, this rank's ranges, its
@@ -188,10 +190,10 @@ static int train_resume(const TrainRun *r, Rng *sample_rng) {
     memset(&t, 0, sizeof(t));
     for (int s = 0; s < CKPT_STATES; s++) {
         t.hold[s] = r->ckpt_ranges.hold[s];
-        t.dst[s] = (float *)mallocCheck(sizeof(float) * (size_t)(t.hold[s].hi - t.hold[s].lo));
+        t.dst[s] = (float *)mallocCheck(sizeof(float) * (size_t)(ckpt_pieces_elems(&t.hold[s]) + 1));
     }
     CkptPoint p;
-    int resumed = ckpt_resume(&r->ckpt, r->dp, r->train, &t, &p);
+    int resumed = ckpt_resume(&r->ckpt, r->ckpt_group, r->train, &t, &p);
     if (resumed) {
         r->model->ckpt_load(r->model->ctx, t.dst, &r->ckpt_ranges, p.step);
         dataloader_restore(r->train, &p.data);
@@ -224,7 +226,8 @@ static int train_loop(const TrainRun *r, Logger *log) {
     CkptWriter writer, *ckpt = NULL;
     if (o->ckpt_dir[0]) {
         ckpt = &writer;
-        ckpt_writer_init(ckpt, &r->ckpt, r->dp, &r->ckpt_ranges, r->ckpt_staging, tm->ckpt_wait_staged, tm->ctx);
+        ckpt_writer_init(ckpt, &r->ckpt, r->ckpt_group, &r->ckpt_ranges, r->ckpt_staging, tm->ckpt_wait_staged,
+                         tm->ctx);
     }
     for (int step = start; step <= o->steps; step++) {
         if (train_eval_now(o, step)) logger_eval(log, step, train_evaluate(r, x, y));

@@ -52,8 +52,7 @@ static void fuzz_one(const uint8_t *data, size_t size) {
     memset(&t, 0, sizeof(t));
     for (int s = 0; s < CKPT_STATES; s++) {
         t.dst[s] = fuzz_state[s];
-        t.hold[s].lo = 0;
-        t.hold[s].hi = fuzz_layout.num_elements;
+        t.hold[s] = ckpt_one_piece(0, fuzz_layout.num_elements);
     }
     CkptReader r;
     char err[CKPT_ERR_MAX];
@@ -61,7 +60,7 @@ static void fuzz_one(const uint8_t *data, size_t size) {
     if (!ok && strstr(err, dir) == NULL) abort();  // every error names the checkpoint's file
     if (ok)
         for (int s = 0; s < CKPT_STATES; s++)
-            if (t.filled[s] != (t.hold[s].hi - t.hold[s].lo) * 4) abort();
+            if (t.filled[s] != ckpt_pieces_elems(&t.hold[s]) * 4) abort();
     ckpt_reader_close(&r);
 }
 
