@@ -134,6 +134,9 @@ static inline void train_options_parse(int argc, char **argv, TrainOptions *o, c
     if (o->min_lr_frac > 1) die_usage("--min-lr-frac must be <= 1");
     if (o->ckpt_every > 0 && o->ckpt_dir[0] == '\0') die_usage("--ckpt-every needs --ckpt-dir");
     if (strcmp(o->resume, "auto") == 0 && o->ckpt_dir[0] == '\0') die_usage("--resume auto needs --ckpt-dir");
+    if (o->pp == 1 && !o->print_schedule &&
+        (o->virtual_stages != 1 || o->pp_layers[0] || o->pp_trace[0] || strcmp(o->pp_schedule, "1f1b") != 0))
+        die_usage("--pp-schedule, --virtual-stages, --pp-layers and --pp-trace need --pp 2 or more");
 #ifndef LLMC_ZSTD
     if (o->ckpt_compress > 0) die_usage("--ckpt-compress %d: this program was built without zstd", o->ckpt_compress);
 #endif

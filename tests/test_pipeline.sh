@@ -125,4 +125,5 @@ expect_usage_error interleaved_micro_batches 'multiple of --pp' \
 rc=$?
 check rejects_world_not_data_times_pipeline "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -aq '3 ranks do not split into tensor-parallel 1 x pipeline-parallel 2' '$tmp/np3.log'" \
     "exit $rc: $(grep -a -m1 error "$tmp/np3.log")"
+expect_usage_error pipeline_flags_without_pp 'need --pp 2 or more' "$TRAIN" "${COMMON[@]}" --virtual-stages 2
 expect_usage_error zero2_with_pp 'ZeRO-0 and 1 for now' "$TRAIN" "${COMMON[@]}" --pp 2 --zero 2
