@@ -83,9 +83,19 @@ int main(int argc, char **argv) {
         param_layout_init(&pl, &cfg);
         ShardMap sm;
         shard_map_init(&sm, pl.num_elements, dp->rank, world);
-        param_layout_free(&pl);
         ZeroMemory need = zero_memory(o.zero, &sm, 4, 4, 8);
-        train_check_host_memory(need.params, need.grads, need.optimizer, 4.0 * gpt_activation_floats(&cfg, B, T));
+        double acts = 4.0 * gpt_activation_floats(&cfg, B, T);
+        if (pipelined) {  // this rank's stages (pipeline_cpu.h)
+            PPRange held[PP_MAX_RANK_RANGES];
+            int pipe_rank = comm_group(&comm, COMM_PIPELINE)->rank, n = pp_rank_ranges(&pl, &pp_layout, pipe_rank, held);
+            double h = 0;
+            for (int k = 0; k < n; k++) h += (double)(held[k].hi - held[k].lo);
+            need.params = need.grads = 4.0 * h;
+            need.optimizer = 8.0 * h / (o.zero ? world : 1);
+            acts = 4.0 * pipeline_rank_activation_floats(&cfg, &pp_layout, pp_kind, pipe_rank, plan.accum, B, T);
+        }
+        param_layout_free(&pl);
+        train_check_host_memory(need.params, need.grads, need.optimizer, acts);
     }
     GPT model;
     gpt_init(&model, &cfg);

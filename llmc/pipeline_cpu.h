@@ -175,14 +175,22 @@ static int64_t pipeline_held_elements(const Pipeline *pp) {
     return n;
 }
 
-// Activation floats this rank's micro-batches in flight need at the
-// schedule's peak (the memory line; the allocation grows to it as it runs).
+// Activation floats pipeline rank `rank`'s micro-batches in flight need at
+// the schedule's peak of m micro-batches (the memory check and line; the
+// allocation grows to it as it runs): that many sets of its average chunk,
+// each with the ends' buffers (an over-estimate for a middle stage).
+static double pipeline_rank_activation_floats(const GPTConfig *cfg, const PPLayout *layout, PPKind kind, int rank,
+                                              int m, int B, int T) {
+    int peak = pp_peak_alive_theory(kind, layout->pp, layout->v, m, rank), layers = 0;
+    for (int c = 0; c < layout->v; c++) {
+        int g = pp_stage_of(layout->pp, rank, c);
+        layers += layout->first_layer[g + 1] - layout->first_layer[g];
+    }
+    return (double)peak * gpt_stage_activation_floats(cfg, B, T, (layers + layout->v - 1) / layout->v,
+                                                      kind == PP_ZB1P, 1, 1);
+}
 static double pipeline_activation_floats(const Pipeline *pp, int m) {
-    int peak = pp_peak_alive_theory(pp->kind, pp->p, pp->v, m, pp->rank), layers = 0;
-    for (int c = 0; c < pp->v; c++) layers += pp_stage_end_layer(pp, c) - pp_stage_first_layer(pp, c);
-    // peak sets of the rank's average chunk, each with its ends' buffers (an over-estimate of a middle stage)
-    return (double)peak * gpt_stage_activation_floats(&pp->model->cfg, pp->B, pp->T, (layers + pp->v - 1) / pp->v,
-                                                      pp->split, 1, 1);
+    return pipeline_rank_activation_floats(&pp->model->cfg, &pp->layout, pp->kind, pp->rank, m, pp->B, pp->T);
 }
 
 static inline int pp_tag(const Pipeline *pp, int stage_to, int mb, int backward) {
