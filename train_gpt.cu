@@ -225,7 +225,7 @@ int main(int argc, char **argv) {
 
     if (finished && (o.out_dir[0] || o.save_model[0])) {  // every rank takes part; rank 0 writes
         ParamGather pg;
-        param_gather_init(&pg, host_dp, nelem, o.zero >= 1, gpu_gpt_read_params, &model);
+        param_gather_init(&pg, host_dp, &ranges.write, gpu_gpt_read_params, &model);
         train_save_model_files(&o, &model.layout, rank == 0, param_gather_fetch, &pg);
         param_gather_free(&pg);
     }

@@ -67,6 +67,7 @@
 #include "json.h"
 #include "logger.h"
 #include "model.h"
+#include "param_map.h"
 #include "rand.h"
 #include "train_options.h"
 #include "train_setup.h"
@@ -161,6 +162,36 @@ static inline CkptRanges ckpt_ranges(const ShardMap *sm, int stage, int params_s
     r.write = shard;
     r.hold[0] = stage >= params_sharded_from ? shard : all;
     r.hold[1] = r.hold[2] = stage >= 1 ? shard : all;
+    return r;
+}
+
+// A rank's ranges of its own flat buffer as ranges of the global flat order
+// (param_map.h's mapping; without tensor parallelism each is a few ranges).
+// Too many pieces for a file: one line, exit 2.
+typedef struct { CkptPieces *out; } CkptGlobalize;
+static inline void ckpt_globalize_run(void *ctx, int64_t local, int64_t global, int64_t n) {
+    (void)local;
+    CkptPieces *p = ((CkptGlobalize *)ctx)->out;
+    if (p->n > 0 && p->r[p->n - 1].hi == global) {
+        p->r[p->n - 1].hi += n;
+        return;
+    }
+    if (p->n == CKPT_MAX_PIECES)
+        die_usage("--ckpt-dir: a rank of this layout holds more ranges of the weights than a checkpoint file lists "
+                  "(%d): use fewer --virtual-stages", CKPT_MAX_PIECES);
+    p->r[p->n++] = (CkptRange){global, global + n};
+}
+static inline CkptPieces ckpt_pieces_global(const CkptPieces *local, const ParamMap *map) {
+    CkptPieces g;
+    memset(&g, 0, sizeof(g));
+    CkptGlobalize ctx = {&g};
+    for (int k = 0; k < local->n; k++) param_map_runs(map, local->r[k].lo, local->r[k].hi, ckpt_globalize_run, &ctx);
+    return g;
+}
+static inline CkptRanges ckpt_ranges_global(const CkptRanges *local, const ParamMap *map) {
+    CkptRanges r;
+    r.write = ckpt_pieces_global(&local->write, map);
+    for (int s = 0; s < CKPT_STATES; s++) r.hold[s] = ckpt_pieces_global(&local->hold[s], map);
     return r;
 }
 

@@ -55,22 +55,40 @@ typedef struct {
 
 typedef struct {
     GPTConfig cfg;
-    ParamLayout layout;
+    ParamLayout layout;   // what this rank holds (the whole model, or a pipeline rank's stages)
     float *params;   // (layout.num_elements)
     float *grads;    // (layout.num_elements)
+    // the classifier's weights when the layout lacks the embeddings (a
+    // pipeline's last stage): a copy of wte (Vp, C) and its gradient, kept
+    // equal to the first stage's by the pipeline (pipeline.h); NULL otherwise
+    float *tied_wte, *tied_dwte;
     GPTActivations acts;  // the whole model's, for gpt_forward / gpt_backward
     GPTHooks hooks;
 } GPT;
 
-// params and grads are zeroed mappings: a page takes memory once written, so
-// a distributed layer that uses part of them (ZeRO-2/3, a pipeline stage)
-// holds only that part.
-static void gpt_init(GPT *m, const GPTConfig *cfg) {
+// The model's part `held` names (NULL: all of it). params and grads are
+// zeroed mappings: a page takes memory once written, so a distributed layer
+// that uses part of them (ZeRO-2/3) holds only that part.
+static void gpt_init_held(GPT *m, const GPTConfig *cfg, const ParamHolding *held) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
-    param_layout_init(&m->layout, cfg);
+    param_layout_init_held(&m->layout, cfg, held, 1, 0);
     m->params = map_zeroed(sizeof(float) * (size_t)m->layout.num_elements);
     m->grads = map_zeroed(sizeof(float) * (size_t)m->layout.num_elements);
+    if (held && held->lnf && !held->embeddings) {
+        size_t n = (size_t)cfg->padded_vocab_size * (size_t)cfg->channels;
+        m->tied_wte = map_zeroed(sizeof(float) * n);
+        m->tied_dwte = map_zeroed(sizeof(float) * n);
+    }
+}
+static void gpt_init(GPT *m, const GPTConfig *cfg) { gpt_init_held(m, cfg, NULL); }
+
+// The classifier's weights (tied to the token embedding) and their gradient.
+static inline float *gpt_wte(const GPT *m) {
+    return m->tied_wte ? m->tied_wte : m->params + param_tensor(&m->layout, PK_WTE, -1)->offset;
+}
+static inline float *gpt_dwte(const GPT *m) {
+    return m->tied_dwte ? m->tied_dwte : m->grads + param_tensor(&m->layout, PK_WTE, -1)->offset;
 }
 
 static void gpt_activations_free(GPTActivations *a) {
@@ -158,6 +176,11 @@ static void gpt_free(GPT *m) {
     gpt_activations_free(&m->acts);
     munmap(m->params, sizeof(float) * (size_t)m->layout.num_elements);
     munmap(m->grads, sizeof(float) * (size_t)m->layout.num_elements);
+    if (m->tied_wte) {
+        size_t n = (size_t)m->cfg.padded_vocab_size * (size_t)m->cfg.channels;
+        munmap(m->tied_wte, sizeof(float) * n);
+        munmap(m->tied_dwte, sizeof(float) * n);
+    }
     param_layout_free(&m->layout);
     memset(m, 0, sizeof(*m));
 }
@@ -180,18 +203,19 @@ static float gpt_stage_forward(GPT *m, GPTActivations *a, const int *inputs, con
     CHECK(B <= a->B && T == a->T, "micro-batch %d x %d does not fit the activations (%d x %d)", B, T, a->B, a->T);
     const ParamLayout *pl = &m->layout;
     int N = B * T;
-    float *wte = m->params + param_tensor(pl, PK_WTE, -1)->offset;
     a->trained = 0;
     if (l0 == 0) {
         for (int i = 0; i < N; i++)
             CHECK(inputs[i] >= 0 && inputs[i] < V, "input token %d out of range [0, %d)", inputs[i], V);
         float *wpe = m->params + param_tensor(pl, PK_WPE, -1)->offset;
-        gpt_hooks_params_needed(&m->hooks, 0, 0);
-        encoder_forward(a->encoded, inputs, wte, wpe, B, T, C);
+        gpt_hooks_params_needed(&m->hooks, 0, HOOK_FORWARD);
+        gpt_hooks_prefetch(&m->hooks, pl, 1);
+        encoder_forward(a->encoded, inputs, gpt_wte(m), wpe, B, T, C);
         a->inputs = inputs;
     }
     for (int l = l0; l < l1; l++) {
-        gpt_hooks_params_needed(&m->hooks, l + 1, 0);
+        gpt_hooks_params_needed(&m->hooks, l + 1, HOOK_FORWARD);
+        gpt_hooks_prefetch(&m->hooks, pl, l + 1 < l1 ? l + 2 : L + 1);
         LayerTensors w = layer_tensors(pl, m->params, l);
         float *residual = l == l0 ? a->encoded : a->residual3[l - 1];
         layernorm_forward(a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C);
@@ -207,7 +231,8 @@ static float gpt_stage_forward(GPT *m, GPTActivations *a, const int *inputs, con
         a->trained = dloss != 0.0f;
         return 0.0f;
     }
-    gpt_hooks_params_needed(&m->hooks, L + 1, 0);
+    gpt_hooks_params_needed(&m->hooks, L + 1, HOOK_FORWARD);
+    float *wte = gpt_wte(m);
     float *lnfw = m->params + param_tensor(pl, PK_LNFW, -1)->offset;
     float *lnfb = m->params + param_tensor(pl, PK_LNFB, -1)->offset;
     float *last_out = l1 > l0 ? a->residual3[l1 - 1] : a->encoded;
@@ -219,7 +244,7 @@ static float gpt_stage_forward(GPT *m, GPTActivations *a, const int *inputs, con
         CHECK(targets[i] >= 0 && targets[i] < V, "target token %d out of range [0, %d)", targets[i], V);
     double total = softmax_crossentropy(a->logits, a->losses, targets, N, V, dloss);
     if (dloss != 0.0f) {
-        float *dwte = m->grads + param_tensor(pl, PK_WTE, -1)->offset;
+        float *dwte = gpt_dwte(m);
         // dlnf (N,C) = dlogits @ wte[:V]; dwte[:V] += dlogits^T @ lnf
         matmul(0, 0, N, C, V, 1.0f, a->logits, V, wte, C, 0.0f, a->dlnf, C);
         matmul(1, 0, V, C, N, 1.0f, a->logits, V, a->lnf, C, 1.0f, dwte, C);
@@ -244,10 +269,9 @@ static void gpt_layer_weight_grads(GPT *m, const GPTActivations *a, int l, Layer
 // The embeddings' gradient (first stage): from the residual gradient at layer 0's input.
 static void gpt_embedding_backward(GPT *m, GPTActivations *a) {
     const ParamLayout *pl = &m->layout;
-    gpt_hooks_params_needed(&m->hooks, 0, 1);
-    float *dwte = m->grads + param_tensor(pl, PK_WTE, -1)->offset;
+    gpt_hooks_params_needed(&m->hooks, 0, HOOK_GRADS);
     float *dwpe = m->grads + param_tensor(pl, PK_WPE, -1)->offset;
-    encoder_backward(dwte, dwpe, a->dresidual, a->inputs, a->B, a->T, m->cfg.channels);
+    encoder_backward(gpt_dwte(m), dwpe, a->dresidual, a->inputs, a->B, a->T, m->cfg.channels);
     gpt_hooks_grads_ready(&m->hooks, 0);
 }
 
@@ -266,7 +290,8 @@ static void gpt_stage_backward(GPT *m, GPTActivations *a) {
     const ParamLayout *pl = &m->layout;
     float *dres = a->dresidual;
     if (l1 == L) {
-        gpt_hooks_params_needed(&m->hooks, L + 1, 1);
+        gpt_hooks_params_needed(&m->hooks, L + 1, HOOK_BACKWARD);
+        gpt_hooks_prefetch(&m->hooks, pl, l1 > l0 ? l1 : 0);
         float *lnfw = m->params + param_tensor(pl, PK_LNFW, -1)->offset;
         float *dlnfw = m->grads + param_tensor(pl, PK_LNFW, -1)->offset;
         float *dlnfb = m->grads + param_tensor(pl, PK_LNFB, -1)->offset;
@@ -276,7 +301,8 @@ static void gpt_stage_backward(GPT *m, GPTActivations *a) {
         gpt_hooks_grads_ready(&m->hooks, L + 1);
     }
     for (int l = l1 - 1; l >= l0; l--) {
-        gpt_hooks_params_needed(&m->hooks, l + 1, 1);
+        gpt_hooks_params_needed(&m->hooks, l + 1, HOOK_BACKWARD);
+        if (l > l0) gpt_hooks_prefetch(&m->hooks, pl, l);
         LayerTensors w = layer_tensors(pl, m->params, l);
         LayerTensors g = layer_tensors(pl, m->grads, l);
         float *residual = l == l0 ? a->encoded : a->residual3[l - 1];
@@ -316,7 +342,7 @@ static void gpt_stage_backward_weights(GPT *m, GPTActivations *a) {
     CHECK(a->split, "gpt_stage_backward_weights without a split backward");
     int N = a->B * a->T;
     for (int l = a->l1 - 1; l >= a->l0; l--) {
-        gpt_hooks_params_needed(&m->hooks, l + 1, 1);
+        gpt_hooks_params_needed(&m->hooks, l + 1, HOOK_GRADS);
         gpt_layer_weight_grads(m, a, l, (LayerDouts){a->dmlp_out[l], a->dfch[l], a->datt_out[l], a->dqkv_l[l]}, N);
         gpt_hooks_grads_ready(&m->hooks, l + 1);
     }

@@ -212,7 +212,7 @@ static inline int segment_num_slots(const ParamLayout *pl, int wanted) {
 static inline int64_t segment_buffer_elems(const ParamLayout *pl, int num_slots) {
     int64_t lo, hi;
     param_segment_range(pl, param_num_segments(pl) - 1, &lo, &hi);
-    return pl->layer_begin0 + (int64_t)segment_num_slots(pl, num_slots) * pl->layer_stride + (hi - lo);
+    return pl->segment_hi[0] + (int64_t)segment_num_slots(pl, num_slots) * pl->layer_stride + (hi - lo);
 }
 
 // The device memory a model needs (without allocating anything) at its sharding.
@@ -260,7 +260,7 @@ static void segment_buffers_init(SegmentBuffers *sb, void **views, const ParamLa
     int64_t lo, hi;
     param_segment_range(pl, last, &lo, &hi);
     sb->num_slots = segment_num_slots(pl, num_slots);
-    sb->embed = cudaMallocCheck((size_t)pl->layer_begin0 * elem_bytes);
+    sb->embed = cudaMallocCheck((size_t)pl->segment_hi[0] * elem_bytes);
     sb->lnf = cudaMallocCheck((size_t)(hi - lo) * elem_bytes);
     for (int k = 0; k < sb->num_slots; k++) sb->slot[k] = cudaMallocCheck((size_t)pl->layer_stride * elem_bytes);
     views[0] = segment_view(pl, sb->embed, 0, elem_bytes);
@@ -508,14 +508,14 @@ static float gpu_gpt_forward(GPTGPU *m, const int *inputs, const int *targets, i
     m->trained_batch = 0;
 
     const GPTHooks *h = &m->hooks;
-    gpt_hooks_params_needed(h, 0, 0);
+    gpt_hooks_params_needed(h, 0, HOOK_FORWARD);
     gpu_encoder_forward(a->encoded, a->inputs, gpu_param_bf16(m, PK_WTE, -1), gpu_param_bf16(m, PK_WPE, -1), B, T, C, s);
-    gpt_hooks_params_needed(h, 1, 0);
+    gpt_hooks_params_needed(h, 1, HOOK_FORWARD);
     LayerWeightsBF16 w0 = gpu_layer_weights(m, 0);
     gpu_layernorm_forward(a->ln1[0], a->ln1_mean[0], a->ln1_rstd[0], a->encoded, w0.ln1w, w0.ln1b, N, C, s);
     for (int l = 0; l < L; l++) {
         NVTX_RANGE("layer_forward");
-        gpt_hooks_params_needed(h, l + 1, 0);
+        gpt_hooks_params_needed(h, l + 1, HOOK_FORWARD);
         LayerWeightsBF16 w = gpu_layer_weights(m, l);
         const bf16 *residual = l == 0 ? a->encoded : a->residual3[l - 1];
         gpu_matmul_forward(&m->mm, a->qkv[l], NULL, a->ln1[l], w.qkvw, w.qkvb, N, C, 3 * C, s);
@@ -527,7 +527,7 @@ static float gpu_gpt_forward(GPTGPU *m, const int *inputs, const int *targets, i
         gpu_matmul_forward(&m->mm, a->proj, NULL, a->fch_gelu[l], w.fcprojw, w.fcprojb, N, 4 * C, C, s);
         // the next LayerNorm (the next layer's ln_1, or ln_f) fused with this residual add
         int last = l == L - 1;
-        gpt_hooks_params_needed(h, l + 2, 0);
+        gpt_hooks_params_needed(h, l + 2, HOOK_FORWARD);
         LayerWeightsBF16 wn = gpu_layer_weights(m, last ? l : l + 1);
         gpu_fused_residual_layernorm(a->residual3[l], last ? a->lnf : a->ln1[l + 1],
                                      last ? a->lnf_mean : a->ln1_mean[l + 1], last ? a->lnf_rstd : a->ln1_rstd[l + 1],
@@ -572,14 +572,14 @@ static void gpu_gpt_backward(GPTGPU *m) {
 
     const GPTHooks *h = &m->hooks;
     CUDA_CHECK(cudaMemsetAsync(a->dres, 0, sizeof(float) * (size_t)N * C, s));
-    gpt_hooks_params_needed(h, L + 1, 1);
+    gpt_hooks_params_needed(h, L + 1, HOOK_BACKWARD);
     gpu_layernorm_backward(a->dres, a->dres_bf16, gpu_grad(m, PK_LNFW, -1), gpu_grad(m, PK_LNFB, -1), a->scratch,
                            a->dln, a->residual3[L - 1], gpu_param_bf16(m, PK_LNFW, -1), a->lnf_mean, a->lnf_rstd, N,
                            C, s);
     gpt_hooks_grads_ready(h, L + 1);
     for (int l = L - 1; l >= 0; l--) {
         NVTX_RANGE("layer_backward");
-        gpt_hooks_params_needed(h, l + 1, 1);
+        gpt_hooks_params_needed(h, l + 1, HOOK_BACKWARD);
         LayerWeightsBF16 w = gpu_layer_weights(m, l);
         LayerTensors g = layer_tensors(pl, m->grad_view[l + 1], l);
         const bf16 *residual = l == 0 ? a->encoded : a->residual3[l - 1];
@@ -606,7 +606,7 @@ static void gpu_gpt_backward(GPTGPU *m) {
                                a->ln1_mean[l], a->ln1_rstd[l], N, C, s);
         gpt_hooks_grads_ready(h, l + 1);
     }
-    gpt_hooks_params_needed(h, 0, 1);
+    gpt_hooks_params_needed(h, 0, HOOK_BACKWARD);
     gpu_encoder_backward(gpu_grad(m, PK_WTE, -1), gpu_grad(m, PK_WPE, -1), a->dres, &m->index, B, T, C, s);
     gpt_hooks_grads_ready(h, 0);
     m->trained_batch = 0;

@@ -20,6 +20,7 @@
 
 #include "file_io.h"
 #include "model.h"
+#include "param_map.h"
 
 #define MODELFILE_MAGIC 20240326
 #define MODELFILE_FP32 3
@@ -62,25 +63,51 @@ static int modelfile_read_config(const char *path, GPTConfig *cfg) {
     return header[1];
 }
 
-typedef struct { FILE *f; const char *path; float *params; int version; } ModelFileIO;
+typedef struct {
+    FILE *f;
+    const char *path;
+    const ParamLayout *local, *global;
+    float *params;   // (local->num_elements)
+    float *scratch;  // a split tensor's global values
+    int version;
+} ModelFileIO;
 
-static void modelfile_read_tensor(const ParamTensor *t, void *ctx) {
-    ModelFileIO *io = (ModelFileIO *)ctx;
-    float *dst = io->params + t->offset;
+// n values at dst from the file: fp32, or bf16 read into the first half of
+// dst's own storage and widened back to front.
+static void modelfile_read_values(ModelFileIO *io, float *dst, int64_t n) {
     if (io->version == MODELFILE_FP32) {
-        freadExact(dst, sizeof(float), (size_t)t->numel, io->f, io->path);
+        freadExact(dst, sizeof(float), (size_t)n, io->f, io->path);
         return;
     }
-    // bf16: read into the first half of the tensor's own storage, widen back to front
     uint16_t *bf = (uint16_t *)dst;
-    freadExact(bf, sizeof(uint16_t), (size_t)t->numel, io->f, io->path);
-    for (int64_t i = t->numel - 1; i >= 0; i--) {
+    freadExact(bf, sizeof(uint16_t), (size_t)n, io->f, io->path);
+    for (int64_t i = n - 1; i >= 0; i--) {
         uint32_t bits = (uint32_t)bf[i] << 16;
         memcpy(&dst[i], &bits, sizeof(bits));
     }
 }
 
-// Loads a model file whose config equals pl->cfg into params (the flat buffer).
+// One tensor of the file (a tensor of the global layout): into the rank's
+// buffer where it holds it (its slice of a split tensor), else skipped.
+static void modelfile_read_tensor(const ParamTensor *g, void *ctx) {
+    ModelFileIO *io = (ModelFileIO *)ctx;
+    int at = io->local->tensor_at[g->id];
+    if (at < 0) {
+        if (fseek(io->f, (long)(g->numel * (io->version == MODELFILE_FP32 ? 4 : 2)), SEEK_CUR) != 0)
+            die_usage("cannot seek in '%s'", io->path);
+        return;
+    }
+    const ParamTensor *t = &io->local->tensors[at];
+    if (t->split == SPLIT_NONE) {
+        modelfile_read_values(io, io->params + t->offset, t->numel);
+        return;
+    }
+    modelfile_read_values(io, io->scratch, g->numel);
+    param_slice_from_global(io->local, io->global, t, io->scratch, io->params);
+}
+
+// Loads a model file whose config equals pl->cfg into params (the flat buffer
+// of pl: the whole model, or what a rank holds of it).
 static void modelfile_load(const char *path, const ParamLayout *pl, float *params) {
     GPTConfig cfg;
     int version = modelfile_read_config(path, &cfg);
@@ -88,14 +115,25 @@ static void modelfile_load(const char *path, const ParamLayout *pl, float *param
     size_t elem = version == MODELFILE_FP32 ? 4 : 2;
     int64_t size;
     FILE *f = open_input(path, "--model", &size);
-    int64_t want = 256 * (int64_t)sizeof(int) + pl->num_params * (int64_t)elem;  // exact within model.h's bounds
+    ParamLayout global;
+    param_layout_init(&global, &cfg);
+    int64_t want = 256 * (int64_t)sizeof(int) + global.num_params * (int64_t)elem;  // exact within model.h's bounds
     if (size != want)
         die_usage("'%s' has %lld bytes, expected %lld for this model (truncated or wrong file)", path,
                   (long long)size, (long long)want);
     if (fseek(f, 256 * sizeof(int), SEEK_SET) != 0) die_usage("cannot seek in '%s'", path);
     memset(params, 0, sizeof(float) * (size_t)pl->num_elements);
-    ModelFileIO io = {f, path, params, version};
-    modelfile_for_each(pl, modelfile_read_tensor, &io);
+    float *scratch = NULL;
+    if (pl->tp > 1) {
+        int64_t most = 0;
+        for (int k = 0; k < global.num_tensors; k++)
+            if (global.tensors[k].numel > most) most = global.tensors[k].numel;
+        scratch = (float *)mallocCheck(sizeof(float) * (size_t)most);
+    }
+    ModelFileIO io = {f, path, pl, &global, params, scratch, version};
+    modelfile_for_each(&global, modelfile_read_tensor, &io);
+    free(scratch);
+    param_layout_free(&global);
     fclose(f);
 }
 

@@ -1,27 +1,23 @@
-// pp_layout.h: which layers each pipeline stage runs, and which ranges of the
-// global flat parameter buffer (model.h) it holds. Stages are numbered
+// pp_layout.h: which layers each pipeline stage runs, and what of the model
+// (model.h's ParamHolding) a pipeline rank holds. Stages are numbered
 // g = chunk * pp + rank (pp_schedule.h); stage 0 also holds the embeddings
 // (wte, wpe), the last stage ln_f and the classifier, which is wte again
-// (tied): both ends hold a copy of wte. Each stage's holding is a list of
-// ranges of the one flat order, so ZeRO shards, checkpoints and model files
-// see a stage's tensors as what they are globally.
+// (tied): the last stage keeps a copy of wte outside its layout (pipeline.h).
+// A rank's layout of its holding, with param_map.h's mapping, is how ZeRO
+// shards, checkpoints and model files see its tensors in the global order.
 #ifndef LLMC_PP_LAYOUT_H
 #define LLMC_PP_LAYOUT_H
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "model.h"
-
-#define PP_MAX_RANGES 4  // a stage's: wte, wpe, the layers, ln_f
-#define PP_MAX_RANK_RANGES (PP_MAX_RANGES * 127)  // a rank's, over its chunks (--virtual-stages <= 127)
 
 typedef struct {
     int pp, v, stages;  // pipeline ranks, chunks per rank, stages = pp * v
     int *first_layer;   // (stages + 1): stage g runs layers [first_layer[g], first_layer[g + 1])
 } PPLayout;
-
-typedef struct { int64_t lo, hi; } PPRange;
 
 static inline void pp_layout_free(PPLayout *pl) {
     free(pl->first_layer);
@@ -78,38 +74,34 @@ static inline int pp_layout_init(PPLayout *pl, int num_layers, int pp, int v, co
     return 0;
 }
 
-// The ranges of the flat buffer stage g holds, in flat order (wte first on
-// the first and on the last stage); returns how many.
-static inline int pp_stage_ranges(const ParamLayout *pl, const PPLayout *pp, int g, PPRange out[PP_MAX_RANGES]) {
-    int n = 0, L = pl->cfg.num_layers;
-    const ParamTensor *wte = param_tensor(pl, PK_WTE, -1);
-    // wte apart from wpe, so that both ends hold the same wte range (ZeRO shards it alike)
-    if (g == 0 || g == pp->stages - 1) out[n++] = (PPRange){wte->offset, wte->offset + wte->numel};
-    if (g == 0) out[n++] = (PPRange){wte->offset + wte->numel, pl->layer_begin0};  // wpe
-    out[n++] = (PPRange){layer_offset(pl, pp->first_layer[g]), layer_offset(pl, pp->first_layer[g + 1])};
-    if (g == pp->stages - 1) out[n++] = (PPRange){layer_offset(pl, L), pl->num_elements};  // ln_f
-    return n;
-}
-
-// The ranges pipeline rank `rank` holds: its chunks' stages', in chunk order
-// (at most PP_MAX_RANK_RANGES); returns how many.
-static inline int pp_rank_ranges(const ParamLayout *pl, const PPLayout *pp, int rank, PPRange *out) {
-    int n = 0;
-    for (int c = 0; c < pp->v; c++) n += pp_stage_ranges(pl, pp, c * pp->pp + rank, out + n);
-    return n;
-}
-
-// Parameters (not alignment gaps) of stage g.
-static inline int64_t pp_stage_params(const ParamLayout *pl, const PPLayout *pp, int g) {
-    PPRange r[PP_MAX_RANGES];
-    int n = pp_stage_ranges(pl, pp, g, r);
-    int64_t total = 0;
-    for (int t = 0; t < pl->num_tensors; t++) {
-        const ParamTensor *x = &pl->tensors[t];
-        for (int k = 0; k < n; k++)
-            if (x->offset >= r[k].lo && x->offset + x->numel <= r[k].hi) total += x->numel;
+// What stages [the chunks of pipeline rank `rank`] hold, as model.h's
+// ParamHolding (layers: the caller's L bytes): the embeddings with stage 0,
+// ln_f with the last; the last stage's classifier reads wte, whose copy there
+// lives outside the layout (pipeline.h: the tied copy). stage >= 0: that one
+// stage only; -1: every chunk of `rank`.
+static inline ParamHolding pp_holding(const PPLayout *pp, int rank, int stage, int num_layers, unsigned char *layers) {
+    memset(layers, 0, (size_t)num_layers);
+    ParamHolding h = {0, 0, layers};
+    for (int c = 0; c < pp->v; c++) {
+        int g = c * pp->pp + rank;
+        if (stage >= 0 && g != stage) continue;
+        for (int l = pp->first_layer[g]; l < pp->first_layer[g + 1]; l++) layers[l] = 1;
+        h.embeddings |= g == 0;
+        h.lnf |= g == pp->stages - 1;
     }
-    return total;
+    return h;
+}
+
+// Parameters of stage g (its layout's; the last stage's wte copy not counted).
+static inline int64_t pp_stage_params(const GPTConfig *cfg, const PPLayout *pp, int g) {
+    unsigned char *layers = (unsigned char *)mallocCheck((size_t)cfg->num_layers);
+    ParamHolding h = pp_holding(pp, g % pp->pp, g, cfg->num_layers, layers);
+    ParamLayout pl;
+    param_layout_init_held(&pl, cfg, &h, 1, 0);
+    int64_t n = pl.num_params;
+    param_layout_free(&pl);
+    free(layers);
+    return n;
 }
 
 #endif  // LLMC_PP_LAYOUT_H

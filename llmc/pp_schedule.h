@@ -67,6 +67,7 @@ typedef struct {
 typedef struct {
     PPKind kind;
     int p, v, m;     // pipeline ranks, chunks per rank, micro-batches per step
+    int fused;       // 1: receives fused into the group before their consumer (pp_schedule_fuse_receives)
     int *begin;      // (p + 1): rank r's actions are acts[begin[r] .. begin[r+1])
     PPAction *acts;  // (begin[p])
 } PPSchedule;
@@ -247,6 +248,43 @@ static inline void pp_schedule_build(PPSchedule *s, PPKind kind, int p, int v, i
     s->begin[p] = (int)b.n;
 }
 
+// Receives fused for a backend whose point-to-point calls run in order on one
+// stream and complete only together with their partners (NCCL: a receive
+// left posted would hold up every later send of the rank, so the lists'
+// early receives could deadlock): each RECV moves from where it is posted to
+// the end of the communication right before the F or B that consumes it (a
+// group of its own when a compute action comes first), so the sends of the
+// compute before and the receive of the compute after go as one group, the
+// fused send-and-receive calls of Megatron's schedules. The simulator then
+// completes a group only when every operation in it has its partner posted.
+static inline void pp_schedule_fuse_receives(PPSchedule *s) {
+    int n = s->begin[s->p];
+    PPAction *out = (PPAction *)mallocCheck(sizeof(PPAction) * (size_t)(n ? n : 1));
+    size_t cells = (size_t)s->v * s->m;
+    int *recv_at = (int *)mallocCheck(2 * cells * sizeof(int));  // (kind, chunk, mb): its RECV in acts
+    for (int r = 0, k = 0; r < s->p; r++) {
+        for (size_t i = 0; i < 2 * cells; i++) recv_at[i] = -1;
+        for (int i = s->begin[r]; i < s->begin[r + 1]; i++) {
+            const PPAction *a = &s->acts[i];
+            if (a->op == PP_RECV_F || a->op == PP_RECV_B)
+                recv_at[(a->op == PP_RECV_B) * cells + (size_t)a->chunk * s->m + a->mb] = i;
+        }
+        for (int i = s->begin[r]; i < s->begin[r + 1]; i++) {
+            const PPAction *a = &s->acts[i];
+            if (a->op == PP_RECV_F || a->op == PP_RECV_B) continue;
+            if (a->op == PP_F || a->op == PP_B) {
+                int at = recv_at[(a->op == PP_B) * cells + (size_t)a->chunk * s->m + a->mb];
+                if (at >= 0) out[k++] = s->acts[at];
+            }
+            out[k++] = *a;
+        }
+    }
+    memcpy(s->acts, out, sizeof(PPAction) * (size_t)n);
+    free(out);
+    free(recv_at);
+    s->fused = 1;
+}
+
 // ---------------------------------------------------------------------------
 // Checking: 0 if every rank's list runs each (micro-batch, chunk) through F,
 // then B, then W exactly once, receives its input before F and its gradient
@@ -310,6 +348,23 @@ static inline int pp_schedule_check(const PPSchedule *s, int *match, char *err, 
     if (match)
         for (int i = 0; i < s->begin[p]; i++)
             if (!pp_is_comm(s->acts[i].op)) match[i] = -1;
+    // fused lists go to a backend that pairs a rank's sends to a peer with the
+    // peer's receives from it in the order both post them: the same order
+    if (match && s->fused && !bad) {
+        int *last_to = (int *)mallocCheck(sizeof(int) * (size_t)p);  // per peer: its last matched receive
+        for (int r = 0; r < p && !bad; r++) {
+            for (int x = 0; x < p; x++) last_to[x] = -1;
+            for (int i = s->begin[r]; i < s->begin[r + 1] && !bad; i++) {
+                const PPAction *a = &s->acts[i];
+                if (a->op != PP_SEND_F && a->op != PP_SEND_B) continue;
+                if (match[i] <= last_to[a->peer])
+                    PP_FAIL("rank %d: %s of micro-batch %d chunk %d reaches rank %d out of the order of its receives",
+                            r, pp_op_names[a->op], a->mb, a->chunk, a->peer);
+                last_to[a->peer] = match[i];
+            }
+        }
+        free(last_to);
+    }
 #undef PP_FAIL
     free(pos);
     return bad;
@@ -321,7 +376,8 @@ static inline int pp_schedule_check(const PPSchedule *s, int *match, char *err, 
 // posted and do not block (irecv; the F or B that consumes one waits for its
 // data), its sends block the rank until the matching receive is posted and the
 // data has gone (rendezvous, the most a send can wait: a list that runs here
-// runs under any buffering). A message arrives at max(both posts) + xfer.
+// runs under any buffering). In fused lists (pp_schedule_fuse_receives) a
+// group's receives block it too. A message arrives at max(both posts) + xfer.
 
 typedef struct { double f, b, w, xfer; } PPTimes;  // seconds (or units) per action on one chunk
 
@@ -410,7 +466,7 @@ static inline int pp_simulate_ranks(const PPSchedule *s, const PPTimes *times, i
                 double done = clock[r];
                 for (int k = i; k < group_end; k++) {
                     if (post[k] < 0) post[k] = clock[r], progress = 1;
-                    if (s->acts[k].op != PP_SEND_F && s->acts[k].op != PP_SEND_B) continue;
+                    if (s->acts[k].op != PP_SEND_F && s->acts[k].op != PP_SEND_B && !s->fused) continue;
                     if (post[match[k]] < 0) ready = 0;
                     else done = fmax(done, PP_ARRIVAL(k));
                 }

@@ -102,13 +102,13 @@ static PPKind train_pipeline_plan(const TrainOptions *o, const GPTConfig *cfg, c
 
 // --print-schedule: each stage's layers and parameters, then the schedule as
 // a timeline with its bubble, and each rank's list of actions.
-static void train_print_pipeline(const PPLayout *layout, PPKind kind, int micro_batches, const ParamLayout *pl) {
+static void train_print_pipeline(const PPLayout *layout, PPKind kind, int micro_batches, const GPTConfig *cfg) {
     printf("pipeline: %d ranks x %d chunk%s = %d stages | schedule %s | %d micro-batches a step\n", layout->pp,
            layout->v, layout->v > 1 ? "s" : "", layout->stages, pp_kind_names[kind], micro_batches);
     for (int g = 0; g < layout->stages; g++)
         printf("  stage %d (rank %d, chunk %d): layers %d-%d | %.3fM parameters%s%s\n", g, g % layout->pp,
                g / layout->pp, layout->first_layer[g], layout->first_layer[g + 1] - 1,
-               pp_stage_params(pl, layout, g) / 1e6, g == 0 ? " | embeddings" : "",
+               pp_stage_params(cfg, layout, g) / 1e6, g == 0 ? " | embeddings" : "",
                g == layout->stages - 1 ? " | ln_f, classifier (wte, tied)" : "");
     PPSchedule s;
     pp_schedule_build(&s, kind, layout->pp, layout->v, micro_batches);
@@ -126,12 +126,7 @@ static void train_print_schedule_and_exit(const TrainOptions *o, const GPTConfig
     BatchPlan plan = train_batch_plan(o, cfg, launcher_world > 1 ? launcher_world / o->pp : 1);
     PPLayout layout;
     PPKind kind = train_pipeline_plan(o, cfg, &plan, &layout);
-    if (launcher_rank == 0) {
-        ParamLayout pl;
-        param_layout_init(&pl, cfg);
-        train_print_pipeline(&layout, kind, plan.accum, &pl);
-        param_layout_free(&pl);
-    }
+    if (launcher_rank == 0) train_print_pipeline(&layout, kind, plan.accum, cfg);
     pp_layout_free(&layout);
     exit(0);
 }

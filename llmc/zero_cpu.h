@@ -15,11 +15,13 @@
 //
 // Overlap: a segment's gradient reduction starts in GPTHooks.grads_ready, as
 // soon as its backward is done, while the backward goes on with the segments
-// below (MPI nonblocking calls, progressed at every hook). Ready segments are
-// cut into buckets of --bucket-mb. Segments become ready top down (ln_f,
-// layer L-1, ..., layer 0, embeddings last: the classifier's wte gradient is
-// accumulated in the forward and the embedding backward adds to it at the
-// very end), so the pending range always grows downwards.
+// below (MPI nonblocking calls, progressed at every hook), cut into buckets of
+// --bucket-mb. The hooks do not depend on the order of the calls: a segment's
+// reduction covers its own range, whatever the pass (a whole model's
+// micro-step, or a pipeline stage's backward of one micro-batch) did before;
+// zero_begin_pass says whether a pass's gradients are reduced (stages 0 and 1:
+// on the last micro-batch of the step; 2 and 3: always, each segment's first
+// reduction of a step writing its shard, later ones adding to it).
 //
 // Released buffers: the model's full gradient (ZeRO-2) and parameter (ZeRO-3)
 // buffers are anonymous mappings (gpt_cpu.h, utils.h's map_zeroed) whose
@@ -50,20 +52,19 @@ typedef struct {
     GPT *model;
     CommGroup *dp;          // the data-parallel group
     int stage;
-    ShardMap map;
+    ShardMap map;           // over the model's flat buffer (what this rank holds of the model)
     int64_t bucket_elems;
-    int num_segments;       // L + 2
+    int num_segments;       // L + 2 (the held ones are the model's layout's)
     float *m, *v;           // AdamW state: N elements (stage 0) or S (stage >= 1), indexed from map.begin
     float *grad_shard;      // stage >= 1: this rank's reduced gradient (stage 1: its range of model->grads)
     float *param_shard;     // stage 3: this rank's weights (the master copy), S elements
-    int reduce_now;         // this micro-step's gradients are reduced
-    int overwrite;          // the reduce-scatter writes grad_shard (first reduced micro-step) rather than adds
-    int64_t pending_lo, pending_hi;  // ready gradients not yet in a bucket
+    int reduce_now;         // this pass's gradients are reduced
+    unsigned char *reduced; // stage >= 2: (num_segments) the segment's gradients were reduced this step
     ZeroBucket *inflight;
     int num_inflight, cap_inflight;
     float *slots[ZERO_SLOTS];
     int slot_busy[ZERO_SLOTS];
-    int *resident;          // stage 3: segment s is gathered in model->params
+    unsigned char *resident;  // stage 3: (num_segments) segment s is gathered in model->params
     int prefetch_segment;   // stage 3: the segment being gathered ahead (-1: none)
     CommRequest prefetch_req;
     size_t *counts;         // scratch: dp->size counts
@@ -111,7 +112,8 @@ static inline int zero_take_slot(Zero *z) {
     }
 }
 
-static inline void zero_launch(Zero *z, int64_t lo, int64_t hi) {
+// Starts reducing [lo, hi); overwrite (stages 2, 3): the result replaces the shard's rather than adds to it.
+static inline void zero_launch(Zero *z, int64_t lo, int64_t hi, int overwrite) {
     if (z->num_inflight == z->cap_inflight) {
         z->cap_inflight = z->cap_inflight ? 2 * z->cap_inflight : 16;
         z->inflight = (ZeroBucket *)realloc(z->inflight, sizeof(ZeroBucket) * (size_t)z->cap_inflight);
@@ -126,7 +128,7 @@ static inline void zero_launch(Zero *z, int64_t lo, int64_t hi) {
         shard_piece(&z->map, lo, hi, &plo, &phi);
         // stage 1: in place, the piece stays at its place in the full gradient
         float *recv = z->stage == 1 ? grads + plo : z->grad_shard + (phi > plo ? plo - z->map.begin : 0);
-        if (!z->overwrite && phi > plo) {
+        if (z->stage >= 2 && !overwrite && phi > plo) {
             b.slot = zero_take_slot(z);
             recv = z->slots[b.slot];
         }
@@ -136,23 +138,16 @@ static inline void zero_launch(Zero *z, int64_t lo, int64_t hi) {
     z->inflight[z->num_inflight++] = b;
 }
 
+// A segment's gradients of this pass are complete: its reduction starts, bucket by bucket.
 static void zero_grads_ready(void *ctx, int segment) {
     Zero *z = (Zero *)ctx;
     if (!z->reduce_now) return;
     comm_test_fault(z->dp->comm);  // (tests only: LLMC_TEST_FAULT)
     int64_t lo, hi;
     param_segment_range(&z->model->layout, segment, &lo, &hi);
-    if (z->pending_hi == z->pending_lo) z->pending_hi = hi;
-    CHECK(hi == z->pending_hi || z->pending_lo == hi, "segment %d is ready out of order", segment);
-    z->pending_lo = lo;
-    while (z->pending_hi - z->pending_lo >= z->bucket_elems) {
-        zero_launch(z, z->pending_hi - z->bucket_elems, z->pending_hi);
-        z->pending_hi -= z->bucket_elems;
-    }
-    if (segment == 0 && z->pending_hi > z->pending_lo) {
-        zero_launch(z, z->pending_lo, z->pending_hi);
-        z->pending_hi = z->pending_lo;
-    }
+    int overwrite = z->stage >= 2 && !z->reduced[segment];
+    if (z->stage >= 2) z->reduced[segment] = 1;
+    for (int64_t b = lo; b < hi; b += z->bucket_elems) zero_launch(z, b, shard_clip(b + z->bucket_elems, hi), overwrite);
     zero_progress(z, 0);
 }
 
@@ -189,13 +184,6 @@ static inline void zero_gather_segment(Zero *z, int s) {
     z->resident[s] = 1;
 }
 
-// Starts gathering the segment the pass needs next, to overlap the compute of this one.
-static inline void zero_prefetch(Zero *z, int s) {
-    if (s < 0 || s >= z->num_segments || z->resident[s] || z->prefetch_segment >= 0) return;
-    z->prefetch_req = zero_gather_start(z, s);
-    z->prefetch_segment = s;
-}
-
 static inline void zero_release_segment(Zero *z, int s) {
     if (!z->resident[s]) return;
     int64_t lo, hi;
@@ -204,17 +192,25 @@ static inline void zero_release_segment(Zero *z, int s) {
     z->resident[s] = 0;
 }
 
-// Forward: keep the embeddings (the classifier reads wte at the end) and the
-// segment in use. Backward: keep only the segment in use. Either way the
-// next segment of the pass is gathered meanwhile.
-static void zero_params_needed(void *ctx, int segment, int backward) {
+// Segment s is made resident; the others are released, but for the embeddings
+// in a forward (the classifier reads wte at its end) and a segment being
+// gathered ahead. Only gradients (a split backward's weight gradients): nothing to gather.
+static void zero_params_needed(void *ctx, int segment, HookUse use) {
     Zero *z = (Zero *)ctx;
+    if (use == HOOK_GRADS) return;
     for (int s = 0; s < z->num_segments; s++) {
-        if (s == segment || (!backward && s == 0)) continue;
+        if (s == segment || s == z->prefetch_segment || (use == HOOK_FORWARD && s == 0)) continue;
         zero_release_segment(z, s);
     }
     zero_gather_segment(z, segment);
-    zero_prefetch(z, backward ? segment - 1 : segment + 1);
+}
+
+// The pass needs segment s next: its gather starts (one at a time), overlapping this one's compute.
+static void zero_prefetch(void *ctx, int s) {
+    Zero *z = (Zero *)ctx;
+    if (z->resident[s] || z->prefetch_segment >= 0) return;
+    z->prefetch_req = zero_gather_start(z, s);
+    z->prefetch_segment = s;
 }
 
 // ---------------------------------------------------------------------------
@@ -222,7 +218,7 @@ static void zero_params_needed(void *ctx, int segment, int backward) {
 
 // Takes over the model's hooks (and, for stages 2 and 3, its gradient and
 // parameter buffers). The model's weights must be initialised, identically on
-// every rank. bucket_mb: the size of one gradient reduction.
+// every rank of the data group. bucket_mb: the size of one gradient reduction.
 static inline void zero_init(Zero *z, GPT *model, Comm *comm, int stage, double bucket_mb) {
     memset(z, 0, sizeof(*z));
     CHECK(stage >= 0 && stage <= 3, "ZeRO stage %d", stage);
@@ -237,6 +233,7 @@ static inline void zero_init(Zero *z, GPT *model, Comm *comm, int stage, double 
     int64_t state = stage >= 1 ? z->map.shard : n;
     z->m = (float *)callocCheck((size_t)state, sizeof(float));
     z->v = (float *)callocCheck((size_t)state, sizeof(float));
+    z->reduced = (unsigned char *)callocCheck((size_t)z->num_segments, 1);
     if (stage == 1) z->grad_shard = model->grads + z->map.begin;
     if (stage >= 2) z->grad_shard = (float *)callocCheck((size_t)z->map.shard, sizeof(float));
     if (stage >= 2) {
@@ -247,41 +244,59 @@ static inline void zero_init(Zero *z, GPT *model, Comm *comm, int stage, double 
         z->param_shard = (float *)callocCheck((size_t)z->map.shard, sizeof(float));
         memcpy(z->param_shard, model->params + z->map.begin, sizeof(float) * (size_t)(z->map.end - z->map.begin));
         release_range(model->params, 0, n);
-        z->resident = (int *)callocCheck((size_t)z->num_segments, sizeof(int));
+        z->resident = (unsigned char *)callocCheck((size_t)z->num_segments, 1);
         z->prefetch_segment = -1;
     }
     model->hooks.ctx = z;
     model->hooks.grads_ready = zero_grads_ready;
     model->hooks.params_needed = stage == 3 ? zero_params_needed : NULL;
+    model->hooks.prefetch = stage == 3 ? zero_prefetch : NULL;
 }
 
 // The memory this rank holds (zero_shard.h's formula; fp32 params are the master copy).
 static inline ZeroMemory zero_cpu_memory(const Zero *z) { return zero_memory(z->stage, &z->map, 4, 4, 8); }
 
-// Before the first micro-step of an optimizer step.
+// Before the first pass of an optimizer step.
 static inline void zero_begin_step(Zero *z) {
     // stage 0's AdamW zeroed each gradient as it read it; stages 2 and 3 left them released (zero)
     if (z->stage == 1) gpt_zero_grad(z->model);
+    memset(z->reduced, 0, (size_t)z->num_segments);
 }
 
-// Before each micro-step's forward: finishes the last micro-step's reductions
-// (the forward adds the classifier's gradient to wte's, which may still be in
-// flight) and says whether this one's gradients are reduced.
-static inline void zero_begin_micro(Zero *z, int micro, int accum) {
+// Before a pass that writes gradients (a micro-step's forward, whose
+// classifier adds to wte's, or a pipeline stage's backward): finishes the
+// earlier reductions still in flight (the pass adds to those buffers) and says
+// whether this pass's gradients are reduced (last: the step's last
+// micro-batch of the segments the pass covers).
+static inline void zero_begin_pass(Zero *z, int last) {
     zero_progress(z, 1);
-    z->reduce_now = z->stage >= 2 || micro == accum - 1;
-    z->overwrite = z->stage == 1 || micro == 0;
-    z->pending_lo = z->pending_hi = 0;
+    z->reduce_now = z->stage >= 2 || last;
+}
+
+// Completes every reduction; returns the sum of squares of the reduced
+// gradients this rank's data group holds (the mean gradient's, over all data ranks).
+static inline double zero_grad_sumsq(Zero *z) {
+    zero_progress(z, 1);
+    if (z->stage == 0) return sum_of_squares(z->model->grads, z->map.num_elements);
+    double ss = sum_of_squares(z->grad_shard, z->map.end - z->map.begin);
+    comm_all_reduce(z->dp, &ss, 1, COMM_F64);
+    return ss;
 }
 
 // After the last backward: completes every reduction; returns the global
 // gradient norm (of the mean gradient, over all ranks).
-static inline float zero_finish_grads(Zero *z) {
-    zero_progress(z, 1);
-    if (z->stage == 0) return (float)sqrt(sum_of_squares(z->model->grads, z->map.num_elements));
-    double ss = sum_of_squares(z->grad_shard, z->map.end - z->map.begin);
-    comm_all_reduce(z->dp, &ss, 1, COMM_F64);
-    return (float)sqrt(ss);
+static inline float zero_finish_grads(Zero *z) { return (float)sqrt(zero_grad_sumsq(z)); }
+
+// Where this rank's reduced gradient of [lo, hi) is, once zero_grad_sumsq
+// completed the reductions: the whole range at stage 0 (*plo = lo), else its
+// shard's piece [*plo, *phi); indexed like the flat buffer.
+static inline float *zero_reduced_grads(Zero *z, int64_t lo, int64_t hi, int64_t *plo, int64_t *phi) {
+    if (z->stage == 0) {
+        *plo = lo, *phi = hi;
+        return z->model->grads;
+    }
+    shard_piece(&z->map, lo, hi, plo, phi);
+    return z->grad_shard - z->map.begin;
 }
 
 // AdamW on this rank's shard (all of it at stage 0), then the weights are
@@ -298,7 +313,8 @@ static inline void zero_optimizer_step(Zero *z, const AdamWConfig *ac, float gra
     adamw_update_range(pl, params, z->grad_shard, ADAMW_GRADS_LOCAL, z->m, z->v, sm->begin, sm->end, ac, grad_scale);
     if (z->stage == 3) {
         zero_finish_prefetch(z);  // (its data predate the update)
-        for (int s = 0; s < z->num_segments; s++) zero_release_segment(z, s);
+        for (int s = 0; s < z->num_segments; s++)
+            if (param_segment_held(pl, s)) zero_release_segment(z, s);
         return;
     }
     int64_t n = sm->num_elements, chunks = ceil_div_i64(n, z->bucket_elems);
@@ -316,7 +332,8 @@ static inline void zero_optimizer_step(Zero *z, const AdamWConfig *ac, float gra
 // next training forward releases them again).
 static inline void zero_gather_params(Zero *z) {
     if (z->stage < 3) return;
-    for (int s = 0; s < z->num_segments; s++) zero_gather_segment(z, s);
+    for (int s = 0; s < z->num_segments; s++)
+        if (param_segment_held(&z->model->layout, s)) zero_gather_segment(z, s);
 }
 
 // Checkpoints (checkpoint.h): where the fp32 weights and the AdamW moments
@@ -335,7 +352,8 @@ static inline void zero_ckpt_stage(Zero *z, float *staging, int64_t lo, int64_t 
         memcpy(staging + (size_t)s * (size_t)(hi - lo), views[s] + lo, sizeof(float) * (size_t)(hi - lo));
 }
 
-// Installs the states over holds[s] (what this rank holds) from states[s].
+// Installs the states over holds[s] (what this rank holds, a range of its
+// flat buffer) from states[s].
 static inline void zero_ckpt_load(Zero *z, float *const states[3], const int64_t holds[3][2]) {
     float *views[3];
     zero_state_views(z, views);
@@ -345,6 +363,7 @@ static inline void zero_ckpt_load(Zero *z, float *const states[3], const int64_t
 
 static inline void zero_free(Zero *z) {
     GPT *m = z->model;
+    zero_progress(z, 1);
     if (z->stage == 3) zero_finish_prefetch(z);
     memset(&m->hooks, 0, sizeof(m->hooks));
     for (int s = 0; s < ZERO_SLOTS; s++) free(z->slots[s]);
@@ -353,6 +372,7 @@ static inline void zero_free(Zero *z) {
     if (z->stage >= 2) free(z->grad_shard);
     free(z->param_shard);
     free(z->resident);
+    free(z->reduced);
     free(z->inflight);
     free(z->counts);
     memset(z, 0, sizeof(*z));

@@ -181,8 +181,9 @@ static inline int zero_gpu_current(const ZeroGPU *z, int s) { return z->gathered
 // Before work reading segment s's weights is queued (gathered now unless a
 // prefetch did), then the next layer of the pass is gathered ahead; and in
 // the backward at stage 2+, a gradient slot for the layer.
-static void zero_gpu_params_needed(void *ctx, int s, int backward) {
+static void zero_gpu_params_needed(void *ctx, int s, HookUse use) {
     ZeroGPU *z = (ZeroGPU *)ctx;
+    int backward = use != HOOK_FORWARD;
     GPTGPU *m = z->model;
     if (z->stage >= 3) {
         if (!zero_gpu_current(z, s)) zero_gpu_gather_start(z, s);

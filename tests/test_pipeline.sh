@@ -57,6 +57,8 @@ layout pp2_layers_1_3 2 --batch-size 4 --pp 2 --pp-layers 1,3
 layout dp2_pp2 4 --batch-size 2 --pp 2
 layout dp2_pp2_zero1 4 --batch-size 2 --pp 2 --zero 1
 layout dp2_pp2_interleaved_zero1 4 --batch-size 2 --pp 2 --pp-schedule interleaved --virtual-stages 2 --zero 1
+layout dp2_pp2_zero2 4 --batch-size 2 --pp 2 --zero 2
+layout dp2_pp2_zb1p_zero3 4 --batch-size 2 --pp 2 --pp-schedule zb1p --zero 3
 check dp2_pp2_says_its_layout "grep -aq '^ranks: 4 (mpirun launch, MPI on) | data parallel 2 x tensor 1 x pipeline 2' '$tmp/dp2_pp2.log'"
 
 # evaluation and sampling run the stages in order: the same losses and text as one process
@@ -126,4 +128,3 @@ rc=$?
 check rejects_world_not_data_times_pipeline "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -aq '3 ranks do not split into tensor-parallel 1 x pipeline-parallel 2' '$tmp/np3.log'" \
     "exit $rc: $(grep -a -m1 error "$tmp/np3.log")"
 expect_usage_error pipeline_flags_without_pp 'need --pp 2 or more' "$TRAIN" "${COMMON[@]}" --virtual-stages 2
-expect_usage_error zero2_with_pp 'ZeRO-0 and 1 for now' "$TRAIN" "${COMMON[@]}" --pp 2 --zero 2

@@ -1,7 +1,7 @@
 // test_pp_plan.c: the pipeline plan. llmc/pp_layout.h: the layers of each
 // stage (even, and as --pp-layers lists them, with its bad inputs) and the
-// flat-buffer ranges each holds (together they cover the buffer once, wte
-// twice). llmc/pp_schedule.h: the schedules over every
+// layout each rank holds, mapped onto the global order (together they cover
+// the whole model's buffer once). llmc/pp_schedule.h: the schedules over every
 // p <= 8, v <= 4 (interleaved), m <= 32: each list passes the checker (F, B, W
 // in order on the right stages, every send matched by one receive), runs in
 // the blocking-send simulator without deadlock under unit and under uneven
@@ -10,9 +10,15 @@
 // a third of 1f1b's idle time). The checker and the simulator are themselves
 // tested on broken lists: a dropped receive, a swapped B and W, and a receive
 // posted before the send it depends on (a deadlock the checker cannot see).
+#include "llmc/param_map.h"
 #include "llmc/pp_layout.h"
 #include "llmc/pp_schedule.h"
 #include "tests/testing.h"
+
+static void mark_run(void *ctx, int64_t local, int64_t global, int64_t n) {
+    (void)local;
+    for (int64_t i = 0; i < n; i++) ((unsigned char *)ctx)[global + i]++;
+}
 
 static void test_layout(void) {
     GPTConfig cfg = {64, 100, pad_vocab(100), 12, 2, 16};
@@ -26,27 +32,34 @@ static void test_layout(void) {
                 "pp_layout_even_split_gives_the_middle_stages_the_extra_layers (12 over 5: %d %d %d %d %d)",
                 counts[0], counts[1], counts[2], counts[3], counts[4]);
     pp_layout_free(&pp);
-    // every element of the flat buffer in exactly one stage, but wte in the first and the last
+    // each rank's layout (pp_holding) maps onto the global order (param_map.h): over the ranks, every
+    // element of the whole model's buffer exactly once (the last stage's wte copy lives outside its layout)
+    unsigned char layers[12];
     for (int S = 1; S <= 12; S++) {
-        pp_layout_init(&pp, 12, S, 1, "", err, sizeof err);
-        unsigned char *seen = (unsigned char *)callocCheck((size_t)pl.num_elements, 1);
-        int64_t params = 0;
-        for (int g = 0; g < S; g++) {
-            PPRange r[PP_MAX_RANGES];
-            int n = pp_stage_ranges(&pl, &pp, g, r);
-            for (int k = 0; k < n; k++)
-                for (int64_t i = r[k].lo; i < r[k].hi; i++) seen[i]++;
-            params += pp_stage_params(&pl, &pp, g);
+        for (int v = 1; v <= 2 && S * v <= 12; v++) {
+            pp_layout_init(&pp, 12, S, v, "", err, sizeof err);
+            unsigned char *seen = (unsigned char *)callocCheck((size_t)pl.num_elements, 1);
+            int64_t params = 0, stage_params = 0;
+            for (int r = 0; r < S; r++) {
+                ParamHolding h = pp_holding(&pp, r, -1, 12, layers);
+                ParamLayout local;
+                param_layout_init_held(&local, &cfg, &h, 1, 0);
+                ParamMap map;
+                param_map_init(&map, &local);
+                param_map_runs(&map, 0, local.num_elements, mark_run, seen);
+                params += local.num_params;
+                param_map_free(&map);
+                param_layout_free(&local);
+            }
+            for (int g = 0; g < S * v; g++) stage_params += pp_stage_params(&cfg, &pp, g);
+            int bad = 0;
+            for (int64_t i = 0; i < pl.num_elements; i++) bad += seen[i] != 1;
+            test_result(bad == 0 && params == pl.num_params && stage_params == pl.num_params,
+                        "pp_layout_%d_ranks_x_%d_chunks_cover_the_flat_buffer_once (%d elements wrong, %lld params)",
+                        S, v, bad, (long long)params);
+            free(seen);
+            pp_layout_free(&pp);
         }
-        const ParamTensor *wte = param_tensor(&pl, PK_WTE, -1);
-        int bad = 0;
-        for (int64_t i = 0; i < pl.num_elements; i++)
-            bad += seen[i] != 1 + (S > 1 && i >= wte->offset && i < wte->offset + wte->numel);
-        test_result(bad == 0 && params == pl.num_params + (S > 1 ? wte->numel : 0),
-                    "pp_layout_%d_stages_cover_the_flat_buffer (%d elements wrong, %lld params)", S, bad,
-                    (long long)params);
-        free(seen);
-        pp_layout_free(&pp);
     }
     ok = pp_layout_init(&pp, 12, 2, 2, "1,5,5,1", err, sizeof err) == 0 && pp.first_layer[1] == 1 &&
          pp.first_layer[2] == 6 && pp.first_layer[3] == 11 && pp.first_layer[4] == 12;
@@ -104,6 +117,25 @@ static int check_one(PPKind kind, int p, int v, int m, double *zb_over_1f1b) {
     // uneven compute and a transfer time: the same lists still run to the end
     if (simulate(&s, (PPTimes){1.0, 2.3, 0.7, 0.45}, &sim, err))
         ONE_FAIL("pp_%s_p%d_v%d_m%d_runs_uneven_times (%s)", pp_kind_names[kind], p, v, m, err);
+    pp_sim_free(&sim);
+    // the fused lists the GPU trainer runs over NCCL (receives with the sends before their consumer,
+    // every message of a group completing together, each pair's messages in one order) run to the end
+    // too; not the interleaved ones, whose fused lists can deadlock (the trainer refuses that pairing)
+    if (kind == PP_INTERLEAVED) {
+        pp_schedule_free(&s);
+        return fails;
+    }
+    pp_schedule_fuse_receives(&s);
+    if (simulate(&s, (PPTimes){1, 1, 1, 0}, &sim, err)) {
+        ONE_FAIL("pp_%s_p%d_v%d_m%d_fused_runs (%s)", pp_kind_names[kind], p, v, m, err);
+    } else if (kind != PP_ZB1P && fabs(sim.bubble - pp_bubble_theory(kind, p, v, m)) > 1e-12) {
+        // (zb1p's fused lists may idle more than its unit-time theory: checked to run, not timed)
+        ONE_FAIL("pp_%s_p%d_v%d_m%d_fused_bubble (simulated %.6f, theory %.6f)", pp_kind_names[kind], p, v, m,
+                 sim.bubble, pp_bubble_theory(kind, p, v, m));
+    }
+    pp_sim_free(&sim);
+    if (simulate(&s, (PPTimes){1.0, 2.3, 0.7, 0.45}, &sim, err))
+        ONE_FAIL("pp_%s_p%d_v%d_m%d_fused_runs_uneven_times (%s)", pp_kind_names[kind], p, v, m, err);
     pp_sim_free(&sim);
 #undef ONE_FAIL
     pp_schedule_free(&s);
@@ -187,6 +219,48 @@ static void test_broken_lists(void) {
     pp_schedule_free(&s);
 }
 
+// fused lists: a receive moved before the F that consumes it, the sends of a
+// pair in the order of its receives, and a swap of two of a rank's sends to
+// one peer caught (a backend that pairs messages by order would cross them)
+static void test_fused_lists(void) {
+    PPSchedule s;
+    PPSim sim;
+    char err[256] = "";
+    pp_schedule_build(&s, PP_1F1B, 2, 1, 4);
+    pp_schedule_fuse_receives(&s);
+    int f2 = find(&s, 1, PP_F, 2), r2 = find(&s, 1, PP_RECV_F, 2);
+    test_result(r2 == f2 - 1 && pp_schedule_check(&s, NULL, err, sizeof err) == 0,
+                "pp_fused_receive_right_before_its_forward (%s)", err);
+    // rank 0's send of micro-batch 1 moved after its send of micro-batch 2 (still after its F)
+    int a = find(&s, 0, PP_SEND_F, 1), b = find(&s, 0, PP_SEND_F, 2);
+    PPAction t = s.acts[a];
+    memmove(&s.acts[a], &s.acts[a + 1], (size_t)(b - a) * sizeof(PPAction));
+    s.acts[b] = t;
+    int dead = simulate(&s, (PPTimes){1, 1, 1, 0}, &sim, err);
+    test_result(dead && strstr(err, "out of the order"), "pp_fused_check_finds_sends_out_of_order (%s)", err);
+    pp_sim_free(&sim);
+    pp_schedule_free(&s);
+    // the unfused lists' early receives, run with fused semantics, deadlock: why the GPU fuses them
+    pp_schedule_build(&s, PP_1F1B, 2, 1, 4);
+    s.fused = 1;
+    dead = simulate(&s, (PPTimes){1, 1, 1, 0}, &sim, err);
+    test_result(dead && sim.deadlock, "pp_early_receives_deadlock_when_groups_complete_whole (%s)", err);
+    pp_sim_free(&sim);
+    pp_schedule_free(&s);
+}
+
+static void test_fused_interleaved(void) {
+    PPSchedule s;
+    PPSim sim;
+    char err[256] = "";
+    pp_schedule_build(&s, PP_INTERLEAVED, 2, 2, 4);
+    pp_schedule_fuse_receives(&s);
+    int dead = simulate(&s, (PPTimes){1, 1, 1, 0}, &sim, err);
+    test_result(dead, "pp_interleaved_fused_lists_deadlock_so_nccl_refuses_them (%s)", err);
+    pp_sim_free(&sim);
+    pp_schedule_free(&s);
+}
+
 static void test_unusable(void) {
     test_result(pp_schedule_unusable(PP_INTERLEAVED, 4, 2, 6) != NULL, "pp_interleaved_refuses_m_not_multiple_of_p");
     test_result(pp_schedule_unusable(PP_INTERLEAVED, 4, 1, 8) != NULL, "pp_interleaved_needs_two_chunks");
@@ -202,6 +276,8 @@ int main(void) {
     test_unusable();
     test_known_spans();
     test_broken_lists();
+    test_fused_lists();
+    test_fused_interleaved();
     test_sweep();
     return test_failures ? 1 : 0;
 }

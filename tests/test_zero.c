@@ -113,7 +113,7 @@ static float *train_tiny(int stage, float norms[3]) {
                 x[i] = (int)rng_below(&rng, 37);
                 y[i] = (int)rng_below(&rng, 37);
             }
-            if (stage >= 0) zero_begin_micro(&z, micro, accum);
+            if (stage >= 0) zero_begin_pass(&z, micro == accum - 1);
             gpt_forward(&m, x, y, B, T, 1.0f / (float)(N * accum));
             gpt_backward(&m);
         }

@@ -1,0 +1,348 @@
+// pipeline.h: the pipeline-parallel runtime both trainers share. A rank of
+// the pipeline group holds its stages' layers (pp_layout.h) and executes its
+// list of the step's schedule (pp_schedule.h) action by action: F, B and W on
+// one micro-batch's activations through the trainer's stage operations
+// (PPStageOps: pipeline_cpu.h over gpt_cpu.h, pipeline_gpu.cuh over
+// gpt_gpu.cuh), and the activations and their gradients to and from the
+// neighbouring stages as nonblocking point-to-point calls on the pipeline
+// group (host buffers over MPI on the CPU; device buffers over NCCL or the
+// staged MPI backend on the GPU).
+//
+// Communication follows the lists: a group of consecutive SEND/RECV actions is
+// posted together; its sends are waited for at the group (the simulator's
+// blocking sends), its receives by the F or B that reads them. Lists whose
+// receives are fused (pp_schedule_fuse_receives, the GPU trainer's) complete
+// each group as a whole, receives included.
+//
+// Activation sets: a pool, one set per (chunk, micro-batch) in flight, taken
+// at its F and given back once its W is done and its gradient sent, so the
+// pool grows to the schedule's peak of live micro-batches and no further.
+//
+// Also here: evaluation and sampling (the stages run in order on one
+// micro-batch), the --pp-trace record of the executed actions, and the
+// end-of-run report of each rank's F, B and W times and idle fraction against
+// the simulator's prediction for the same times.
+#ifndef LLMC_PIPELINE_H
+#define LLMC_PIPELINE_H
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "comm.h"
+#include "pp_layout.h"
+#include "pp_schedule.h"
+#include "utils.h"
+
+#define PP_TAG_BASE 200  // point-to-point tags on the pipeline group: PP_TAG_BASE + (stage, micro-batch, direction)
+#define PP_TAG_EVAL 100
+
+// The buffers of a stage's activation set that messages go to and come from.
+typedef enum {
+    PP_BUF_IN,    // the stage's input: the activation the stage before sent
+    PP_BUF_OUT,   // its output, sent to the stage after
+    PP_BUF_DOUT,  // the gradient at its output, from the stage after
+    PP_BUF_DIN,   // the gradient at its input (after B), sent to the stage before
+} PPBuffer;
+
+// What a trainer gives the runtime: its stages' compute on activation sets.
+// chunk: this rank's chunk (stage chunk * p + rank); mb: the micro-batch of
+// the step (the trainer keeps the step's tokens); last: the chunk's last
+// micro-batch of the step (its gradients are reduced after this pass).
+typedef struct {
+    void *ctx;
+    void *(*slot_new)(void *ctx, int chunk);
+    void (*slot_free)(void *ctx, void *slot);
+    void (*forward)(void *ctx, void *slot, int chunk, int mb);
+    void (*backward)(void *ctx, void *slot, int chunk, int mb, int last);  // B (and W, unless split)
+    void (*weights)(void *ctx, void *slot, int chunk, int mb, int last);   // W of a split backward
+    void *(*buffer)(void *ctx, void *slot, PPBuffer which);
+    // evaluation and sampling: one micro-batch x, y (y NULL: logits only) through chunk's stage on its
+    // own activations; returns the mean loss on the last stage
+    float (*eval_forward)(void *ctx, int chunk, const int *x, const int *y, int B, int T);
+    void *(*eval_buffer)(void *ctx, int chunk, PPBuffer which);
+    // before compute that reads what r received is queued (GPU: the compute stream waits for it)
+    void (*consume)(void *ctx, CommRequest *r);
+    // before the clock is read for an action's time (GPU: the compute stream drains); NULL: nothing
+    void (*sync)(void *ctx);
+} PPStageOps;
+
+typedef struct {
+    void *act;            // the trainer's activation set
+    int chunk, mb;        // the micro-batch it holds (mb -1: free)
+    int w_done, send_b_done;
+    CommRequest recv_f, recv_b;
+    int recv_f_posted, recv_b_posted;
+} PPSlot;
+
+typedef struct {
+    PPStageOps ops;
+    CommGroup *pipe;           // the pipeline group the messages travel on
+    CommDType act_type, grad_type;  // of activations and of their gradients
+    int B, T, C;               // a message is one micro-batch's (B, T, C) tensor
+    PPLayout layout;
+    PPKind kind;
+    int rank, p, v, m, split, fuse;
+    PPSchedule sched;          // the step's lists, every rank's (built for m micro-batches)
+    PPSlot *pool;
+    int npool;
+    int *slot_of;              // (v * m): the pool entry of (chunk, micro-batch), -1
+    FILE *trace;               // --pp-trace: the actions each step executed
+    int64_t step;
+    // the steps after the first, for pp_runner_report: seconds and counts of F, B and W, and of whole steps
+    double op_seconds[3], busy_seconds, span_seconds;
+    int64_t op_count[3], timed_steps;
+} PPRunner;
+
+static inline int pp_runner_stage(const PPRunner *pr, int chunk) { return pp_stage_of(pr->p, pr->rank, chunk); }
+
+// layout: the stages' layers (pp_layout_init's; taken over). fuse: run fused
+// lists (pp_schedule_fuse_receives). trace_path: --pp-trace ("": none); world_rank names its file.
+static void pp_runner_init(PPRunner *pr, PPStageOps ops, CommGroup *pipe, CommDType act_type, CommDType grad_type,
+                           int B, int T, int C, PPLayout layout, PPKind kind, int fuse, const char *trace_path,
+                           int world_rank) {
+    memset(pr, 0, sizeof(*pr));
+    pr->ops = ops;
+    pr->pipe = pipe;
+    pr->act_type = act_type, pr->grad_type = grad_type;
+    pr->B = B, pr->T = T, pr->C = C;
+    pr->layout = layout;
+    pr->kind = kind;
+    pr->rank = pipe->rank, pr->p = layout.pp, pr->v = layout.v;
+    pr->split = kind == PP_ZB1P;
+    pr->fuse = fuse;
+    if (trace_path && trace_path[0]) {
+        char path[FILENAME_MAX];
+        snprintf(path, sizeof(path), "%s.rank%d", trace_path, world_rank);
+        pr->trace = fopen(path, "w");
+        if (!pr->trace) die_usage("--pp-trace: cannot create '%s': %s", path, strerror(errno));
+    }
+}
+
+static void pp_runner_free(PPRunner *pr) {
+    for (int i = 0; i < pr->npool; i++) pr->ops.slot_free(pr->ops.ctx, pr->pool[i].act);
+    free(pr->pool);
+    free(pr->slot_of);
+    if (pr->trace) fclose(pr->trace);
+    pp_schedule_free(&pr->sched);
+    pp_layout_free(&pr->layout);
+    memset(pr, 0, sizeof(*pr));
+}
+
+// The lists a runner with these settings executes (the caller frees them).
+static void pp_runner_lists(PPSchedule *s, PPKind kind, int p, int v, int m, int fuse) {
+    pp_schedule_build(s, kind, p, v, m);
+    if (fuse) pp_schedule_fuse_receives(s);
+}
+
+static inline int pp_tag(const PPRunner *pr, int stage_to, int mb, int backward) {
+    return PP_TAG_BASE + (int)((((int64_t)stage_to * (pr->m + 1) + mb) * 2 + backward) % 30000);
+}
+
+// The pool entry holding (chunk, mb), taking a free one (or a new one) on first use.
+static PPSlot *pp_slot(PPRunner *pr, int chunk, int mb) {
+    int *at = &pr->slot_of[chunk * pr->m + mb];
+    if (*at >= 0) return &pr->pool[*at];
+    for (int i = 0; i < pr->npool; i++)
+        if (pr->pool[i].mb < 0 && pr->pool[i].chunk == chunk) { *at = i; break; }
+    if (*at < 0) {
+        pr->pool = (PPSlot *)realloc(pr->pool, sizeof(PPSlot) * (size_t)(pr->npool + 1));
+        CHECK(pr->pool, "out of memory for pipeline activations");
+        PPSlot *s = &pr->pool[pr->npool];
+        memset(s, 0, sizeof(*s));
+        s->chunk = chunk;
+        s->act = pr->ops.slot_new(pr->ops.ctx, chunk);
+        *at = pr->npool++;
+    }
+    PPSlot *s = &pr->pool[*at];
+    s->mb = mb;
+    s->w_done = s->send_b_done = s->recv_f_posted = s->recv_b_posted = 0;
+    return s;
+}
+
+static void pp_slot_maybe_release(PPRunner *pr, PPSlot *s) {
+    int g = pp_runner_stage(pr, s->chunk);
+    if (!s->w_done || (g > 0 && !s->send_b_done)) return;
+    pr->slot_of[s->chunk * pr->m + s->mb] = -1;
+    s->mb = -1;
+}
+
+// A received message the next compute reads: waited for (fused lists: done at their group).
+static void pp_consume(PPRunner *pr, CommRequest *r, int *posted) {
+    if (!*posted) return;
+    if (pr->ops.consume) pr->ops.consume(pr->ops.ctx, r);
+    comm_wait(r);
+    *posted = 0;
+}
+
+// One group of consecutive SEND/RECV actions [i, end) of this rank's list.
+static void pp_run_comm_group(PPRunner *pr, int i, int end) {
+    const PPAction *acts = pr->sched.acts;
+    size_t n = (size_t)pr->B * pr->T * pr->C;
+    CommRequest reqs[16];
+    PPSlot *sent_b[16];
+    int nreq = 0;
+    for (int k = i; k < end; k++) {
+        const PPAction *a = &acts[k];
+        PPSlot *s = pp_slot(pr, a->chunk, a->mb);
+        int g = pp_runner_stage(pr, a->chunk), fwd = a->op == PP_SEND_F || a->op == PP_RECV_F;
+        CommDType t = fwd ? pr->act_type : pr->grad_type;
+        CHECK(nreq < 16, "a pipeline communication group of more than 16 messages");
+        if (a->op == PP_RECV_F || a->op == PP_RECV_B) {
+            CommRequest r = comm_recv_start(pr->pipe, pr->ops.buffer(pr->ops.ctx, s->act, fwd ? PP_BUF_IN : PP_BUF_DOUT),
+                                            n, t, a->peer, pp_tag(pr, g, a->mb, !fwd));
+            if (pr->fuse) {  // completed with the group, then read by its consumer's stream
+                sent_b[nreq] = NULL;
+                reqs[nreq++] = r;
+                if (pr->ops.consume) pr->ops.consume(pr->ops.ctx, &reqs[nreq - 1]);
+                continue;
+            }
+            *(fwd ? &s->recv_f : &s->recv_b) = r;
+            *(fwd ? &s->recv_f_posted : &s->recv_b_posted) = 1;
+        } else {
+            sent_b[nreq] = fwd ? NULL : s;
+            reqs[nreq++] = comm_send_start(pr->pipe, pr->ops.buffer(pr->ops.ctx, s->act, fwd ? PP_BUF_OUT : PP_BUF_DIN),
+                                           n, t, a->peer, pp_tag(pr, fwd ? g + 1 : g - 1, a->mb, !fwd));
+        }
+    }
+    comm_wait_all(reqs, nreq);
+    for (int k = 0; k < nreq; k++)
+        if (sent_b[k]) {
+            sent_b[k]->send_b_done = 1;
+            pp_slot_maybe_release(pr, sent_b[k]);
+        }
+}
+
+// One optimizer step's forwards and backwards over m micro-batches, as this
+// rank's list orders them.
+static void pp_runner_step(PPRunner *pr, int m) {
+    if (m != pr->m) {
+        pp_schedule_free(&pr->sched);
+        pp_runner_lists(&pr->sched, pr->kind, pr->p, pr->v, m, pr->fuse);
+        pr->m = m;
+        free(pr->slot_of);
+        pr->slot_of = (int *)mallocCheck(sizeof(int) * (size_t)pr->v * m);
+        for (int i = 0; i < pr->npool; i++) pr->pool[i].mb = -1;
+    }
+    for (int i = 0; i < pr->v * m; i++) pr->slot_of[i] = -1;
+    // each chunk's last B and W of the step: after it, the chunk's gradients are complete
+    int *last_b = (int *)mallocCheck(sizeof(int) * 2 * (size_t)pr->v), *last_w = last_b + pr->v;
+    const PPAction *acts = pr->sched.acts;
+    int begin = pr->sched.begin[pr->rank], end = pr->sched.begin[pr->rank + 1];
+    for (int i = begin; i < end; i++) {
+        if (acts[i].op == PP_B) last_b[acts[i].chunk] = i;
+        if (acts[i].op == PP_W) last_w[acts[i].chunk] = i;
+    }
+    if (pr->trace) fprintf(pr->trace, "step %lld rank %d:", (long long)pr->step, pr->rank);
+    double step_start = wall_seconds(), busy = 0.0, op_seconds[3] = {0, 0, 0};
+    for (int i = begin; i < end;) {
+        const PPAction *a = &acts[i];
+        if (pr->trace) {
+            int j = i;
+            do {
+                pp_fprint_action(pr->trace, &acts[j]);
+            } while (pp_is_comm(acts[j].op) && ++j < end && pp_is_comm(acts[j].op));
+        }
+        if (pp_is_comm(a->op)) {
+            int group_end = i;
+            while (group_end < end && pp_is_comm(acts[group_end].op)) group_end++;
+            pp_run_comm_group(pr, i, group_end);
+            i = group_end;
+            continue;
+        }
+        PPSlot *s = pp_slot(pr, a->chunk, a->mb);
+        if (a->op == PP_F) pp_consume(pr, &s->recv_f, &s->recv_f_posted);
+        if (a->op == PP_B) pp_consume(pr, &s->recv_b, &s->recv_b_posted);
+        double t0 = wall_seconds();
+        if (a->op == PP_F) {
+            pr->ops.forward(pr->ops.ctx, s->act, a->chunk, a->mb);
+        } else if (a->op == PP_B) {
+            pr->ops.backward(pr->ops.ctx, s->act, a->chunk, a->mb, i == last_b[a->chunk]);
+        } else {
+            if (pr->split) pr->ops.weights(pr->ops.ctx, s->act, a->chunk, a->mb, i == last_w[a->chunk]);
+            s->w_done = 1;
+            pp_slot_maybe_release(pr, s);
+        }
+        if (pr->ops.sync) pr->ops.sync(pr->ops.ctx);
+        double took = wall_seconds() - t0;
+        op_seconds[a->op] += took;
+        busy += took;
+        i++;
+    }
+    if (pr->trace) fprintf(pr->trace, "\n");
+    free(last_b);
+    if (pr->step > 0) {  // (the first step allocates the activations)
+        for (int k = 0; k < 3; k++) pr->op_seconds[k] += op_seconds[k], pr->op_count[k] += (int64_t)pr->v * m;
+        pr->busy_seconds += busy;
+        pr->span_seconds += wall_seconds() - step_start;
+        pr->timed_steps++;
+    }
+    pr->step++;
+}
+
+// Evaluation and sampling: x through the stages in order (targets y, or NULL
+// to keep the logits on the last stage); the mean loss on the last stage's rank (0 elsewhere).
+static float pp_runner_eval(PPRunner *pr, const int *x, const int *y, int B, int T) {
+    float loss = 0.0f;
+    size_t n = (size_t)B * T * pr->C;
+    for (int g = 0; g < pr->layout.stages; g++) {
+        if (g % pr->p != pr->rank) continue;
+        int c = g / pr->p;
+        if (g > 0) {
+            CommRequest r = comm_recv_start(pr->pipe, pr->ops.eval_buffer(pr->ops.ctx, c, PP_BUF_IN), n, pr->act_type,
+                                            (g - 1) % pr->p, PP_TAG_EVAL);
+            if (pr->ops.consume) pr->ops.consume(pr->ops.ctx, &r);
+            comm_wait(&r);
+        }
+        loss = pr->ops.eval_forward(pr->ops.ctx, c, x, y, B, T);
+        if (g < pr->layout.stages - 1) {
+            CommRequest r = comm_send_start(pr->pipe, pr->ops.eval_buffer(pr->ops.ctx, c, PP_BUF_OUT), n,
+                                            pr->act_type, (g + 1) % pr->p, PP_TAG_EVAL);
+            comm_wait(&r);
+        }
+    }
+    return loss;
+}
+
+// At the end of a run (every rank of the pipeline group calls it; print: this
+// rank prints): each rank's mean F, B and W times and idle fraction over the
+// steps after the first, and what the simulator predicts for the lists with
+// those times: the schedule's measured bubble against its model. Transfers
+// are taken as free; the measured idle includes them.
+static void pp_runner_report(PPRunner *pr, int print) {
+    if (pr->timed_steps == 0) return;
+    int p = pr->p;
+    double mine[5], *all = (double *)mallocCheck(sizeof(double) * 5 * (size_t)p);
+    for (int k = 0; k < 3; k++) mine[k] = pr->op_seconds[k] / (double)pr->op_count[k];
+    mine[3] = pr->busy_seconds / (double)pr->timed_steps;
+    mine[4] = pr->span_seconds / (double)pr->timed_steps;
+    size_t *counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)p);
+    for (int r = 0; r < p; r++) counts[r] = 5;
+    // (a host group: the pipeline's ranks exchange five doubles)
+    CommRequest req = comm_all_gather_start(comm_group(pr->pipe->comm, COMM_PIPELINE), mine, all, counts, COMM_F64);
+    comm_wait(&req);
+    if (print) {
+        PPTimes *t = (PPTimes *)mallocCheck(sizeof(PPTimes) * (size_t)p);
+        double span = 0.0;
+        for (int r = 0; r < p; r++) {
+            t[r] = (PPTimes){all[5 * r], all[5 * r + 1], all[5 * r + 2], 0.0};
+            if (all[5 * r + 4] > span) span = all[5 * r + 4];
+        }
+        PPSim sim;
+        char err[256];
+        if (pp_simulate_ranks(&pr->sched, t, 1, 0, &sim, err, sizeof(err)) == 0) {
+            printf("pipeline timing (%s, mean of %lld steps after the first; ms): step %.2f measured, %.2f simulated\n",
+                   pp_kind_names[pr->kind], (long long)pr->timed_steps, span * 1e3, sim.span * 1e3);
+            for (int r = 0; r < p; r++)
+                printf("  rank %d: F %.3f B %.3f W %.3f a chunk's micro-batch | idle %.1f%% measured, %.1f%% simulated\n",
+                       r, t[r].f * 1e3, t[r].b * 1e3, t[r].w * 1e3, 100.0 * (1.0 - all[5 * r + 3] / all[5 * r + 4]),
+                       100.0 * sim.idle[r] / sim.span);
+        }
+        pp_sim_free(&sim);
+        free(t);
+    }
+    free(counts);
+    free(all);
+}
+
+#endif  // LLMC_PIPELINE_H
