@@ -32,24 +32,33 @@ typedef struct {
     Pipeline *pipeline;   // the stages' runtime when pipelined (--pp), else NULL
     const ParamMap *map;  // the model's buffer onto the global flat order (checkpoints, model files)
     int64_t holds[CKPT_STATES][2];  // what this rank holds of each state, a range of its buffer
+    float dloss;          // d(objective)/d(loss at one position) (train_setup.h's batch plan)
 } CpuTrainer;
 
-static float cpu_forward(void *ctx, const int *x, const int *y, int B, int T, float dloss) {
+// One step's micro-batches: each forward and backward in turn (the hooks
+// reduce the last one's gradients at ZeRO-0/1, each one's at 2/3), or the pipeline's schedule.
+static float cpu_train_step(void *ctx, const int *xs, const int *ys, int accum) {
     CpuTrainer *t = (CpuTrainer *)ctx;
-    return t->pipeline ? pipeline_forward(t->pipeline, x, y, B, T, dloss) : gpt_forward(t->model, x, y, B, T, dloss);
+    if (t->pipeline) return pipeline_step(t->pipeline, xs, ys, accum);
+    GPT *m = t->model;
+    size_t BT = (size_t)m->acts.B * m->acts.T;
+    double loss = 0.0;
+    zero_begin_step(t->zero);
+    for (int micro = 0; micro < accum; micro++) {
+        zero_begin_pass(t->zero, micro == accum - 1);
+        loss += gpt_forward(m, xs + micro * BT, ys + micro * BT, m->acts.B, m->acts.T, t->dloss);
+        gpt_backward(m);
+    }
+    return (float)loss;
 }
-static void cpu_backward(void *ctx) { gpt_backward(((CpuTrainer *)ctx)->model); }
+static float cpu_forward(void *ctx, const int *x, const int *y, int B, int T) {
+    CpuTrainer *t = (CpuTrainer *)ctx;
+    return t->pipeline ? pipeline_forward(t->pipeline, x, y, B, T) : gpt_forward(t->model, x, y, B, T, 0.0f);
+}
 static const float *cpu_logits(void *ctx, int row) {
     CpuTrainer *t = (CpuTrainer *)ctx;
     if (t->pipeline) return pipeline_logits(t->pipeline, row);
     return t->model->acts.logits + (size_t)row * t->model->cfg.vocab_size;
-}
-static float cpu_pipeline_step(void *ctx, const int *xs, const int *ys, int accum) {
-    return pipeline_step(((CpuTrainer *)ctx)->pipeline, xs, ys, accum);
-}
-static void cpu_begin_step(void *ctx) { zero_begin_step(((CpuTrainer *)ctx)->zero); }
-static void cpu_begin_micro(void *ctx, int micro, int accum) {
-    zero_begin_pass(((CpuTrainer *)ctx)->zero, micro == accum - 1);
 }
 static float cpu_finish_grads(void *ctx) {
     CpuTrainer *t = (CpuTrainer *)ctx;
@@ -89,7 +98,7 @@ int main(int argc, char **argv) {
     GPTConfig cfg = train_build_config(&o, &from_file);
     if (o.print_schedule) {
         LaunchInfo li = launch_detect();
-        train_print_schedule_and_exit(&o, &cfg, li.rank, li.world);
+        train_print_schedule_and_exit(&o, &cfg, li.rank, li.world, 0);
     }
     const int pipelined = o.pp > 1;
     Comm comm;
@@ -177,10 +186,9 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
 
-    CpuTrainer trainer = {&model, &zero, pipelined ? &pipeline : NULL, &map, {{0, 0}}};
-    TrainModel tm = {&trainer, cpu_forward, cpu_backward, cpu_logits, cpu_begin_step, cpu_begin_micro,
-                     cpu_finish_grads, cpu_optimizer_step, NULL, NULL, cpu_ckpt_stage, NULL, cpu_ckpt_load,
-                     pipelined ? cpu_pipeline_step : NULL};
+    CpuTrainer trainer = {&model, &zero, pipelined ? &pipeline : NULL, &map, {{0, 0}}, plan.dloss};
+    TrainModel tm = {&trainer, cpu_train_step, cpu_forward, cpu_logits, cpu_finish_grads, cpu_optimizer_step, NULL,
+                     NULL, cpu_ckpt_stage, NULL, cpu_ckpt_load};
     // checkpoints: each rank's ZeRO shard of its buffer, as ranges of the global order
     CkptRanges local_ranges = ckpt_ranges(&zero.map, o.zero, 3);
     for (int s = 0; s < CKPT_STATES; s++)

@@ -22,6 +22,7 @@
 #include "llmc/modelfile.h"
 #include "llmc/optimizer.h"
 #include "llmc/param_gather.h"
+#include "llmc/pipeline_gpu.cuh"
 #include "llmc/tokenizer.h"
 #include "llmc/train_options.h"
 #include "llmc/train_loop.h"
@@ -36,7 +37,9 @@ static const char *SUMMARY =
 typedef struct {
     GPTGPU *model;
     ZeroGPU *zero;
+    PipelineGPU *pipeline;  // the stages' runtime when pipelined (--pp), else NULL
     uint64_t seed;  // --seed, for the stochastic rounding of each step's bf16 weights
+    float dloss;    // d(objective)/d(loss at one position) (train_setup.h's batch plan)
     float *logits;  // (V) host copy of one row of logits, for sampling
     // checkpoints: the staging copy runs on its own stream after `ready`; the
     // next update waits (on the device) for `copied`
@@ -48,20 +51,37 @@ typedef struct {
 // The stochastic rounding seed of step `step` (0-based).
 static uint64_t gpu_step_seed(const GpuTrainer *t, int64_t step) { return t->seed * 0x9e3779b97f4a7c15ull + (uint64_t)step; }
 
-static float gpu_forward(void *ctx, const int *x, const int *y, int B, int T, float dloss) {
-    return gpu_gpt_forward(((GpuTrainer *)ctx)->model, x, y, B, T, dloss);
+// One step's micro-batches: uploaded at once, each forward and backward queued
+// in turn (the hooks reduce the last one's gradients at ZeRO-0/1, each one's
+// at 2/3), the losses read back once; or the pipeline's schedule.
+static float gpu_train_step(void *ctx, const int *xs, const int *ys, int accum) {
+    GpuTrainer *t = (GpuTrainer *)ctx;
+    if (t->pipeline) return pipeline_gpu_step(t->pipeline, xs, ys, accum);
+    GPTGPU *m = t->model;
+    size_t BT = (size_t)m->B * m->T;
+    zero_gpu_begin_step(t->zero);
+    gpu_gpt_upload_tokens(m, xs, ys, accum);
+    for (int micro = 0; micro < accum; micro++) {
+        zero_gpu_begin_pass(t->zero, micro == accum - 1);
+        gpu_stage_forward(m, &m->acts, xs + micro * BT, micro, m->B, m->T, 1, t->dloss);
+        gpu_stage_backward(m, &m->acts);
+    }
+    return (float)gpu_gpt_step_loss(m, accum);
 }
-static void gpu_backward(void *ctx) { gpu_gpt_backward(((GpuTrainer *)ctx)->model); }
+static float gpu_forward(void *ctx, const int *x, const int *y, int B, int T) {
+    GpuTrainer *t = (GpuTrainer *)ctx;
+    return t->pipeline ? pipeline_gpu_forward(t->pipeline, x, y, B, T) : gpu_gpt_forward(t->model, x, y, B, T, 0.0f);
+}
 static const float *gpu_logits(void *ctx, int row) {
     GpuTrainer *t = (GpuTrainer *)ctx;
+    if (t->pipeline) return pipeline_gpu_logits(t->pipeline, row);
     gpu_gpt_logits(t->model, row, 1, t->logits);
     return t->logits;
 }
-static void gpu_begin_step(void *ctx) { zero_gpu_begin_step(((GpuTrainer *)ctx)->zero); }
-static void gpu_begin_micro(void *ctx, int micro, int accum) {
-    zero_gpu_begin_micro(((GpuTrainer *)ctx)->zero, micro, accum);
+static float gpu_finish_grads(void *ctx) {
+    GpuTrainer *t = (GpuTrainer *)ctx;
+    return t->pipeline ? pipeline_gpu_finish_grads(t->pipeline) : zero_gpu_finish_grads(t->zero);
 }
-static float gpu_finish_grads(void *ctx) { return zero_gpu_finish_grads(((GpuTrainer *)ctx)->zero); }
 static void gpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scale, int step) {
     GpuTrainer *t = (GpuTrainer *)ctx;
     if (t->ckpt_copy_pending) {  // the update rewrites what a checkpoint's copy reads
@@ -70,22 +90,26 @@ static void gpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scal
     }
     gpu_gpt_update(t->model, ac, grad_scale, gpu_step_seed(t, step));
     zero_gpu_gather_weights(t->zero);
+    if (t->pipeline) pipeline_gpu_sync_tied(t->pipeline);
     CUDA_CHECK(cudaStreamSynchronize(t->model->stream));
 }
+// [lo, hi) of the global order, which this rank's shard holds in one piece
 static void gpu_ckpt_stage(void *ctx, float *staging, int64_t lo, int64_t hi) {
     GpuTrainer *t = (GpuTrainer *)ctx;
+    int64_t at = param_map_local_of(&t->model->map, lo);
     CUDA_CHECK(cudaEventRecord(t->ckpt_ready, t->model->stream));
     CUDA_CHECK(cudaStreamWaitEvent(t->ckpt_stream, t->ckpt_ready, 0));
-    gpu_gpt_stage_state(t->model, staging, lo, hi, t->ckpt_stream);
+    gpu_gpt_stage_state(t->model, staging, at, at + (hi - lo), t->ckpt_stream);
     CUDA_CHECK(cudaEventRecord(t->ckpt_copied, t->ckpt_stream));
     t->ckpt_copy_pending = 1;
 }
 static void gpu_ckpt_wait_staged(void *ctx) { CUDA_CHECK(cudaEventSynchronize(((GpuTrainer *)ctx)->ckpt_copied)); }
 static void gpu_ckpt_load(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step) {
-    (void)ranges;  // the model's shard: [shard.begin, shard.end) of every state
+    (void)ranges;  // the model's shard: [shard.begin, shard.end) of every state, its global pieces in order
     GpuTrainer *t = (GpuTrainer *)ctx;
     gpu_gpt_load_state(t->model, states, gpu_step_seed(t, step - 1));
     zero_gpu_gather_weights(t->zero);
+    if (t->pipeline) pipeline_gpu_sync_tied(t->pipeline);
     CUDA_CHECK(cudaStreamSynchronize(t->model->stream));
 }
 static void gpu_range_push(const char *name) { nvtxRangePushA(name); }
@@ -103,6 +127,18 @@ static CommGroup *device_groups(Comm *comm, const char *choice) {
     return comm_staged_init(comm);
 }
 
+// Whether the device groups pair point-to-point messages by order (NCCL), so
+// a pipeline runs fused lists (pp_schedule.h): --comm nccl, or auto with NCCL
+// built in and more than one rank.
+static int device_p2p_fused(const char *choice, int world) {
+#ifdef LLMC_NCCL
+    return strcmp(choice, "nccl") == 0 || (strcmp(choice, "auto") == 0 && world > 1);
+#else
+    (void)choice, (void)world;
+    return 0;
+#endif
+}
+
 int main(int argc, char **argv) {
     TrainOptions o;
     train_options_parse(argc, argv, &o, SUMMARY);
@@ -110,27 +146,36 @@ int main(int argc, char **argv) {
         int from_file;
         GPTConfig cfg = train_build_config(&o, &from_file);
         LaunchInfo li = launch_detect();
-        train_print_schedule_and_exit(&o, &cfg, li.rank, li.world);
+        train_print_schedule_and_exit(&o, &cfg, li.rank, li.world, device_p2p_fused(o.comm, li.world));
     }
-    if (o.pp > 1) die_usage("--pp %d: the GPU trainer's pipeline parallel is not built yet (./train_gpt has it)", o.pp);
     if (!cuda_device_present()) die_usage("no CUDA device found (train_gptcu needs one GPU; ./train_gpt runs on the CPU)");
+    const int pipelined = o.pp > 1;
     Comm comm;
-    comm_init(&comm, &argc, &argv, 1, 1, o.comm_timeout);
+    comm_init(&comm, &argc, &argv, 1, o.pp, o.comm_timeout);
     CUDA_CHECK(cudaSetDevice(comm_pick_device(&comm)));  // before any CUDA allocation
     CommGroup *host_dp = comm_group(&comm, COMM_DATA);
-    CommPhaseWatch setup;  // NCCL's set-up waits for every rank: bounded by --comm-timeout like MPI's
-    comm_test_stop(&comm, "setup", comm.rank);
-    comm_phase_begin(&setup, "device communication set-up (ncclCommInitRank)", comm.rank,
-                     comm.world > 1 ? o.comm_timeout : 0);
-    CommGroup *dp = &device_groups(&comm, o.comm)[COMM_DATA];
-    comm_phase_end(&setup);
-    const int rank = comm.rank, world = dp->size;  // data-parallel ranks; only rank 0 logs and writes files
-
+    const int rank = comm.rank, world = host_dp->size;  // data-parallel ranks; only rank 0 logs and writes files
     int from_file;
     GPTConfig cfg = train_build_config(&o, &from_file);
     BatchPlan plan = train_batch_plan(&o, &cfg, world);
     const int B = plan.B, T = plan.T;
     AttentionKind attention = strcmp(o.attention, "cudnn") == 0 ? ATTENTION_CUDNN : ATTENTION_FLASH;
+    PPLayout pp_layout;
+    PPKind pp_kind = pipelined ? train_pipeline_plan(&o, &cfg, &plan, &pp_layout) : PP_1F1B;
+    const int fused = device_p2p_fused(o.comm, comm.world);
+    if (pipelined && fused) train_check_fused_lists(&o, pp_kind, plan.accum);
+
+    CommPhaseWatch setup;  // NCCL's set-up waits for every rank: bounded by --comm-timeout like MPI's
+    comm_test_stop(&comm, "setup", comm.rank);
+    comm_phase_begin(&setup, "device communication set-up (ncclCommInitRank)", comm.rank,
+                     comm.world > 1 ? o.comm_timeout : 0);
+    CommGroup *dev_groups = device_groups(&comm, o.comm);
+    CommGroup *dp = &dev_groups[COMM_DATA];
+    comm_phase_end(&setup);
+    const int pipe_rank = comm_group(&comm, COMM_PIPELINE)->rank;
+    unsigned char *held_layers = (unsigned char *)mallocCheck((size_t)cfg.num_layers);
+    ParamHolding holding = {1, 1, NULL};  // what this rank holds: everything, or its pipeline stages
+    if (pipelined) holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
 
     cudaDeviceProp prop;
     int dev = 0;
@@ -145,20 +190,31 @@ int main(int argc, char **argv) {
     }
 
     GPTGPU model;
-    gpu_gpt_init(&model, &cfg, B, T, o.recompute, attention, gpu_sharding(o.zero, dp->rank, dp->size));
+    int act_sets = pipelined ? pp_peak_alive_theory(pp_kind, o.pp, o.virtual_stages, plan.accum, pipe_rank) : 1;
+    gpu_gpt_init(&model, &cfg, pipelined ? &holding : NULL, B, T, o.recompute, attention,
+                 gpu_sharding(o.zero, dp->rank, dp->size), act_sets, pp_kind == PP_ZB1P && pipelined);
+    free(held_layers);
 #ifdef LLMC_NCCL
-    if (dp->be == &COMM_NCCL) comm_nccl_set_compute_stream(dp, model.stream);
+    for (int k = 0; k < COMM_NUM_GROUPS; k++)
+        if (dev_groups[k].be == &COMM_NCCL) comm_nccl_set_compute_stream(&dev_groups[k], model.stream);
 #endif
     ZeroGPU zero;  // gradient reduction, sharded AdamW state (and gradients, weights)
     zero_gpu_init(&zero, &model, dp, host_dp, o.zero, o.bucket_mb);
-    int64_t nelem = model.layout.num_elements;
-    {
-        float *h = (float *)alignedMallocCheck(sizeof(float) * (size_t)nelem);
+    {  // this rank's part of the weights, as the whole model's initialisation or file has them
+        float *h = (float *)alignedMallocCheck(sizeof(float) * (size_t)model.layout.num_elements);
         if (from_file) modelfile_load(o.model, &model.layout, h);
         else gpt2_init_params(&model.layout, h, (uint64_t)o.seed);
         gpu_gpt_set_params(&model, h);
         free(h);
     }
+    PipelineGPU pipeline;  // the stages' schedule, the tied wte between the ends
+    if (pipelined) {
+        pipeline_gpu_init(&pipeline, &model, &zero, &comm, dev_groups, pp_layout, pp_kind, fused, B, T, plan.dloss,
+                          o.pp_trace);
+        pipeline_gpu_sync_tied(&pipeline);
+    }
+    ParamLayout global;  // the whole model's order: checkpoints and model files
+    param_layout_init(&global, &cfg);
 
     DataLoader train_loader, val_loader;
     dataloader_init(&train_loader, o.data_train, B, T, dp->rank, world, o.shuffle, (uint64_t)o.seed, cfg.vocab_size, 4);
@@ -174,18 +230,25 @@ int main(int argc, char **argv) {
     ZeroMemory zm = zero_gpu_memory(&zero);
     if (rank == 0) {
         train_print_header(&o, &cfg, model.layout.num_params, from_file, &plan, world, &train_loader, have_val);
-        printf("ranks: %d (%s launch, MPI %s) | data parallel %d | ZeRO-%d | comm %s | bucket %.1f MB | comm timeout "
-               "%.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp, o.zero, dp->be->name,
-               zero.bucket_elems * sizeof(float) / 1e6, o.comm_timeout);
-        printf("memory per rank (ZeRO-%d: N = %lld elements, shard S = %lld): params %.3f MB (%zu B x %s, bf16) + grads "
+        printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d | ZeRO-%d | comm %s | bucket "
+               "%.1f MB | comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp,
+               comm.tp, comm.pp, o.zero, dp->be->name, zero.bucket_elems * sizeof(float) / 1e6, o.comm_timeout);
+        if (pipelined)
+            printf("pipeline: %d stages over %d ranks | schedule %s%s | %d micro-batches a step | predicted bubble %.3f "
+                   "(F = B = W; --print-schedule shows it)\n", pp_layout.stages, o.pp, pp_kind_names[pp_kind],
+                   fused ? " (receives fused: NCCL)" : "", plan.accum,
+                   pp_bubble_theory(pp_kind, o.pp, o.virtual_stages, plan.accum));
+        printf("memory per rank (ZeRO-%d: N = %lld elements%s, shard S = %lld): params %.3f MB (%zu B x %s, bf16) + grads "
                "%.3f MB (%zu B x %s) + master weights and AdamW m,v %.3f MB (%zu B x %s) = %.3f MB | segment buffers "
-               "and layer slots %.3f MB\n", o.zero, (long long)zero.map.num_elements, (long long)zero.map.shard,
+               "and layer slots %.3f MB\n", o.zero, (long long)zero.map.num_elements,
+               pipelined ? " of rank 0's stages" : "", (long long)zero.map.shard,
                zm.params / 1e6, sizeof(bf16), o.zero >= 3 ? "S" : "N", zm.grads / 1e6, sizeof(float),
                o.zero >= 2 ? "S" : "N", zm.optimizer / 1e6, 3 * sizeof(float), o.zero >= 1 ? "S" : "N",
                (zm.params + zm.grads + zm.optimizer) / 1e6, mem->segment_buffers / 1e6);
         printf("memory: params %.1f MB (fp32 + bf16), grads %.1f MB, AdamW %.1f MB, activations %.1f MB "
-               "(recompute %d), workspace %.1f MB | total %.2f GB of %.2f GB\n",
+               "(recompute %d%s), workspace %.1f MB | total %.2f GB of %.2f GB\n",
                mem->params / 1e6, mem->grads / 1e6, mem->optimizer / 1e6, mem->activations / 1e6, o.recompute,
+               pipelined ? ", the schedule's peak" : "",
                mem->workspace / 1e6, gpu_memory_total(mem) / 1e9, prop.totalGlobalMem / 1e9);
         printf("compute: %s (sm_%d%d, %d SMs), attention %s, peak %.1f TFLOP/s (%s), %.2f GFLOP/step\n", prop.name,
                prop.major, prop.minor, prop.multiProcessorCount, o.attention, peak_tflops,
@@ -193,13 +256,13 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
 
-    GpuTrainer trainer = {&model, &zero, (uint64_t)o.seed, (float *)mallocCheck(sizeof(float) * (size_t)cfg.vocab_size),
-                          NULL, NULL, NULL, 0};
-    TrainModel tm = {&trainer, gpu_forward, gpu_backward, gpu_logits, gpu_begin_step, gpu_begin_micro,
-                     gpu_finish_grads, gpu_optimizer_step, gpu_range_push, gpu_range_pop, gpu_ckpt_stage,
-                     gpu_ckpt_wait_staged, gpu_ckpt_load, NULL};
-    // checkpoints: the fp32 master weights are sharded with the moments (from ZeRO-1)
-    CkptRanges ranges = ckpt_ranges(&zero.map, o.zero, 1);
+    GpuTrainer trainer = {&model, &zero, pipelined ? &pipeline : NULL, (uint64_t)o.seed, plan.dloss,
+                          (float *)mallocCheck(sizeof(float) * (size_t)cfg.vocab_size), NULL, NULL, NULL, 0};
+    TrainModel tm = {&trainer, gpu_train_step, gpu_forward, gpu_logits, gpu_finish_grads, gpu_optimizer_step,
+                     gpu_range_push, gpu_range_pop, gpu_ckpt_stage, gpu_ckpt_wait_staged, gpu_ckpt_load};
+    // checkpoints: the fp32 master weights are sharded with the moments (from ZeRO-1), as global ranges
+    CkptRanges local_ranges = ckpt_ranges(&zero.map, o.zero, 1);
+    CkptRanges ranges = ckpt_ranges_global(&local_ranges, &model.map);
     float *ckpt_staging = NULL;  // (pinned) what this rank writes of each checkpoint
     if (o.ckpt_dir[0]) {
         CUDA_CHECK(cudaMallocHost((void **)&ckpt_staging, sizeof(float) * CKPT_STATES *
@@ -209,8 +272,8 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaEventCreateWithFlags(&trainer.ckpt_copied, cudaEventDisableTiming));
     }
     TrainRun run = {&o, &cfg, plan, &tm, &train_loader, have_val ? &val_loader : NULL,
-                    have_tokenizer ? &tokenizer : NULL, host_dp, host_dp, rank, flops_per_step, peak_tflops * 1e12,
-                    {&o, &cfg, &model.layout, &plan, &comm, "train_gptcu"}, ranges, ckpt_staging};
+                    have_tokenizer ? &tokenizer : NULL, host_dp, comm_group(&comm, COMM_WORLD), rank, flops_per_step,
+                    peak_tflops * 1e12, {&o, &cfg, &global, &plan, &comm, "train_gptcu"}, ranges, ckpt_staging};
     if (rank == 0) train_check_outputs(&o, from_file, &train_loader, have_val ? &val_loader : NULL);
     Logger log;
     logger_open(&log, o.log_json, rank == 0);
@@ -223,10 +286,11 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaStreamDestroy(trainer.ckpt_stream));
     }
 
+    if (pipelined) pp_runner_report(&pipeline.run, rank == 0);
     if (finished && (o.out_dir[0] || o.save_model[0])) {  // every rank takes part; rank 0 writes
         ParamGather pg;
-        param_gather_init(&pg, host_dp, &ranges.write, gpu_gpt_read_params, &model);
-        train_save_model_files(&o, &model.layout, rank == 0, param_gather_fetch, &pg);
+        param_gather_init(&pg, comm_group(&comm, COMM_WORLD), &ranges.write, gpu_gpt_read_params, &model);
+        train_save_model_files(&o, &global, rank == 0, param_gather_fetch, &pg);
         param_gather_free(&pg);
     }
     logger_close(&log);
@@ -234,7 +298,9 @@ int main(int argc, char **argv) {
     if (have_val) dataloader_free(&val_loader);
     if (have_tokenizer) tokenizer_free(&tokenizer);
     free(trainer.logits);
+    if (pipelined) pipeline_gpu_free(&pipeline);
     zero_gpu_free(&zero);
+    param_layout_free(&global);
     gpu_gpt_free(&model);
 #ifdef LLMC_NCCL
     comm_nccl_free();

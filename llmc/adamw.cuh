@@ -19,11 +19,13 @@
 #include "cuda_common.cuh"
 #include "model.h"
 #include "optimizer.h"
+#include "param_map.h"
 
 #define ADAMW_CHUNK 8192  // elements per block
 
 typedef struct {
     int64_t offset;  // first element (index into the flat buffer)
+    int64_t global;  // its place in the whole model's order (param_map.h), which seeds its rounding
     int32_t len;     // elements, <= ADAMW_CHUNK
     int32_t decay;   // 1: apply weight decay
 } AdamWChunk;
@@ -35,7 +37,11 @@ typedef struct {
 } AdamWPlan;
 
 // Chunks of [begin, end): each tensor plus its alignment gap (gaps stay zero).
-static inline void adamw_plan_init(AdamWPlan *ap, const ParamLayout *pl, int64_t begin, int64_t end) {
+// map: the layout's buffer onto the global order (NULL: the whole model, the
+// same order), so an element's stochastic rounding is the same whichever rank
+// updates it (a row of a tensor-parallel slice: numbered from its row's start).
+static inline void adamw_plan_init(AdamWPlan *ap, const ParamLayout *pl, int64_t begin, int64_t end,
+                                   const ParamMap *map) {
     int cap = 0;
     for (int pass = 0; pass < 2; pass++) {
         AdamWChunk *h = pass ? (AdamWChunk *)mallocCheck(sizeof(AdamWChunk) * (size_t)cap) : NULL;
@@ -47,6 +53,7 @@ static inline void adamw_plan_init(AdamWPlan *ap, const ParamLayout *pl, int64_t
             for (int64_t o = lo; o < hi; o += ADAMW_CHUNK, n++) {
                 if (!h) continue;
                 h[n].offset = o;
+                h[n].global = map ? param_map_global_of(map, o) : o;
                 h[n].len = (int32_t)(hi - o < ADAMW_CHUNK ? hi - o : ADAMW_CHUNK);
                 h[n].decay = t->decay;
             }
@@ -123,7 +130,7 @@ __global__ void adamw_kernel(float *__restrict__ params, bf16 *__restrict__ para
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 float p = adamw_elem(&pf[j], gf[j], &mf[j], &vf[j], decay, a);
-                hb[j] = __bfloat16_as_ushort(bf16_stochastic(p, hash_u32(a.seed, (uint64_t)(i + j))));
+                hb[j] = __bfloat16_as_ushort(bf16_stochastic(p, hash_u32(a.seed, (uint64_t)(ch.global + (i - o) + j))));
             }
             *reinterpret_cast<float4 *>(params + i) = make_float4(pf[0], pf[1], pf[2], pf[3]);
             *reinterpret_cast<float4 *>(m + (i - begin)) = make_float4(mf[0], mf[1], mf[2], mf[3]);
@@ -139,7 +146,7 @@ __global__ void adamw_kernel(float *__restrict__ params, bf16 *__restrict__ para
         params[i] = pf;
         m[i - begin] = mf;
         v[i - begin] = vf;
-        params_bf16[i] = bf16_stochastic(p, hash_u32(a.seed, (uint64_t)i));
+        params_bf16[i] = bf16_stochastic(p, hash_u32(a.seed, (uint64_t)(ch.global + (i - o))));
     }
 }
 
@@ -155,12 +162,20 @@ static inline void gpu_adamw_update(const AdamWPlan *ap, float *params, bf16 *pa
     CUDA_CHECK_LAUNCH();
 }
 
-// The bf16 copy of master weights [index0, index0 + n) exactly as the AdamW
-// step seeded `seed` rounded it (a resumed run rebuilds it from a checkpoint's
-// fp32 weights). out, in: (n), from index0.
-__global__ void bf16_round_like_adamw_kernel(bf16 *out, const float *in, int64_t n, int64_t index0, uint64_t seed) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = bf16_stochastic(in[i], hash_u32(seed, (uint64_t)(index0 + i)));
+// The bf16 copy of the plan's master weights exactly as the AdamW step seeded
+// `seed` rounded them (a resumed run rebuilds it from a checkpoint's fp32
+// weights). params, params_bf16: indexed like the flat buffer.
+__global__ void adamw_round_kernel(bf16 *__restrict__ params_bf16, const float *__restrict__ params,
+                                   const AdamWChunk *__restrict__ chunks, uint64_t seed) {
+    AdamWChunk ch = chunks[blockIdx.x];
+    for (int k = threadIdx.x; k < ch.len; k += blockDim.x)
+        params_bf16[ch.offset + k] = bf16_stochastic(params[ch.offset + k], hash_u32(seed, (uint64_t)(ch.global + k)));
+}
+static inline void gpu_adamw_round_like_step(const AdamWPlan *ap, bf16 *params_bf16, const float *params,
+                                             uint64_t seed, cudaStream_t s) {
+    if (ap->num_chunks == 0) return;
+    launch_kernel(adamw_round_kernel, ap->num_chunks, 256, 0, s, params_bf16, params, ap->d_chunks, seed);
+    CUDA_CHECK_LAUNCH();
 }
 
 #endif  // LLMC_ADAMW_CUH

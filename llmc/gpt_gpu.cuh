@@ -1,22 +1,28 @@
 // gpt_gpu.cuh: the GPT-2 model on one GPU, mirroring llmc/gpt_cpu.h: the same
-// flat parameter layout (model.h), forward (with the classifier's backward
-// fused in when training), backward, zero_grad, gradient norm and AdamW, and
-// the same segment hooks (model.h's GPTHooks) for a distributed layer.
+// flat parameter layout of what the rank holds (model.h: the whole model, or a
+// pipeline rank's stages), a stage's forward (with the classifier's backward
+// fused in when training) and backward (input gradients B and weight
+// gradients W, together or apart) over a range of layers on one micro-batch's
+// activations, gradient norm and AdamW, and the same segment hooks (model.h's
+// GPTHooks) for a distributed layer.
 // Precision: fp32 master weights, fp32 gradients (accumulated across
 // micro-steps in fp32) and fp32 AdamW moments; a bf16 copy of the weights and
 // bf16 activations for compute; LayerNorm statistics, losses and the residual
 // stream's gradient in fp32.
+// Tokens and losses: the trainer uploads a step's micro-batches once
+// (gpu_gpt_upload_tokens) and reads the step's losses back once
+// (gpu_gpt_step_loss): one synchronisation per step, not per micro-step.
 // Sharding (GPUSharding; zero_gpu.cuh does the communication), by ZeRO stage:
 //   0: everything whole.
 //   1: the fp32 master weights and AdamW moments of one shard (zero_shard.h) of the
 //      flat buffer only; the bf16 copy and the gradients whole.
 //   2: also the reduced gradients of the shard only (grad_shard); the backward
-//      writes each layer's gradients into a ring of GPU_GRAD_SLOTS one-layer
-//      slots (the embeddings' and ln_f's into buffers of their own) that the
+//      writes each layer's gradients into one of a few one-layer slots (the
+//      embeddings' and ln_f's into buffers of their own) that the
 //      distributed layer reduce-scatters into the shard as they complete.
 //   3: also the bf16 weights of the shard only (params_bf16_shard); a layer's
-//      weights are gathered into a ring of GPU_PARAM_SLOTS one-layer slots
-//      before use (the embeddings' and ln_f's into buffers of their own).
+//      weights are gathered into one of GPU_PARAM_SLOTS one-layer slots before
+//      use (the embeddings' and ln_f's into buffers of their own).
 // The model reads weights and writes gradients of segment s through
 // param_view[s] / grad_view[s]: pointers indexed like the flat buffer and
 // valid over the segment's range, which point into the whole buffer, a
@@ -38,6 +44,7 @@
 #include "layernorm.cuh"
 #include "matmul.cuh"
 #include "model.h"
+#include "param_map.h"
 #include "zero_shard.h"
 
 typedef enum { ATTENTION_FLASH, ATTENTION_CUDNN } AttentionKind;
@@ -58,10 +65,10 @@ static inline GPUSharding gpu_sharding(int stage, int rank, int world) {
 
 // The buffers of a state the model keeps by segment (ZeRO-2 gradients, ZeRO-3
 // weights): one for the embeddings (segment 0), one for ln_f (segment L+1),
-// and num_slots one-layer slots that the layers take turns in.
+// when held, and num_slots one-layer slots that the layers take turns in.
 typedef struct {
     void *embed, *lnf;
-    void *slot[GPU_PARAM_SLOTS];
+    void **slot;
     int num_slots;
 } SegmentBuffers;
 
@@ -76,32 +83,50 @@ static inline size_t gpu_memory_total(const GPUMemory *m) {
     return m->params + m->grads + m->optimizer + m->activations + m->workspace;
 }
 
+// One micro-batch's activations for a stage: layers [l0, l1) of the model
+// (all of them for the whole model), with the embeddings when l0 == 0 and
+// ln_f, the classifier and the loss when l1 == L. Per-layer arrays are indexed
+// by the global layer (NULL outside [l0, l1)); with recomputation the
+// recomputed ones point into the model's shared buffers. N = B * T.
 typedef struct {
-    // per layer (L pointers each; shared buffers repeat the same pointer)
-    bf16 **ln1, **qkv, **atty, **residual2, **ln2, **fch, **fch_gelu, **residual3;
-    float **ln1_mean, **ln1_rstd, **ln2_mean, **ln2_rstd, **lse;
-    // single
-    bf16 *encoded, *lnf, *logits, *proj;         // (N,C) (N,C) (N,Vp) (N,C)
-    float *lnf_mean, *lnf_rstd, *losses;         // (N) each
-    float *dres;                                 // (N,C) fp32 gradient of the residual stream
-    bf16 *dres_bf16, *dln, *dbig, *dqkv, *datty; // (N,C) (N,C) (N,4C) (N,3C) (N,C)
-    float *delta;                                // (B,NH,T) attention backward scratch
-    float *scratch;                              // column-reduction partials
-    int *inputs, *targets;                       // (N)
+    bf16 **ln1, **qkv, **atty, **residual2, **ln2, **fch, **fch_gelu, **residual3;  // (N,C) (N,3C) (N,C) ... (N,4C)
+    float **ln1_mean, **ln1_rstd, **ln2_mean, **ln2_rstd, **lse;                    // (N) ... (B,NH,T)
+    // a split backward's weight gradients read these output gradients, kept per layer:
+    bf16 **dfcproj, **dfc, **dattproj, **dqkv;   // (N,C) (N,4C) (N,C) (N,3C)
+    bf16 *input;            // (N,C): stage 0: the embeddings; else the activation the stage before sent
+    float *lnf_mean, *lnf_rstd;  // (N) last stage
+    bf16 *dlnf;             // (N,C) last stage: the classifier's gradient into ln_f (a training forward)
+    float *dres;            // (N,C) the residual stream's gradient: at the output (received), then the input's
+    EncoderIndex index;     // stage 0: the micro-batch's positions grouped by token (the embedding backward)
     char *memory;
     size_t bytes;
-} GPUActivations;
+    int l0, l1, split;
+    int B, T;               // the shape of the last forward
+    int trained;            // holds a training forward (its backward next)
+    int weights_pending;    // a split backward's W has yet to run
+} GPUActs;
+
+// Buffers one pass uses and the next may reuse (shared by all micro-batches).
+typedef struct {
+    bf16 *lnf, *logits, *proj;                   // (N,C) (N,Vp) (N,C)
+    bf16 *dres_bf16, *dln, *dbig, *dqkv, *datty; // (N,C) (N,C) (N,4C) (N,3C) (N,C)
+    bf16 *ln1, *ln2, *fch_gelu;                  // recomputation's shared buffers ((N,C) (N,C) (N,4C); NULL unused)
+    float *delta;                                // (B,NH,T) attention backward scratch
+    float *scratch;                              // column-reduction partials
+    char *memory;
+    size_t bytes;
+} GPUScratch;
 
 typedef struct {
     GPTConfig cfg;
-    ParamLayout layout;
-    int B, T;           // activation capacity
+    ParamLayout layout;  // what this rank holds
+    ParamMap map;        // its buffer onto the global order (the AdamW rounding, checkpoints, model files)
+    int B, T;            // activation capacity
     int recompute;
     AttentionKind attention;
     cudaStream_t stream;
     MatmulContext mm;
     CudnnAttention cudnn;
-    EncoderIndex index;
     GPUSharding sharding;
     ShardMap shard;     // the range [shard.begin, shard.end) whose master weights and moments this model holds
     AdamWPlan adamw;    // over the shard
@@ -115,14 +140,21 @@ typedef struct {
     SegmentBuffers grad_segments;   // stage >= 2
     bf16 **param_view;  // (L+2) per segment: weights, indexed like the flat buffer
     float **grad_view;  // (L+2) per segment: gradients, indexed like the flat buffer
+    // the classifier's weights when the layout lacks the embeddings (a
+    // pipeline's last stage): a bf16 copy of wte (Vp, C) and its fp32
+    // gradient, kept equal to the first stage's by the pipeline; NULL otherwise
+    bf16 *tied_wte;
+    float *tied_dwte;
     uint64_t params_version;  // counts changes of the weights (upload, AdamW step)
     GPTHooks hooks;
     float *norm_scratch;
-    GPUActivations acts;
+    GPUActs acts;       // the whole model's (one micro-batch at a time), unless pipelined
+    GPUScratch scratch;
     GPUMemory mem;
-    float *h_losses;    // (B*T) host copy of the per-position losses
-    int cur_B, cur_T;   // shape of the last forward
-    int trained_batch;
+    int *step_inputs, *step_targets;  // (step_cap * B*T) the step's micro-batches, uploaded once
+    float *step_losses;               // (step_cap * B*T) each position's loss, read back once per step
+    float *h_losses;                  // (step_cap * B*T) host copy
+    int step_cap;
 } GPTGPU;
 
 // Weights of one layer in the bf16 copy.
@@ -136,6 +168,9 @@ static inline const bf16 *gpu_param_bf16(const GPTGPU *m, ParamKind k, int layer
 static inline float *gpu_grad(const GPTGPU *m, ParamKind k, int layer) {
     return m->grad_view[param_segment_of(&m->layout, k, layer)] + param_tensor(&m->layout, k, layer)->offset;
 }
+// The classifier's weights (tied to the token embedding) and their gradient.
+static inline const bf16 *gpu_wte(const GPTGPU *m) { return m->tied_wte ? m->tied_wte : gpu_param_bf16(m, PK_WTE, -1); }
+static inline float *gpu_dwte(const GPTGPU *m) { return m->tied_dwte ? m->tied_dwte : gpu_grad(m, PK_WTE, -1); }
 
 // The gradients and the bf16 weights of the shard as AdamW reads and writes
 // them: indexed like the flat buffer, valid over [shard.begin, shard.end).
@@ -154,88 +189,171 @@ static inline LayerWeightsBF16 gpu_layer_weights(const GPTGPU *m, int l) {
     return w;
 }
 
-// Lays the activations out in one allocation starting at base (NULL: only
-// count). Returns the bytes needed. Every buffer starts 256-byte aligned.
-static size_t gpu_activations_layout(GPUActivations *a, const GPTConfig *c, int B, int T, int recompute,
-                                     char *base) {
-    size_t L = c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size;
-    size_t N = (size_t)B * T;
-    size_t off = 0;
-    // bump allocator: size in bytes -> pointer (or NULL while counting)
-#define ACT_TAKE(bytes) (off = (off + 255) / 256 * 256, off += (bytes), base ? (void *)(base + off - (bytes)) : NULL)
-    struct { bf16 ***slot; size_t elems; int shared; } bf[] = {
-        {&a->ln1, N * C, recompute >= 2}, {&a->qkv, N * 3 * C, 0}, {&a->atty, N * C, 0},
-        {&a->residual2, N * C, 0}, {&a->ln2, N * C, recompute >= 2}, {&a->fch, N * 4 * C, 0},
-        {&a->fch_gelu, N * 4 * C, recompute >= 1}, {&a->residual3, N * C, 0},
+// bump allocator: size in bytes -> pointer (or NULL while counting); every buffer 256-byte aligned
+#define GPU_TAKE(off, base, bytes) \
+    ((off) = ((off) + 255) / 256 * 256, (off) += (bytes), (base) ? (void *)((base) + (off) - (bytes)) : NULL)
+
+// Lays a stage's activations for layers [l0, l1) out in one allocation at
+// base (NULL: only count; the per-layer pointer arrays must exist when base
+// is given). Returns the bytes. Recomputed buffers are the scratch's (sc).
+static size_t gpu_acts_layout(GPUActs *a, const GPTConfig *c, int B, int T, int l0, int l1, int recompute, int split,
+                              const GPUScratch *sc, char *base) {
+    size_t C = c->channels, NH = c->num_heads, N = (size_t)B * T, off = 0;
+    int L = c->num_layers;
+    // (kept: the buffer exists; recomputed: it is the scratch's shared one)
+    struct { bf16 ***slot; size_t elems; bf16 *shared; int kept, recomputed; } bf[] = {
+        {&a->ln1, N * C, sc->ln1, 1, recompute >= 2}, {&a->qkv, N * 3 * C, NULL, 1, 0},
+        {&a->atty, N * C, NULL, 1, 0}, {&a->residual2, N * C, NULL, 1, 0},
+        {&a->ln2, N * C, sc->ln2, 1, recompute >= 2}, {&a->fch, N * 4 * C, NULL, 1, 0},
+        {&a->fch_gelu, N * 4 * C, sc->fch_gelu, 1, recompute >= 1}, {&a->residual3, N * C, NULL, 1, 0},
+        {&a->dfcproj, N * C, NULL, split, 0}, {&a->dfc, N * 4 * C, NULL, split, 0},
+        {&a->dattproj, N * C, NULL, split, 0}, {&a->dqkv, N * 3 * C, NULL, split, 0},
     };
     struct { float ***slot; size_t elems; } f32[] = {
         {&a->ln1_mean, N}, {&a->ln1_rstd, N}, {&a->ln2_mean, N}, {&a->ln2_rstd, N}, {&a->lse, (size_t)B * NH * T},
     };
-    for (size_t s = 0; s < sizeof(bf) / sizeof(bf[0]); s++) {
-        bf16 *shared = bf[s].shared ? (bf16 *)ACT_TAKE(bf[s].elems * sizeof(bf16)) : NULL;
-        for (size_t l = 0; l < L; l++) {
-            bf16 *p = bf[s].shared ? shared : (bf16 *)ACT_TAKE(bf[s].elems * sizeof(bf16));
+    for (size_t s = 0; s < sizeof(bf) / sizeof(bf[0]); s++)
+        for (int l = l0; l < l1; l++) {
+            // a recomputed buffer is the scratch's (counted there); without recomputation each layer keeps its own
+            bf16 *p = !bf[s].kept ? NULL
+                      : bf[s].recomputed ? bf[s].shared
+                                         : (bf16 *)GPU_TAKE(off, base, bf[s].elems * sizeof(bf16));
             if (base) (*bf[s].slot)[l] = p;
         }
-    }
     for (size_t s = 0; s < sizeof(f32) / sizeof(f32[0]); s++)
-        for (size_t l = 0; l < L; l++) {
-            float *p = (float *)ACT_TAKE(f32[s].elems * sizeof(float));
+        for (int l = l0; l < l1; l++) {
+            float *p = (float *)GPU_TAKE(off, base, f32[s].elems * sizeof(float));
             if (base) (*f32[s].slot)[l] = p;
         }
-    size_t scratch = layernorm_scratch_floats((int)N, (int)C);
-    size_t cs = colsum_scratch_floats((int)N, 4 * (int)C);
-    if (cs > scratch) scratch = cs;
+    int last = l1 == L;
     struct { void **slot; size_t bytes; } single[] = {
-        {(void **)&a->encoded, N * C * 2}, {(void **)&a->lnf, N * C * 2}, {(void **)&a->logits, N * Vp * 2},
-        {(void **)&a->proj, N * C * 2}, {(void **)&a->lnf_mean, N * 4}, {(void **)&a->lnf_rstd, N * 4},
-        {(void **)&a->losses, N * 4}, {(void **)&a->dres, N * C * 4}, {(void **)&a->dres_bf16, N * C * 2},
-        {(void **)&a->dln, N * C * 2}, {(void **)&a->dbig, N * 4 * C * 2}, {(void **)&a->dqkv, N * 3 * C * 2},
-        {(void **)&a->datty, N * C * 2}, {(void **)&a->delta, (size_t)B * NH * T * 4},
-        {(void **)&a->scratch, scratch * 4}, {(void **)&a->inputs, N * 4}, {(void **)&a->targets, N * 4},
+        {(void **)&a->input, N * C * 2}, {(void **)&a->dres, N * C * 4}, {(void **)&a->lnf_mean, last ? N * 4 : 0},
+        {(void **)&a->lnf_rstd, last ? N * 4 : 0}, {(void **)&a->dlnf, last ? N * C * 2 : 0},
     };
     for (size_t s = 0; s < sizeof(single) / sizeof(single[0]); s++) {
-        void *p = ACT_TAKE(single[s].bytes);
+        void *p = single[s].bytes ? GPU_TAKE(off, base, single[s].bytes) : NULL;
         if (base) *single[s].slot = p;
     }
-#undef ACT_TAKE
     return off;
 }
 
-// Slots a state kept by segment has (never more than the layers).
-static inline int segment_num_slots(const ParamLayout *pl, int wanted) {
-    return pl->cfg.num_layers < wanted ? pl->cfg.num_layers : wanted;
+// Lays the shared buffers out (as gpu_acts_layout). last: the rank runs the classifier.
+static size_t gpu_scratch_layout(GPUScratch *sc, const GPTConfig *c, int B, int T, int recompute, int last,
+                                 char *base) {
+    size_t C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size, N = (size_t)B * T, off = 0;
+    size_t scratch = layernorm_scratch_floats((int)N, (int)C);
+    size_t cs = colsum_scratch_floats((int)N, 4 * (int)C);
+    if (cs > scratch) scratch = cs;
+    struct { void **slot; size_t bytes; } parts[] = {
+        {(void **)&sc->lnf, last ? N * C * 2 : 0}, {(void **)&sc->logits, last ? N * Vp * 2 : 0},
+        {(void **)&sc->proj, N * C * 2}, {(void **)&sc->dres_bf16, N * C * 2}, {(void **)&sc->dln, N * C * 2},
+        {(void **)&sc->dbig, N * 4 * C * 2}, {(void **)&sc->dqkv, N * 3 * C * 2}, {(void **)&sc->datty, N * C * 2},
+        {(void **)&sc->ln1, recompute >= 2 ? N * C * 2 : 0}, {(void **)&sc->ln2, recompute >= 2 ? N * C * 2 : 0},
+        {(void **)&sc->fch_gelu, recompute >= 1 ? N * 4 * C * 2 : 0}, {(void **)&sc->delta, (size_t)B * NH * T * 4},
+        {(void **)&sc->scratch, scratch * 4},
+    };
+    for (size_t s = 0; s < sizeof(parts) / sizeof(parts[0]); s++) {
+        void *p = parts[s].bytes ? GPU_TAKE(off, base, parts[s].bytes) : NULL;
+        if (base) *parts[s].slot = p;
+    }
+    return off;
+}
+
+// Device bytes of one micro-batch's activations of layers [l0, l1) (with its encoder index on stage 0).
+static size_t gpu_acts_bytes(const GPTConfig *c, int B, int T, int l0, int l1, int recompute, int split) {
+    GPUActs a;
+    GPUScratch sc;
+    memset(&a, 0, sizeof(a));
+    memset(&sc, 0, sizeof(sc));
+    return gpu_acts_layout(&a, c, B, T, l0, l1, recompute, split, &sc, NULL) +
+           (l0 == 0 ? sizeof(int) * (3 * (size_t)B * T + 1) : 0);
+}
+
+static void gpu_acts_free(GPUActs *a) {
+    if (!a->memory) return;
+    bf16 **bs[] = {a->ln1, a->qkv, a->atty, a->residual2, a->ln2, a->fch, a->fch_gelu, a->residual3,
+                   a->dfcproj, a->dfc, a->dattproj, a->dqkv};
+    float **fs[] = {a->ln1_mean, a->ln1_rstd, a->ln2_mean, a->ln2_rstd, a->lse};
+    for (size_t s = 0; s < sizeof(bs) / sizeof(bs[0]); s++) free(bs[s]);
+    for (size_t s = 0; s < sizeof(fs) / sizeof(fs[0]); s++) free(fs[s]);
+    CUDA_CHECK(cudaFree(a->memory));
+    if (a->l0 == 0) encoder_index_free(&a->index);
+    memset(a, 0, sizeof(*a));
+}
+
+// Activations of layers [l0, l1) for micro-batches of up to the model's B x T
+// (split: kept for a later gpu_stage_backward_weights).
+static void gpu_acts_alloc(GPTGPU *m, GPUActs *a, int l0, int l1, int split) {
+    memset(a, 0, sizeof(*a));
+    size_t L = m->cfg.num_layers;
+    bf16 ***bs[] = {&a->ln1, &a->qkv, &a->atty, &a->residual2, &a->ln2, &a->fch, &a->fch_gelu, &a->residual3,
+                    &a->dfcproj, &a->dfc, &a->dattproj, &a->dqkv};
+    float ***fs[] = {&a->ln1_mean, &a->ln1_rstd, &a->ln2_mean, &a->ln2_rstd, &a->lse};
+    for (size_t s = 0; s < sizeof(bs) / sizeof(bs[0]); s++) *bs[s] = (bf16 **)callocCheck(L, sizeof(bf16 *));
+    for (size_t s = 0; s < sizeof(fs) / sizeof(fs[0]); s++) *fs[s] = (float **)callocCheck(L, sizeof(float *));
+    a->bytes = gpu_acts_layout(a, &m->cfg, m->B, m->T, l0, l1, m->recompute, split, &m->scratch, NULL);
+    a->memory = (char *)cudaMallocCheck(a->bytes);
+    gpu_acts_layout(a, &m->cfg, m->B, m->T, l0, l1, m->recompute, split, &m->scratch, a->memory);
+    a->l0 = l0, a->l1 = l1, a->split = split;
+    if (l0 == 0) encoder_index_init(&a->index, m->B * m->T, m->cfg.vocab_size);
+}
+
+// Slots a state kept by segment has: `wanted` (never more than the held
+// layers), or with a split backward one per held layer (a layer's gradients
+// stay in its slot from its B to its W, while other layers' passes run).
+static inline int segment_num_slots(const ParamLayout *pl, int wanted, int split) {
+    int held = 0;
+    for (int l = 0; l < pl->cfg.num_layers; l++) held += param_segment_held(pl, l + 1);
+    return split || held < wanted ? held : wanted;
+}
+
+// The slot of layer segment s (held) among n: its place among the held layers, mod n.
+static inline int segment_slot(const ParamLayout *pl, int s, int n) {
+    int k = 0;
+    for (int l = 0; l < s - 1; l++) k += param_segment_held(pl, l + 1);
+    return k % n;
 }
 
 // Elements of the segment buffers of a state kept by segment: the
-// embeddings, ln_f and num_slots layers.
+// embeddings, ln_f (those held) and num_slots layers.
 static inline int64_t segment_buffer_elems(const ParamLayout *pl, int num_slots) {
-    int64_t lo, hi;
-    param_segment_range(pl, param_num_segments(pl) - 1, &lo, &hi);
-    return pl->segment_hi[0] + (int64_t)segment_num_slots(pl, num_slots) * pl->layer_stride + (hi - lo);
+    int last = param_num_segments(pl) - 1;
+    int64_t n = (int64_t)num_slots * pl->layer_stride;
+    if (param_segment_held(pl, 0)) n += pl->segment_hi[0] - pl->segment_lo[0];
+    if (param_segment_held(pl, last)) n += pl->segment_hi[last] - pl->segment_lo[last];
+    return n;
 }
 
-// The device memory a model needs (without allocating anything) at its sharding.
-static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, int B, int T, int recompute, AttentionKind attention,
-                                GPUSharding sh) {
+// The device memory a model of `held` (NULL: all of it) needs, without
+// allocating anything, at its sharding, with act_sets micro-batches'
+// activations (1; a pipeline: the schedule's peak of its average chunk).
+static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, int B, int T, int recompute,
+                                AttentionKind attention, GPUSharding sh, int act_sets, int split) {
     ParamLayout pl;
-    param_layout_init(&pl, cfg);
+    param_layout_init_held(&pl, cfg, held, 1, 0);
     ShardMap sm;
     shard_map_init(&sm, pl.num_elements, sh.rank, sh.world);
     size_t P = (size_t)sm.num_elements, S = (size_t)sm.shard;
-    size_t pseg = sh.stage >= 3 ? (size_t)segment_buffer_elems(&pl, GPU_PARAM_SLOTS) : 0;
-    size_t gseg = sh.stage >= 2 ? (size_t)segment_buffer_elems(&pl, GPU_GRAD_SLOTS) : 0;
+    size_t pseg = sh.stage >= 3 ? (size_t)segment_buffer_elems(&pl, segment_num_slots(&pl, GPU_PARAM_SLOTS, 0)) : 0;
+    size_t gseg = sh.stage >= 2 ? (size_t)segment_buffer_elems(&pl, segment_num_slots(&pl, GPU_GRAD_SLOTS, split)) : 0;
+    int first = !held || held->embeddings, last = !held || held->lnf, held_layers = 0;
+    for (int l = 0; l < cfg->num_layers; l++) held_layers += param_segment_held(&pl, l + 1);
     param_layout_free(&pl);
-    GPUActivations a;
-    memset(&a, 0, sizeof(a));
+    GPUScratch sc;
+    memset(&sc, 0, sizeof(sc));
+    size_t tied = last && !first ? (size_t)cfg->padded_vocab_size * cfg->channels : 0;
     GPUMemory m;
-    m.params = (sh.stage >= 3 ? S + pseg : P) * sizeof(bf16) + S * sizeof(float);
-    m.grads = (sh.stage >= 2 ? S + gseg : P) * sizeof(float);
+    m.params = (sh.stage >= 3 ? S + pseg : P) * sizeof(bf16) + S * sizeof(float) + tied * sizeof(bf16);
+    m.grads = (sh.stage >= 2 ? S + gseg : P) * sizeof(float) + tied * sizeof(float);
     m.optimizer = 2 * S * sizeof(float);
     m.segment_buffers = pseg * sizeof(bf16) + gseg * sizeof(float);
-    m.activations = gpu_activations_layout(&a, cfg, B, T, recompute, NULL);
+    // (the average chunk's layers, with the ends' buffers: an over-estimate for a middle stage)
+    int layers = act_sets > 0 ? held_layers : 0;
+    m.activations = (size_t)act_sets * gpu_acts_bytes(cfg, B, T, first ? 0 : 1, first ? layers : 1 + layers,
+                                                      recompute, split) +
+                    gpu_scratch_layout(&sc, cfg, B, T, recompute, last, NULL);
     m.workspace = MATMUL_WORKSPACE_BYTES + (attention == ATTENTION_CUDNN ? cudnn_attention_workspace_bytes(cfg, B, T) : 0) +
-                  global_norm_scratch_floats() * sizeof(float) + 3 * sizeof(int) * (size_t)B * T;
+                  global_norm_scratch_floats() * sizeof(float);
     return m;
 }
 
@@ -257,21 +375,25 @@ static inline void *segment_view(const ParamLayout *pl, void *buf, int s, size_t
 static void segment_buffers_init(SegmentBuffers *sb, void **views, const ParamLayout *pl, int num_slots,
                                  size_t elem_bytes) {
     int last = param_num_segments(pl) - 1;
-    int64_t lo, hi;
-    param_segment_range(pl, last, &lo, &hi);
-    sb->num_slots = segment_num_slots(pl, num_slots);
-    sb->embed = cudaMallocCheck((size_t)pl->segment_hi[0] * elem_bytes);
-    sb->lnf = cudaMallocCheck((size_t)(hi - lo) * elem_bytes);
+    sb->num_slots = num_slots;
+    if (param_segment_held(pl, 0)) {
+        sb->embed = cudaMallocCheck((size_t)(pl->segment_hi[0] - pl->segment_lo[0]) * elem_bytes);
+        views[0] = segment_view(pl, sb->embed, 0, elem_bytes);
+    }
+    if (param_segment_held(pl, last)) {
+        sb->lnf = cudaMallocCheck((size_t)(pl->segment_hi[last] - pl->segment_lo[last]) * elem_bytes);
+        views[last] = segment_view(pl, sb->lnf, last, elem_bytes);
+    }
+    sb->slot = (void **)callocCheck((size_t)(num_slots > 0 ? num_slots : 1), sizeof(void *));
     for (int k = 0; k < sb->num_slots; k++) sb->slot[k] = cudaMallocCheck((size_t)pl->layer_stride * elem_bytes);
-    views[0] = segment_view(pl, sb->embed, 0, elem_bytes);
-    views[last] = segment_view(pl, sb->lnf, last, elem_bytes);
 }
 
 static void segment_buffers_free(SegmentBuffers *sb) {
-    if (!sb->embed) return;
+    if (!sb->slot) return;
     CUDA_CHECK(cudaFree(sb->embed));
     CUDA_CHECK(cudaFree(sb->lnf));
     for (int k = 0; k < sb->num_slots; k++) CUDA_CHECK(cudaFree(sb->slot[k]));
+    free(sb->slot);
     memset(sb, 0, sizeof(*sb));
 }
 
@@ -282,22 +404,21 @@ static void gpu_gpt_zero_segment_grads(GPTGPU *m, int s) {
     CUDA_CHECK(cudaMemsetAsync(m->grad_view[s] + lo, 0, sizeof(float) * (size_t)(hi - lo), m->stream));
 }
 
-// Zeroes the gradients the backward accumulates into: the whole buffer, or at
-// stage 2+ the embeddings' and ln_f's segment buffers (a layer's slot is
-// zeroed when the distributed layer binds the layer to it).
+// Zeroes the whole gradient buffer and the tied copy's (stages 0 and 1; at
+// stage 2+ the distributed layer clears a segment's buffer once reduced).
 static void gpu_gpt_zero_grad(GPTGPU *m) {
-    if (m->grads) {
-        CUDA_CHECK(cudaMemsetAsync(m->grads, 0, sizeof(float) * (size_t)m->layout.num_elements, m->stream));
-        return;
-    }
-    gpu_gpt_zero_segment_grads(m, 0);
-    gpu_gpt_zero_segment_grads(m, param_num_segments(&m->layout) - 1);
+    if (m->grads) CUDA_CHECK(cudaMemsetAsync(m->grads, 0, sizeof(float) * (size_t)m->layout.num_elements, m->stream));
+    if (m->tied_dwte)
+        CUDA_CHECK(cudaMemsetAsync(m->tied_dwte, 0, sizeof(float) * (size_t)m->cfg.padded_vocab_size * m->cfg.channels,
+                                   m->stream));
 }
 
-// Allocates everything for micro-batches of up to B x T at the given sharding.
-// A model that does not fit is a usage error: one line saying what it needs.
-static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, int B, int T, int recompute, AttentionKind attention,
-                         GPUSharding sh) {
+// Allocates everything for the part `held` names (NULL: the whole model) and
+// micro-batches of up to B x T at the given sharding; act_sets, split: as
+// gpu_gpt_memory (0 sets: the caller allocates them, a pipeline). A model that
+// does not fit is a usage error: one line saying what it needs.
+static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *held, int B, int T, int recompute,
+                         AttentionKind attention, GPUSharding sh, int act_sets, int split) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     m->B = B;
@@ -310,23 +431,24 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, int B, int T, int reco
         die_usage("--attention flash: head size %d (n-embd / n-head) is not 32 or 64", hs);
     if (attention == ATTENTION_CUDNN && !cudnn_attention_available())
         die_usage("--attention cudnn: this build has no cuDNN (set CUDNN_HOME and rebuild)");
-    m->mem = gpu_gpt_memory(cfg, B, T, recompute, attention, sh);
-    size_t need = gpu_memory_total(&m->mem), have = cuda_free_bytes();
-    if (need > have)
+    GPUMemory need = gpu_gpt_memory(cfg, held, B, T, recompute, attention, sh, act_sets, split);
+    size_t total = gpu_memory_total(&need), have = cuda_free_bytes();
+    if (total > have)
         die_usage("model (L=%d C=%d) at batch %d x %d needs %.2f GB on the GPU but %.2f GB are free "
                   "(params %.2f, grads %.2f, optimizer %.2f, activations %.2f, workspace %.2f GB); "
                   "try a smaller --batch-size, --recompute 2, or a higher --zero stage over more GPUs",
-                  cfg->num_layers, cfg->channels, B, T, need / 1e9, have / 1e9, m->mem.params / 1e9,
-                  m->mem.grads / 1e9, m->mem.optimizer / 1e9, m->mem.activations / 1e9, m->mem.workspace / 1e9);
-    param_layout_init(&m->layout, cfg);
+                  cfg->num_layers, cfg->channels, B, T, total / 1e9, have / 1e9, need.params / 1e9, need.grads / 1e9,
+                  need.optimizer / 1e9, need.activations / 1e9, need.workspace / 1e9);
+    m->mem = need;
+    param_layout_init_held(&m->layout, cfg, held, 1, 0);
+    param_map_init(&m->map, &m->layout);
     shard_map_init(&m->shard, m->layout.num_elements, sh.rank, sh.world);
     size_t P = (size_t)m->layout.num_elements, S = (size_t)m->shard.shard;
-    int nseg = param_num_segments(&m->layout);
+    int nseg = param_num_segments(&m->layout), last = param_segment_held(&m->layout, nseg - 1);
     CUDA_CHECK(cudaStreamCreate(&m->stream));
     matmul_init(&m->mm);
     cudnn_attention_init(&m->cudnn, cfg, B, T, attention == ATTENTION_CUDNN);
-    encoder_index_init(&m->index, B * T, cfg->vocab_size);
-    adamw_plan_init(&m->adamw, &m->layout, m->shard.begin, m->shard.end);
+    adamw_plan_init(&m->adamw, &m->layout, m->shard.begin, m->shard.end, &m->map);
     m->params = (float *)cudaMallocCheck(S * sizeof(float));
     m->adam_m = (float *)cudaMallocCheck(S * sizeof(float));
     m->adam_v = (float *)cudaMallocCheck(S * sizeof(float));
@@ -337,7 +459,8 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, int B, int T, int reco
     if (sh.stage >= 3) {
         m->params_bf16_shard = (bf16 *)cudaMallocCheck(S * sizeof(bf16));
         CUDA_CHECK(cudaMemset(m->params_bf16_shard, 0, S * sizeof(bf16)));  // the shard's padding stays zero
-        segment_buffers_init(&m->param_segments, (void **)m->param_view, &m->layout, GPU_PARAM_SLOTS, sizeof(bf16));
+        segment_buffers_init(&m->param_segments, (void **)m->param_view, &m->layout,
+                             segment_num_slots(&m->layout, GPU_PARAM_SLOTS, 0), sizeof(bf16));
     } else {
         m->params_bf16 = (bf16 *)cudaMallocCheck(P * sizeof(bf16));
         for (int s = 0; s < nseg; s++) m->param_view[s] = m->params_bf16;
@@ -345,57 +468,60 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, int B, int T, int reco
     if (sh.stage >= 2) {
         m->grad_shard = (float *)cudaMallocCheck(S * sizeof(float));
         CUDA_CHECK(cudaMemset(m->grad_shard, 0, S * sizeof(float)));
-        segment_buffers_init(&m->grad_segments, (void **)m->grad_view, &m->layout, GPU_GRAD_SLOTS, sizeof(float));
+        segment_buffers_init(&m->grad_segments, (void **)m->grad_view, &m->layout,
+                             segment_num_slots(&m->layout, GPU_GRAD_SLOTS, split), sizeof(float));
+        if (m->grad_segments.embed)
+            CUDA_CHECK(cudaMemset(m->grad_segments.embed, 0, sizeof(float) * (size_t)(m->layout.segment_hi[0] -
+                                                                                       m->layout.segment_lo[0])));
+        if (m->grad_segments.lnf)
+            CUDA_CHECK(cudaMemset(m->grad_segments.lnf, 0, sizeof(float) * (size_t)(m->layout.segment_hi[nseg - 1] -
+                                                                                     m->layout.segment_lo[nseg - 1])));
     } else {
         m->grads = (float *)cudaMallocCheck(P * sizeof(float));
         for (int s = 0; s < nseg; s++) m->grad_view[s] = m->grads;
     }
+    if (last && !param_segment_held(&m->layout, 0)) {
+        size_t n = (size_t)cfg->padded_vocab_size * cfg->channels;
+        m->tied_wte = (bf16 *)cudaMallocCheck(n * sizeof(bf16));
+        m->tied_dwte = (float *)cudaMallocCheck(n * sizeof(float));
+        CUDA_CHECK(cudaMemset(m->tied_wte, 0, n * sizeof(bf16)));
+    }
     m->norm_scratch = (float *)cudaMallocCheck(global_norm_scratch_floats() * sizeof(float));
-    GPUActivations *a = &m->acts;
-    size_t L = cfg->num_layers;
-    bf16 ***bslots[] = {&a->ln1, &a->qkv, &a->atty, &a->residual2, &a->ln2, &a->fch, &a->fch_gelu, &a->residual3};
-    float ***fslots[] = {&a->ln1_mean, &a->ln1_rstd, &a->ln2_mean, &a->ln2_rstd, &a->lse};
-    for (size_t s = 0; s < sizeof(bslots) / sizeof(bslots[0]); s++) *bslots[s] = (bf16 **)mallocCheck(L * sizeof(bf16 *));
-    for (size_t s = 0; s < sizeof(fslots) / sizeof(fslots[0]); s++) *fslots[s] = (float **)mallocCheck(L * sizeof(float *));
-    a->bytes = gpu_activations_layout(a, cfg, B, T, recompute, NULL);
-    a->memory = (char *)cudaMallocCheck(a->bytes);
-    gpu_activations_layout(a, cfg, B, T, recompute, a->memory);
-    m->h_losses = (float *)mallocCheck(sizeof(float) * (size_t)B * T);
+    m->scratch.bytes = gpu_scratch_layout(&m->scratch, cfg, B, T, recompute, last, NULL);
+    m->scratch.memory = (char *)cudaMallocCheck(m->scratch.bytes);
+    gpu_scratch_layout(&m->scratch, cfg, B, T, recompute, last, m->scratch.memory);
+    if (act_sets > 0) gpu_acts_alloc(m, &m->acts, 0, cfg->num_layers, split);
     gpu_gpt_zero_grad(m);
 }
 
 static void gpu_gpt_free(GPTGPU *m) {
-    GPUActivations *a = &m->acts;
-    bf16 **bs[] = {a->ln1, a->qkv, a->atty, a->residual2, a->ln2, a->fch, a->fch_gelu, a->residual3};
-    float **fs[] = {a->ln1_mean, a->ln1_rstd, a->ln2_mean, a->ln2_rstd, a->lse};
-    for (size_t s = 0; s < sizeof(bs) / sizeof(bs[0]); s++) free(bs[s]);
-    for (size_t s = 0; s < sizeof(fs) / sizeof(fs[0]); s++) free(fs[s]);
-    CUDA_CHECK(cudaFree(a->memory));
+    gpu_acts_free(&m->acts);
     void *bufs[] = {m->params, m->grads, m->grad_shard, m->adam_m, m->adam_v, m->norm_scratch, m->params_bf16,
-                    m->params_bf16_shard};
+                    m->params_bf16_shard, m->tied_wte, m->tied_dwte, m->scratch.memory, m->step_inputs,
+                    m->step_targets, m->step_losses};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) CUDA_CHECK(cudaFree(bufs[i]));  // cudaFree(NULL) is a no-op
     segment_buffers_free(&m->param_segments);
     segment_buffers_free(&m->grad_segments);
     free(m->param_view);
     free(m->grad_view);
     adamw_plan_free(&m->adamw);
-    encoder_index_free(&m->index);
     cudnn_attention_free(&m->cudnn);
     matmul_free(&m->mm);
     CUDA_CHECK(cudaStreamDestroy(m->stream));
     free(m->h_losses);
+    param_map_free(&m->map);
     param_layout_free(&m->layout);
     memset(m, 0, sizeof(*m));
 }
 
-// Uploads fp32 weights (host, all num_elements in layout order): the bf16 copy
-// (all of it, or the shard's at stage 3) and the master copy of the shard.
-// The activation memory (unused between passes) stages the upload in chunks.
+// Uploads fp32 weights (host, the layout's num_elements in its order): the
+// bf16 copy (all of it, or the shard's at stage 3) and the master copy of the
+// shard. A buffer of the scratch stages the upload in chunks.
 static void gpu_gpt_set_params(GPTGPU *m, const float *host) {
     int64_t P = m->layout.num_elements, begin = m->shard.begin, end = m->shard.end;
-    int64_t chunk = (int64_t)(m->acts.bytes / sizeof(float));
+    int64_t chunk = (int64_t)(m->scratch.bytes / sizeof(float));
     if (chunk > (1 << 24)) chunk = 1 << 24;
-    float *staging = (float *)m->acts.memory;
+    float *staging = (float *)m->scratch.memory;
     bf16 *bf = gpu_shard_params_bf16(m);
     int whole_bf16 = m->params_bf16 != NULL;
     for (int64_t lo = 0; lo < P; lo += chunk) {
@@ -436,11 +562,7 @@ static void gpu_gpt_load_state(GPTGPU *m, float *const states[3], uint64_t seed)
     int64_t n = m->shard.end - m->shard.begin;
     for (int k = 0; k < 3; k++)
         CUDA_CHECK(cudaMemcpyAsync(dst[k], states[k], sizeof(float) * (size_t)n, cudaMemcpyHostToDevice, m->stream));
-    if (n > 0) {
-        launch_kernel(bf16_round_like_adamw_kernel, ceil_div_int(n, 256), 256, 0, m->stream,
-                      gpu_shard_params_bf16(m) + m->shard.begin, m->params, n, m->shard.begin, seed);
-        CUDA_CHECK_LAUNCH();
-    }
+    gpu_adamw_round_like_step(&m->adamw, gpu_shard_params_bf16(m), m->params - m->shard.begin, seed, m->stream);
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     m->params_version++;
 }
@@ -453,13 +575,15 @@ static void gpu_gpt_get_params(GPTGPU *m, float *host) {
     CUDA_CHECK(cudaMemcpy(host + m->shard.begin, m->params, sizeof(float) * (size_t)(m->shard.end - m->shard.begin),
                           cudaMemcpyDeviceToHost));
 }
-// A ModelFileFetch (modelfile.h) over the fp32 master weights this rank holds: [lo, hi) into host dst.
+// A ModelFileFetch (modelfile.h) over the fp32 master weights this rank
+// holds: global [lo, hi) (which its shard holds in one piece) into host dst.
 static void gpu_gpt_read_params(void *ctx, int64_t lo, int64_t hi, float *dst) {
     GPTGPU *m = (GPTGPU *)ctx;
-    CHECK(lo >= m->shard.begin && hi <= m->shard.end, "gpu_gpt_read_params: [%lld, %lld) is not held here",
+    int64_t at = param_map_local_of(&m->map, lo);
+    CHECK(at >= m->shard.begin && at + (hi - lo) <= m->shard.end, "gpu_gpt_read_params: [%lld, %lld) is not held here",
           (long long)lo, (long long)hi);
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
-    CUDA_CHECK(cudaMemcpy(dst, m->params + (lo - m->shard.begin), sizeof(float) * (size_t)(hi - lo),
+    CUDA_CHECK(cudaMemcpy(dst, m->params + (at - m->shard.begin), sizeof(float) * (size_t)(hi - lo),
                           cudaMemcpyDeviceToHost));
 }
 static void gpu_gpt_get_grads(GPTGPU *m, float *host) {
@@ -479,137 +603,297 @@ static void gpu_attention_backward(GPTGPU *m, bf16 *dqkv, const bf16 *dout, cons
                                    const float *lse, int B, int T) {
     NVTX_RANGE("attention_backward");
     if (m->attention == ATTENTION_CUDNN)
-        gpu_cudnn_attention_backward(&m->cudnn, dqkv, m->acts.delta, dout, qkv, out, lse, B, T, m->cfg.channels,
+        gpu_cudnn_attention_backward(&m->cudnn, dqkv, m->scratch.delta, dout, qkv, out, lse, B, T, m->cfg.channels,
                                      m->cfg.num_heads, m->stream);
-    else gpu_flash_attention_backward(dqkv, m->acts.delta, dout, qkv, out, lse, B, T, m->cfg.channels,
+    else gpu_flash_attention_backward(dqkv, m->scratch.delta, dout, qkv, out, lse, B, T, m->cfg.channels,
                                       m->cfg.num_heads, m->stream);
 }
 
-// Forward over inputs (B,T) (host ids), as gpt_forward in llmc/gpt_cpu.h: with
-// targets, returns the mean loss; without, the logits stay on the device (see
-// gpu_gpt_logits). With dloss != 0 the classifier's backward runs here too.
-static float gpu_gpt_forward(GPTGPU *m, const int *inputs, const int *targets, int B, int T, float dloss) {
-    NVTX_RANGE("forward");
-    const GPTConfig *c = &m->cfg;
-    int L = c->num_layers, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
-    CHECK(B <= m->B && T <= m->T, "batch %d x %d exceeds the allocated %d x %d", B, T, m->B, m->T);
-    int N = B * T;
-    for (int i = 0; i < N; i++) {
-        CHECK(inputs[i] >= 0 && inputs[i] < V, "input token %d out of range [0, %d)", inputs[i], V);
-        CHECK(!targets || (targets[i] >= 0 && targets[i] < V), "target token %d out of range [0, %d)", targets[i], V);
-    }
-    GPUActivations *a = &m->acts;
-    cudaStream_t s = m->stream;
-    CUDA_CHECK(cudaMemcpyAsync(a->inputs, inputs, sizeof(int) * (size_t)N, cudaMemcpyHostToDevice, s));
-    if (targets) CUDA_CHECK(cudaMemcpyAsync(a->targets, targets, sizeof(int) * (size_t)N, cudaMemcpyHostToDevice, s));
-    if (dloss != 0.0f) encoder_index_build(&m->index, inputs, N, s);
-    m->cur_B = B;
-    m->cur_T = T;
-    m->trained_batch = 0;
+// ---------------------------------------------------------------------------
+// the step's tokens and losses
 
-    const GPTHooks *h = &m->hooks;
-    gpt_hooks_params_needed(h, 0, HOOK_FORWARD);
-    gpu_encoder_forward(a->encoded, a->inputs, gpu_param_bf16(m, PK_WTE, -1), gpu_param_bf16(m, PK_WPE, -1), B, T, C, s);
-    gpt_hooks_params_needed(h, 1, HOOK_FORWARD);
-    LayerWeightsBF16 w0 = gpu_layer_weights(m, 0);
-    gpu_layernorm_forward(a->ln1[0], a->ln1_mean[0], a->ln1_rstd[0], a->encoded, w0.ln1w, w0.ln1b, N, C, s);
-    for (int l = 0; l < L; l++) {
-        NVTX_RANGE("layer_forward");
-        gpt_hooks_params_needed(h, l + 1, HOOK_FORWARD);
-        LayerWeightsBF16 w = gpu_layer_weights(m, l);
-        const bf16 *residual = l == 0 ? a->encoded : a->residual3[l - 1];
-        gpu_matmul_forward(&m->mm, a->qkv[l], NULL, a->ln1[l], w.qkvw, w.qkvb, N, C, 3 * C, s);
-        gpu_attention_forward(m, a->atty[l], a->lse[l], a->qkv[l], B, T);
-        gpu_matmul_forward(&m->mm, a->proj, NULL, a->atty[l], w.attprojw, w.attprojb, N, C, C, s);
-        gpu_fused_residual_layernorm(a->residual2[l], a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], residual, a->proj,
-                                     w.ln2w, w.ln2b, N, C, s);
-        gpu_matmul_forward(&m->mm, a->fch_gelu[l], a->fch[l], a->ln2[l], w.fcw, w.fcb, N, C, 4 * C, s);
-        gpu_matmul_forward(&m->mm, a->proj, NULL, a->fch_gelu[l], w.fcprojw, w.fcprojb, N, 4 * C, C, s);
-        // the next LayerNorm (the next layer's ln_1, or ln_f) fused with this residual add
-        int last = l == L - 1;
-        gpt_hooks_params_needed(h, l + 2, HOOK_FORWARD);
-        LayerWeightsBF16 wn = gpu_layer_weights(m, last ? l : l + 1);
-        gpu_fused_residual_layernorm(a->residual3[l], last ? a->lnf : a->ln1[l + 1],
-                                     last ? a->lnf_mean : a->ln1_mean[l + 1], last ? a->lnf_rstd : a->ln1_rstd[l + 1],
-                                     a->residual2[l], a->proj, last ? gpu_param_bf16(m, PK_LNFW, -1) : wn.ln1w,
-                                     last ? gpu_param_bf16(m, PK_LNFB, -1) : wn.ln1b, N, C, s);
+// Uploads n micro-batches' inputs and targets (host, (n, B*T) each; checked
+// to be tokens of the vocabulary) for the step's passes to read.
+static void gpu_gpt_upload_tokens(GPTGPU *m, const int *xs, const int *ys, int n) {
+    size_t N = (size_t)m->B * m->T, total = N * (size_t)n;
+    int V = m->cfg.vocab_size;
+    for (size_t i = 0; i < total; i++) {
+        CHECK(xs[i] >= 0 && xs[i] < V, "input token %d out of range [0, %d)", xs[i], V);
+        CHECK(!ys || (ys[i] >= 0 && ys[i] < V), "target token %d out of range [0, %d)", ys[i], V);
     }
-    {
-        NVTX_RANGE("classifier");
-        // wte: segment 0, made ready at the top of this pass (its own buffer, never evicted); no second
-        // params_needed(0) here, which ZeRO-3 would read as a new pass and gather layer 0 ahead (into a
-        // slot holding a layer the backward needs first)
-        const bf16 *wte = gpu_param_bf16(m, PK_WTE, -1);
-        // logits (N,Vp) over all Vp rows of wte (the padded rows are zero, and excluded below)
-        gpu_matmul_forward(&m->mm, a->logits, NULL, a->lnf, wte, NULL, N, C, Vp, s);
-        if (!targets) return 0.0f;
-        gpu_fused_classifier(a->logits, a->losses, a->targets, N, V, Vp, dloss, s);
-        if (dloss != 0.0f) {
-            // dlnf (in dln) = dlogits @ wte; dwte += dlogits^T @ lnf (padded columns of dlogits are 0)
-            gpu_matmul_backward<bf16>(&m->mm, a->dln, gpu_grad(m, PK_WTE, -1), NULL, NULL, a->logits, NULL, a->lnf,
-                                      wte, N, C, Vp, s);
-            m->trained_batch = 1;
-        }
+    if (n > m->step_cap) {
+        CUDA_CHECK(cudaStreamSynchronize(m->stream));
+        CUDA_CHECK(cudaFree(m->step_inputs));
+        CUDA_CHECK(cudaFree(m->step_targets));
+        CUDA_CHECK(cudaFree(m->step_losses));
+        free(m->h_losses);
+        m->step_inputs = (int *)cudaMallocCheck(sizeof(int) * total);
+        m->step_targets = (int *)cudaMallocCheck(sizeof(int) * total);
+        m->step_losses = (float *)cudaMallocCheck(sizeof(float) * total);
+        m->h_losses = (float *)mallocCheck(sizeof(float) * total);
+        m->step_cap = n;
     }
-    CUDA_CHECK(cudaMemcpyAsync(m->h_losses, a->losses, sizeof(float) * (size_t)N, cudaMemcpyDeviceToHost, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));
-    double total = 0.0;
-    for (int i = 0; i < N; i++) total += m->h_losses[i];
-    return (float)(total / N);
+    CUDA_CHECK(cudaMemcpyAsync(m->step_inputs, xs, sizeof(int) * total, cudaMemcpyHostToDevice, m->stream));
+    if (ys) CUDA_CHECK(cudaMemcpyAsync(m->step_targets, ys, sizeof(int) * total, cudaMemcpyHostToDevice, m->stream));
 }
 
-// Backward of the last training forward; accumulates into the gradients (fp32,
-// through grad_view), calling the hooks at every segment.
-static void gpu_gpt_backward(GPTGPU *m) {
-    NVTX_RANGE("backward");
-    CHECK(m->trained_batch, "gpu_gpt_backward without a training forward (dloss != 0)");
+// The sum over n micro-batches of their mean losses (what the last stage's
+// forwards wrote), read back in one copy: the step's one synchronisation.
+static double gpu_gpt_step_loss(GPTGPU *m, int n) {
+    size_t N = (size_t)m->B * m->T;
+    CUDA_CHECK(cudaMemcpyAsync(m->h_losses, m->step_losses, sizeof(float) * N * (size_t)n, cudaMemcpyDeviceToHost,
+                               m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    double total = 0.0;
+    for (int k = 0; k < n; k++) {
+        double mb = 0.0;
+        for (size_t i = 0; i < N; i++) mb += m->h_losses[(size_t)k * N + i];
+        total += mb / (double)N;
+    }
+    return total;
+}
+
+// ---------------------------------------------------------------------------
+// a stage's forward and backward
+
+__global__ void residual_add_kernel(bf16 *out, const bf16 *a, const bf16 *b, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __float2bfloat16_rn(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+}
+
+// Forward of layers [a->l0, a->l1) on micro-batch mb of the step's tokens
+// (x_host: its inputs, for the embedding backward's index), B x T. The first
+// stage embeds; any other reads a->input (what the stage before sent). The
+// last stage computes the losses into the step's buffer (without targets:
+// logits only, in the scratch's logits) and, when dloss != 0 (training), the
+// classifier's backward, fused with the softmax: dlnf and the wte gradient.
+// Other stages leave their output in a->residual3[l1 - 1]. The next layer's
+// LayerNorm is fused with each residual add inside the stage.
+static void gpu_stage_forward(GPTGPU *m, GPUActs *a, const int *x_host, int mb, int B, int T, int with_targets,
+                              float dloss) {
+    NVTX_RANGE("forward");
     const GPTConfig *c = &m->cfg;
-    int L = c->num_layers, C = c->channels;
-    int B = m->cur_B, T = m->cur_T, N = B * T;
-    GPUActivations *a = &m->acts;
+    int L = c->num_layers, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size, l0 = a->l0, l1 = a->l1;
+    CHECK(B <= m->B && T <= m->T, "batch %d x %d exceeds the allocated %d x %d", B, T, m->B, m->T);
+    int N = B * T;
+    const int *inputs = m->step_inputs + (size_t)mb * m->B * m->T, *targets = m->step_targets + (size_t)mb * m->B * m->T;
     cudaStream_t s = m->stream;
     const ParamLayout *pl = &m->layout;
-
     const GPTHooks *h = &m->hooks;
-    CUDA_CHECK(cudaMemsetAsync(a->dres, 0, sizeof(float) * (size_t)N * C, s));
-    gpt_hooks_params_needed(h, L + 1, HOOK_BACKWARD);
-    gpu_layernorm_backward(a->dres, a->dres_bf16, gpu_grad(m, PK_LNFW, -1), gpu_grad(m, PK_LNFB, -1), a->scratch,
-                           a->dln, a->residual3[L - 1], gpu_param_bf16(m, PK_LNFW, -1), a->lnf_mean, a->lnf_rstd, N,
-                           C, s);
-    gpt_hooks_grads_ready(h, L + 1);
-    for (int l = L - 1; l >= 0; l--) {
+    GPUScratch *sc = &m->scratch;
+    a->B = B, a->T = T, a->trained = 0;
+    if (l0 == 0) {
+        if (dloss != 0.0f) encoder_index_build(&a->index, x_host, N, s);
+        gpt_hooks_params_needed(h, 0, HOOK_FORWARD);
+        gpu_encoder_forward(a->input, inputs, gpu_param_bf16(m, PK_WTE, -1), gpu_param_bf16(m, PK_WPE, -1), B, T, C, s);
+    }
+    gpt_hooks_params_needed(h, l0 + 1, HOOK_FORWARD);
+    LayerWeightsBF16 w0 = gpu_layer_weights(m, l0);
+    gpu_layernorm_forward(a->ln1[l0], a->ln1_mean[l0], a->ln1_rstd[l0], a->input, w0.ln1w, w0.ln1b, N, C, s);
+    for (int l = l0; l < l1; l++) {
+        NVTX_RANGE("layer_forward");
+        gpt_hooks_params_needed(h, l + 1, HOOK_FORWARD);
+        gpt_hooks_prefetch(h, pl, l + 1 < l1 ? l + 2 : L + 1);
+        LayerWeightsBF16 w = gpu_layer_weights(m, l);
+        const bf16 *residual = l == l0 ? a->input : a->residual3[l - 1];
+        gpu_matmul_forward(&m->mm, a->qkv[l], NULL, a->ln1[l], w.qkvw, w.qkvb, N, C, 3 * C, s);
+        gpu_attention_forward(m, a->atty[l], a->lse[l], a->qkv[l], B, T);
+        gpu_matmul_forward(&m->mm, sc->proj, NULL, a->atty[l], w.attprojw, w.attprojb, N, C, C, s);
+        gpu_fused_residual_layernorm(a->residual2[l], a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], residual, sc->proj,
+                                     w.ln2w, w.ln2b, N, C, s);
+        gpu_matmul_forward(&m->mm, a->fch_gelu[l], a->fch[l], a->ln2[l], w.fcw, w.fcb, N, C, 4 * C, s);
+        gpu_matmul_forward(&m->mm, sc->proj, NULL, a->fch_gelu[l], w.fcprojw, w.fcprojb, N, 4 * C, C, s);
+        if (l + 1 < l1) {  // the next layer's ln_1 fused with this residual add
+            gpt_hooks_params_needed(h, l + 2, HOOK_FORWARD);
+            LayerWeightsBF16 wn = gpu_layer_weights(m, l + 1);
+            gpu_fused_residual_layernorm(a->residual3[l], a->ln1[l + 1], a->ln1_mean[l + 1], a->ln1_rstd[l + 1],
+                                         a->residual2[l], sc->proj, wn.ln1w, wn.ln1b, N, C, s);
+        } else if (l1 == L) {  // ln_f fused with the last residual add
+            gpt_hooks_params_needed(h, L + 1, HOOK_FORWARD);
+            gpu_fused_residual_layernorm(a->residual3[l], sc->lnf, a->lnf_mean, a->lnf_rstd, a->residual2[l], sc->proj,
+                                         gpu_param_bf16(m, PK_LNFW, -1), gpu_param_bf16(m, PK_LNFB, -1), N, C, s);
+        } else {  // the stage's output, for the next stage (which computes its ln_1)
+            int64_t n = (int64_t)N * C;
+            launch_kernel(residual_add_kernel, ceil_div_int(n, 256), 256, 0, s, a->residual3[l], a->residual2[l],
+                          sc->proj, n);
+            CUDA_CHECK_LAUNCH();
+        }
+    }
+    if (l1 < L) {
+        a->trained = dloss != 0.0f;
+        return;
+    }
+    NVTX_RANGE("classifier");
+    // wte: segment 0's (made ready at the top of this pass on the whole model; no second params_needed(0),
+    // which ZeRO-3 would take for a gather) or the last stage's copy
+    const bf16 *wte = gpu_wte(m);
+    // logits (N,Vp) over all Vp rows of wte (the padded rows are zero, and excluded below)
+    gpu_matmul_forward(&m->mm, sc->logits, NULL, sc->lnf, wte, NULL, N, C, Vp, s);
+    if (!with_targets) return;
+    float *losses = m->step_losses + (size_t)mb * m->B * m->T;
+    gpu_fused_classifier(sc->logits, losses, targets, N, V, Vp, dloss, s);
+    if (dloss != 0.0f) {
+        // dlnf = dlogits @ wte; dwte += dlogits^T @ lnf (padded columns of dlogits are 0)
+        if (!m->tied_dwte) gpt_hooks_params_needed(h, 0, HOOK_GRADS);
+        gpu_matmul_backward<bf16>(&m->mm, a->dlnf, gpu_dwte(m), NULL, NULL, sc->logits, NULL, sc->lnf, wte, N, C, Vp, s);
+        a->trained = 1;
+    }
+}
+
+// The inputs a layer's weight gradients read, recomputed where --recompute
+// shares their buffers (the same kernels: the forward's bits).
+static void gpu_layer_recompute(GPTGPU *m, GPUActs *a, int l, const LayerWeightsBF16 *w, int N) {
+    int C = m->cfg.channels;
+    cudaStream_t s = m->stream;
+    if (m->recompute >= 1) gpu_gelu_forward(a->fch_gelu[l], a->fch[l], (int64_t)N * 4 * C, s);
+    if (m->recompute >= 2)
+        gpu_layernorm_forward(a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w->ln2w, w->ln2b, N, C, s);
+    if (m->recompute >= 2)
+        gpu_layernorm_forward(a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], l == a->l0 ? a->input : a->residual3[l - 1],
+                              w->ln1w, w->ln1b, N, C, s);
+}
+
+// The embeddings' gradient (first stage), from the residual gradient at layer 0's input.
+static void gpu_embedding_backward(GPTGPU *m, GPUActs *a) {
+    gpt_hooks_params_needed(&m->hooks, 0, HOOK_GRADS);
+    gpu_encoder_backward(gpu_grad(m, PK_WTE, -1), gpu_grad(m, PK_WPE, -1), a->dres, &a->index, a->B, a->T,
+                         m->cfg.channels, m->stream);
+    gpt_hooks_grads_ready(&m->hooks, 0);
+}
+
+// Backward of the training forward a holds, through layers [a->l0, a->l1):
+// the gradient enters from the loss (last stage) or in a->dres (fp32, what
+// the stage after sent) and leaves in a->dres (the stage input's). Without
+// a->split the weight gradients accumulate into the gradients (fp32, through
+// grad_view) as it goes, and the embeddings' on the first stage; with it only
+// the input gradients (with the LayerNorms' and the biases', which come with
+// them) are computed, and gpu_stage_backward_weights adds the rest later, to
+// the same numbers.
+static void gpu_stage_backward(GPTGPU *m, GPUActs *a) {
+    NVTX_RANGE("backward");
+    CHECK(a->trained, "gpu_stage_backward without a training forward (dloss != 0)");
+    const GPTConfig *c = &m->cfg;
+    int L = c->num_layers, C = c->channels, l0 = a->l0, l1 = a->l1, split = a->split;
+    int B = a->B, T = a->T, N = B * T;
+    cudaStream_t s = m->stream;
+    const ParamLayout *pl = &m->layout;
+    const GPTHooks *h = &m->hooks;
+    GPUScratch *sc = &m->scratch;
+    if (l1 == L) {
+        CUDA_CHECK(cudaMemsetAsync(a->dres, 0, sizeof(float) * (size_t)N * C, s));
+        gpt_hooks_params_needed(h, L + 1, HOOK_BACKWARD);
+        gpt_hooks_prefetch(h, pl, l1);
+        gpu_layernorm_backward(a->dres, sc->dres_bf16, gpu_grad(m, PK_LNFW, -1), gpu_grad(m, PK_LNFB, -1), sc->scratch,
+                               a->dlnf, a->residual3[L - 1], gpu_param_bf16(m, PK_LNFW, -1), a->lnf_mean, a->lnf_rstd,
+                               N, C, s);
+        gpt_hooks_grads_ready(h, L + 1);
+    } else {  // the received gradient, in bf16 for the first matmul
+        int64_t n = (int64_t)N * C;
+        launch_kernel(f32_to_bf16_kernel, ceil_div_int(n, 256), 256, 0, s, sc->dres_bf16, a->dres, n);
+        CUDA_CHECK_LAUNCH();
+    }
+    for (int l = l1 - 1; l >= l0; l--) {
         NVTX_RANGE("layer_backward");
         gpt_hooks_params_needed(h, l + 1, HOOK_BACKWARD);
+        if (l > l0) gpt_hooks_prefetch(h, pl, l);
         LayerWeightsBF16 w = gpu_layer_weights(m, l);
         LayerTensors g = layer_tensors(pl, m->grad_view[l + 1], l);
-        const bf16 *residual = l == 0 ? a->encoded : a->residual3[l - 1];
+        const bf16 *residual = l == l0 ? a->input : a->residual3[l - 1];
+        bf16 *dbig = split ? a->dfc[l] : sc->dbig, *dqkv = split ? a->dqkv[l] : sc->dqkv;
         // dres: gradient w.r.t. residual3 = residual2 + mlp(ln2(residual2))
         if (m->recompute >= 1) gpu_gelu_forward(a->fch_gelu[l], a->fch[l], (int64_t)N * 4 * C, s);
-        gpu_matmul_backward<float>(&m->mm, a->dbig, g.fcprojw, g.fcprojb, a->scratch, a->dres_bf16, a->dres,
-                                   a->fch_gelu[l], w.fcprojw, N, 4 * C, C, s);
-        gpu_gelu_backward_inplace(a->dbig, a->fch[l], (int64_t)N * 4 * C, s);
+        if (split) CUDA_CHECK(cudaMemcpyAsync(a->dfcproj[l], sc->dres_bf16, sizeof(bf16) * (size_t)N * C,
+                                              cudaMemcpyDeviceToDevice, s));
+        gpu_matmul_backward<float>(&m->mm, dbig, split ? NULL : g.fcprojw, g.fcprojb, sc->scratch, sc->dres_bf16,
+                                   a->dres, a->fch_gelu[l], w.fcprojw, N, 4 * C, C, s);
+        gpu_gelu_backward_inplace(dbig, a->fch[l], (int64_t)N * 4 * C, s);
         if (m->recompute >= 2)
             gpu_layernorm_forward(a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w.ln2w, w.ln2b, N, C, s);
-        gpu_matmul_backward<bf16>(&m->mm, a->dln, g.fcw, g.fcb, a->scratch, a->dbig, a->dbig, a->ln2[l], w.fcw, N, C,
-                                  4 * C, s);
-        gpu_layernorm_backward(a->dres, a->dres_bf16, g.ln2w, g.ln2b, a->scratch, a->dln, a->residual2[l], w.ln2w,
+        gpu_matmul_backward<bf16>(&m->mm, sc->dln, split ? NULL : g.fcw, g.fcb, sc->scratch, dbig, dbig, a->ln2[l],
+                                  w.fcw, N, C, 4 * C, s);
+        gpu_layernorm_backward(a->dres, sc->dres_bf16, g.ln2w, g.ln2b, sc->scratch, sc->dln, a->residual2[l], w.ln2w,
                                a->ln2_mean[l], a->ln2_rstd[l], N, C, s);
         // dres: gradient w.r.t. residual2 = residual + attn(ln1(residual))
-        gpu_matmul_backward<float>(&m->mm, a->datty, g.attprojw, g.attprojb, a->scratch, a->dres_bf16, a->dres,
-                                   a->atty[l], w.attprojw, N, C, C, s);
-        gpu_attention_backward(m, a->dqkv, a->datty, a->qkv[l], a->atty[l], a->lse[l], B, T);
+        if (split) CUDA_CHECK(cudaMemcpyAsync(a->dattproj[l], sc->dres_bf16, sizeof(bf16) * (size_t)N * C,
+                                              cudaMemcpyDeviceToDevice, s));
+        gpu_matmul_backward<float>(&m->mm, sc->datty, split ? NULL : g.attprojw, g.attprojb, sc->scratch,
+                                   sc->dres_bf16, a->dres, a->atty[l], w.attprojw, N, C, C, s);
+        gpu_attention_backward(m, dqkv, sc->datty, a->qkv[l], a->atty[l], a->lse[l], B, T);
         if (m->recompute >= 2)
             gpu_layernorm_forward(a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C, s);
-        gpu_matmul_backward<bf16>(&m->mm, a->dln, g.qkvw, g.qkvb, a->scratch, a->dqkv, a->dqkv, a->ln1[l], w.qkvw, N,
-                                  C, 3 * C, s);
-        gpu_layernorm_backward(a->dres, a->dres_bf16, g.ln1w, g.ln1b, a->scratch, a->dln, residual, w.ln1w,
+        gpu_matmul_backward<bf16>(&m->mm, sc->dln, split ? NULL : g.qkvw, g.qkvb, sc->scratch, dqkv, dqkv, a->ln1[l],
+                                  w.qkvw, N, C, 3 * C, s);
+        gpu_layernorm_backward(a->dres, sc->dres_bf16, g.ln1w, g.ln1b, sc->scratch, sc->dln, residual, w.ln1w,
                                a->ln1_mean[l], a->ln1_rstd[l], N, C, s);
-        gpt_hooks_grads_ready(h, l + 1);
+        if (!split) gpt_hooks_grads_ready(h, l + 1);
     }
-    gpt_hooks_params_needed(h, 0, HOOK_BACKWARD);
-    gpu_encoder_backward(gpu_grad(m, PK_WTE, -1), gpu_grad(m, PK_WPE, -1), a->dres, &m->index, B, T, C, s);
-    gpt_hooks_grads_ready(h, 0);
-    m->trained_batch = 0;
+    if (!split && l0 == 0) gpu_embedding_backward(m, a);
+    a->trained = 0;
+    a->weights_pending = split;
+}
+
+// The weight gradients a split gpu_stage_backward left (W of a zero-bubble
+// schedule); a->dres must still hold the stage input's gradient.
+static void gpu_stage_backward_weights(GPTGPU *m, GPUActs *a) {
+    NVTX_RANGE("backward_weights");
+    CHECK(a->weights_pending, "gpu_stage_backward_weights without a split backward");
+    int C = m->cfg.channels, N = a->B * a->T;
+    cudaStream_t s = m->stream;
+    for (int l = a->l1 - 1; l >= a->l0; l--) {
+        gpt_hooks_params_needed(&m->hooks, l + 1, m->recompute >= 2 ? HOOK_BACKWARD : HOOK_GRADS);
+        LayerTensors g = layer_tensors(&m->layout, m->grad_view[l + 1], l);
+        if (m->recompute >= 1) {  // (the LayerNorms' recomputation reads their weights)
+            LayerWeightsBF16 w;
+            memset(&w, 0, sizeof(w));
+            if (m->recompute >= 2) w = gpu_layer_weights(m, l);
+            gpu_layer_recompute(m, a, l, &w, N);
+        }
+        gpu_matmul_backward<bf16>(&m->mm, NULL, g.fcprojw, NULL, NULL, a->dfcproj[l], NULL, a->fch_gelu[l], NULL, N,
+                                  4 * C, C, s);
+        gpu_matmul_backward<bf16>(&m->mm, NULL, g.fcw, NULL, NULL, a->dfc[l], NULL, a->ln2[l], NULL, N, C, 4 * C, s);
+        gpu_matmul_backward<bf16>(&m->mm, NULL, g.attprojw, NULL, NULL, a->dattproj[l], NULL, a->atty[l], NULL, N, C,
+                                  C, s);
+        gpu_matmul_backward<bf16>(&m->mm, NULL, g.qkvw, NULL, NULL, a->dqkv[l], NULL, a->ln1[l], NULL, N, C, 3 * C, s);
+        gpt_hooks_grads_ready(&m->hooks, l + 1);
+    }
+    if (a->l0 == 0) gpu_embedding_backward(m, a);
+    a->weights_pending = 0;
+}
+
+// ---------------------------------------------------------------------------
+// the whole model on one micro-batch (tests, evaluation, sampling)
+
+// Forward over inputs (B,T) (host ids), as gpt_forward in llmc/gpt_cpu.h: with
+// targets, returns the mean loss (a synchronisation); without, the logits stay
+// on the device (see gpu_gpt_logits). With dloss != 0 the classifier's
+// backward runs here too and gpu_gpt_backward may follow.
+static float gpu_gpt_forward(GPTGPU *m, const int *inputs, const int *targets, int B, int T, float dloss) {
+    CHECK(B <= m->B && T <= m->T, "batch %d x %d exceeds the allocated %d x %d", B, T, m->B, m->T);
+    // (one micro-batch's tokens, padded to the model's B x T: the forward reads the first B x T)
+    size_t N = (size_t)m->B * m->T;
+    int *x = (int *)callocCheck(N, sizeof(int)), *y = targets ? (int *)callocCheck(N, sizeof(int)) : NULL;
+    memcpy(x, inputs, sizeof(int) * (size_t)B * T);
+    if (targets) memcpy(y, targets, sizeof(int) * (size_t)B * T);
+    gpu_gpt_upload_tokens(m, x, y, 1);
+    gpu_stage_forward(m, &m->acts, x, 0, B, T, targets != NULL, dloss);
+    float loss = 0.0f;
+    if (targets) {
+        size_t n = (size_t)B * T;
+        CUDA_CHECK(cudaMemcpyAsync(m->h_losses, m->step_losses, sizeof(float) * n, cudaMemcpyDeviceToHost, m->stream));
+        CUDA_CHECK(cudaStreamSynchronize(m->stream));
+        double total = 0.0;
+        for (size_t i = 0; i < n; i++) total += m->h_losses[i];
+        loss = (float)(total / (double)n);
+    }
+    free(x);
+    free(y);
+    return loss;
+}
+
+// Backward of the last training forward (B then W): accumulates into the gradients.
+static void gpu_gpt_backward(GPTGPU *m) {
+    gpu_stage_backward(m, &m->acts);
+    if (m->acts.split) gpu_stage_backward_weights(m, &m->acts);
 }
 
 // The sum of squares of the gradients of the shard (deterministic).
@@ -639,7 +923,7 @@ static void gpu_gpt_logits(GPTGPU *m, int row0, int rows, float *out) {
     int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
     size_t n = (size_t)rows * Vp;
     bf16 *h = (bf16 *)mallocCheck(n * sizeof(bf16));
-    CUDA_CHECK(cudaMemcpyAsync(h, m->acts.logits + (size_t)row0 * Vp, n * sizeof(bf16), cudaMemcpyDeviceToHost,
+    CUDA_CHECK(cudaMemcpyAsync(h, m->scratch.logits + (size_t)row0 * Vp, n * sizeof(bf16), cudaMemcpyDeviceToHost,
                                m->stream));
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     for (int r = 0; r < rows; r++)

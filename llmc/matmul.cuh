@@ -157,8 +157,10 @@ static inline void gpu_matmul_forward(MatmulContext *mc, bf16 *out, bf16 *pre_ge
 // bias gradient: dbias (OC) += column sums of dout (N,OC), in a fixed order.
 
 // dinp (N,IC) = dout (N,OC) @ W (OC,IC) (bf16, overwritten; skipped when NULL);
-// dW (OC,IC) += dout^T @ inp (fp32); dbias (OC) += colsum(dbias_src) when
-// dbias is given (dbias_src: dout, or an fp32 copy of it). scratch: colsum_scratch_floats(N, OC).
+// dW (OC,IC) += dout^T @ inp (fp32; skipped when NULL: a split backward's
+// input gradients run apart from its weight gradients, each call the same
+// matmul); dbias (OC) += colsum(dbias_src) when dbias is given (dbias_src:
+// dout, or an fp32 copy of it). scratch: colsum_scratch_floats(N, OC).
 template <typename T>
 static inline void gpu_matmul_backward(MatmulContext *mc, bf16 *dinp, float *dW, float *dbias, float *scratch,
                                        const bf16 *dout, const T *dbias_src, const bf16 *inp, const bf16 *W, int N,
@@ -166,8 +168,9 @@ static inline void gpu_matmul_backward(MatmulContext *mc, bf16 *dinp, float *dW,
     // dinp^T (IC,N) = W-as-stored (IC,OC) @ dout^T (OC,N)
     if (dinp) matmul_lt(mc, dinp, CUDA_R_16BF, W, 0, IC, dout, 0, OC, IC, N, OC, IC, 0, CUBLASLT_EPILOGUE_DEFAULT,
                         NULL, NULL, s);
-    // dW^T (IC,OC) += inp^T (IC,N) @ (dout^T (OC,N))^T
-    matmul_lt(mc, dW, CUDA_R_32F, inp, 0, IC, dout, 1, OC, IC, OC, N, IC, 1, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, s);
+    // dW^T (IC,OC) += inp^T (IC,N) @ (dout^T (OC,N))^T (skipped when NULL)
+    if (dW) matmul_lt(mc, dW, CUDA_R_32F, inp, 0, IC, dout, 1, OC, IC, OC, N, IC, 1, CUBLASLT_EPILOGUE_DEFAULT, NULL,
+                      NULL, s);
     if (dbias) gpu_colsum_accumulate<T>(dbias, scratch, dbias_src, N, OC, s);
 }
 

@@ -120,6 +120,22 @@ static inline int64_t param_map_local_of(const ParamMap *m, int64_t g) {
     DIE("global element %lld is not held in one piece here", (long long)g);
 }
 
+// The global position of local element x (held by a block; a gap: the
+// position after its block's last element, whose rounding seed is as good).
+static inline int64_t param_map_global_of(const ParamMap *m, int64_t x) {
+    const ParamBlock *prev = NULL;
+    for (int i = 0; i < m->n; i++) {
+        const ParamBlock *b = &m->blocks[i];
+        if (x < b->local) break;
+        prev = b;
+        if (x < b->local + b->len * b->rows) {
+            int64_t r = (x - b->local) / b->len;
+            return b->global + r * b->stride + (x - b->local - r * b->len);
+        }
+    }
+    return prev ? prev->global + (prev->rows - 1) * prev->stride + prev->len : x;
+}
+
 // Copies local tensor t's slice out of its global tensor's values (all of
 // them, in the global tensor's own order, from its first element) into dst,
 // the rank's buffer (t's elements at dst + t->offset). global: the whole

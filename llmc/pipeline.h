@@ -180,7 +180,7 @@ static void pp_run_comm_group(PPRunner *pr, int i, int end) {
     const PPAction *acts = pr->sched.acts;
     size_t n = (size_t)pr->B * pr->T * pr->C;
     CommRequest reqs[16];
-    PPSlot *sent_b[16];
+    int sent_b[16];  // the pool entry whose gradient each request sends (-1: none; the pool may move as it grows)
     int nreq = 0;
     for (int k = i; k < end; k++) {
         const PPAction *a = &acts[k];
@@ -192,7 +192,7 @@ static void pp_run_comm_group(PPRunner *pr, int i, int end) {
             CommRequest r = comm_recv_start(pr->pipe, pr->ops.buffer(pr->ops.ctx, s->act, fwd ? PP_BUF_IN : PP_BUF_DOUT),
                                             n, t, a->peer, pp_tag(pr, g, a->mb, !fwd));
             if (pr->fuse) {  // completed with the group, then read by its consumer's stream
-                sent_b[nreq] = NULL;
+                sent_b[nreq] = -1;
                 reqs[nreq++] = r;
                 if (pr->ops.consume) pr->ops.consume(pr->ops.ctx, &reqs[nreq - 1]);
                 continue;
@@ -200,16 +200,16 @@ static void pp_run_comm_group(PPRunner *pr, int i, int end) {
             *(fwd ? &s->recv_f : &s->recv_b) = r;
             *(fwd ? &s->recv_f_posted : &s->recv_b_posted) = 1;
         } else {
-            sent_b[nreq] = fwd ? NULL : s;
+            sent_b[nreq] = fwd ? -1 : (int)(s - pr->pool);
             reqs[nreq++] = comm_send_start(pr->pipe, pr->ops.buffer(pr->ops.ctx, s->act, fwd ? PP_BUF_OUT : PP_BUF_DIN),
                                            n, t, a->peer, pp_tag(pr, fwd ? g + 1 : g - 1, a->mb, !fwd));
         }
     }
     comm_wait_all(reqs, nreq);
     for (int k = 0; k < nreq; k++)
-        if (sent_b[k]) {
-            sent_b[k]->send_b_done = 1;
-            pp_slot_maybe_release(pr, sent_b[k]);
+        if (sent_b[k] >= 0) {
+            pr->pool[sent_b[k]].send_b_done = 1;
+            pp_slot_maybe_release(pr, &pr->pool[sent_b[k]]);
         }
 }
 

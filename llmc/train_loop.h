@@ -25,14 +25,16 @@
 // A model with its distributed layer, as the loop drives it.
 typedef struct {
     void *ctx;
-    // Mean loss over the batch x, y (B,T). Without targets (y NULL) it leaves
-    // logits for `logits`; dloss != 0: a training forward (its backward next).
-    float (*forward)(void *ctx, const int *x, const int *y, int B, int T, float dloss);
-    void (*backward)(void *ctx);
+    // One optimizer step's forwards and backwards over accum micro-batches xs,
+    // ys ((accum, B*T) each), as the trainer orders them (micro-step by
+    // micro-step, or a pipeline's schedule), its reductions started as the
+    // ZeRO stage says; returns the sum of the micro-batches' mean losses.
+    float (*train_step)(void *ctx, const int *xs, const int *ys, int accum);
+    // Evaluation and sampling: the mean loss over the batch x, y (B,T); without
+    // targets (y NULL) it leaves logits for `logits`.
+    float (*forward)(void *ctx, const int *x, const int *y, int B, int T);
     // After a forward without targets: row `row`'s logits (V floats), valid until the next call.
     const float *(*logits)(void *ctx, int row);
-    void (*begin_step)(void *ctx);
-    void (*begin_micro)(void *ctx, int micro, int accum);
     float (*finish_grads)(void *ctx);  // completes the reductions; the global gradient norm
     // AdamW on this rank's shard (step 0-based; the weights made whole as the
     // ZeRO stage says), finished before it returns, so the step's time is real.
@@ -40,19 +42,15 @@ typedef struct {
     // Profiler ranges around the loop's phases (NVTX on the GPU); NULL: none.
     void (*range_push)(const char *name);
     void (*range_pop)(void);
-    // Checkpoints (checkpoint.h). stage: copies this rank's [lo, hi) of the
-    // fp32 master weights, AdamW m and v into staging (CKPT_STATES, hi - lo),
-    // or queues that copy; wait_staged: waits for a queued copy (NULL: stage
-    // copies at once, and the writer thread calls it); load: installs the
-    // states over ranges->hold from host arrays (states[s]: hold[s]'s pieces one
-    // after the other), as they were after `step` steps.
+    // Checkpoints (checkpoint.h). stage: copies [lo, hi) of the global order
+    // (held by this rank) of the fp32 master weights, AdamW m and v into
+    // staging (CKPT_STATES, hi - lo), or queues that copy; wait_staged: waits
+    // for a queued copy (NULL: stage copies at once, and the writer thread
+    // calls it); load: installs the states over ranges->hold from host arrays
+    // (states[s]: hold[s]'s pieces one after the other), as they were after `step` steps.
     void (*ckpt_stage)(void *ctx, float *staging, int64_t lo, int64_t hi);
     void (*ckpt_wait_staged)(void *ctx);
     void (*ckpt_load)(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step);
-    // Pipeline parallel (pipeline_cpu.h): the step's forwards and backwards over
-    // all accum micro-batches at once (xs, ys: (accum, B*T)), as the schedule
-    // orders them; the sum of their mean losses. NULL: forward and backward per micro-step.
-    float (*pipeline_step)(void *ctx, const int *xs, const int *ys, int accum);
 } TrainModel;
 
 static inline void train_range_push(const TrainModel *tm, const char *name) {
@@ -153,7 +151,7 @@ static float train_evaluate(const TrainRun *r, int *x, int *y) {
     double total = 0.0;
     for (int i = 0; i < r->o->eval_batches; i++) {
         dataloader_next(r->val, x, y);
-        total += tm->forward(tm->ctx, x, y, r->plan.B, r->plan.T, 0.0f);
+        total += tm->forward(tm->ctx, x, y, r->plan.B, r->plan.T);
     }
     train_range_pop(tm);
     return (float)comm_mean(r->dp, total / r->o->eval_batches);
@@ -170,7 +168,7 @@ static void train_print_sample(const TrainRun *r, Rng *rng) {
     sample_window_init(&w, r->plan.T, sample_start_token(r->tokenizer, V));
     if (show) printf("---- sample ----\n");
     for (int i = 0; i < r->o->sample_tokens; i++) {
-        tm->forward(tm->ctx, w.tokens, NULL, 1, r->plan.T, 0.0f);  // causal: positions >= len do not affect len-1
+        tm->forward(tm->ctx, w.tokens, NULL, 1, r->plan.T);  // causal: positions >= len do not affect len-1
         int next = sample_token(tm->logits(tm->ctx, w.len - 1), V, r->o->temperature, rng);
         if (show) sample_print_token(stdout, r->tokenizer, next, V);
         sample_window_push(&w, next);
@@ -217,9 +215,8 @@ static int train_loop(const TrainRun *r, Logger *log) {
     const TrainOptions *o = r->o;
     const TrainModel *tm = r->model;
     const int B = r->plan.B, T = r->plan.T, accum = r->plan.accum;
-    size_t micro_batches = tm->pipeline_step ? (size_t)accum : 1;  // held at once
-    int *x = (int *)mallocCheck(sizeof(int) * (size_t)B * T * micro_batches);
-    int *y = (int *)mallocCheck(sizeof(int) * (size_t)B * T * micro_batches);
+    int *x = (int *)mallocCheck(sizeof(int) * (size_t)B * T * (size_t)accum);  // the step's micro-batches
+    int *y = (int *)mallocCheck(sizeof(int) * (size_t)B * T * (size_t)accum);
     LrSchedule sched = train_lr_schedule(o);
     Rng sample_rng = train_sample_rng(o);
     int start = o->resume[0] ? train_resume(r, &sample_rng) : 0, finished = 1;
@@ -236,19 +233,11 @@ static int train_loop(const TrainRun *r, Logger *log) {
 
         train_range_push(tm, "step");
         double t0 = wall_seconds();
-        tm->begin_step(tm->ctx);
-        double loss = 0.0;
-        for (int micro = 0; micro < accum; micro++) {
-            train_range_push(tm, "data");
-            size_t at = tm->pipeline_step ? (size_t)micro * B * T : 0;
-            dataloader_next(r->train, x + at, y + at);
-            train_range_pop(tm);
-            if (tm->pipeline_step) continue;
-            tm->begin_micro(tm->ctx, micro, accum);
-            loss += tm->forward(tm->ctx, x, y, B, T, r->plan.dloss);
-            tm->backward(tm->ctx);  // the model's hooks start the gradient reductions
-        }
-        if (tm->pipeline_step) loss = tm->pipeline_step(tm->ctx, x, y, accum);
+        train_range_push(tm, "data");
+        for (int micro = 0; micro < accum; micro++)
+            dataloader_next(r->train, x + (size_t)micro * B * T, y + (size_t)micro * B * T);
+        train_range_pop(tm);
+        double loss = tm->train_step(tm->ctx, x, y, accum);  // the model's hooks start the gradient reductions
         loss = comm_mean(r->dp, loss / accum);
         float norm = tm->finish_grads(tm->ctx);
         float lr = lr_at_step(&sched, step);

@@ -113,7 +113,7 @@ static const FlagSpec TRAIN_FLAGS[] = {
     {"resume", FLAG_STRING, TO(resume), "", NULL, 0, 0,
      "continue from a checkpoint: auto (the newest complete one in --ckpt-dir; none: start fresh) or a step_N directory"},
     {"pp", FLAG_INT, TO(pp), "1", NULL, 1, 32767,
-     "pipeline-parallel stages: the layers split over this many ranks (ranks = data x pipeline; CPU trainer, ZeRO 0-1)"},
+     "pipeline-parallel stages: the layers split over this many ranks (ranks = data x pipeline)"},
     {"pp-layers", FLAG_STRING, TO(pp_layers), "", NULL, 0, 0,
      "layers of each stage, comma-separated, --pp x --virtual-stages counts (default: as even as they go)"},
     {"pp-schedule", FLAG_CHOICE, TO(pp_schedule), "1f1b", "gpipe|1f1b|interleaved|zb1p", 0, 0,

@@ -101,32 +101,55 @@ static PPKind train_pipeline_plan(const TrainOptions *o, const GPTConfig *cfg, c
 }
 
 // --print-schedule: each stage's layers and parameters, then the schedule as
-// a timeline with its bubble, and each rank's list of actions.
-static void train_print_pipeline(const PPLayout *layout, PPKind kind, int micro_batches, const GPTConfig *cfg) {
+// a timeline with its bubble, and each rank's list of actions (fused: the
+// lists with their receives fused, which the GPU trainer runs over NCCL).
+static void train_print_pipeline(const PPLayout *layout, PPKind kind, int micro_batches, const GPTConfig *cfg,
+                                 int fused) {
     printf("pipeline: %d ranks x %d chunk%s = %d stages | schedule %s | %d micro-batches a step\n", layout->pp,
            layout->v, layout->v > 1 ? "s" : "", layout->stages, pp_kind_names[kind], micro_batches);
     for (int g = 0; g < layout->stages; g++)
         printf("  stage %d (rank %d, chunk %d): layers %d-%d | %.3fM parameters%s%s\n", g, g % layout->pp,
                g / layout->pp, layout->first_layer[g], layout->first_layer[g + 1] - 1,
                pp_stage_params(cfg, layout, g) / 1e6, g == 0 ? " | embeddings" : "",
-               g == layout->stages - 1 ? " | ln_f, classifier (wte, tied)" : "");
+               g == layout->stages - 1 ? " | ln_f, classifier (a copy of wte, tied)" : "");
     PPSchedule s;
     pp_schedule_build(&s, kind, layout->pp, layout->v, micro_batches);
+    if (fused) {
+        pp_schedule_fuse_receives(&s);
+        printf("  (receives fused with the sends before their consumer: NCCL pairs point-to-point messages by order)\n");
+    }
     pp_print_schedule(stdout, &s);
     pp_schedule_free(&s);
+}
+
+// A backend that pairs point-to-point messages by order (NCCL) runs the fused
+// lists; a schedule whose fused lists deadlock (the simulator says so) is
+// refused in one line.
+static void train_check_fused_lists(const TrainOptions *o, PPKind kind, int micro_batches) {
+    PPSchedule s;
+    pp_schedule_build(&s, kind, o->pp, o->virtual_stages, micro_batches);
+    pp_schedule_fuse_receives(&s);
+    PPSim sim;
+    char err[256];
+    int dead = pp_simulate(&s, (PPTimes){1, 1, 1, 0}, 0, &sim, err, sizeof(err));
+    pp_sim_free(&sim);
+    pp_schedule_free(&s);
+    if (dead)
+        die_usage("--pp-schedule %s over NCCL: with its receives fused (NCCL pairs messages by order) the lists "
+                  "deadlock (%s); use --comm mpi or another schedule", o->pp_schedule, err);
 }
 
 // --print-schedule (before any rank connects): the data ranks are the
 // launcher's ranks over --pp (one, from a lone process); rank 0 prints, every
 // rank exits 0.
 static void train_print_schedule_and_exit(const TrainOptions *o, const GPTConfig *cfg, int launcher_rank,
-                                          int launcher_world) {
+                                          int launcher_world, int fused) {
     if (launcher_world > 1 && launcher_world % o->pp != 0)
         die_usage("%d ranks do not split into data parallel x --pp %d", launcher_world, o->pp);
     BatchPlan plan = train_batch_plan(o, cfg, launcher_world > 1 ? launcher_world / o->pp : 1);
     PPLayout layout;
     PPKind kind = train_pipeline_plan(o, cfg, &plan, &layout);
-    if (launcher_rank == 0) train_print_pipeline(&layout, kind, plan.accum, cfg);
+    if (launcher_rank == 0) train_print_pipeline(&layout, kind, plan.accum, cfg, fused);
     pp_layout_free(&layout);
     exit(0);
 }

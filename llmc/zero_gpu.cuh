@@ -10,25 +10,29 @@
 //             lands at its place in the whole buffer); the model holds master
 //             weights and AdamW moments of its shard only, updates them, and
 //             the updated bf16 weights are all-gathered in buckets.
-//   --zero 2: as 1, but every micro-step's gradients are reduce-scattered,
-//             from the slot the backward wrote a layer's gradients into, into
-//             the rank's gradient shard; a slot is reused by the layer after
-//             next once the reduction out of it is done. Accumulation over
-//             micro-steps: before a reduction the rank adds its shard so far
-//             into its own piece of the slot, so the reduce-scatter's result
-//             is the running sum.
+//   --zero 2: as 1, but every pass's gradients are reduce-scattered, from
+//             the slot the backward wrote a layer's gradients into (the
+//             embeddings' and ln_f's buffers: their own), into the rank's
+//             gradient shard; before a pass writes a buffer again, the
+//             compute stream waits for the reduction out of it and clears
+//             it. Accumulation over passes: before a reduction the rank adds
+//             its shard so far into its own piece of the buffer, so the
+//             reduce-scatter's result is the running sum.
 //   --zero 3: as 2, and the bf16 weights are sharded too: a layer's weights
 //             are all-gathered into a slot before its forward or backward
-//             (GPTHooks.params_needed) and the next layer's gather runs while
-//             this one computes; the embeddings' and ln_f's are gathered once
-//             per weight update into buffers of their own.
+//             (GPTHooks.params_needed), and the layer the model will need next
+//             (GPTHooks.prefetch) is gathered while this one computes; the
+//             embeddings' and ln_f's are gathered once per weight update into
+//             buffers of their own.
 // Overlap: a segment's reduction starts in GPTHooks.grads_ready, as soon as
 // its backward is queued, and runs on the backend's stream (NCCL) while the
 // backward goes on; each segment is cut into buckets of --bucket-mb. Stages 0
-// and 1 reduce on the last micro-step only (the micro-steps before accumulate
-// in place). The compute stream waits for a reduction or a gather on the
-// device (comm_stream_wait) only where it reuses or reads that buffer; the
-// staged MPI backend completes them on the host instead (no overlap).
+// and 1 reduce on the last pass of the step only (the passes before
+// accumulate in place). The compute stream waits for a reduction or a gather
+// on the device (comm_stream_wait) only where it reuses or reads that buffer;
+// the staged MPI backend completes them on the host instead (no overlap).
+// The hooks do not depend on the order of the calls, so a pipeline stage's
+// passes over its micro-batches run in any order its schedule says.
 // The gradients are the mean over the whole global batch already (the loss
 // scale counts every rank's tokens), so the reductions are plain sums.
 #ifndef LLMC_ZERO_GPU_CUH
@@ -53,11 +57,12 @@ typedef struct {
     ShardMap map;         // this rank's shard of the flat buffer (the model's, at stage >= 1)
     int64_t bucket_elems;
     int num_segments;
-    int reduce_now;       // this micro-step's gradients are reduced
-    int accumulate;       // stage 2+: the gradient shard already holds earlier micro-steps' sums
-    ZeroGPUReduction *inflight;  // reductions started since the last zero_gpu_complete
+    int reduce_now;       // this pass's gradients are reduced
+    ZeroGPUReduction *inflight;  // reductions started and not yet seen complete
     int num_inflight, cap_inflight;
-    int grad_slot_segment[GPU_GRAD_SLOTS];    // stage 2+: the segment whose gradients each slot holds (-1: none)
+    unsigned char *reduced;      // stage 2+: (num_segments) reduced into the shard already this step
+    unsigned char *needs_clear;  // stage 2+: (num_segments) the buffer holds reduced gradients, to clear before a write
+    int *grad_slot_segment;      // stage 2+: (grad slots) the segment whose gradients each slot holds (-1: none)
     int param_slot_segment[GPU_PARAM_SLOTS];  // stage 3: the segment whose weights each slot holds (-1: none)
     CommRequest *gather;  // stage 3: (num_segments) each segment's last all-gather
     uint64_t *gathered;   // stage 3: (num_segments) model->params_version + 1 of the weights there; 0: none
@@ -65,9 +70,6 @@ typedef struct {
 } ZeroGPU;
 
 static inline int zero_gpu_is_layer(const ZeroGPU *z, int s) { return s >= 1 && s <= z->num_segments - 2; }
-
-// The slot a layer segment uses among n.
-static inline int zero_gpu_slot(int s, int n) { return (s - 1) % n; }
 
 // The memory this rank holds (zero_shard.h's formula): bf16 weights, fp32
 // gradients, fp32 master weights + AdamW m, v; the model's segment buffers
@@ -82,6 +84,14 @@ static inline void zero_gpu_complete(ZeroGPU *z) {
     z->num_inflight = 0;
 }
 
+// Forgets the reductions already complete (without waiting).
+static inline void zero_gpu_prune(ZeroGPU *z) {
+    int kept = 0;
+    for (int i = 0; i < z->num_inflight; i++)
+        if (!comm_test(&z->inflight[i].req)) z->inflight[kept++] = z->inflight[i];
+    z->num_inflight = kept;
+}
+
 static inline void zero_gpu_track(ZeroGPU *z, int segment, CommRequest req) {
     if (z->num_inflight == z->cap_inflight) {
         z->cap_inflight = z->cap_inflight ? 2 * z->cap_inflight : 64;
@@ -91,6 +101,12 @@ static inline void zero_gpu_track(ZeroGPU *z, int segment, CommRequest req) {
     z->inflight[z->num_inflight].segment = segment;
     z->inflight[z->num_inflight].req = req;
     z->num_inflight++;
+}
+
+// The compute stream waits (on the device) for the reductions out of segment s's buffer.
+static inline void zero_gpu_wait_segment(ZeroGPU *z, int s) {
+    for (int i = 0; i < z->num_inflight; i++)
+        if (z->inflight[i].segment == s) comm_stream_wait(&z->inflight[i].req, z->model->stream);
 }
 
 __global__ void zero_add_kernel(float *dst, const float *src, int64_t n) {
@@ -109,6 +125,8 @@ static void zero_gpu_grads_ready(void *ctx, int s) {
     GPTGPU *m = z->model;
     float *g = m->grad_view[s];  // indexed like the flat buffer
     float *shard = m->grad_shard ? gpu_shard_grads(m) : NULL;
+    int accumulate = z->stage >= 2 && z->reduced[s];
+    if (z->stage >= 2) z->reduced[s] = z->needs_clear[s] = 1;
     int64_t lo0, hi0;
     param_segment_range(&m->layout, s, &lo0, &hi0);
     for (int64_t lo = lo0; lo < hi0; lo += z->bucket_elems) {
@@ -122,7 +140,7 @@ static void zero_gpu_grads_ready(void *ctx, int s) {
             float *recv = g + plo;  // stage 1: in place, the piece stays at its place in the whole buffer
             if (z->stage >= 2) {
                 recv = phi > plo ? shard + plo : m->grad_shard;
-                if (z->accumulate && phi > plo) {
+                if (accumulate && phi > plo) {
                     launch_kernel(zero_add_kernel, ceil_div_int(phi - plo, 256), 256, 0, m->stream, g + plo,
                                   shard + plo, phi - plo);
                     CUDA_CHECK_LAUNCH();
@@ -134,19 +152,28 @@ static void zero_gpu_grads_ready(void *ctx, int s) {
     }
 }
 
-// Stage 2+: before layer segment s's backward writes its gradients: its slot,
-// once the reductions out of it are done, zeroed.
-static void zero_gpu_bind_grad_slot(ZeroGPU *z, int s) {
+// Stage 2+: before a pass writes segment s's gradients: a layer gets its
+// slot (evicting the segment there, whose gradients were reduced), and a
+// buffer that holds reduced gradients is cleared once the reductions out of
+// it are done.
+static void zero_gpu_prepare_grads(ZeroGPU *z, int s) {
     GPTGPU *m = z->model;
-    int k = zero_gpu_slot(s, m->grad_segments.num_slots), old = z->grad_slot_segment[k];
-    if (old >= 0) {
-        for (int i = 0; i < z->num_inflight; i++)
-            if (z->inflight[i].segment == old) comm_stream_wait(&z->inflight[i].req, m->stream);
-        m->grad_view[old] = NULL;
+    if (zero_gpu_is_layer(z, s)) {
+        int k = segment_slot(&m->layout, s, m->grad_segments.num_slots), old = z->grad_slot_segment[k];
+        if (old != s) {
+            if (old >= 0) {
+                zero_gpu_wait_segment(z, old);
+                m->grad_view[old] = NULL;
+            }
+            z->grad_slot_segment[k] = s;
+            m->grad_view[s] = (float *)segment_view(&m->layout, m->grad_segments.slot[k], s, sizeof(float));
+            z->needs_clear[s] = 1;
+        }
     }
-    z->grad_slot_segment[k] = s;
-    m->grad_view[s] = (float *)segment_view(&m->layout, m->grad_segments.slot[k], s, sizeof(float));
+    if (!z->needs_clear[s]) return;
+    zero_gpu_wait_segment(z, s);
     gpu_gpt_zero_segment_grads(m, s);
+    z->needs_clear[s] = 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -158,7 +185,7 @@ static void zero_gpu_gather_start(ZeroGPU *z, int s) {
     GPTGPU *m = z->model;
     comm_wait(&z->gather[s]);  // an earlier gather of s (long done)
     if (zero_gpu_is_layer(z, s)) {
-        int k = zero_gpu_slot(s, m->param_segments.num_slots), old = z->param_slot_segment[k];
+        int k = segment_slot(&m->layout, s, m->param_segments.num_slots), old = z->param_slot_segment[k];
         if (old >= 0 && old != s) {
             comm_wait(&z->gather[old]);
             z->gathered[old] = 0;
@@ -178,20 +205,22 @@ static void zero_gpu_gather_start(ZeroGPU *z, int s) {
 
 static inline int zero_gpu_current(const ZeroGPU *z, int s) { return z->gathered[s] == z->model->params_version + 1; }
 
-// Before work reading segment s's weights is queued (gathered now unless a
-// prefetch did), then the next layer of the pass is gathered ahead; and in
-// the backward at stage 2+, a gradient slot for the layer.
+// Before work reading segment s's weights (gathered now unless a prefetch
+// did) or writing its gradients (stage 2+) is queued.
 static void zero_gpu_params_needed(void *ctx, int s, HookUse use) {
     ZeroGPU *z = (ZeroGPU *)ctx;
-    int backward = use != HOOK_FORWARD;
     GPTGPU *m = z->model;
-    if (z->stage >= 3) {
+    if (z->stage >= 3 && use != HOOK_GRADS) {
         if (!zero_gpu_current(z, s)) zero_gpu_gather_start(z, s);
         comm_stream_wait(&z->gather[s], m->stream);
-        int next = backward ? s - 1 : s + 1;
-        if (zero_gpu_is_layer(z, next) && !zero_gpu_current(z, next)) zero_gpu_gather_start(z, next);
     }
-    if (z->stage >= 2 && backward && zero_gpu_is_layer(z, s)) zero_gpu_bind_grad_slot(z, s);
+    if (z->stage >= 2 && use != HOOK_FORWARD) zero_gpu_prepare_grads(z, s);
+}
+
+// Stage 3: the pass will need segment s next: its gather starts now.
+static void zero_gpu_prefetch(void *ctx, int s) {
+    ZeroGPU *z = (ZeroGPU *)ctx;
+    if (!zero_gpu_current(z, s)) zero_gpu_gather_start(z, s);
 }
 
 // ---------------------------------------------------------------------------
@@ -214,38 +243,57 @@ static inline void zero_gpu_init(ZeroGPU *z, GPTGPU *model, CommGroup *dp, CommG
     z->bucket_elems = zero_bucket_elems(bucket_mb);
     z->num_segments = param_num_segments(&model->layout);
     z->counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)dp->size);
-    for (int k = 0; k < GPU_GRAD_SLOTS; k++) z->grad_slot_segment[k] = -1;
+    z->reduced = (unsigned char *)callocCheck((size_t)z->num_segments, 1);
+    z->needs_clear = (unsigned char *)callocCheck((size_t)z->num_segments, 1);
+    int slots = model->grad_segments.num_slots;
+    z->grad_slot_segment = (int *)mallocCheck(sizeof(int) * (size_t)(slots > 0 ? slots : 1));
+    for (int k = 0; k < slots; k++) z->grad_slot_segment[k] = -1;
     for (int k = 0; k < GPU_PARAM_SLOTS; k++) z->param_slot_segment[k] = -1;
     z->gather = (CommRequest *)callocCheck((size_t)z->num_segments, sizeof(CommRequest));
     z->gathered = (uint64_t *)callocCheck((size_t)z->num_segments, sizeof(uint64_t));
     model->hooks.ctx = z;
     model->hooks.grads_ready = zero_gpu_grads_ready;
     model->hooks.params_needed = stage >= 2 ? zero_gpu_params_needed : NULL;
+    model->hooks.prefetch = stage >= 3 ? zero_gpu_prefetch : NULL;
 }
 
-// Before the first micro-step of an optimizer step.
+// Before the first pass of an optimizer step.
 static inline void zero_gpu_begin_step(ZeroGPU *z) {
-    if (z->stage <= 1) gpu_gpt_zero_grad(z->model);  // stage 2+: per micro-step, in zero_gpu_begin_micro
+    gpu_gpt_zero_grad(z->model);  // stages 0, 1: the whole buffer (2+: buffers are cleared before their writes)
+    memset(z->reduced, 0, (size_t)z->num_segments);
 }
 
-// Before each micro-step's forward: finishes the last micro-step's reductions
-// (the forward adds the classifier's gradient to wte's, which may still be in
-// flight) and says whether this one's gradients are reduced.
-static inline void zero_gpu_begin_micro(ZeroGPU *z, int micro, int accum) {
-    zero_gpu_complete(z);
-    z->reduce_now = z->stage >= 2 || micro == accum - 1;
-    z->accumulate = z->stage >= 2 && micro > 0;
-    if (z->stage >= 2) gpu_gpt_zero_grad(z->model);  // the embeddings' and ln_f's buffers
+// Before a pass that writes gradients (a micro-step's forward, whose
+// classifier adds to wte's, or a pipeline stage's backward): says whether this
+// pass's gradients are reduced (last: the step's last micro-batch of the
+// segments the pass covers; stage 2+: always).
+static inline void zero_gpu_begin_pass(ZeroGPU *z, int last) {
+    zero_gpu_prune(z);
+    z->reduce_now = z->stage >= 2 || last;
 }
 
-// After the last micro-step's backward: completes the reductions and returns
-// the global gradient norm (of the mean gradient, over all ranks).
-static inline float zero_gpu_finish_grads(ZeroGPU *z) {
+// After the step's last pass: completes the reductions and returns the sum of
+// squares of the reduced gradients this rank's data group holds (the mean
+// gradient's, over all data ranks).
+static inline double zero_gpu_grad_sumsq(ZeroGPU *z) {
     NVTX_RANGE("reduce_grads");
     zero_gpu_complete(z);
     double ss = gpu_gpt_grad_sumsq(z->model);  // the model's shard: all at stage 0
     if (z->stage >= 1) comm_all_reduce(z->host_dp, &ss, 1, COMM_F64);
-    return (float)sqrt(ss);
+    return ss;
+}
+static inline float zero_gpu_finish_grads(ZeroGPU *z) { return (float)sqrt(zero_gpu_grad_sumsq(z)); }
+
+// Where this rank's reduced gradient of [lo, hi) is, once the reductions are
+// complete: the whole range at stage 0 (*plo = lo), else its shard's piece
+// [*plo, *phi); indexed like the flat buffer (device memory).
+static inline float *zero_gpu_reduced_grads(ZeroGPU *z, int64_t lo, int64_t hi, int64_t *plo, int64_t *phi) {
+    if (z->stage == 0) {
+        *plo = lo, *phi = hi;
+        return z->model->grads;
+    }
+    shard_piece(&z->map, lo, hi, plo, phi);
+    return gpu_shard_grads(z->model);
 }
 
 // After the AdamW step on the shard: every rank gets every updated bf16
@@ -270,6 +318,9 @@ static inline void zero_gpu_free(ZeroGPU *z) {
     for (int s = 0; s < z->num_segments; s++) comm_wait(&z->gather[s]);
     memset(&z->model->hooks, 0, sizeof(z->model->hooks));
     free(z->inflight);
+    free(z->reduced);
+    free(z->needs_clear);
+    free(z->grad_slot_segment);
     free(z->gather);
     free(z->gathered);
     free(z->counts);

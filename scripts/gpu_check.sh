@@ -11,8 +11,9 @@
 # attention; run the trainer end to end against the CPU trainer
 # (tests/test_train_gpu.sh), the GPU ZeRO stages (tests/test_distributed_gpu.sh:
 # one process always, 2 ranks with MPI) and the device communication backends
-# (tests/test_comm_nccl.sh); then time d24 and d36 (the trainer says so when a
-# model does not fit). Steps run in that order within BUDGET_S (default 470 s);
+# (tests/test_comm_nccl.sh), pipeline parallel (tests/test_pipeline_gpu.sh, and
+# d12 over 2 stages on this GPU over --comm mpi, timed); then time d24 and d36
+# (the trainer says so when a model does not fit). Steps run in that order within BUDGET_S (default 470 s);
 # one that would not fit is listed as not run. The last lines are a table:
 # tokens/s, ms/step, MFU against the measured bf16 peak and against 989 TFLOP/s
 # (H100/H200 SXM dense bf16), with llm.c's published MFU where known.
@@ -199,6 +200,20 @@ bench_train d48 "$best" --recompute 1
 run_check test_train_gpu bash tests/test_train_gpu.sh
 run_check test_distributed_gpu bash tests/test_distributed_gpu.sh
 run_check test_comm_nccl bash tests/test_comm_nccl.sh
+# pipeline parallel: the emulated suite's layouts (two ranks on this one GPU over --comm mpi; NCCL's with
+# a GPU per rank), then d12 over 2 stages on this GPU, timed (BENCH lines: its steps and each stage's F/B/W)
+run_check test_pipeline_gpu bash tests/test_pipeline_gpu.sh
+pp2_bench() {  # TRAINER OUT STEPS SHAPE...
+    local trainer=$1 out=$2 steps=$3; shift 3
+    [ "$HAVE_MPI" = yes ] || { echo "SKIP: pp2 (no MPI)"; return 0; }
+    # 4 micro-batches a step (the shape's B x T each)
+    timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 "$trainer" --data-train "$out/data/train_*.bin" \
+        --model d12 "$@" --total-batch-tokens $((4 * $2 * $4)) --steps "$steps" --lr 1e-4 --pp 2 --comm mpi \
+        >"$out/pp2_d12.log" 2>&1 || { echo "FAIL: pp2 d12 (exit $?: $(grep -m1 error "$out/pp2_d12.log"))"; return 1; }
+    grep -E '^step .*/' "$out/pp2_d12.log" | tail -1 | sed 's/^/BENCH pp2 d12 --comm mpi (4 micro-batches): /'
+    grep -E '^pipeline timing|^  rank' "$out/pp2_d12.log" | sed 's/^/BENCH pp2 /'
+}
+run_check pp2_d12_mpi bash -c "$(declare -f pp2_bench); pp2_bench \"\$@\"" _ "$TRAINER" "$OUT" "$STEPS" "${SHAPE[@]}"
 bench_train d24 "$best"
 bench_train d36 "$best"
 

@@ -354,7 +354,7 @@ static void check_adamw(Rng *rng, const ParamLayout *pl, int64_t begin, int64_t 
         adamw_update_range(pl, p.data(), gc.data(), 0, m.data(), v.data(), begin, end, &cfg, 0.5f);
     }
     AdamWPlan ap;
-    adamw_plan_init(&ap, pl, begin, end);
+    adamw_plan_init(&ap, pl, begin, end, NULL);
     std::vector<float> got[2][4];
     for (int mis = 0; mis < 2; mis++) {
         Buf<float> dp(P, mis), dg(P, mis), dm(n, mis), dv(n, mis);

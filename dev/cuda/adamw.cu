@@ -35,7 +35,7 @@ __global__ void adamw_v1_kernel(float *params, bf16 *params_bf16, const float *g
         float denom = sqrtf(vi) / a.bc2_sqrt + a.eps;
         p = p - a.step_size * (mi / denom);
         params[i] = p;
-        params_bf16[i] = bf16_stochastic(p, hash_u32(a.seed, (uint64_t)i));
+        params_bf16[i] = bf16_stochastic(p, hash_u32(a.seed, (uint64_t)(ch.global + k)));
     }
 }
 
@@ -111,7 +111,7 @@ static void check_range(Rng *rng, const ParamLayout *pl, int64_t begin, int64_t 
         adamw_update_range(pl, p, g, 0, m, v, begin, end, &cfg, 0.5f);
     }
     AdamWPlan ap;
-    adamw_plan_init(&ap, pl, begin, end);
+    adamw_plan_init(&ap, pl, begin, end, NULL);
     float *got[3][4];  // [v1, v2, v2 misaligned][p, m, v, bf16]
     for (int r = 0; r < 3; r++) {
         const Version *ver = &versions[r == 0 ? 0 : 1];
@@ -188,7 +188,7 @@ static void bench_model(Bench *b, const char *preset) {
     CUDA_CHECK_LAUNCH();
     CUDA_CHECK(cudaMemset(v, 0, P * 4));
     AdamWPlan ap;
-    adamw_plan_init(&ap, &pl, 0, (int64_t)P);
+    adamw_plan_init(&ap, &pl, 0, (int64_t)P, NULL);
     AdamWConfig c = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1};
     for (const Version &ver : versions) {
         double ms = bench_ms(b, 10, [&] { ver.update(&ap, p, pb, g, m, v, &c, 1.0f, 1, 0); });
