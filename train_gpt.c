@@ -30,9 +30,8 @@ typedef struct {
     GPT *model;
     Zero *zero;
     Pipeline *pipeline;   // the stages' runtime when pipelined (--pp), else NULL
-    const ParamMap *map;  // the model's buffer onto the global flat order (checkpoints, model files)
-    int64_t holds[CKPT_STATES][2];  // what this rank holds of each state, a range of its buffer
     float dloss;          // d(objective)/d(loss at one position) (train_setup.h's batch plan)
+    CommGroup *world;     // every rank (the gradient norm's squares)
 } CpuTrainer;
 
 // One step's micro-batches: each forward and backward in turn (the hooks
@@ -55,38 +54,38 @@ static float cpu_forward(void *ctx, const int *x, const int *y, int B, int T) {
     CpuTrainer *t = (CpuTrainer *)ctx;
     return t->pipeline ? pipeline_forward(t->pipeline, x, y, B, T) : gpt_forward(t->model, x, y, B, T, 0.0f);
 }
-static const float *cpu_logits(void *ctx, int row) {
+static int cpu_sample(void *ctx, int row, float temperature, Rng *rng) {
     CpuTrainer *t = (CpuTrainer *)ctx;
-    if (t->pipeline) return pipeline_logits(t->pipeline, row);
-    return t->model->acts.logits + (size_t)row * t->model->cfg.vocab_size;
+    if (t->pipeline) return pipeline_sample(t->pipeline, row, temperature, rng);
+    return gpt_sample_row(t->model, &t->model->acts, row, temperature, rng);
 }
 static float cpu_finish_grads(void *ctx) {
     CpuTrainer *t = (CpuTrainer *)ctx;
-    return t->pipeline ? pipeline_finish_grads(t->pipeline) : zero_finish_grads(t->zero);
+    return t->pipeline ? pipeline_finish_grads(t->pipeline) : zero_finish_grads(t->zero, t->world);
 }
 static void cpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scale, int step) {
     CpuTrainer *t = (CpuTrainer *)ctx;
     if (t->pipeline) pipeline_optimizer_step(t->pipeline, ac, grad_scale, step);
     else zero_optimizer_step(t->zero, ac, grad_scale);
 }
-// [lo, hi) of the global order, which this rank holds in one piece of its buffer
+// [lo, hi) of this rank's buffer: weights, m and v into staging
 static void cpu_ckpt_stage(void *ctx, float *staging, int64_t lo, int64_t hi) {
-    CpuTrainer *t = (CpuTrainer *)ctx;
-    int64_t at = param_map_local_of(t->map, lo);
-    zero_ckpt_stage(t->zero, staging, at, at + (hi - lo));
+    zero_ckpt_stage(((CpuTrainer *)ctx)->zero, staging, lo, hi);
 }
 static void cpu_ckpt_load(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step) {
-    (void)ranges, (void)step;  // (the global pieces of the holds, in the buffer's order)
+    (void)step;
     CpuTrainer *t = (CpuTrainer *)ctx;
-    zero_ckpt_load(t->zero, states, t->holds);
+    int64_t holds[CKPT_STATES][2];  // (ZeRO's holds are one range each)
+    for (int s = 0; s < CKPT_STATES; s++) holds[s][0] = ranges->hold[s].r[0].lo, holds[s][1] = ranges->hold[s].r[0].hi;
+    zero_ckpt_load(t->zero, states, holds);
     if (t->pipeline) pipeline_sync_tied(t->pipeline);  // the last stage's copy of wte from the loaded one
 }
-// A ModelFileFetch over what this rank holds: global [lo, hi) into dst.
+// A ModelFileFetch over what this rank holds: [lo, hi) of its buffer into dst.
 static void cpu_read_held(void *ctx, int64_t lo, int64_t hi, float *dst) {
     CpuTrainer *t = (CpuTrainer *)ctx;
     float *views[3];
     zero_state_views(t->zero, views);
-    memcpy(dst, views[0] + param_map_local_of(t->map, lo), sizeof(float) * (size_t)(hi - lo));
+    memcpy(dst, views[0] + lo, sizeof(float) * (size_t)(hi - lo));
 }
 
 int main(int argc, char **argv) {
@@ -100,10 +99,12 @@ int main(int argc, char **argv) {
         LaunchInfo li = launch_detect();
         train_print_schedule_and_exit(&o, &cfg, li.rank, li.world, 0);
     }
+    train_tensor_plan(&o, &cfg);
     const int pipelined = o.pp > 1;
     Comm comm;
-    comm_init(&comm, &argc, &argv, 1, o.pp, o.comm_timeout);
+    comm_init(&comm, &argc, &argv, o.tp, o.pp, o.comm_timeout);
     CommGroup *dp = comm_group(&comm, COMM_DATA);
+    TPContext tp = o.tp > 1 ? tp_context(comm_group(&comm, COMM_TENSOR), o.sequence_parallel) : tp_none();
     const int rank = comm.rank, world = dp->size;  // data-parallel ranks; only rank 0 logs and writes files
     BatchPlan plan = train_batch_plan(&o, &cfg, world);
     const int B = plan.B, T = plan.T;
@@ -114,23 +115,23 @@ int main(int argc, char **argv) {
     ParamHolding holding = {1, 1, NULL};  // what this rank holds: everything, or its pipeline stages
     if (pipelined) holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
     const int tied_copy = holding.lnf && !holding.embeddings;  // the classifier's wte, kept apart (pipeline_cpu.h)
-    double wte_bytes = 4.0 * cfg.padded_vocab_size * cfg.channels;
+    double wte_bytes = 4.0 * cfg.padded_vocab_size / tp.size * cfg.channels;
 
     {  // the memory this rank will hold (zero_shard.h's formula), checked before anything is allocated
         ParamLayout pl;
-        param_layout_init_held(&pl, &cfg, &holding, 1, 0);
+        param_layout_init_held(&pl, &cfg, &holding, tp.size, tp.rank);
         ShardMap sm;
         shard_map_init(&sm, pl.num_elements, dp->rank, world);
         ZeroMemory need = zero_memory(o.zero, &sm, 4, 4, 8);
         double acts = pipelined ? 4.0 * pipeline_rank_activation_floats(&cfg, &pp_layout, pp_kind, pipe_rank,
-                                                                         plan.accum, B, T)
-                                : 4.0 * gpt_activation_floats(&cfg, B, T);
+                                                                         plan.accum, B, T, tp.size, tp.sp)
+                                : 4.0 * gpt_activation_floats(&cfg, B, T, tp.size, tp.sp);
         param_layout_free(&pl);
         train_check_host_memory(need.params + (tied_copy ? wte_bytes : 0), need.grads + (tied_copy ? wte_bytes : 0),
                                 need.optimizer, acts);
     }
     GPT model;
-    gpt_init_held(&model, &cfg, &holding);
+    gpt_init_held(&model, &cfg, &holding, tp);
     free(held_layers);
     // this rank's part of the weights, as the whole model's initialisation or file has them
     if (from_file) modelfile_load(o.model, &model.layout, model.params);
@@ -158,7 +159,8 @@ int main(int argc, char **argv) {
     int have_tokenizer = train_load_tokenizer(&o, &tokenizer, cfg.vocab_size);
     if (!pipelined) gpt_alloc_activations(&model, B, T);
     double act_bytes = 4.0 * (pipelined ? pipeline_rank_activation_floats(&cfg, &pipeline.run.layout, pp_kind,
-                                                                            pipe_rank, plan.accum, B, T)
+                                                                            pipe_rank, plan.accum, B, T, tp.size,
+                                                                            tp.sp)
                                         : model.acts.num_floats);
 
     double peak_gflops = o.peak_tflops > 0 ? o.peak_tflops * 1e3 : matmul_measure_peak_gflops(1024, 10);
@@ -186,14 +188,11 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
 
-    CpuTrainer trainer = {&model, &zero, pipelined ? &pipeline : NULL, &map, {{0, 0}}, plan.dloss};
-    TrainModel tm = {&trainer, cpu_train_step, cpu_forward, cpu_logits, cpu_finish_grads, cpu_optimizer_step, NULL,
+    CpuTrainer trainer = {&model, &zero, pipelined ? &pipeline : NULL, plan.dloss, comm_group(&comm, COMM_WORLD)};
+    TrainModel tm = {&trainer, cpu_train_step, cpu_forward, cpu_sample, cpu_finish_grads, cpu_optimizer_step, NULL,
                      NULL, cpu_ckpt_stage, NULL, cpu_ckpt_load};
-    // checkpoints: each rank's ZeRO shard of its buffer, as ranges of the global order
-    CkptRanges local_ranges = ckpt_ranges(&zero.map, o.zero, 3);
-    for (int s = 0; s < CKPT_STATES; s++)
-        trainer.holds[s][0] = local_ranges.hold[s].r[0].lo, trainer.holds[s][1] = local_ranges.hold[s].r[0].hi;
-    CkptRanges ranges = ckpt_ranges_global(&local_ranges, &map);
+    // checkpoints: each rank's ZeRO shard of its buffer (ranges of it; the manifest maps them)
+    CkptRanges ranges = ckpt_ranges(&zero.map, o.zero, 3, &model.layout);
     float *ckpt_staging = NULL;  // what this rank writes of each checkpoint
     if (o.ckpt_dir[0])
         ckpt_staging = (float *)alignedMallocCheck(sizeof(float) * CKPT_STATES *
@@ -201,7 +200,7 @@ int main(int argc, char **argv) {
     TrainRun run = {&o, &cfg, plan, &tm, &train_loader, have_val ? &val_loader : NULL,
                     have_tokenizer ? &tokenizer : NULL, dp, comm_group(&comm, COMM_WORLD), rank,
                     flops_per_step, peak_gflops * 1e9,
-                    {&o, &cfg, &global, &plan, &comm, "train_gpt"}, ranges, ckpt_staging};
+                    {&o, &cfg, &global, &plan, &comm, "train_gpt"}, ranges, &map, ckpt_staging};
     if (rank == 0) train_check_outputs(&o, from_file, &train_loader, have_val ? &val_loader : NULL);
     Logger log;
     logger_open(&log, o.log_json, rank == 0);
@@ -211,7 +210,7 @@ int main(int argc, char **argv) {
     if (pipelined) pp_runner_report(&pipeline.run, rank == 0);
     if (finished && (o.out_dir[0] || o.save_model[0])) {  // every rank takes part; rank 0 writes
         ParamGather pg;
-        param_gather_init(&pg, comm_group(&comm, COMM_WORLD), &ranges.write, cpu_read_held, &trainer);
+        param_gather_init(&pg, comm_group(&comm, COMM_WORLD), &ranges.write, &map, cpu_read_held, &trainer);
         train_save_model_files(&o, &global, rank == 0, param_gather_fetch, &pg);
         param_gather_free(&pg);
     }
@@ -226,9 +225,11 @@ int main(int argc, char **argv) {
     if (have_val) dataloader_free(&val_loader);
     if (pipelined) pipeline_free(&pipeline);
     zero_free(&zero);
+    ckpt_ranges_free(&ranges);
     param_map_free(&map);
     param_layout_free(&global);
     gpt_free(&model);
+    tp_free(&tp);
     comm_finalize(&comm);
     return 0;
 }

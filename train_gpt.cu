@@ -72,11 +72,11 @@ static float gpu_forward(void *ctx, const int *x, const int *y, int B, int T) {
     GpuTrainer *t = (GpuTrainer *)ctx;
     return t->pipeline ? pipeline_gpu_forward(t->pipeline, x, y, B, T) : gpu_gpt_forward(t->model, x, y, B, T, 0.0f);
 }
-static const float *gpu_logits(void *ctx, int row) {
+static int gpu_sample(void *ctx, int row, float temperature, Rng *rng) {
     GpuTrainer *t = (GpuTrainer *)ctx;
-    if (t->pipeline) return pipeline_gpu_logits(t->pipeline, row);
+    if (t->pipeline) return pipeline_gpu_sample(t->pipeline, row, temperature, rng);
     gpu_gpt_logits(t->model, row, 1, t->logits);
-    return t->logits;
+    return sample_token(t->logits, t->model->cfg.vocab_size, temperature, rng);
 }
 static float gpu_finish_grads(void *ctx) {
     GpuTrainer *t = (GpuTrainer *)ctx;
@@ -93,19 +93,18 @@ static void gpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scal
     if (t->pipeline) pipeline_gpu_sync_tied(t->pipeline);
     CUDA_CHECK(cudaStreamSynchronize(t->model->stream));
 }
-// [lo, hi) of the global order, which this rank's shard holds in one piece
+// [lo, hi) of this rank's buffer (inside its shard)
 static void gpu_ckpt_stage(void *ctx, float *staging, int64_t lo, int64_t hi) {
     GpuTrainer *t = (GpuTrainer *)ctx;
-    int64_t at = param_map_local_of(&t->model->map, lo);
     CUDA_CHECK(cudaEventRecord(t->ckpt_ready, t->model->stream));
     CUDA_CHECK(cudaStreamWaitEvent(t->ckpt_stream, t->ckpt_ready, 0));
-    gpu_gpt_stage_state(t->model, staging, at, at + (hi - lo), t->ckpt_stream);
+    gpu_gpt_stage_state(t->model, staging, lo, hi, t->ckpt_stream);
     CUDA_CHECK(cudaEventRecord(t->ckpt_copied, t->ckpt_stream));
     t->ckpt_copy_pending = 1;
 }
 static void gpu_ckpt_wait_staged(void *ctx) { CUDA_CHECK(cudaEventSynchronize(((GpuTrainer *)ctx)->ckpt_copied)); }
 static void gpu_ckpt_load(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step) {
-    (void)ranges;  // the model's shard: [shard.begin, shard.end) of every state, its global pieces in order
+    (void)ranges;  // the model's shard: [shard.begin, shard.end) of every state
     GpuTrainer *t = (GpuTrainer *)ctx;
     gpu_gpt_load_state(t->model, states, gpu_step_seed(t, step - 1));
     zero_gpu_gather_weights(t->zero);
@@ -258,11 +257,10 @@ int main(int argc, char **argv) {
 
     GpuTrainer trainer = {&model, &zero, pipelined ? &pipeline : NULL, (uint64_t)o.seed, plan.dloss,
                           (float *)mallocCheck(sizeof(float) * (size_t)cfg.vocab_size), NULL, NULL, NULL, 0};
-    TrainModel tm = {&trainer, gpu_train_step, gpu_forward, gpu_logits, gpu_finish_grads, gpu_optimizer_step,
+    TrainModel tm = {&trainer, gpu_train_step, gpu_forward, gpu_sample, gpu_finish_grads, gpu_optimizer_step,
                      gpu_range_push, gpu_range_pop, gpu_ckpt_stage, gpu_ckpt_wait_staged, gpu_ckpt_load};
     // checkpoints: the fp32 master weights are sharded with the moments (from ZeRO-1), as global ranges
-    CkptRanges local_ranges = ckpt_ranges(&zero.map, o.zero, 1);
-    CkptRanges ranges = ckpt_ranges_global(&local_ranges, &model.map);
+    CkptRanges ranges = ckpt_ranges(&zero.map, o.zero, 1, &model.layout);
     float *ckpt_staging = NULL;  // (pinned) what this rank writes of each checkpoint
     if (o.ckpt_dir[0]) {
         CUDA_CHECK(cudaMallocHost((void **)&ckpt_staging, sizeof(float) * CKPT_STATES *
@@ -273,7 +271,8 @@ int main(int argc, char **argv) {
     }
     TrainRun run = {&o, &cfg, plan, &tm, &train_loader, have_val ? &val_loader : NULL,
                     have_tokenizer ? &tokenizer : NULL, host_dp, comm_group(&comm, COMM_WORLD), rank, flops_per_step,
-                    peak_tflops * 1e12, {&o, &cfg, &global, &plan, &comm, "train_gptcu"}, ranges, ckpt_staging};
+                    peak_tflops * 1e12, {&o, &cfg, &global, &plan, &comm, "train_gptcu"}, ranges, &model.map,
+                    ckpt_staging};
     if (rank == 0) train_check_outputs(&o, from_file, &train_loader, have_val ? &val_loader : NULL);
     Logger log;
     logger_open(&log, o.log_json, rank == 0);
@@ -289,7 +288,7 @@ int main(int argc, char **argv) {
     if (pipelined) pp_runner_report(&pipeline.run, rank == 0);
     if (finished && (o.out_dir[0] || o.save_model[0])) {  // every rank takes part; rank 0 writes
         ParamGather pg;
-        param_gather_init(&pg, comm_group(&comm, COMM_WORLD), &ranges.write, gpu_gpt_read_params, &model);
+        param_gather_init(&pg, comm_group(&comm, COMM_WORLD), &ranges.write, &model.map, gpu_gpt_read_params, &model);
         train_save_model_files(&o, &global, rank == 0, param_gather_fetch, &pg);
         param_gather_free(&pg);
     }
@@ -301,6 +300,7 @@ int main(int argc, char **argv) {
     if (pipelined) pipeline_gpu_free(&pipeline);
     zero_gpu_free(&zero);
     param_layout_free(&global);
+    ckpt_ranges_free(&ranges);
     gpu_gpt_free(&model);
 #ifdef LLMC_NCCL
     comm_nccl_free();

@@ -5,20 +5,24 @@
 // A checkpoint is a directory CKPT_DIR/step_NNNNNNNN/ (N: optimizer steps done):
 //   manifest.json  format and version, step, model config, the flags a resume
 //                  must keep (checked against the command line), the batch and
-//                  the layout it was written on, the tensor table, the data
-//                  loader's global position and the sampling RNG, and for each
-//                  data file its size, CRC32C and the ranges of the global flat
-//                  parameter order (model.h) it holds;
+//                  the layout it was written on, the tensor table (the global
+//                  flat order, model.h), the data loader's global position and
+//                  the sampling RNG, and for each data file its size, CRC32C,
+//                  the writing rank's buffer ("layout": its tensor-parallel
+//                  slice and the segments it holds) and the ranges of that
+//                  buffer the file holds;
 //   rank_RRRRR.bin the fp32 master weights ("params") and AdamW moments
-//                  ("adam_m", "adam_v") over one range [lo, hi) of the flat
-//                  order, one after the other (raw little-endian fp32, or one
+//                  ("adam_m", "adam_v") over those ranges, each range's three
+//                  states one after the other (raw little-endian fp32, or one
 //                  zstd stream of those bytes with --ckpt-compress).
-// Each range is written once: rank r writes its ZeRO shard (zero_shard.h) at
-// every stage (at ZeRO-0, where every rank holds everything, that is 1/dp of
-// the writing each). The format is layout-free: a reader finds any global
-// range from the manifest alone, so a run continues on another number of
-// ranks or ZeRO stage. Tensor or pipeline parallelism only adds, per file,
-// more ranges (a file holds a list of {tensor, lo, hi, offset}).
+// Each element is written once: rank r writes its ZeRO shard (zero_shard.h)
+// of its buffer at every stage (at ZeRO-0, where every data rank holds
+// everything, that is 1/dp of the writing each), tensor rank 0 alone the
+// tensors every tensor rank holds. The format is layout-free: a reader
+// rebuilds each file's buffer from its "layout", maps its ranges onto the
+// global order (param_map.h) and takes what its own buffer needs, so a run
+// continues on another number of ranks, ZeRO stage, pipeline or tensor
+// layout. (Version 1, which had no "layout", wrote ranges of the whole model.)
 //
 // Atomic: every file is written into step_N.tmp/ and fsynced, the manifest last;
 // then the directory is renamed into place and CKPT_DIR fsynced; then `latest`
@@ -74,7 +78,7 @@
 #include "zero_shard.h"
 
 #define CKPT_FORMAT "llmc-checkpoint"
-#define CKPT_VERSION 1
+#define CKPT_VERSION 2
 #define CKPT_STATES 3  // the fp32 master weights and the AdamW moments, each over the flat order
 static const char *const CKPT_STATE_NAMES[CKPT_STATES] = {"params", "adam_m", "adam_v"};
 #define CKPT_PATH_MAX 1024                  // a directory
@@ -126,13 +130,39 @@ static inline uint32_t crc32c_update(uint32_t crc, const void *data, size_t n) {
 
 typedef struct { int64_t lo, hi; } CkptRange;
 
-// Ranges of the flat order, in the order a rank keeps them (a ZeRO shard is
-// one; a pipeline rank's stages are several).
-#define CKPT_MAX_PIECES 20  // (3 states x 20 pieces: the reader's 64 ranges a file)
+// Ranges of a rank's own flat buffer (model.h's layout of what it holds), in
+// the order it keeps them (a ZeRO shard is one; a tensor-parallel rank's
+// shard without the replicated tensors it leaves to tensor rank 0 is several).
 typedef struct {
-    int n;
-    CkptRange r[CKPT_MAX_PIECES];
+    int n, cap;
+    CkptRange *r;
 } CkptPieces;
+
+// Appends [lo, hi) (joined to the last range when adjacent; nothing when empty).
+static inline void ckpt_pieces_add(CkptPieces *p, int64_t lo, int64_t hi) {
+    if (hi <= lo) return;
+    if (p->n > 0 && p->r[p->n - 1].hi == lo) {
+        p->r[p->n - 1].hi = hi;
+        return;
+    }
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 8;
+        p->r = (CkptRange *)realloc(p->r, sizeof(CkptRange) * (size_t)p->cap);
+        CHECK(p->r != NULL, "out of memory");
+    }
+    p->r[p->n++] = (CkptRange){lo, hi};
+}
+
+static inline void ckpt_pieces_free(CkptPieces *p) {
+    free(p->r);
+    memset(p, 0, sizeof(*p));
+}
+
+static inline CkptPieces ckpt_pieces_copy(const CkptPieces *p) {
+    CkptPieces c = {0, 0, NULL};
+    for (int k = 0; k < p->n; k++) ckpt_pieces_add(&c, p->r[k].lo, p->r[k].hi);
+    return c;
+}
 
 static inline int64_t ckpt_pieces_elems(const CkptPieces *p) {
     int64_t n = 0;
@@ -140,59 +170,88 @@ static inline int64_t ckpt_pieces_elems(const CkptPieces *p) {
     return n;
 }
 
+static inline CkptPieces ckpt_one_piece(int64_t lo, int64_t hi) {
+    CkptPieces p = {0, 0, NULL};
+    ckpt_pieces_add(&p, lo, hi);
+    return p;
+}
+
+// What a rank's buffer is, as the manifest records it for each file: its
+// tensor-parallel slice and the segments it holds (layers as ranges), from
+// which any reader rebuilds its layout and param_map.h's mapping.
 typedef struct {
+    int tp, tp_rank, embeddings, lnf;
+    CkptPieces layers;  // the held layers, as ranges [l0, l1)
+} CkptLayout;
+
+static inline CkptLayout ckpt_layout_of(const ParamLayout *pl) {
+    CkptLayout c = {pl->tp, pl->tp_rank, param_segment_held(pl, 0), param_segment_held(pl, pl->cfg.num_layers + 1),
+                    {0, 0, NULL}};
+    for (int l = 0; l < pl->cfg.num_layers; l++)
+        if (param_segment_held(pl, l + 1)) ckpt_pieces_add(&c.layers, l, l + 1);
+    return c;
+}
+
+// The layout cl describes of the model cfg into *pl; NULL, or why it is not
+// one (a damaged or foreign manifest).
+static inline const char *ckpt_layout_params(const CkptLayout *cl, const GPTConfig *cfg, ParamLayout *pl) {
+    if (cl->tp < 1 || cl->tp > cfg->num_heads || cl->tp_rank < 0 || cl->tp_rank >= cl->tp ||
+        param_tp_problem(cfg, cl->tp) || (cl->embeddings != 0 && cl->embeddings != 1) || (cl->lnf != 0 && cl->lnf != 1))
+        return "a file's layout does not split this model";
+    unsigned char *layers = (unsigned char *)callocCheck((size_t)cfg->num_layers, 1);
+    int64_t last = -1;
+    for (int k = 0; k < cl->layers.n; k++) {
+        const CkptRange *q = &cl->layers.r[k];
+        if (q->lo <= last || q->hi <= q->lo || q->hi > cfg->num_layers) {
+            free(layers);
+            return "a file's layout lists layers the model does not have";
+        }
+        for (int64_t l = q->lo; l < q->hi; l++) layers[l] = 1;
+        last = q->hi;
+    }
+    ParamHolding h = {cl->embeddings, cl->lnf, layers};
+    param_layout_init_held(pl, cfg, &h, cl->tp, cl->tp_rank);
+    free(layers);
+    return NULL;
+}
+
+typedef struct {
+    CkptLayout layout;             // the rank's buffer, which the ranges below are in
     CkptPieces write;              // what this rank writes, for every state
     CkptPieces hold[CKPT_STATES];  // what it holds of each state (read back on resume)
 } CkptRanges;
 
-static inline CkptPieces ckpt_one_piece(int64_t lo, int64_t hi) {
-    CkptPieces p;
-    memset(&p, 0, sizeof(p));
-    p.n = 1;
-    p.r[0].lo = lo, p.r[0].hi = hi;
-    return p;
-}
-
-// By ZeRO stage: the moments are whole at stage 0, the fp32 weights below
-// stage params_sharded_from (the CPU trainer's are the model's own weights,
-// sharded at 3; the GPU trainer's master copy is sharded with the moments, at 1).
-static inline CkptRanges ckpt_ranges(const ShardMap *sm, int stage, int params_sharded_from) {
+// For the rank whose layout is pl, by ZeRO stage: the moments are whole at
+// stage 0, the fp32 weights below stage params_sharded_from (the CPU
+// trainer's are the model's own weights, sharded at 3; the GPU trainer's
+// master copy is sharded with the moments, at 1). It writes its shard, but
+// for the replicated tensors of a tensor-parallel slice other than rank 0's
+// (tensor rank 0 writes them), so each element is written once.
+static inline CkptRanges ckpt_ranges(const ShardMap *sm, int stage, int params_sharded_from, const ParamLayout *pl) {
     CkptRanges r;
-    CkptPieces shard = ckpt_one_piece(sm->begin, sm->end), all = ckpt_one_piece(0, sm->num_elements);
-    r.write = shard;
-    r.hold[0] = stage >= params_sharded_from ? shard : all;
-    r.hold[1] = r.hold[2] = stage >= 1 ? shard : all;
-    return r;
-}
-
-// A rank's ranges of its own flat buffer as ranges of the global flat order
-// (param_map.h's mapping; without tensor parallelism each is a few ranges).
-// Too many pieces for a file: one line, exit 2.
-typedef struct { CkptPieces *out; } CkptGlobalize;
-static inline void ckpt_globalize_run(void *ctx, int64_t local, int64_t global, int64_t n) {
-    (void)local;
-    CkptPieces *p = ((CkptGlobalize *)ctx)->out;
-    if (p->n > 0 && p->r[p->n - 1].hi == global) {
-        p->r[p->n - 1].hi += n;
-        return;
+    memset(&r, 0, sizeof(r));
+    r.layout = ckpt_layout_of(pl);
+    if (pl->tp_rank == 0) {
+        ckpt_pieces_add(&r.write, sm->begin, sm->end);
+    } else {
+        for (int t = 0; t < pl->num_tensors; t++) {
+            const ParamTensor *x = &pl->tensors[t];
+            int64_t end = t + 1 < pl->num_tensors ? pl->tensors[t + 1].offset : pl->num_elements;
+            int64_t a = x->offset > sm->begin ? x->offset : sm->begin, b = end < sm->end ? end : sm->end;
+            if (x->split != SPLIT_NONE) ckpt_pieces_add(&r.write, a, b);
+        }
     }
-    if (p->n == CKPT_MAX_PIECES)
-        die_usage("--ckpt-dir: a rank of this layout holds more ranges of the weights than a checkpoint file lists "
-                  "(%d): use fewer --virtual-stages", CKPT_MAX_PIECES);
-    p->r[p->n++] = (CkptRange){global, global + n};
-}
-static inline CkptPieces ckpt_pieces_global(const CkptPieces *local, const ParamMap *map) {
-    CkptPieces g;
-    memset(&g, 0, sizeof(g));
-    CkptGlobalize ctx = {&g};
-    for (int k = 0; k < local->n; k++) param_map_runs(map, local->r[k].lo, local->r[k].hi, ckpt_globalize_run, &ctx);
-    return g;
-}
-static inline CkptRanges ckpt_ranges_global(const CkptRanges *local, const ParamMap *map) {
-    CkptRanges r;
-    r.write = ckpt_pieces_global(&local->write, map);
-    for (int s = 0; s < CKPT_STATES; s++) r.hold[s] = ckpt_pieces_global(&local->hold[s], map);
+    for (int s = 0; s < CKPT_STATES; s++) {
+        int sharded = s == 0 ? stage >= params_sharded_from : stage >= 1;
+        r.hold[s] = sharded ? ckpt_one_piece(sm->begin, sm->end) : ckpt_one_piece(0, sm->num_elements);
+    }
     return r;
+}
+
+static inline void ckpt_ranges_free(CkptRanges *r) {
+    ckpt_pieces_free(&r->layout.layers);
+    ckpt_pieces_free(&r->write);
+    for (int s = 0; s < CKPT_STATES; s++) ckpt_pieces_free(&r->hold[s]);
 }
 
 // The directory of step N under dir.
@@ -310,11 +369,16 @@ static inline void ckpt_text(CkptText *t, const char *fmt, ...) {
 // file holds, for each piece in turn, its range of every state one after the
 // other: piece k of len_k elements starts at 3 * (len_0 + ... + len_{k-1}) elements.
 typedef struct {
-    CkptPieces pieces;  // the ranges of the flat order, for each state (none: no file)
+    CkptLayout layout;  // the writing rank's buffer
+    CkptPieces pieces;  // the ranges of that buffer, for each state (none: no file)
     int64_t bytes;      // on disk
     uint32_t crc32c;    // of the bytes on disk
 } CkptFileRecord;
-#define CKPT_RECORD_DOUBLES (3 + 2 * CKPT_MAX_PIECES)
+
+static inline void ckpt_record_free(CkptFileRecord *f) {
+    ckpt_pieces_free(&f->pieces);
+    ckpt_pieces_free(&f->layout.layers);
+}
 
 // manifest.json of a checkpoint at point p whose data files are files[0..world) (empty ranges: no file).
 static inline char *ckpt_manifest_json(const CkptRun *run, const CkptPoint *p, const CkptFileRecord *files,
@@ -355,8 +419,14 @@ static inline char *ckpt_manifest_json(const CkptRun *run, const CkptPoint *p, c
         int64_t total = ckpt_pieces_elems(&f->pieces), at = 0;
         if (total == 0) continue;
         ckpt_text(&t, "%s    {\"file\": \"rank_%05d.bin\", \"bytes\": %lld, \"crc32c\": %u, \"compression\": \"%s\", "
-                  "\"raw_bytes\": %lld, \"ranges\": [", first ? "" : ",\n", r, (long long)f->bytes, f->crc32c,
-                  compress > 0 ? "zstd" : "none", (long long)(total * CKPT_STATES * 4));
+                  "\"raw_bytes\": %lld, \"layout\": {\"tp\": %d, \"tp_rank\": %d, \"embeddings\": %d, \"lnf\": %d, "
+                  "\"layers\": [", first ? "" : ",\n", r, (long long)f->bytes, f->crc32c, compress > 0 ? "zstd" : "none",
+                  (long long)(total * CKPT_STATES * 4), f->layout.tp, f->layout.tp_rank, f->layout.embeddings,
+                  f->layout.lnf);
+        for (int k = 0; k < f->layout.layers.n; k++)
+            ckpt_text(&t, "%s[%lld, %lld]", k ? ", " : "", (long long)f->layout.layers.r[k].lo,
+                      (long long)f->layout.layers.r[k].hi);
+        ckpt_text(&t, "]}, \"ranges\": [");
         for (int k = 0; k < f->pieces.n; k++) {
             const CkptRange *q = &f->pieces.r[k];
             int64_t n = q->hi - q->lo;
@@ -549,7 +619,8 @@ static inline int ckpt_do_write(CkptWriter *w, CkptIO *io) {
         pthread_cond_broadcast(&w->cv);
         pthread_mutex_unlock(&w->mu);
     }
-    w->mine.pieces = w->ranges.write;
+    w->mine.pieces = w->ranges.write;  // (the record borrows the writer's ranges)
+    w->mine.layout = w->ranges.layout;
     w->mine.bytes = 0;
     w->mine.crc32c = 0;
     int64_t total = ckpt_pieces_elems(&w->ranges.write);
@@ -718,28 +789,47 @@ static inline void ckpt_fail(CkptWriter *w, int failed_here) {
     exit(EXIT_FAILURE);
 }
 
-// Every rank's data file is durable: the records go to rank 0, whose thread commits.
+// Every rank's data file is durable: the records go to rank 0, whose thread
+// commits. A record travels as doubles: pieces, bytes, CRC32C, the layout's
+// tp, tp_rank, embeddings, ln_f and layer ranges, then the pieces and the
+// layer ranges.
 static inline void ckpt_start_commit(CkptWriter *w) {
-    const int D = CKPT_RECORD_DOUBLES;
-    double mine[CKPT_RECORD_DOUBLES] = {(double)w->mine.pieces.n, (double)w->mine.bytes, (double)w->mine.crc32c};
-    for (int k = 0; k < w->mine.pieces.n; k++)
-        mine[3 + 2 * k] = (double)w->mine.pieces.r[k].lo, mine[4 + 2 * k] = (double)w->mine.pieces.r[k].hi;
-    double *all = (double *)mallocCheck(sizeof(double) * D * (size_t)w->world);
+    const CkptFileRecord *me = &w->mine;
+    int n = 8 + 2 * me->pieces.n + 2 * me->layout.layers.n;
+    double *mine = (double *)mallocCheck(sizeof(double) * (size_t)n);
+    double head[8] = {(double)me->pieces.n, (double)me->bytes, (double)me->crc32c, (double)me->layout.tp,
+                      (double)me->layout.tp_rank, (double)me->layout.embeddings, (double)me->layout.lnf,
+                      (double)me->layout.layers.n};
+    memcpy(mine, head, sizeof(head));
+    for (int k = 0; k < me->pieces.n; k++) mine[8 + 2 * k] = (double)me->pieces.r[k].lo, mine[9 + 2 * k] = (double)me->pieces.r[k].hi;
+    for (int k = 0, at = 8 + 2 * me->pieces.n; k < me->layout.layers.n; k++)
+        mine[at + 2 * k] = (double)me->layout.layers.r[k].lo, mine[at + 2 * k + 1] = (double)me->layout.layers.r[k].hi;
     size_t *counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)w->world);
-    for (int r = 0; r < w->world; r++) counts[r] = (size_t)D;
-    CommRequest req = comm_all_gather_start(w->dp, mine, all, counts, COMM_F64);
+    double *lens = (double *)mallocCheck(sizeof(double) * (size_t)w->world), len = (double)n;
+    for (int r = 0; r < w->world; r++) counts[r] = 1;
+    CommRequest req = comm_all_gather_start(w->dp, &len, lens, counts, COMM_F64);
     comm_wait(&req);
-    for (int r = 0; r < w->world; r++) {
-        const double *a = all + (size_t)D * r;
+    size_t total = 0;
+    for (int r = 0; r < w->world; r++) total += counts[r] = (size_t)lens[r];
+    double *all = (double *)mallocCheck(sizeof(double) * total);
+    req = comm_all_gather_start(w->dp, mine, all, counts, COMM_F64);
+    comm_wait(&req);
+    const double *a = all;
+    for (int r = 0; r < w->world; a += counts[r], r++) {
         CkptFileRecord *f = &w->files[r];
-        memset(f, 0, sizeof(*f));
-        f->pieces.n = (int)a[0];
+        ckpt_record_free(f);
         f->bytes = (int64_t)a[1];
         f->crc32c = (uint32_t)a[2];
-        for (int k = 0; k < f->pieces.n; k++) f->pieces.r[k].lo = (int64_t)a[3 + 2 * k], f->pieces.r[k].hi = (int64_t)a[4 + 2 * k];
+        f->layout.tp = (int)a[3], f->layout.tp_rank = (int)a[4], f->layout.embeddings = (int)a[5], f->layout.lnf = (int)a[6];
+        int np = (int)a[0], nl = (int)a[7];
+        for (int k = 0; k < np; k++) ckpt_pieces_add(&f->pieces, (int64_t)a[8 + 2 * k], (int64_t)a[9 + 2 * k]);
+        for (int k = 0; k < nl; k++)
+            ckpt_pieces_add(&f->layout.layers, (int64_t)a[8 + 2 * np + 2 * k], (int64_t)a[9 + 2 * np + 2 * k]);
     }
     free(all);
+    free(lens);
     free(counts);
+    free(mine);
     if (w->rank == 0) {
         w->phase = CKPT_COMMITTING;
         ckpt_submit(w, CKPT_JOB_COMMIT);
@@ -887,6 +977,7 @@ static inline void ckpt_writer_free(CkptWriter *w) {
     CHECK(pthread_join(w->thread, NULL) == 0, "joining the checkpoint thread failed");
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
+    for (int r = 0; r < w->world; r++) ckpt_record_free(&w->files[r]);
     free(w->files);
     memset(w, 0, sizeof(*w));
 }
@@ -967,8 +1058,8 @@ static inline int ckpt_reader_open(CkptReader *r, const char *dir, const CkptRun
     if (!fmt || fmt->type != JSON_STRING || strcmp(fmt->text, CKPT_FORMAT) != 0)
         return ckpt_reader_fail(r, 1, "%s: not an %s manifest", path, CKPT_FORMAT);
     if (!ckpt_get_int(r, root, "version", 0, INT32_MAX, &version)) return 0;
-    if (version != CKPT_VERSION)
-        return ckpt_reader_fail(r, 0, "%s: format version %lld, this program reads version %d", path,
+    if (version != 1 && version != CKPT_VERSION)
+        return ckpt_reader_fail(r, 0, "%s: format version %lld, this program reads versions 1 and %d", path,
                                 (long long)version, CKPT_VERSION);
     if (!ckpt_get_int(r, root, "step", 0, run->o->steps, &step)) return 0;
     r->point.step = step;
@@ -1043,47 +1134,162 @@ static inline int ckpt_reader_open(CkptReader *r, const char *dir, const CkptRun
 static inline void ckpt_reader_close(CkptReader *r) { json_free(&r->root); }
 
 // Where a file's bytes go: for each state, this rank's destination over the
-// pieces of `hold`, one after the other.
+// pieces of `hold` (ranges of its own buffer), one after the other.
 typedef struct {
-    float *dst[CKPT_STATES];      // (the elements of hold[s]): piece k at the sum of the earlier pieces' lengths
-    CkptPieces hold[CKPT_STATES];
-    int64_t filled[CKPT_STATES];  // bytes copied (every element of hold exactly once when complete)
+    int64_t global, n, at;  // global elements [global, global + n) are dst[at .. at + n)
+} CkptSpan;
+
+typedef struct {
+    float *dst[CKPT_STATES];       // (the elements of hold[s]): piece k at the sum of the earlier pieces' lengths
+    CkptPieces hold[CKPT_STATES];  // ranges of the reader's buffer
+    const ParamMap *map;           // the reader's buffer onto the global order
+    int64_t filled[CKPT_STATES];   // bytes copied (every element of the spans exactly once when complete)
+    // (ckpt_read_tensors) each state's hold as global spans, sorted by global, and their elements
+    CkptSpan *spans[CKPT_STATES];
+    int nspans[CKPT_STATES];
+    int64_t want[CKPT_STATES];
 } CkptTargets;
 
+// One copy from a file into the targets: n elements at raw byte offset off.
 typedef struct {
+    int64_t off, n, at;
     int state;
-    int64_t lo, hi, offset;  // [lo, hi) of the state's flat order at raw byte offset
-} CkptFileRange;
+} CkptCopy;
 
-// Raw bytes [pos, pos+n) of a file: copied where they overlap a wanted range.
-static inline void ckpt_scatter(CkptTargets *t, const CkptFileRange *ranges, int nranges, int64_t pos,
-                                const char *bytes, int64_t n) {
-    for (int i = 0; i < nranges; i++) {
-        const CkptFileRange *fr = &ranges[i];
-        const CkptPieces *hold = &t->hold[fr->state];
-        int64_t at = 0;  // where the piece starts in dst
-        for (int k = 0; k < hold->n; at += hold->r[k].hi - hold->r[k].lo, k++) {
-            const CkptRange *h = &hold->r[k];
-            // the range's raw bytes [b0, b1), of which the wanted elements [e0, e1) of the state
-            int64_t e0 = fr->lo > h->lo ? fr->lo : h->lo, e1 = fr->hi < h->hi ? fr->hi : h->hi;
-            if (e1 <= e0) continue;
-            int64_t b0 = fr->offset + (e0 - fr->lo) * 4, b1 = fr->offset + (e1 - fr->lo) * 4;
-            int64_t a = pos > b0 ? pos : b0, z = pos + n < b1 ? pos + n : b1;
-            if (z <= a) continue;
-            memcpy((char *)(t->dst[fr->state] + at) + (e0 - h->lo) * 4 + (a - b0), bytes + (a - pos), (size_t)(z - a));
-            t->filled[fr->state] += (z - a);
+typedef struct {
+    CkptSpan *s;
+    int n, cap;
+    int64_t piece_lo, piece_at;  // the hold piece being mapped: its first element and where it starts in dst
+} CkptSpanList;
+static inline void ckpt_span_run(void *ctx, int64_t local, int64_t global, int64_t n) {
+    CkptSpanList *l = (CkptSpanList *)ctx;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->s = (CkptSpan *)realloc(l->s, sizeof(CkptSpan) * (size_t)l->cap);
+        CHECK(l->s != NULL, "out of memory");
+    }
+    l->s[l->n++] = (CkptSpan){global, n, l->piece_at + (local - l->piece_lo)};
+}
+static inline int ckpt_span_cmp(const void *a, const void *b) {
+    int64_t x = ((const CkptSpan *)a)->global, y = ((const CkptSpan *)b)->global;
+    return (x > y) - (x < y);
+}
+
+// The targets' global spans, from the reader's map (alignment gaps are in no
+// span: dst keeps them, zero, as the pieces' elements one after the other).
+static inline void ckpt_targets_spans(CkptTargets *t) {
+    for (int s = 0; s < CKPT_STATES; s++) {
+        CkptSpanList l = {NULL, 0, 0, 0, 0};
+        for (int k = 0; k < t->hold[s].n; k++) {
+            l.piece_lo = t->hold[s].r[k].lo;
+            param_map_runs(t->map, t->hold[s].r[k].lo, t->hold[s].r[k].hi, ckpt_span_run, &l);
+            l.piece_at += t->hold[s].r[k].hi - t->hold[s].r[k].lo;
         }
+        qsort(l.s, (size_t)l.n, sizeof(CkptSpan), ckpt_span_cmp);
+        t->spans[s] = l.s, t->nspans[s] = l.n, t->want[s] = 0;
+        for (int i = 0; i < l.n; i++) t->want[s] += l.s[i].n;
     }
 }
 
+static inline void ckpt_targets_free_spans(CkptTargets *t) {
+    for (int s = 0; s < CKPT_STATES; s++) {
+        free(t->spans[s]);
+        t->spans[s] = NULL;
+    }
+}
+
+// A file's global run [g, g + n) of state s at raw byte offset off: a copy
+// for each overlap with the targets' spans.
+typedef struct {
+    CkptTargets *t;
+    int state;
+    int64_t lo, off;  // the file range's first local element and its byte offset
+    CkptCopy *c;
+    int n, cap;
+} CkptCopyList;
+static inline void ckpt_copy_run(void *ctx, int64_t local, int64_t g, int64_t n) {
+    CkptCopyList *l = (CkptCopyList *)ctx;
+    const CkptSpan *sp = l->t->spans[l->state];
+    int ns = l->t->nspans[l->state], lo = 0, hi = ns;
+    while (lo < hi) {  // the first span ending after g
+        int mid = (lo + hi) / 2;
+        if (sp[mid].global + sp[mid].n <= g) lo = mid + 1;
+        else hi = mid;
+    }
+    for (int i = lo; i < ns && sp[i].global < g + n; i++) {
+        int64_t a = g > sp[i].global ? g : sp[i].global, z = g + n < sp[i].global + sp[i].n ? g + n : sp[i].global + sp[i].n;
+        if (z <= a) continue;
+        if (l->n == l->cap) {
+            l->cap = l->cap ? 2 * l->cap : 64;
+            l->c = (CkptCopy *)realloc(l->c, sizeof(CkptCopy) * (size_t)l->cap);
+            CHECK(l->c != NULL, "out of memory");
+        }
+        l->c[l->n++] = (CkptCopy){l->off + (local + (a - g) - l->lo) * 4, z - a, sp[i].at + (a - sp[i].global), l->state};
+    }
+}
+static inline int ckpt_copy_cmp(const void *a, const void *b) {
+    int64_t x = ((const CkptCopy *)a)->off, y = ((const CkptCopy *)b)->off;
+    return (x > y) - (x < y);
+}
+
+// Raw bytes [pos, pos+n) of a file: copied where the copies (sorted by
+// offset; *next: the first not yet wholly done) say.
+static inline void ckpt_scatter(CkptTargets *t, const CkptCopy *copies, int ncopies, int *next, int64_t pos,
+                                const char *bytes, int64_t n) {
+    for (int i = *next; i < ncopies && copies[i].off < pos + n; i++) {
+        const CkptCopy *c = &copies[i];
+        int64_t b0 = c->off, b1 = c->off + c->n * 4, a = pos > b0 ? pos : b0, z = pos + n < b1 ? pos + n : b1;
+        if (z > a) {
+            memcpy((char *)(t->dst[c->state] + c->at) + (a - b0), bytes + (a - pos), (size_t)(z - a));
+            t->filled[c->state] += z - a;
+        }
+        if (b1 <= pos + n && i == *next) (*next)++;
+    }
+}
+
+// The writing rank's buffer a 'files' entry describes ("layout"; without
+// one, version 1: the whole model) as its layout in *pl. 1, or 0 with r->err.
+static inline int ckpt_file_layout(CkptReader *r, const JsonValue *entry, const GPTConfig *cfg, ParamLayout *pl) {
+    const JsonValue *jl = json_get(entry, "layout");
+    if (!jl) {
+        param_layout_init(pl, cfg);
+        return 1;
+    }
+    int64_t v[4];
+    const char *keys[4] = {"tp", "tp_rank", "embeddings", "lnf"};
+    for (int k = 0; k < 4; k++)
+        if (jl->type != JSON_OBJECT || !ckpt_get_int(r, jl, keys[k], 0, GPT_MAX_HEADS, &v[k])) return 0;
+    const JsonValue *jlayers = json_get(jl, "layers");
+    if (!jlayers || jlayers->type != JSON_ARRAY || jlayers->count > cfg->num_layers)
+        return ckpt_reader_fail(r, 1, "%s/manifest.json: a file's layout has no list of layers", r->dir);
+    CkptLayout cl = {(int)v[0], (int)v[1], (int)v[2], (int)v[3], {0, 0, NULL}};
+    for (int k = 0; k < jlayers->count; k++) {
+        const JsonValue *q = &jlayers->items[k];
+        int64_t lo = -1, hi = -1;
+        if (q->type != JSON_ARRAY || q->count != 2 || !json_int64(&q->items[0], 0, cfg->num_layers, &lo) ||
+            !json_int64(&q->items[1], 0, cfg->num_layers, &hi) || hi <= lo) {
+            ckpt_pieces_free(&cl.layers);
+            return ckpt_reader_fail(r, 1, "%s/manifest.json: a file's layout lists a bad layer range", r->dir);
+        }
+        ckpt_pieces_add(&cl.layers, lo, hi);
+    }
+    const char *why = ckpt_layout_params(&cl, cfg, pl);
+    ckpt_pieces_free(&cl.layers);
+    if (why) return ckpt_reader_fail(r, 1, "%s/manifest.json: %s", r->dir, why);
+    return 1;
+}
+
 // Reads one data file: its size and CRC32C against the manifest, its bytes
-// (decompressed) into the targets. Returns 1, or 0 with r->err (damaged).
-static inline int ckpt_read_file(CkptReader *r, const JsonValue *entry, CkptTargets *t) {
+// (decompressed) into the targets: its ranges (of the writing rank's buffer)
+// mapped onto the global order, where they meet the targets' spans. A file
+// that holds nothing the targets need is not opened. Returns 1, or 0 with
+// r->err (damaged).
+static inline int ckpt_read_file(CkptReader *r, const JsonValue *entry, CkptTargets *t, const GPTConfig *cfg) {
     const JsonValue *name = json_get(entry, "file"), *comp = json_get(entry, "compression");
     const JsonValue *jr = json_get(entry, "ranges");
     if (!name || name->type != JSON_STRING || strchr(name->text, '/') || !comp || comp->type != JSON_STRING ||
         (strcmp(comp->text, "none") != 0 && strcmp(comp->text, "zstd") != 0) || !jr || jr->type != JSON_ARRAY ||
-        jr->count < 1 || jr->count > 64)
+        jr->count < 1)
         return ckpt_reader_fail(r, 1, "%s/manifest.json: a bad 'files' entry", r->dir);
     int64_t bytes = 0, raw_bytes = 0, crc = 0;
     if (!ckpt_get_int(r, entry, "bytes", 0, INT64_MAX / 2, &bytes) ||
@@ -1093,41 +1299,64 @@ static inline int ckpt_read_file(CkptReader *r, const JsonValue *entry, CkptTarg
     int zstd = strcmp(comp->text, "zstd") == 0;
     if (!zstd && raw_bytes != bytes)
         return ckpt_reader_fail(r, 1, "%s/manifest.json: '%s' is uncompressed but its sizes differ", r->dir, name->text);
-    CkptFileRange ranges[64];
-    for (int i = 0; i < jr->count; i++) {
+    ParamLayout wl;  // the writer's buffer
+    if (!ckpt_file_layout(r, entry, cfg, &wl)) return 0;
+    ParamMap wmap;
+    param_map_init(&wmap, &wl);
+    CkptCopyList cl = {t, 0, 0, 0, NULL, 0, 0};
+    int ok = 1;
+    for (int i = 0; i < jr->count && ok; i++) {
         const JsonValue *tn = json_get(&jr->items[i], "tensor");
         int s = -1;
+        int64_t lo = 0, hi = 0, off = 0;
         for (int k = 0; k < CKPT_STATES && tn && tn->type == JSON_STRING; k++)
             if (strcmp(tn->text, CKPT_STATE_NAMES[k]) == 0) s = k;
-        if (s < 0) return ckpt_reader_fail(r, 1, "%s/manifest.json: '%s' holds an unknown tensor", r->dir, name->text);
-        ranges[i].state = s;
-        if (!ckpt_get_int(r, &jr->items[i], "lo", 0, INT64_MAX / 8, &ranges[i].lo) ||
-            !ckpt_get_int(r, &jr->items[i], "hi", ranges[i].lo, INT64_MAX / 8, &ranges[i].hi) ||
-            !ckpt_get_int(r, &jr->items[i], "offset", 0, raw_bytes, &ranges[i].offset))
-            return 0;
-        if ((ranges[i].hi - ranges[i].lo) * 4 > raw_bytes - ranges[i].offset)
-            return ckpt_reader_fail(r, 1, "%s/manifest.json: a range of '%s' lies outside its %lld bytes", r->dir,
-                                    name->text, (long long)raw_bytes);
+        if (s < 0) ok = ckpt_reader_fail(r, 1, "%s/manifest.json: '%s' holds an unknown tensor", r->dir, name->text);
+        else if (!ckpt_get_int(r, &jr->items[i], "lo", 0, wl.num_elements, &lo) ||
+                 !ckpt_get_int(r, &jr->items[i], "hi", lo, wl.num_elements, &hi) ||
+                 !ckpt_get_int(r, &jr->items[i], "offset", 0, raw_bytes, &off))
+            ok = 0;
+        else if ((hi - lo) * 4 > raw_bytes - off)
+            ok = ckpt_reader_fail(r, 1, "%s/manifest.json: a range of '%s' lies outside its %lld bytes", r->dir,
+                                  name->text, (long long)raw_bytes);
+        if (!ok) break;
+        cl.state = s, cl.lo = lo, cl.off = off;
+        param_map_runs(&wmap, lo, hi, ckpt_copy_run, &cl);
     }
+    param_map_free(&wmap);
+    param_layout_free(&wl);
+    if (!ok || cl.n == 0) {  // (a file this rank needs nothing of)
+        free(cl.c);
+        return ok;
+    }
+    qsort(cl.c, (size_t)cl.n, sizeof(CkptCopy), ckpt_copy_cmp);
+    int next = 0;
     char path[CKPT_FILE_MAX];
-    if (strlen(name->text) > 255) return ckpt_reader_fail(r, 1, "%s/manifest.json: a file name is too long", r->dir);
+    if (strlen(name->text) > 255) {
+        free(cl.c);
+        return ckpt_reader_fail(r, 1, "%s/manifest.json: a file name is too long", r->dir);
+    }
     snprintf(path, sizeof(path), "%s/%s", r->dir, name->text);
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
-    if (fd < 0) return ckpt_reader_fail(r, 1, "%s: missing or unreadable (%s)", path, strerror(errno));
+    if (fd < 0) {
+        free(cl.c);
+        return ckpt_reader_fail(r, 1, "%s: missing or unreadable (%s)", path, strerror(errno));
+    }
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
+        free(cl.c);
         return ckpt_reader_fail(r, 1, "%s: not a regular file", path);
     }
     if ((int64_t)st.st_size != bytes) {
         close(fd);
+        free(cl.c);
         return ckpt_reader_fail(r, 1, "%s: %lld bytes, the manifest says %lld (truncated or damaged)", path,
                                 (long long)st.st_size, (long long)bytes);
     }
     char *buf = (char *)mallocCheck(CKPT_CHUNK);
     uint32_t got_crc = 0;
     int64_t pos = 0, raw_pos = 0;
-    int ok = 1;
 #ifdef LLMC_ZSTD
     ZSTD_DCtx *dc = zstd ? ZSTD_createDCtx() : NULL;
     char *out = zstd ? (char *)mallocCheck(ZSTD_DStreamOutSize()) : NULL;
@@ -1135,6 +1364,7 @@ static inline int ckpt_read_file(CkptReader *r, const JsonValue *entry, CkptTarg
     if (zstd) {
         close(fd);
         free(buf);
+        free(cl.c);
         return ckpt_reader_fail(r, 0, "%s: zstd-compressed, and this program was built without zstd", path);
     }
 #endif
@@ -1146,7 +1376,7 @@ static inline int ckpt_read_file(CkptReader *r, const JsonValue *entry, CkptTarg
         got_crc = crc32c_update(got_crc, buf, (size_t)k);
         pos += k;
         if (!zstd) {
-            ckpt_scatter(t, ranges, jr->count, raw_pos, buf, k);
+            ckpt_scatter(t, cl.c, cl.n, &next, raw_pos, buf, k);
             raw_pos += k;
             continue;
         }
@@ -1159,7 +1389,7 @@ static inline int ckpt_read_file(CkptReader *r, const JsonValue *entry, CkptTarg
                 ok = ckpt_reader_fail(r, 1, "%s: corrupt zstd data", path);
                 break;
             }
-            ckpt_scatter(t, ranges, jr->count, raw_pos, out, (int64_t)ob.pos);
+            ckpt_scatter(t, cl.c, cl.n, &next, raw_pos, out, (int64_t)ob.pos);
             raw_pos += (int64_t)ob.pos;
         }
 #endif
@@ -1170,6 +1400,7 @@ static inline int ckpt_read_file(CkptReader *r, const JsonValue *entry, CkptTarg
 #endif
     close(fd);
     free(buf);
+    free(cl.c);
     if (!ok) return 0;
     if (got_crc != (uint32_t)crc)
         return ckpt_reader_fail(r, 1, "%s: CRC32C %u does not match the manifest's %u (damaged)", path, got_crc,
@@ -1182,30 +1413,20 @@ static inline int ckpt_read_file(CkptReader *r, const JsonValue *entry, CkptTarg
 
 // Fills this rank's ranges (t->hold) of every state from the files that
 // overlap them. Returns 1 when every element came from exactly one file.
-static inline int ckpt_read_tensors(CkptReader *r, CkptTargets *t) {
+static inline int ckpt_read_tensors(CkptReader *r, CkptTargets *t, const GPTConfig *cfg) {
     const JsonValue *files = json_get(&r->root, "files");
     if (!files || files->type != JSON_ARRAY) return ckpt_reader_fail(r, 1, "%s/manifest.json: no 'files'", r->dir);
+    ckpt_targets_spans(t);
+    int ok = 1;
     for (int s = 0; s < CKPT_STATES; s++) t->filled[s] = 0;
-    for (int i = 0; i < files->count; i++) {
-        // skip files that hold nothing this rank needs (their ranges are read without opening them)
-        const JsonValue *jr = json_get(&files->items[i], "ranges");
-        int needed = 0;
-        for (int k = 0; jr && jr->type == JSON_ARRAY && k < jr->count; k++) {
-            int64_t lo = -1, hi = -1;
-            json_int64(json_get(&jr->items[k], "lo"), 0, INT64_MAX, &lo);
-            json_int64(json_get(&jr->items[k], "hi"), 0, INT64_MAX, &hi);
-            for (int s = 0; s < CKPT_STATES; s++)
-                for (int q = 0; q < t->hold[s].n; q++) needed |= lo < t->hold[s].r[q].hi && hi > t->hold[s].r[q].lo;
-        }
-        if (!needed && jr) continue;
-        if (!ckpt_read_file(r, &files->items[i], t)) return 0;
-    }
-    for (int s = 0; s < CKPT_STATES; s++)
-        if (t->filled[s] != ckpt_pieces_elems(&t->hold[s]) * 4)
-            return ckpt_reader_fail(r, 1, "%s/manifest.json: the files do not cover %s [%lld, %lld)%s exactly once",
-                                    r->dir, CKPT_STATE_NAMES[s], (long long)t->hold[s].r[0].lo,
-                                    (long long)t->hold[s].r[0].hi, t->hold[s].n > 1 ? " and the rest" : "");
-    return 1;
+    for (int i = 0; i < files->count && ok; i++) ok = ckpt_read_file(r, &files->items[i], t, cfg);
+    for (int s = 0; s < CKPT_STATES && ok; s++)
+        if (t->filled[s] != t->want[s] * 4)
+            ok = ckpt_reader_fail(r, 1, "%s/manifest.json: the files do not cover %s [%lld, %lld)%s exactly once",
+                                  r->dir, CKPT_STATE_NAMES[s], (long long)t->hold[s].r[0].lo,
+                                  (long long)t->hold[s].r[0].hi, t->hold[s].n > 1 ? " and the rest" : "");
+    ckpt_targets_free_spans(t);
+    return ok;
 }
 
 // Reads this rank's part of the checkpoint in dir into t, checked against
@@ -1225,7 +1446,7 @@ static inline int ckpt_read(CkptReader *r, const char *dir, const CkptRun *run, 
                                   "multiple of batch-size x ranks = %lld", dir, (long long)d->sample,
                                   (long long)per_batch);
     }
-    if (ok) ok = ckpt_read_tensors(r, t);
+    if (ok) ok = ckpt_read_tensors(r, t, run->cfg);
     return ok;
 }
 

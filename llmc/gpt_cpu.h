@@ -5,6 +5,15 @@
 // layers on one micro-batch's activations (gpt_stage_*); the backward can run
 // its input gradients (B) and its weight gradients (W) apart.
 //
+// Tensor parallel (tensor_parallel.h): with a tensor group of tp > 1 ranks the
+// model holds its slice of every split tensor (model.h) and runs its heads
+// and MLP columns; each block half's partial output is completed over the
+// group (all-reduce, or with sequence parallel reduce-scatter, the region's
+// input then all-gathered), the token embedding and the classifier run over
+// the rank's slice of the vocabulary, and the loss is a vocabulary-parallel
+// softmax cross-entropy that never gathers the logits. With tp = 1 every
+// step is the single-process arithmetic.
+//
 // Hooks (model.h's GPTHooks) let a distributed layer (ZeRO, overlapped
 // gradient reduction) act at segment boundaries.
 #ifndef LLMC_GPT_CPU_H
@@ -15,36 +24,42 @@
 #include "cpu_layers.h"
 #include "model.h"
 #include "model_init.h"
+#include "sampler.h"
+#include "tensor_parallel.h"
 
 // One micro-batch's activations for a stage: layers [l0, l1) of the model
 // (all of them for one process), with the embeddings when l0 == 0 and ln_f,
 // the classifier and the loss when l1 == L. Per-layer arrays are indexed by
-// the global layer (NULL outside [l0, l1)). N = B * T.
+// the global layer (NULL outside [l0, l1)). N = B * T positions; with tensor
+// parallelism Cl = C/tp, NHl = NH/tp (this rank's heads and MLP columns),
+// Vl = this rank's real vocabulary ids, and Nl = N/tp rows between the
+// tensor-parallel regions under sequence parallel (else N).
 typedef struct {
-    float **ln1, **ln1_mean, **ln1_rstd;   // (N,C) (N) (N)
-    float **qkv;                           // (N,3C)
-    float **atty;                          // (N,C) attention output before projection
-    float **att;                           // (B,NH,T,T) softmax probabilities
-    float **residual2;                     // (N,C) after the attention block
-    float **ln2, **ln2_mean, **ln2_rstd;   // (N,C) (N) (N)
-    float **fch, **fch_gelu;               // (N,4C)
-    float **residual3;                     // (N,C) output of the layer (l1-1's: the stage's output)
+    float **ln1, **ln1_mean, **ln1_rstd;   // (N,C) (Nl) (Nl): ln1 whole, all-gathered under sequence parallel
+    float **qkv;                           // (N,3Cl)
+    float **atty;                          // (N,Cl) attention output before projection
+    float **att;                           // (B,NHl,T,T) softmax probabilities
+    float **residual2;                     // (Nl,C) after the attention block
+    float **ln2, **ln2_mean, **ln2_rstd;   // (N,C) (Nl) (Nl)
+    float **fch, **fch_gelu;               // (N,4Cl)
+    float **residual3;                     // (Nl,C) output of the layer (l1-1's: the stage's output)
     // split backward only (the weight gradients run later, from these):
     float **dmlp_out;                      // (N,C) gradient at the layer's output (the MLP projection's)
-    float **dfch;                          // (N,4C) gradient at the MLP's hidden pre-activation
+    float **dfch;                          // (N,4Cl) gradient at the MLP's hidden pre-activation
     float **datt_out;                      // (N,C) gradient at the attention projection's output
-    float **dqkv_l;                        // (N,3C) gradient at qkv
-    float *encoded;                        // (N,C) the stage's input: the embeddings, or the activation received
-    float *lnf, *lnf_mean, *lnf_rstd;      // (N,C) (N) (N)            last stage
-    float *logits;                         // (N,V): logits, or dlogits after a training forward; last stage
+    float **dqkv_l;                        // (N,3Cl) gradient at qkv
+    float *encoded;                        // (Nl,C) the stage's input: the embeddings, or the activation received
+    float *lnf, *lnf_mean, *lnf_rstd;      // (N,C) (Nl) (Nl)          last stage
+    float *logits;                         // (N,Vl): logits, or dlogits after a training forward; last stage
     float *losses;                         // (N)                       last stage
-    float *dlnf;                           // (N,C)                     last stage
-    float *dresidual;                      // (N,C) residual-stream gradient; after the backward: the stage input's
+    float *dlnf;                           // (N,C) (its first Nl rows) last stage
+    float *dresidual;                      // (Nl,C) residual-stream gradient; after the backward: the stage input's
     // backward scratch
-    float *dln;                            // (N,C)
-    float *dbig;                           // (N,4C) MLP hidden gradient
-    float *dqkv;                           // (N,3C)
-    float *datty;                          // (N,C)
+    float *dln;                            // (N,C) a LayerNorm's output gradient (a partial sum before completion)
+    float *dbig;                           // (N,4Cl) MLP hidden gradient
+    float *dqkv;                           // (N,3Cl)
+    float *datty;                          // (N,Cl)
+    float *partial;                        // (N,C) tensor parallel: a partial output, or the residual gradient gathered
     float *att_scratch;                    // threads * T * T
     float *memory;
     size_t num_floats;
@@ -55,33 +70,40 @@ typedef struct {
 
 typedef struct {
     GPTConfig cfg;
-    ParamLayout layout;   // what this rank holds (the whole model, or a pipeline rank's stages)
+    ParamLayout layout;   // what this rank holds (the whole model, a pipeline rank's stages, a tensor slice)
+    TPContext tp;         // the tensor group (size 1: none)
     float *params;   // (layout.num_elements)
     float *grads;    // (layout.num_elements)
     // the classifier's weights when the layout lacks the embeddings (a
-    // pipeline's last stage): a copy of wte (Vp, C) and its gradient, kept
-    // equal to the first stage's by the pipeline (pipeline.h); NULL otherwise
+    // pipeline's last stage): a copy of wte (its vocabulary slice) and its
+    // gradient, kept equal to the first stage's by the pipeline (pipeline.h); NULL otherwise
     float *tied_wte, *tied_dwte;
     GPTActivations acts;  // the whole model's, for gpt_forward / gpt_backward
     GPTHooks hooks;
 } GPT;
 
-// The model's part `held` names (NULL: all of it). params and grads are
-// zeroed mappings: a page takes memory once written, so a distributed layer
-// that uses part of them (ZeRO-2/3) holds only that part.
-static void gpt_init_held(GPT *m, const GPTConfig *cfg, const ParamHolding *held) {
+// Elements of the classifier's weights: wte, or this rank's vocabulary slice of it.
+static inline size_t gpt_wte_elems(const GPT *m) {
+    return (size_t)m->cfg.padded_vocab_size / (size_t)m->tp.size * (size_t)m->cfg.channels;
+}
+
+// The model's part `held` names (NULL: all of it), at tensor-parallel slice
+// tp (tp_none(): whole tensors). params and grads are zeroed mappings: a page
+// takes memory once written, so a distributed layer that uses part of them
+// (ZeRO-2/3) holds only that part.
+static void gpt_init_held(GPT *m, const GPTConfig *cfg, const ParamHolding *held, TPContext tp) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
-    param_layout_init_held(&m->layout, cfg, held, 1, 0);
+    m->tp = tp;
+    param_layout_init_held(&m->layout, cfg, held, tp.size, tp.rank);
     m->params = map_zeroed(sizeof(float) * (size_t)m->layout.num_elements);
     m->grads = map_zeroed(sizeof(float) * (size_t)m->layout.num_elements);
     if (held && held->lnf && !held->embeddings) {
-        size_t n = (size_t)cfg->padded_vocab_size * (size_t)cfg->channels;
-        m->tied_wte = map_zeroed(sizeof(float) * n);
-        m->tied_dwte = map_zeroed(sizeof(float) * n);
+        m->tied_wte = map_zeroed(sizeof(float) * gpt_wte_elems(m));
+        m->tied_dwte = map_zeroed(sizeof(float) * gpt_wte_elems(m));
     }
 }
-static void gpt_init(GPT *m, const GPTConfig *cfg) { gpt_init_held(m, cfg, NULL); }
+static void gpt_init(GPT *m, const GPTConfig *cfg) { gpt_init_held(m, cfg, NULL, tp_none()); }
 
 // The classifier's weights (tied to the token embedding) and their gradient.
 static inline float *gpt_wte(const GPT *m) {
@@ -104,17 +126,17 @@ static void gpt_activations_free(GPTActivations *a) {
 // size_t; their sum over the layers need not (gpt_activation_floats).
 #define GPT_ACT_PER_LAYER 17
 #define GPT_ACT_SPLIT 4
-#define GPT_ACT_SINGLES 12
-static void gpt_activation_sizes(const GPTConfig *c, int B, int T, int split, int first, int last,
+#define GPT_ACT_SINGLES 13
+static void gpt_activation_sizes(const GPTConfig *c, int B, int T, int split, int last, int tp, int sp,
                                  size_t per_layer[GPT_ACT_PER_LAYER], size_t single[GPT_ACT_SINGLES]) {
-    size_t C = c->channels, NH = c->num_heads, V = c->vocab_size;
-    size_t N = (size_t)B * T, S = split ? 1 : 0, E = last ? 1 : 0;
-    (void)first;  // the first stage's input is its embeddings: the same (N,C) as any stage's
-    size_t layer[GPT_ACT_PER_LAYER] = {N * C, N, N, N * 3 * C, N * C, (size_t)B * NH * T * T, N * C,
-                                       N * C, N, N, N * 4 * C, N * 4 * C, N * C,
-                                       S * N * C, S * N * 4 * C, S * N * C, S * N * 3 * C};
-    size_t once[GPT_ACT_SINGLES] = {N * C, E * N * C, E * N, E * N, E * N * V, E * N, E * N * C, N * C,
-                                    N * C, N * 4 * C, N * 3 * C, N * C};
+    size_t C = c->channels, Cl = C / tp, NH = c->num_heads / tp;
+    size_t V = tp > 1 ? (size_t)c->padded_vocab_size / tp : (size_t)c->vocab_size;  // (a slice's real ids: at most)
+    size_t N = (size_t)B * T, Nl = sp ? N / tp : N, S = split ? 1 : 0, E = last ? 1 : 0, P = tp > 1 ? 1 : 0;
+    size_t layer[GPT_ACT_PER_LAYER] = {N * C, Nl, Nl, N * 3 * Cl, N * Cl, (size_t)B * NH * T * T, Nl * C,
+                                       N * C, Nl, Nl, N * 4 * Cl, N * 4 * Cl, Nl * C,
+                                       S * N * C, S * N * 4 * Cl, S * N * C, S * N * 3 * Cl};
+    size_t once[GPT_ACT_SINGLES] = {Nl * C, E * N * C, E * Nl, E * Nl, E * N * V, E * N, E * N * C, Nl * C,
+                                    N * C, N * 4 * Cl, N * 3 * Cl, N * Cl, P * N * C};
     memcpy(per_layer, layer, sizeof(layer));
     memcpy(single, once, sizeof(once));
 }
@@ -122,32 +144,33 @@ static void gpt_activation_sizes(const GPTConfig *c, int B, int T, int split, in
 // Activation floats of a stage of `layers` layers at B x T, in double so that a
 // shape far too big for memory is measured, not wrapped (the memory check
 // before any allocation); the attention rows' scratch not included.
-static double gpt_stage_activation_floats(const GPTConfig *c, int B, int T, int layers, int split, int first,
-                                          int last) {
+static double gpt_stage_activation_floats(const GPTConfig *c, int B, int T, int layers, int split, int last, int tp,
+                                          int sp) {
     size_t per_layer[GPT_ACT_PER_LAYER], single[GPT_ACT_SINGLES];
-    gpt_activation_sizes(c, B, T, split, first, last, per_layer, single);
+    gpt_activation_sizes(c, B, T, split, last, tp, sp, per_layer, single);
     double total = 0.0;
     for (int s = 0; s < GPT_ACT_PER_LAYER; s++) total += (double)per_layer[s] * layers;
     for (int s = 0; s < GPT_ACT_SINGLES; s++) total += (double)single[s];
     return total;
 }
-static double gpt_activation_floats(const GPTConfig *c, int B, int T) {
-    return gpt_stage_activation_floats(c, B, T, c->num_layers, 0, 1, 1) + (double)omp_threads() * T * T;
+static double gpt_activation_floats(const GPTConfig *c, int B, int T, int tp, int sp) {
+    return gpt_stage_activation_floats(c, B, T, c->num_layers, 0, 1, tp, sp) + (double)omp_threads() * T * T;
 }
 
-// Buffers for layers [l0, l1) at micro-batch B x T (split: keeps what the
-// weight gradients need for a later gpt_stage_backward_weights).
-static void gpt_activations_alloc(GPTActivations *a, const GPTConfig *cfg, int B, int T, int l0, int l1, int split) {
+// Buffers for layers [l0, l1) of model m at micro-batch B x T (split: keeps
+// what the weight gradients need for a later gpt_stage_backward_weights).
+static void gpt_activations_alloc(GPTActivations *a, const GPT *m, int B, int T, int l0, int l1, int split) {
     if (a->memory && B <= a->B && T == a->T && l0 == a->l0 && l1 == a->l1 && split == a->split) return;
     gpt_activations_free(a);
-    size_t L = cfg->num_layers;
+    size_t L = m->cfg.num_layers;
     float ***slots[GPT_ACT_PER_LAYER] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->att,
                                          &a->residual2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch, &a->fch_gelu,
                                          &a->residual3, &a->dmlp_out, &a->dfch, &a->datt_out, &a->dqkv_l};
     float **singles[GPT_ACT_SINGLES] = {&a->encoded, &a->lnf, &a->lnf_mean, &a->lnf_rstd, &a->logits, &a->losses,
-                                        &a->dlnf, &a->dresidual, &a->dln, &a->dbig, &a->dqkv, &a->datty};
+                                        &a->dlnf, &a->dresidual, &a->dln, &a->dbig, &a->dqkv, &a->datty,
+                                        &a->partial};
     size_t sizes[GPT_ACT_PER_LAYER], single_sizes[GPT_ACT_SINGLES];
-    gpt_activation_sizes(cfg, B, T, split, l0 == 0, (size_t)l1 == L, sizes, single_sizes);
+    gpt_activation_sizes(&m->cfg, B, T, split, (size_t)l1 == L, m->tp.size, m->tp.sp, sizes, single_sizes);
     size_t scratch = (size_t)omp_threads() * T * T;
     a->num_floats = scratch;
     for (int s = 0; s < GPT_ACT_PER_LAYER; s++) a->num_floats += sizes[s] * (size_t)(l1 - l0);
@@ -169,7 +192,7 @@ static void gpt_activations_alloc(GPTActivations *a, const GPTConfig *cfg, int B
 }
 
 static void gpt_alloc_activations(GPT *m, int B, int T) {
-    gpt_activations_alloc(&m->acts, &m->cfg, B, T, 0, m->cfg.num_layers, 0);
+    gpt_activations_alloc(&m->acts, m, B, T, 0, m->cfg.num_layers, 0);
 }
 
 static void gpt_free(GPT *m) {
@@ -177,28 +200,213 @@ static void gpt_free(GPT *m) {
     munmap(m->params, sizeof(float) * (size_t)m->layout.num_elements);
     munmap(m->grads, sizeof(float) * (size_t)m->layout.num_elements);
     if (m->tied_wte) {
-        size_t n = (size_t)m->cfg.padded_vocab_size * (size_t)m->cfg.channels;
-        munmap(m->tied_wte, sizeof(float) * n);
-        munmap(m->tied_dwte, sizeof(float) * n);
+        munmap(m->tied_wte, sizeof(float) * gpt_wte_elems(m));
+        munmap(m->tied_dwte, sizeof(float) * gpt_wte_elems(m));
     }
     param_layout_free(&m->layout);
     memset(m, 0, sizeof(*m));
 }
 
+// ---------------------------------------------------------------------------
+// the tensor-parallel pieces (each one the single-process arithmetic at tp = 1)
+
+// A LayerNorm of the rank's Nl rows of x into out (N,C): rows [r0, r0+Nl),
+// the whole all-gathered under sequence parallel.
+static void gpt_layernorm_gathered(GPT *m, float *out, float *mean, float *rstd, const float *x, const float *w,
+                                   const float *b, int N, int C) {
+    int Nl = tp_rows(&m->tp, N);
+    layernorm_forward(out + (size_t)tp_row0(&m->tp, N) * C, mean, rstd, x, w, b, Nl, C);
+    if (m->tp.sp) tp_gather_rows(&m->tp, out, N, C, COMM_F32);
+}
+
+// A row-parallel linear layer's output plus the residual stream:
+// out (Nl,C) = residual + bias + inp (N,IC) @ weight^T, the product's partial
+// sums (this rank's IC columns) completed over the tensor group.
+static void gpt_row_parallel_forward(GPT *m, GPTActivations *a, float *out, const float *inp, const float *weight,
+                                     const float *bias, const float *residual, int N, int IC, int C) {
+    if (m->tp.size == 1) {
+        linear_forward(out, inp, weight, bias, residual, N, IC, C);
+        return;
+    }
+    linear_forward(a->partial, inp, weight, NULL, NULL, N, IC, C);
+    float *sum = a->partial;
+    if (m->tp.sp) {
+        tp_reduce_scatter_rows(&m->tp, a->partial, out, N, C, COMM_F32);
+        sum = out;
+    } else {
+        tp_all_reduce(&m->tp, a->partial, (size_t)N * C, COMM_F32);
+    }
+    int Nl = tp_rows(&m->tp, N);
+#pragma omp parallel for
+    for (int i = 0; i < Nl; i++)
+        for (int j = 0; j < C; j++)
+            out[(size_t)i * C + j] = residual[(size_t)i * C + j] + bias[j] + sum[(size_t)i * C + j];
+}
+
+// The residual gradient the row-parallel layers read: dres (Nl,C) itself, or
+// under sequence parallel all-gathered into a->partial (N,C).
+static const float *gpt_dres_gathered(GPT *m, GPTActivations *a, const float *dres, int N, int C) {
+    if (!m->tp.sp) return dres;
+    memcpy(a->partial + (size_t)tp_row0(&m->tp, N) * C, dres, sizeof(float) * (size_t)tp_rows(&m->tp, N) * C);
+    tp_gather_rows(&m->tp, a->partial, N, C, COMM_F32);
+    return a->partial;
+}
+
+// A column-parallel layer's input gradient dln (N,C) completed over the
+// tensor group: all-reduced in place, or reduce-scattered into its first Nl rows.
+static void gpt_column_parallel_complete(GPT *m, GPTActivations *a, float *dln, int N, int C) {
+    if (m->tp.size == 1) return;
+    if (!m->tp.sp) {
+        tp_all_reduce(&m->tp, dln, (size_t)N * C, COMM_F32);
+        return;
+    }
+    memcpy(a->partial, dln, sizeof(float) * (size_t)N * C);
+    tp_reduce_scatter_rows(&m->tp, a->partial, dln, N, C, COMM_F32);
+}
+
+// The token and position embeddings of this rank's rows into a->encoded
+// (Nl,C): over the rank's vocabulary slice (a token outside it adds zeros),
+// completed over the tensor group, then the positions added.
+static void gpt_embedding_forward(GPT *m, GPTActivations *a, const int *inputs, const float *wpe, int B, int T) {
+    int C = m->cfg.channels, N = B * T;
+    if (m->tp.size == 1) {
+        encoder_forward(a->encoded, inputs, gpt_wte(m), wpe, B, T, C);
+        return;
+    }
+    int v0, vreal;
+    tp_vocab_slice(&m->cfg, &m->tp, &v0, &vreal);
+    const float *wte = gpt_wte(m);
+    float *sum = m->tp.sp ? a->partial : a->encoded;
+#pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        int t = inputs[i] - v0;
+        float *o = sum + (size_t)i * C;
+        if (t >= 0 && t < vreal) memcpy(o, wte + (size_t)t * C, sizeof(float) * (size_t)C);
+        else memset(o, 0, sizeof(float) * (size_t)C);
+    }
+    if (m->tp.sp) tp_reduce_scatter_rows(&m->tp, a->partial, a->encoded, N, C, COMM_F32);
+    else tp_all_reduce(&m->tp, a->encoded, (size_t)N * C, COMM_F32);
+    int Nl = tp_rows(&m->tp, N), r0 = tp_row0(&m->tp, N);
+    for (int i = 0; i < Nl; i++) {
+        const float *p = wpe + (size_t)((r0 + i) % T) * C;
+        float *o = a->encoded + (size_t)i * C;
+        for (int j = 0; j < C; j++) o[j] += p[j];
+    }
+}
+
+// The classifier's loss over this rank's vocabulary slice of the logits
+// (N, vreal): each row's maximum and sum of exponentials, and the target's
+// logit, are reduced over the tensor group (the logits are never gathered);
+// losses (N) on every rank. With dloss, the logits become dloss * (softmax -
+// onehot) on the slice. Returns the sum of the losses.
+static double gpt_vocab_parallel_crossentropy(GPT *m, float *logits, float *losses, const int *targets, int N,
+                                              int vreal, int v0, float dloss) {
+    TPContext *tp = &m->tp;
+    float *mx = (float *)mallocCheck(sizeof(float) * (size_t)N * (tp->size + 1)), *gathered = mx + N;
+    double *sums = (double *)mallocCheck(sizeof(double) * 2 * (size_t)N);  // sum of exponentials, target logit
+#pragma omp parallel for
+    for (int i = 0; i < N; i++) mx[i] = vreal > 0 ? vec_max(logits + (size_t)i * vreal, vreal) : -INFINITY;
+    for (int r = 0; r < tp->size; r++) tp->counts[r] = (size_t)N;
+    CommRequest q = comm_all_gather_start(tp->group, mx, gathered, tp->counts, COMM_F32);
+    comm_wait(&q);
+#pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        float g = -INFINITY;
+        for (int r = 0; r < tp->size; r++) g = gathered[(size_t)r * N + i] > g ? gathered[(size_t)r * N + i] : g;
+        mx[i] = g;
+        float *row = logits + (size_t)i * vreal;
+        sums[i] = vreal > 0 ? vec_exp_sum(row, vreal, g, 1.0f, 0) : 0.0;
+        int t = targets[i] - v0;
+        sums[N + i] = t >= 0 && t < vreal ? row[t] : 0.0;
+    }
+    tp_all_reduce(tp, sums, 2 * (size_t)N, COMM_F64);
+    double total = 0.0;
+#pragma omp parallel for reduction(+ : total)
+    for (int i = 0; i < N; i++) {
+        float lse = mx[i] + logf((float)sums[i]);
+        losses[i] = lse - (float)sums[N + i];
+        total += losses[i];
+        if (dloss == 0.0f || vreal == 0) continue;
+        float *row = logits + (size_t)i * vreal;
+        vec_exp_sum(row, vreal, lse, dloss, 1);
+        int t = targets[i] - v0;
+        if (t >= 0 && t < vreal) row[t] -= dloss;
+    }
+    free(mx);
+    free(sums);
+    return total;
+}
+
+// A token drawn from softmax(logits / temperature) of row `row` of the last
+// logits-only forward, where each rank of the tensor group holds its slice of
+// the vocabulary: the maximum, each rank's mass and the draw are reduced over
+// the group and the rank whose slice the draw falls in picks the token; the
+// same on every rank (every rank's generator makes the same draw).
+static int gpt_vocab_parallel_sample(GPT *m, const float *logits_row, float temperature, Rng *rng) {
+    TPContext *tp = &m->tp;
+    int v0, vreal;
+    tp_vocab_slice(&m->cfg, tp, &v0, &vreal);
+    double *mine = (double *)callocCheck(2 * (size_t)tp->size + 2, sizeof(double)), *all = mine + 2;
+    float mx = -INFINITY;
+    for (int v = 0; v < vreal; v++) mx = logits_row[v] > mx ? logits_row[v] : mx;
+    mine[0] = mx;
+    for (int r = 0; r < tp->size; r++) tp->counts[r] = 1;
+    CommRequest q = comm_all_gather_start(tp->group, mine, all, tp->counts, COMM_F64);
+    comm_wait(&q);
+    double g = -INFINITY;
+    for (int r = 0; r < tp->size; r++) g = all[r] > g ? all[r] : g;
+    double mass = 0.0;
+    for (int v = 0; v < vreal; v++) mass += exp((double)(logits_row[v] - (float)g) / temperature);
+    mine[1] = mass;
+    q = comm_all_gather_start(tp->group, mine + 1, all, tp->counts, COMM_F64);
+    comm_wait(&q);
+    double total = 0.0, before = 0.0;
+    for (int r = 0; r < tp->size; r++) {
+        if (r < tp->rank) before += all[r];
+        total += all[r];
+    }
+    double x = (double)rng_uniform(rng) * total;
+    double token = 0.0;
+    if (x >= before && x < before + mass) {
+        double cdf = before;
+        token = v0 + vreal - 1;
+        for (int v = 0; v < vreal; v++) {
+            cdf += exp((double)(logits_row[v] - (float)g) / temperature);
+            if (x < cdf) { token = v0 + v; break; }
+        }
+    }
+    tp_all_reduce(tp, &token, 1, COMM_F64);  // (one rank's slice holds the draw; the others add 0)
+    free(mine);
+    return x >= total ? m->cfg.vocab_size - 1 : (int)token;
+}
+
+// A token from row `row` of the last logits-only forward on the last stage.
+static int gpt_sample_row(GPT *m, const GPTActivations *a, int row, float temperature, Rng *rng) {
+    if (m->tp.size == 1)
+        return sample_token(a->logits + (size_t)row * m->cfg.vocab_size, m->cfg.vocab_size, temperature, rng);
+    int v0, vreal;
+    tp_vocab_slice(&m->cfg, &m->tp, &v0, &vreal);
+    return gpt_vocab_parallel_sample(m, a->logits + (size_t)row * vreal, temperature, rng);
+}
+
+// ---------------------------------------------------------------------------
+// forward and backward
+
 // Forward of layers [a->l0, a->l1) on one micro-batch (B,T). The first stage
 // embeds inputs; any other reads its input from a->encoded (what the stage
 // before sent). The last stage, with targets, returns the mean loss over the
 // B*T positions (a->losses holds each); without, returns 0 and a->logits
-// holds the (B,T,V) logits; when dloss != 0 (training) the classifier's
-// backward runs here too, fused with the softmax: logits become dloss *
-// (softmax - onehot), dlnf is ready and the wte gradient of the classifier is
-// accumulated. dloss is d(objective)/d(loss at one position): 1/(B*T) for one
-// micro-batch, 1/(B*T*accum*ranks) with accumulation. Other stages return 0
-// and leave their output in a->residual3[l1 - 1].
+// holds the (B,T,V) logits (the rank's vocabulary slice); when dloss != 0
+// (training) the classifier's backward runs here too, fused with the softmax:
+// logits become dloss * (softmax - onehot), dlnf is ready and the wte gradient
+// of the classifier is accumulated. dloss is d(objective)/d(loss at one
+// position): 1/(B*T) for one micro-batch, 1/(B*T*accum*ranks) with
+// accumulation. Other stages return 0 and leave their output in a->residual3[l1 - 1].
 static float gpt_stage_forward(GPT *m, GPTActivations *a, const int *inputs, const int *targets, int B, int T,
                                float dloss) {
     const GPTConfig *c = &m->cfg;
-    int L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size, l0 = a->l0, l1 = a->l1;
+    int L = c->num_layers, C = c->channels, tp = m->tp.size, Cl = C / tp, NHl = c->num_heads / tp;
+    int V = c->vocab_size, l0 = a->l0, l1 = a->l1;
     CHECK(T <= c->max_seq_len, "sequence length %d exceeds max_seq_len %d", T, c->max_seq_len);
     CHECK(B <= a->B && T == a->T, "micro-batch %d x %d does not fit the activations (%d x %d)", B, T, a->B, a->T);
     const ParamLayout *pl = &m->layout;
@@ -210,7 +418,7 @@ static float gpt_stage_forward(GPT *m, GPTActivations *a, const int *inputs, con
         float *wpe = m->params + param_tensor(pl, PK_WPE, -1)->offset;
         gpt_hooks_params_needed(&m->hooks, 0, HOOK_FORWARD);
         gpt_hooks_prefetch(&m->hooks, pl, 1);
-        encoder_forward(a->encoded, inputs, gpt_wte(m), wpe, B, T, C);
+        gpt_embedding_forward(m, a, inputs, wpe, B, T);
         a->inputs = inputs;
     }
     for (int l = l0; l < l1; l++) {
@@ -218,14 +426,15 @@ static float gpt_stage_forward(GPT *m, GPTActivations *a, const int *inputs, con
         gpt_hooks_prefetch(&m->hooks, pl, l + 1 < l1 ? l + 2 : L + 1);
         LayerTensors w = layer_tensors(pl, m->params, l);
         float *residual = l == l0 ? a->encoded : a->residual3[l - 1];
-        layernorm_forward(a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C);
-        linear_forward(a->qkv[l], a->ln1[l], w.qkvw, w.qkvb, NULL, N, C, 3 * C);
-        attention_forward(a->atty[l], a->att[l], NULL, a->qkv[l], B, T, C, NH);
-        linear_forward(a->residual2[l], a->atty[l], w.attprojw, w.attprojb, residual, N, C, C);
-        layernorm_forward(a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w.ln2w, w.ln2b, N, C);
-        linear_forward(a->fch[l], a->ln2[l], w.fcw, w.fcb, NULL, N, C, 4 * C);
-        gelu_forward(a->fch_gelu[l], a->fch[l], (size_t)N * 4 * C);
-        linear_forward(a->residual3[l], a->fch_gelu[l], w.fcprojw, w.fcprojb, a->residual2[l], N, 4 * C, C);
+        gpt_layernorm_gathered(m, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C);
+        linear_forward(a->qkv[l], a->ln1[l], w.qkvw, w.qkvb, NULL, N, C, 3 * Cl);
+        attention_forward(a->atty[l], a->att[l], NULL, a->qkv[l], B, T, Cl, NHl);
+        gpt_row_parallel_forward(m, a, a->residual2[l], a->atty[l], w.attprojw, w.attprojb, residual, N, Cl, C);
+        gpt_layernorm_gathered(m, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w.ln2w, w.ln2b, N, C);
+        linear_forward(a->fch[l], a->ln2[l], w.fcw, w.fcb, NULL, N, C, 4 * Cl);
+        gelu_forward(a->fch_gelu[l], a->fch[l], (size_t)N * 4 * Cl);
+        gpt_row_parallel_forward(m, a, a->residual3[l], a->fch_gelu[l], w.fcprojw, w.fcprojb, a->residual2[l], N,
+                                 4 * Cl, C);
     }
     if (l1 < L) {
         a->trained = dloss != 0.0f;
@@ -236,18 +445,22 @@ static float gpt_stage_forward(GPT *m, GPTActivations *a, const int *inputs, con
     float *lnfw = m->params + param_tensor(pl, PK_LNFW, -1)->offset;
     float *lnfb = m->params + param_tensor(pl, PK_LNFB, -1)->offset;
     float *last_out = l1 > l0 ? a->residual3[l1 - 1] : a->encoded;
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last_out, lnfw, lnfb, N, C);
-    // classifier over the V real rows of wte (tied weights)
-    matmul(0, 1, N, V, C, 1.0f, a->lnf, C, wte, C, 0.0f, a->logits, V);
+    gpt_layernorm_gathered(m, a->lnf, a->lnf_mean, a->lnf_rstd, last_out, lnfw, lnfb, N, C);
+    // classifier over the real rows of wte (tied weights; with tensor parallelism the rank's vocabulary slice)
+    int v0 = 0, vreal = V;
+    if (tp > 1) tp_vocab_slice(c, &m->tp, &v0, &vreal);
+    matmul(0, 1, N, vreal, C, 1.0f, a->lnf, C, wte, C, 0.0f, a->logits, vreal);
     if (!targets) return 0.0f;
     for (int i = 0; i < N; i++)
         CHECK(targets[i] >= 0 && targets[i] < V, "target token %d out of range [0, %d)", targets[i], V);
-    double total = softmax_crossentropy(a->logits, a->losses, targets, N, V, dloss);
+    double total = tp > 1 ? gpt_vocab_parallel_crossentropy(m, a->logits, a->losses, targets, N, vreal, v0, dloss)
+                          : softmax_crossentropy(a->logits, a->losses, targets, N, V, dloss);
     if (dloss != 0.0f) {
         float *dwte = gpt_dwte(m);
-        // dlnf (N,C) = dlogits @ wte[:V]; dwte[:V] += dlogits^T @ lnf
-        matmul(0, 0, N, C, V, 1.0f, a->logits, V, wte, C, 0.0f, a->dlnf, C);
-        matmul(1, 0, V, C, N, 1.0f, a->logits, V, a->lnf, C, 1.0f, dwte, C);
+        // dlnf (N,C) = dlogits @ wte[:V]; dwte[:V] += dlogits^T @ lnf (the rank's slice: dlnf a partial sum)
+        matmul(0, 0, N, C, vreal, 1.0f, a->logits, vreal, wte, C, 0.0f, a->dlnf, C);
+        matmul(1, 0, vreal, C, N, 1.0f, a->logits, vreal, a->lnf, C, 1.0f, dwte, C);
+        gpt_column_parallel_complete(m, a, a->dlnf, N, C);
         a->trained = 1;
     }
     return (float)(total / N);
@@ -255,23 +468,49 @@ static float gpt_stage_forward(GPT *m, GPTActivations *a, const int *inputs, con
 
 // The weight gradients of layer l from its activations and the output
 // gradients douts (the layer's own buffers with a split backward, the shared
-// scratch right after the input gradients without).
+// scratch right after the input gradients without). Row-parallel biases take
+// the rank's rows of their output gradient (all of them without sequence parallel).
 typedef struct { const float *dmlp_out, *dfch, *datt_out, *dqkv; } LayerDouts;
 static void gpt_layer_weight_grads(GPT *m, const GPTActivations *a, int l, LayerDouts d, int N) {
-    int C = m->cfg.channels;
+    int C = m->cfg.channels, Cl = C / m->tp.size, Nl = tp_rows(&m->tp, N), r0 = tp_row0(&m->tp, N);
     LayerTensors g = layer_tensors(&m->layout, m->grads, l);
-    linear_backward_weight(g.fcprojw, g.fcprojb, d.dmlp_out, a->fch_gelu[l], N, 4 * C, C);
-    linear_backward_weight(g.fcw, g.fcb, d.dfch, a->ln2[l], N, C, 4 * C);
-    linear_backward_weight(g.attprojw, g.attprojb, d.datt_out, a->atty[l], N, C, C);
-    linear_backward_weight(g.qkvw, g.qkvb, d.dqkv, a->ln1[l], N, C, 3 * C);
+    linear_backward_weight(g.fcprojw, NULL, d.dmlp_out, a->fch_gelu[l], N, 4 * Cl, C);
+    column_sum_accumulate(g.fcprojb, d.dmlp_out + (size_t)r0 * C, Nl, C);
+    linear_backward_weight(g.fcw, g.fcb, d.dfch, a->ln2[l], N, C, 4 * Cl);
+    linear_backward_weight(g.attprojw, NULL, d.datt_out, a->atty[l], N, Cl, C);
+    column_sum_accumulate(g.attprojb, d.datt_out + (size_t)r0 * C, Nl, C);
+    linear_backward_weight(g.qkvw, g.qkvb, d.dqkv, a->ln1[l], N, C, 3 * Cl);
 }
 
-// The embeddings' gradient (first stage): from the residual gradient at layer 0's input.
+// The embeddings' gradient (first stage): from the residual gradient at layer
+// 0's input (the rank's rows: its positions' wpe rows; its vocabulary slice of
+// wte, from every position's gradient).
 static void gpt_embedding_backward(GPT *m, GPTActivations *a) {
     const ParamLayout *pl = &m->layout;
     gpt_hooks_params_needed(&m->hooks, 0, HOOK_GRADS);
     float *dwpe = m->grads + param_tensor(pl, PK_WPE, -1)->offset;
-    encoder_backward(gpt_dwte(m), dwpe, a->dresidual, a->inputs, a->B, a->T, m->cfg.channels);
+    int C = m->cfg.channels, B = a->B, T = a->T, N = B * T;
+    if (m->tp.size == 1) {
+        encoder_backward(gpt_dwte(m), dwpe, a->dresidual, a->inputs, B, T, C);
+        gpt_hooks_grads_ready(&m->hooks, 0);
+        return;
+    }
+    int Nl = tp_rows(&m->tp, N), r0 = tp_row0(&m->tp, N), v0, vreal;
+    for (int i = 0; i < Nl; i++) {
+        float *p = dwpe + (size_t)((r0 + i) % T) * C;
+        const float *d = a->dresidual + (size_t)i * C;
+        for (int j = 0; j < C; j++) p[j] += d[j];
+    }
+    const float *dfull = gpt_dres_gathered(m, a, a->dresidual, N, C);
+    tp_vocab_slice(&m->cfg, &m->tp, &v0, &vreal);
+    float *dwte = gpt_dwte(m);
+    for (int i = 0; i < N; i++) {  // (in position order, as encoder_backward adds them)
+        int t = a->inputs[i] - v0;
+        if (t < 0 || t >= vreal) continue;
+        float *p = dwte + (size_t)t * C;
+        const float *d = dfull + (size_t)i * C;
+        for (int j = 0; j < C; j++) p[j] += d[j];
+    }
     gpt_hooks_grads_ready(&m->hooks, 0);
 }
 
@@ -285,8 +524,9 @@ static void gpt_embedding_backward(GPT *m, GPTActivations *a) {
 static void gpt_stage_backward(GPT *m, GPTActivations *a) {
     CHECK(a->trained, "gpt_stage_backward without a training forward (dloss != 0)");
     const GPTConfig *c = &m->cfg;
-    int L = c->num_layers, C = c->channels, NH = c->num_heads, l0 = a->l0, l1 = a->l1, split = a->split;
-    int B = a->B, T = a->T, N = B * T;
+    int L = c->num_layers, C = c->channels, Cl = C / m->tp.size, NHl = c->num_heads / m->tp.size;
+    int l0 = a->l0, l1 = a->l1, split = a->split;
+    int B = a->B, T = a->T, N = B * T, Nl = tp_rows(&m->tp, N);
     const ParamLayout *pl = &m->layout;
     float *dres = a->dresidual;
     if (l1 == L) {
@@ -296,8 +536,8 @@ static void gpt_stage_backward(GPT *m, GPTActivations *a) {
         float *dlnfw = m->grads + param_tensor(pl, PK_LNFW, -1)->offset;
         float *dlnfb = m->grads + param_tensor(pl, PK_LNFB, -1)->offset;
         float *last_out = l1 > l0 ? a->residual3[l1 - 1] : a->encoded;
-        memset(dres, 0, sizeof(float) * (size_t)N * C);
-        layernorm_backward(dres, dlnfw, dlnfb, a->dlnf, last_out, lnfw, a->lnf_mean, a->lnf_rstd, N, C);
+        memset(dres, 0, sizeof(float) * (size_t)Nl * C);
+        layernorm_backward(dres, dlnfw, dlnfb, a->dlnf, last_out, lnfw, a->lnf_mean, a->lnf_rstd, Nl, C);
         gpt_hooks_grads_ready(&m->hooks, L + 1);
     }
     for (int l = l1 - 1; l >= l0; l--) {
@@ -306,30 +546,42 @@ static void gpt_stage_backward(GPT *m, GPTActivations *a) {
         LayerTensors w = layer_tensors(pl, m->params, l);
         LayerTensors g = layer_tensors(pl, m->grads, l);
         float *residual = l == l0 ? a->encoded : a->residual3[l - 1];
-        LayerDouts d = {dres, split ? a->dfch[l] : a->dbig, dres, split ? a->dqkv_l[l] : a->dqkv};
+        // dres: gradient w.r.t. the layer output residual3 = residual2 + mlp(ln2(residual2))
+        const float *dout = gpt_dres_gathered(m, a, dres, N, C);
+        LayerDouts d = {dout, split ? a->dfch[l] : a->dbig, NULL, split ? a->dqkv_l[l] : a->dqkv};
         if (split) {
-            memcpy(a->dmlp_out[l], dres, sizeof(float) * (size_t)N * C);
+            memcpy(a->dmlp_out[l], dout, sizeof(float) * (size_t)N * C);
             d.dmlp_out = a->dmlp_out[l];
         }
-        // dres: gradient w.r.t. the layer output residual3 = residual2 + mlp(ln2(residual2))
-        linear_backward_input(a->dbig, dres, w.fcprojw, N, 4 * C, C);
-        if (!split) linear_backward_weight(g.fcprojw, g.fcprojb, dres, a->fch_gelu[l], N, 4 * C, C);
-        gelu_backward_inplace(a->dbig, a->fch[l], (size_t)N * 4 * C);
-        if (split) memcpy(a->dfch[l], a->dbig, sizeof(float) * (size_t)N * 4 * C);
-        linear_backward_input(a->dln, a->dbig, w.fcw, N, C, 4 * C);
-        if (!split) linear_backward_weight(g.fcw, g.fcb, a->dbig, a->ln2[l], N, C, 4 * C);
-        layernorm_backward(dres, g.ln2w, g.ln2b, a->dln, a->residual2[l], w.ln2w, a->ln2_mean[l], a->ln2_rstd[l], N, C);
+        linear_backward_input(a->dbig, dout, w.fcprojw, N, 4 * Cl, C);
+        if (!split) {
+            linear_backward_weight(g.fcprojw, NULL, dout, a->fch_gelu[l], N, 4 * Cl, C);
+            column_sum_accumulate(g.fcprojb, dres, Nl, C);
+        }
+        gelu_backward_inplace(a->dbig, a->fch[l], (size_t)N * 4 * Cl);
+        if (split) memcpy(a->dfch[l], a->dbig, sizeof(float) * (size_t)N * 4 * Cl);
+        linear_backward_input(a->dln, a->dbig, w.fcw, N, C, 4 * Cl);
+        if (!split) linear_backward_weight(g.fcw, g.fcb, a->dbig, a->ln2[l], N, C, 4 * Cl);
+        gpt_column_parallel_complete(m, a, a->dln, N, C);
+        layernorm_backward(dres, g.ln2w, g.ln2b, a->dln, a->residual2[l], w.ln2w, a->ln2_mean[l], a->ln2_rstd[l], Nl,
+                           C);
         // dres: gradient w.r.t. residual2 = residual + attn(ln1(residual))
+        dout = gpt_dres_gathered(m, a, dres, N, C);
+        d.datt_out = dout;
         if (split) {
-            memcpy(a->datt_out[l], dres, sizeof(float) * (size_t)N * C);
+            memcpy(a->datt_out[l], dout, sizeof(float) * (size_t)N * C);
             d.datt_out = a->datt_out[l];
         }
-        linear_backward_input(a->datty, dres, w.attprojw, N, C, C);
-        if (!split) linear_backward_weight(g.attprojw, g.attprojb, dres, a->atty[l], N, C, C);
-        attention_backward((float *)d.dqkv, a->att_scratch, a->datty, a->qkv[l], a->att[l], B, T, C, NH);
-        linear_backward_input(a->dln, d.dqkv, w.qkvw, N, C, 3 * C);
-        if (!split) linear_backward_weight(g.qkvw, g.qkvb, d.dqkv, a->ln1[l], N, C, 3 * C);
-        layernorm_backward(dres, g.ln1w, g.ln1b, a->dln, residual, w.ln1w, a->ln1_mean[l], a->ln1_rstd[l], N, C);
+        linear_backward_input(a->datty, dout, w.attprojw, N, Cl, C);
+        if (!split) {
+            linear_backward_weight(g.attprojw, NULL, dout, a->atty[l], N, Cl, C);
+            column_sum_accumulate(g.attprojb, dres, Nl, C);
+        }
+        attention_backward((float *)d.dqkv, a->att_scratch, a->datty, a->qkv[l], a->att[l], B, T, Cl, NHl);
+        linear_backward_input(a->dln, d.dqkv, w.qkvw, N, C, 3 * Cl);
+        if (!split) linear_backward_weight(g.qkvw, g.qkvb, d.dqkv, a->ln1[l], N, C, 3 * Cl);
+        gpt_column_parallel_complete(m, a, a->dln, N, C);
+        layernorm_backward(dres, g.ln1w, g.ln1b, a->dln, residual, w.ln1w, a->ln1_mean[l], a->ln1_rstd[l], Nl, C);
         if (!split) gpt_hooks_grads_ready(&m->hooks, l + 1);
     }
     if (!split && l0 == 0) gpt_embedding_backward(m, a);

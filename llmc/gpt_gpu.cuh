@@ -576,14 +576,13 @@ static void gpu_gpt_get_params(GPTGPU *m, float *host) {
                           cudaMemcpyDeviceToHost));
 }
 // A ModelFileFetch (modelfile.h) over the fp32 master weights this rank
-// holds: global [lo, hi) (which its shard holds in one piece) into host dst.
+// holds: [lo, hi) of its buffer (inside its shard) into host dst.
 static void gpu_gpt_read_params(void *ctx, int64_t lo, int64_t hi, float *dst) {
     GPTGPU *m = (GPTGPU *)ctx;
-    int64_t at = param_map_local_of(&m->map, lo);
-    CHECK(at >= m->shard.begin && at + (hi - lo) <= m->shard.end, "gpu_gpt_read_params: [%lld, %lld) is not held here",
+    CHECK(lo >= m->shard.begin && hi <= m->shard.end, "gpu_gpt_read_params: [%lld, %lld) is not held here",
           (long long)lo, (long long)hi);
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
-    CUDA_CHECK(cudaMemcpy(dst, m->params + (at - m->shard.begin), sizeof(float) * (size_t)(hi - lo),
+    CUDA_CHECK(cudaMemcpy(dst, m->params + (lo - m->shard.begin), sizeof(float) * (size_t)(hi - lo),
                           cudaMemcpyDeviceToHost));
 }
 static void gpu_gpt_get_grads(GPTGPU *m, float *host) {

@@ -7,8 +7,7 @@
 //
 // The map is a list of blocks in local order. A block is `rows` rows of `len`
 // elements, contiguous locally and `stride` apart globally: a whole tensor
-// (or, without tensor parallelism, a run of whole tensors with their alignment
-// gaps) is one row; a row-parallel weight's column slice is one row per row
+// (or a run of whole tensors without alignment gaps between them) is one row; a row-parallel weight's column slice is one row per row
 // of the weight; qkv's slice is three blocks (its heads' rows of q, of k and
 // of v). Local ranges that a block does not cover are alignment gaps.
 #ifndef LLMC_PARAM_MAP_H
@@ -59,8 +58,8 @@ static inline int param_tensor_blocks(const ParamLayout *local, const ParamTenso
     }
 }
 
-// The map of a rank's layout. Without tensor parallelism every tensor keeps
-// its global shape and alignment gap, so each held segment is one block.
+// The map of a rank's layout: its tensors' elements (not their alignment
+// gaps), consecutive blocks that are contiguous on both sides joined.
 static inline void param_map_init(ParamMap *m, const ParamLayout *local) {
     ParamLayout global;
     param_layout_init(&global, &local->cfg);
@@ -70,7 +69,6 @@ static inline void param_map_init(ParamMap *m, const ParamLayout *local) {
         const ParamTensor *t = &local->tensors[i];
         ParamBlock b[3];
         int nb = param_tensor_blocks(local, t, &global, b);
-        if (local->tp == 1) b[0].len = b[0].stride = round_up_i64(t->numel, PARAM_ALIGN);  // with its gap
         for (int k = 0; k < nb; k++) {
             ParamBlock *prev = m->n ? &m->blocks[m->n - 1] : NULL;
             if (prev && prev->rows == 1 && b[k].rows == 1 && prev->local + prev->len == b[k].local &&
@@ -107,17 +105,6 @@ static inline void param_map_runs(const ParamMap *m, int64_t lo, int64_t hi,
             if (e > s) visit(ctx, s, b->global + r * b->stride + (s - a), e - s);
         }
     }
-}
-
-// The local position of global element g, which this rank's buffer must hold
-// in a contiguous block (a tensor of one row per block without tensor
-// parallelism: every global range a ZeRO shard or a stage maps to).
-static inline int64_t param_map_local_of(const ParamMap *m, int64_t g) {
-    for (int i = 0; i < m->n; i++) {
-        const ParamBlock *b = &m->blocks[i];
-        if (b->rows == 1 && g >= b->global && g < b->global + b->len) return b->local + (g - b->global);
-    }
-    DIE("global element %lld is not held in one piece here", (long long)g);
 }
 
 // The global position of local element x (held by a block; a gap: the

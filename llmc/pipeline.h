@@ -79,7 +79,8 @@ typedef struct {
     PPStageOps ops;
     CommGroup *pipe;           // the pipeline group the messages travel on
     CommDType act_type, grad_type;  // of activations and of their gradients
-    int B, T, C;               // a message is one micro-batch's (B, T, C) tensor
+    int B, T, C;               // a message is one micro-batch's (B, T, C) tensor,
+    int row_split;             // or its 1/row_split of the B*T rows (sequence parallel: a tensor rank's slice)
     PPLayout layout;
     PPKind kind;
     int rank, p, v, m, split, fuse;
@@ -99,13 +100,13 @@ static inline int pp_runner_stage(const PPRunner *pr, int chunk) { return pp_sta
 // layout: the stages' layers (pp_layout_init's; taken over). fuse: run fused
 // lists (pp_schedule_fuse_receives). trace_path: --pp-trace ("": none); world_rank names its file.
 static void pp_runner_init(PPRunner *pr, PPStageOps ops, CommGroup *pipe, CommDType act_type, CommDType grad_type,
-                           int B, int T, int C, PPLayout layout, PPKind kind, int fuse, const char *trace_path,
-                           int world_rank) {
+                           int B, int T, int C, int row_split, PPLayout layout, PPKind kind, int fuse,
+                           const char *trace_path, int world_rank) {
     memset(pr, 0, sizeof(*pr));
     pr->ops = ops;
     pr->pipe = pipe;
     pr->act_type = act_type, pr->grad_type = grad_type;
-    pr->B = B, pr->T = T, pr->C = C;
+    pr->B = B, pr->T = T, pr->C = C, pr->row_split = row_split;
     pr->layout = layout;
     pr->kind = kind;
     pr->rank = pipe->rank, pr->p = layout.pp, pr->v = layout.v;
@@ -178,7 +179,7 @@ static void pp_consume(PPRunner *pr, CommRequest *r, int *posted) {
 // One group of consecutive SEND/RECV actions [i, end) of this rank's list.
 static void pp_run_comm_group(PPRunner *pr, int i, int end) {
     const PPAction *acts = pr->sched.acts;
-    size_t n = (size_t)pr->B * pr->T * pr->C;
+    size_t n = (size_t)pr->B * pr->T / (size_t)pr->row_split * pr->C;
     CommRequest reqs[16];
     int sent_b[16];  // the pool entry whose gradient each request sends (-1: none; the pool may move as it grows)
     int nreq = 0;
@@ -284,7 +285,7 @@ static void pp_runner_step(PPRunner *pr, int m) {
 // to keep the logits on the last stage); the mean loss on the last stage's rank (0 elsewhere).
 static float pp_runner_eval(PPRunner *pr, const int *x, const int *y, int B, int T) {
     float loss = 0.0f;
-    size_t n = (size_t)B * T * pr->C;
+    size_t n = (size_t)B * T / (size_t)pr->row_split * pr->C;
     for (int g = 0; g < pr->layout.stages; g++) {
         if (g % pr->p != pr->rank) continue;
         int c = g / pr->p;

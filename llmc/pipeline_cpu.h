@@ -42,14 +42,13 @@
 typedef struct {
     GPT *model;
     Zero *zero;
-    CommGroup *pipe, *dp;      // host groups
+    CommGroup *pipe, *dp, *world;  // host groups
     PPRunner run;
     int B, T;
     float dloss;
     const int *xs, *ys;        // the step's micro-batches ((m, B*T) each)
     double loss;               // the step's sum of micro-batch losses (last stage)
     GPTActivations *eval;      // (v): one micro-batch's forward per chunk, for evaluation and sampling
-    float *logits_row;         // (V): a sampled row, broadcast from the last stage
     int first, last;           // this rank holds the first stage (wte) / the last (the classifier's copy)
     ShardMap wte_shards;       // the first stage's ZeRO shards, over its layout (wte is its first tensor)
     int64_t wte_elems;         // Vp * C
@@ -70,8 +69,8 @@ static inline int pp_chunk_end_layer(const Pipeline *pp, int chunk) {
 static void *pp_cpu_slot_new(void *ctx, int chunk) {
     Pipeline *pp = (Pipeline *)ctx;
     GPTActivations *a = (GPTActivations *)callocCheck(1, sizeof(GPTActivations));
-    gpt_activations_alloc(a, &pp->model->cfg, pp->B, pp->T, pp_chunk_first_layer(pp, chunk),
-                          pp_chunk_end_layer(pp, chunk), pp->run.split);
+    gpt_activations_alloc(a, pp->model, pp->B, pp->T, pp_chunk_first_layer(pp, chunk), pp_chunk_end_layer(pp, chunk),
+                          pp->run.split);
     return a;
 }
 static void pp_cpu_slot_free(void *ctx, void *slot) {
@@ -112,26 +111,27 @@ static void *pp_cpu_buffer(void *ctx, void *slot, PPBuffer which) {
 static float pp_cpu_eval_forward(void *ctx, int chunk, const int *x, const int *y, int B, int T) {
     Pipeline *pp = (Pipeline *)ctx;
     GPTActivations *a = &pp->eval[chunk];
-    gpt_activations_alloc(a, &pp->model->cfg, pp->B, pp->T, pp_chunk_first_layer(pp, chunk),
-                          pp_chunk_end_layer(pp, chunk), 0);
+    gpt_activations_alloc(a, pp->model, pp->B, pp->T, pp_chunk_first_layer(pp, chunk), pp_chunk_end_layer(pp, chunk),
+                          0);
     return gpt_stage_forward(pp->model, a, x, y, B, T, 0.0f);
 }
 static void *pp_cpu_eval_buffer(void *ctx, int chunk, PPBuffer which) {
     Pipeline *pp = (Pipeline *)ctx;
     GPTActivations *a = &pp->eval[chunk];
-    gpt_activations_alloc(a, &pp->model->cfg, pp->B, pp->T, pp_chunk_first_layer(pp, chunk),
-                          pp_chunk_end_layer(pp, chunk), 0);
+    gpt_activations_alloc(a, pp->model, pp->B, pp->T, pp_chunk_first_layer(pp, chunk), pp_chunk_end_layer(pp, chunk),
+                          0);
     return pp_cpu_buffer_of(a, which);
 }
 
 // ---------------------------------------------------------------------------
 // set-up
 
-// The layout of what pipeline rank `rank` holds (its chunks' stages).
-static void pipeline_rank_layout(ParamLayout *pl, const GPTConfig *cfg, const PPLayout *layout, int rank) {
+// The layout of what pipeline rank `rank` holds (its chunks' stages), at tensor slice tp_rank of tp.
+static void pipeline_rank_layout(ParamLayout *pl, const GPTConfig *cfg, const PPLayout *layout, int rank, int tp,
+                                 int tp_rank) {
     unsigned char *layers = (unsigned char *)mallocCheck((size_t)cfg->num_layers);
     ParamHolding h = pp_holding(layout, rank, -1, cfg->num_layers, layers);
-    param_layout_init_held(pl, cfg, &h, 1, 0);
+    param_layout_init_held(pl, cfg, &h, tp, tp_rank);
     free(layers);
 }
 
@@ -145,29 +145,28 @@ static void pipeline_init(Pipeline *pp, GPT *model, Zero *zero, Comm *comm, PPLa
     pp->zero = zero;
     pp->pipe = comm_group(comm, COMM_PIPELINE);
     pp->dp = comm_group(comm, COMM_DATA);
+    pp->world = comm_group(comm, COMM_WORLD);
     pp->B = B, pp->T = T, pp->dloss = dloss;
     PPStageOps ops = {pp, pp_cpu_slot_new, pp_cpu_slot_free, pp_cpu_forward, pp_cpu_backward, pp_cpu_weights,
                       pp_cpu_buffer, pp_cpu_eval_forward, pp_cpu_eval_buffer, NULL, NULL};
-    pp_runner_init(&pp->run, ops, pp->pipe, COMM_F32, COMM_F32, B, T, model->cfg.channels, layout, kind, 0,
-                   trace_path, comm->rank);
+    pp_runner_init(&pp->run, ops, pp->pipe, COMM_F32, COMM_F32, B, T, model->cfg.channels,
+                   model->tp.sp ? model->tp.size : 1, layout, kind, 0, trace_path, comm->rank);
     pp->first = pp->pipe->rank == 0;
     pp->last = pp->pipe->rank == pp->pipe->size - 1;
     ParamLayout first;
-    pipeline_rank_layout(&first, &model->cfg, &pp->run.layout, 0);
+    pipeline_rank_layout(&first, &model->cfg, &pp->run.layout, 0, model->tp.size, model->tp.rank);
     shard_map_init(&pp->wte_shards, first.num_elements, pp->dp->rank, pp->dp->size);
+    pp->wte_elems = param_tensor(&first, PK_WTE, -1)->numel;  // (its vocabulary slice with tensor parallelism)
     param_layout_free(&first);
-    pp->wte_elems = (int64_t)model->cfg.padded_vocab_size * model->cfg.channels;
     pp->counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)pp->dp->size);
     if (pp->first || pp->last) pp->wte_piece = (float *)mallocCheck(sizeof(float) * (size_t)pp->wte_elems);
     pp->eval = (GPTActivations *)callocCheck((size_t)pp->run.v, sizeof(GPTActivations));
-    pp->logits_row = (float *)mallocCheck(sizeof(float) * (size_t)model->cfg.vocab_size);
 }
 
 static void pipeline_free(Pipeline *pp) {
     for (int c = 0; c < pp->run.v; c++) gpt_activations_free(&pp->eval[c]);
     pp_runner_free(&pp->run);
     free(pp->eval);
-    free(pp->logits_row);
     free(pp->wte_piece);
     free(pp->counts);
     memset(pp, 0, sizeof(*pp));
@@ -178,14 +177,14 @@ static void pipeline_free(Pipeline *pp) {
 // allocation grows to it as it runs): that many sets of its average chunk,
 // each with the ends' buffers (an over-estimate for a middle stage).
 static double pipeline_rank_activation_floats(const GPTConfig *cfg, const PPLayout *layout, PPKind kind, int rank,
-                                              int m, int B, int T) {
+                                              int m, int B, int T, int tp, int sp) {
     int peak = pp_peak_alive_theory(kind, layout->pp, layout->v, m, rank), layers = 0;
     for (int c = 0; c < layout->v; c++) {
         int g = pp_stage_of(layout->pp, rank, c);
         layers += layout->first_layer[g + 1] - layout->first_layer[g];
     }
     return (double)peak * gpt_stage_activation_floats(cfg, B, T, (layers + layout->v - 1) / layout->v,
-                                                      kind == PP_ZB1P, 1, 1);
+                                                      kind == PP_ZB1P, 1, tp, sp);
 }
 
 // ---------------------------------------------------------------------------
@@ -236,10 +235,11 @@ static void pipeline_tie_grads(Pipeline *pp) {
 // wte gradients summed into the first stage's, and the global norm over all
 // stages (the last stage's copy not counted).
 static float pipeline_finish_grads(Pipeline *pp) {
-    zero_begin_pass(pp->zero, 0);  // (waits for every reduction in flight)
+    zero_wait_grads(pp->zero);
+    zero_tp_sum_replicated(pp->zero);
     pipeline_tie_grads(pp);
-    double ss = zero_grad_sumsq(pp->zero);
-    comm_all_reduce(pp->pipe, &ss, 1, COMM_F64);
+    double ss = zero_grad_sumsq_owned(pp->zero);
+    comm_all_reduce(pp->world, &ss, 1, COMM_F64);
     return (float)sqrt(ss);
 }
 
@@ -299,12 +299,14 @@ static float pipeline_forward(Pipeline *pp, const int *x, const int *y, int B, i
     return (float)loss;
 }
 
-// Row `row` of the last pipeline_forward's logits, on every rank.
-static const float *pipeline_logits(Pipeline *pp, int row) {
-    int V = pp->model->cfg.vocab_size;
-    if (pp->last) memcpy(pp->logits_row, pp->eval[pp->run.v - 1].logits + (size_t)row * V, sizeof(float) * (size_t)V);
-    comm_broadcast(pp->pipe, pp->logits_row, (size_t)V, COMM_F32, pp->pipe->size - 1);
-    return pp->logits_row;
+// A token drawn from row `row` of the last pipeline_forward's logits (the
+// last stage's; its tensor group draws together), on every rank.
+static int pipeline_sample(Pipeline *pp, int row, float temperature, Rng *rng) {
+    double token = 0.0;
+    if (pp->last) token = gpt_sample_row(pp->model, &pp->eval[pp->run.v - 1], row, temperature, rng);
+    comm_broadcast(pp->pipe, &token, 1, COMM_F64, pp->pipe->size - 1);
+    if (!pp->last) rng_uniform(rng);  // (the draw the last stage made: every rank's generator stays the same)
+    return (int)token;
 }
 
 #endif  // LLMC_PIPELINE_CPU_H

@@ -24,6 +24,7 @@
 #include "gpt_gpu.cuh"
 #include "pipeline.h"
 #include "pp_layout.h"
+#include "sampler.h"
 #include "zero_gpu.cuh"
 
 #define PP_TAG_WTE 101
@@ -148,7 +149,7 @@ static void pipeline_gpu_init(PipelineGPU *pp, GPTGPU *model, ZeroGPU *zero, Com
     pp->B = B, pp->T = T, pp->dloss = dloss;
     PPStageOps ops = {pp, ppg_slot_new, ppg_slot_free, ppg_forward, ppg_backward, ppg_weights, ppg_buffer,
                       ppg_eval_forward, ppg_eval_buffer, ppg_consume, ppg_sync};
-    pp_runner_init(&pp->run, ops, pp->pipe, COMM_BF16, COMM_F32, B, T, model->cfg.channels, layout, kind, fuse,
+    pp_runner_init(&pp->run, ops, pp->pipe, COMM_BF16, COMM_F32, B, T, model->cfg.channels, 1, layout, kind, fuse,
                    trace_path, comm->rank);
     pp->first = pp->pipe->rank == 0;
     pp->last = pp->pipe->rank == pp->pipe->size - 1;
@@ -265,11 +266,17 @@ static float pipeline_gpu_forward(PipelineGPU *pp, const int *x, const int *y, i
     return (float)loss;
 }
 
-// Row `row` of the last pipeline_gpu_forward's logits, on every rank.
-static const float *pipeline_gpu_logits(PipelineGPU *pp, int row) {
-    if (pp->last) gpu_gpt_logits(pp->model, row, 1, pp->logits_row);
-    comm_broadcast(pp->host_pipe, pp->logits_row, (size_t)pp->model->cfg.vocab_size, COMM_F32, pp->pipe->size - 1);
-    return pp->logits_row;
+// A token drawn from row `row` of the last pipeline_gpu_forward's logits (the
+// last stage's), the same on every rank.
+static int pipeline_gpu_sample(PipelineGPU *pp, int row, float temperature, Rng *rng) {
+    double token = 0.0;
+    if (pp->last) {
+        gpu_gpt_logits(pp->model, row, 1, pp->logits_row);
+        token = sample_token(pp->logits_row, pp->model->cfg.vocab_size, temperature, rng);
+    }
+    comm_broadcast(pp->host_pipe, &token, 1, COMM_F64, pp->pipe->size - 1);
+    if (!pp->last) rng_uniform(rng);  // (the draw the last stage made: every rank's generator stays the same)
+    return (int)token;
 }
 
 #endif  // LLMC_PIPELINE_GPU_CUH

@@ -33,8 +33,9 @@ typedef struct {
     // Evaluation and sampling: the mean loss over the batch x, y (B,T); without
     // targets (y NULL) it leaves logits for `logits`.
     float (*forward)(void *ctx, const int *x, const int *y, int B, int T);
-    // After a forward without targets: row `row`'s logits (V floats), valid until the next call.
-    const float *(*logits)(void *ctx, int row);
+    // After a forward without targets: a token drawn from softmax(logits /
+    // temperature) of row `row` (the same on every rank: each draws from the same generator).
+    int (*sample)(void *ctx, int row, float temperature, Rng *rng);
     float (*finish_grads)(void *ctx);  // completes the reductions; the global gradient norm
     // AdamW on this rank's shard (step 0-based; the weights made whole as the
     // ZeRO stage says), finished before it returns, so the step's time is real.
@@ -72,10 +73,12 @@ typedef struct {
     CommGroup *ckpt_group;     // the ranks that write checkpoints (the data group; the world with --pp)
     int rank;                  // only rank 0 prints
     double flops_per_step, peak_flops;  // FLOP, FLOP/s (for MFU)
-    // checkpoints: what the manifest describes, this rank's ranges, its
-    // staging buffer ((CKPT_STATES, write range) floats; NULL without --ckpt-dir)
+    // checkpoints: what the manifest describes, this rank's ranges (of its
+    // buffer) and that buffer's mapping onto the global order, its staging
+    // buffer ((CKPT_STATES, write range) floats; NULL without --ckpt-dir)
     CkptRun ckpt;
     CkptRanges ckpt_ranges;
+    const ParamMap *map;
     float *ckpt_staging;
 } TrainRun;
 
@@ -169,7 +172,7 @@ static void train_print_sample(const TrainRun *r, Rng *rng) {
     if (show) printf("---- sample ----\n");
     for (int i = 0; i < r->o->sample_tokens; i++) {
         tm->forward(tm->ctx, w.tokens, NULL, 1, r->plan.T);  // causal: positions >= len do not affect len-1
-        int next = sample_token(tm->logits(tm->ctx, w.len - 1), V, r->o->temperature, rng);
+        int next = tm->sample(tm->ctx, w.len - 1, r->o->temperature, rng);
         if (show) sample_print_token(stdout, r->tokenizer, next, V);
         sample_window_push(&w, next);
     }
@@ -186,6 +189,7 @@ static void train_print_sample(const TrainRun *r, Rng *rng) {
 static int train_resume(const TrainRun *r, Rng *sample_rng) {
     CkptTargets t;
     memset(&t, 0, sizeof(t));
+    t.map = r->map;
     for (int s = 0; s < CKPT_STATES; s++) {
         t.hold[s] = r->ckpt_ranges.hold[s];
         t.dst[s] = (float *)mallocCheck(sizeof(float) * (size_t)(ckpt_pieces_elems(&t.hold[s]) + 1));

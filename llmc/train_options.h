@@ -44,6 +44,7 @@ typedef struct {
     char ckpt_dir[FLAG_STR_MAX];  // checkpoints (checkpoint.h)
     int ckpt_every, ckpt_keep, ckpt_compress;
     char resume[FLAG_STR_MAX];    // "", "auto" or a checkpoint directory
+    int tp, sequence_parallel;    // tensor parallel (tensor_parallel.h)
     int pp, virtual_stages;       // pipeline parallel (pp_layout.h, pp_schedule.h)
     char pp_layers[FLAG_STR_MAX];
     char pp_schedule[FLAG_STR_MAX];
@@ -112,6 +113,12 @@ static const FlagSpec TRAIN_FLAGS[] = {
     {"ckpt-compress", FLAG_INT, TO(ckpt_compress), "0", NULL, 0, 19, "zstd level for checkpoint data (0: raw)"},
     {"resume", FLAG_STRING, TO(resume), "", NULL, 0, 0,
      "continue from a checkpoint: auto (the newest complete one in --ckpt-dir; none: start fresh) or a step_N directory"},
+    {"tp", FLAG_INT, TO(tp), "1", NULL, 1, 4096,
+     "tensor-parallel ranks: each layer's heads and MLP columns split over them (ranks = data x tensor x pipeline; "
+     "one node)"},
+    {"sequence-parallel", FLAG_BOOL, TO(sequence_parallel), "0", NULL, 0, 1,
+     "with --tp: LayerNorms and residual adds on each rank's slice of the positions (B*T), all-gathered and "
+     "reduce-scattered around the tensor-parallel regions"},
     {"pp", FLAG_INT, TO(pp), "1", NULL, 1, 32767,
      "pipeline-parallel stages: the layers split over this many ranks (ranks = data x pipeline)"},
     {"pp-layers", FLAG_STRING, TO(pp_layers), "", NULL, 0, 0,
@@ -137,6 +144,7 @@ static inline void train_options_parse(int argc, char **argv, TrainOptions *o, c
     if (o->pp == 1 && !o->print_schedule &&
         (o->virtual_stages != 1 || o->pp_layers[0] || o->pp_trace[0] || strcmp(o->pp_schedule, "1f1b") != 0))
         die_usage("--pp-schedule, --virtual-stages, --pp-layers and --pp-trace need --pp 2 or more");
+    if (o->sequence_parallel && o->tp == 1) die_usage("--sequence-parallel needs --tp 2 or more");
 #ifndef LLMC_ZSTD
     if (o->ckpt_compress > 0) die_usage("--ckpt-compress %d: this program was built without zstd", o->ckpt_compress);
 #endif

@@ -100,6 +100,20 @@ static PPKind train_pipeline_plan(const TrainOptions *o, const GPTConfig *cfg, c
     return kind;
 }
 
+// --tp and --sequence-parallel against the model and the batch: every split
+// tensor divides (model.h's param_tp_problem), and under sequence parallel the
+// positions split evenly. One line, exit 2, when they do not.
+static void train_tensor_plan(const TrainOptions *o, const GPTConfig *cfg) {
+    if (o->tp == 1) return;
+    const char *why = param_tp_problem(cfg, o->tp);
+    if (why)
+        die_usage("--tp %d: %s (n-head %d, n-embd %d, padded vocabulary %d)", o->tp, why, cfg->num_heads,
+                  cfg->channels, cfg->padded_vocab_size);
+    if (o->sequence_parallel && o->seq_len % o->tp != 0)
+        die_usage("--sequence-parallel: --seq-len %d is not a multiple of --tp %d (each rank holds T/tp positions of "
+                  "every sequence)", o->seq_len, o->tp);
+}
+
 // --print-schedule: each stage's layers and parameters, then the schedule as
 // a timeline with its bubble, and each rank's list of actions (fused: the
 // lists with their receives fused, which the GPU trainer runs over NCCL).
@@ -140,13 +154,13 @@ static void train_check_fused_lists(const TrainOptions *o, PPKind kind, int micr
 }
 
 // --print-schedule (before any rank connects): the data ranks are the
-// launcher's ranks over --pp (one, from a lone process); rank 0 prints, every
+// launcher's ranks over --tp x --pp (one, from a lone process); rank 0 prints, every
 // rank exits 0.
 static void train_print_schedule_and_exit(const TrainOptions *o, const GPTConfig *cfg, int launcher_rank,
                                           int launcher_world, int fused) {
-    if (launcher_world > 1 && launcher_world % o->pp != 0)
-        die_usage("%d ranks do not split into data parallel x --pp %d", launcher_world, o->pp);
-    BatchPlan plan = train_batch_plan(o, cfg, launcher_world > 1 ? launcher_world / o->pp : 1);
+    if (launcher_world > 1 && launcher_world % (o->tp * o->pp) != 0)
+        die_usage("%d ranks do not split into data parallel x --tp %d x --pp %d", launcher_world, o->tp, o->pp);
+    BatchPlan plan = train_batch_plan(o, cfg, launcher_world > 1 ? launcher_world / (o->tp * o->pp) : 1);
     PPLayout layout;
     PPKind kind = train_pipeline_plan(o, cfg, &plan, &layout);
     if (launcher_rank == 0) train_print_pipeline(&layout, kind, plan.accum, cfg, fused);

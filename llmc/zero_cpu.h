@@ -273,21 +273,7 @@ static inline void zero_begin_pass(Zero *z, int last) {
     z->reduce_now = z->stage >= 2 || last;
 }
 
-// Completes every reduction; returns the sum of squares of the reduced
-// gradients this rank's data group holds (the mean gradient's, over all data ranks).
-static inline double zero_grad_sumsq(Zero *z) {
-    zero_progress(z, 1);
-    if (z->stage == 0) return sum_of_squares(z->model->grads, z->map.num_elements);
-    double ss = sum_of_squares(z->grad_shard, z->map.end - z->map.begin);
-    comm_all_reduce(z->dp, &ss, 1, COMM_F64);
-    return ss;
-}
-
-// After the last backward: completes every reduction; returns the global
-// gradient norm (of the mean gradient, over all ranks).
-static inline float zero_finish_grads(Zero *z) { return (float)sqrt(zero_grad_sumsq(z)); }
-
-// Where this rank's reduced gradient of [lo, hi) is, once zero_grad_sumsq
+// Where this rank's reduced gradient of [lo, hi) is, once zero_wait_grads
 // completed the reductions: the whole range at stage 0 (*plo = lo), else its
 // shard's piece [*plo, *phi); indexed like the flat buffer.
 static inline float *zero_reduced_grads(Zero *z, int64_t lo, int64_t hi, int64_t *plo, int64_t *phi) {
@@ -297,6 +283,54 @@ static inline float *zero_reduced_grads(Zero *z, int64_t lo, int64_t hi, int64_t
     }
     shard_piece(&z->map, lo, hi, plo, phi);
     return z->grad_shard - z->map.begin;
+}
+
+// Completes every reduction in flight.
+static inline void zero_wait_grads(Zero *z) { zero_progress(z, 1); }
+
+// Tensor parallel with sequence parallel: each rank's gradients of the
+// replicated tensors (LayerNorms, the biases added after a reduction, wpe)
+// cover its rows only; their reduced pieces are summed over the tensor group.
+static inline void zero_tp_sum_replicated(Zero *z) {
+    const GPT *m = z->model;
+    if (!m->tp.sp) return;
+    for (int t = 0; t < m->layout.num_tensors; t++) {
+        const ParamTensor *x = &m->layout.tensors[t];
+        if (x->split != SPLIT_NONE) continue;
+        int64_t plo, phi;
+        float *g = zero_reduced_grads(z, x->offset, x->offset + x->numel, &plo, &phi);
+        if (phi > plo) tp_all_reduce((TPContext *)&m->tp, g + plo, (size_t)(phi - plo), COMM_F32);
+    }
+}
+
+// This rank's part of the squared gradient norm, once the reductions are
+// complete (no communication: the caller sums it over every rank): its shard
+// (at stage 0, where every data rank holds the same sums, data rank 0 counts
+// them), the replicated tensors counted on tensor rank 0 only.
+static inline double zero_grad_sumsq_owned(Zero *z) {
+    const GPT *m = z->model;
+    if (z->stage == 0 && z->dp->rank != 0) return 0.0;
+    int64_t lo = z->stage == 0 ? 0 : z->map.begin, hi = z->stage == 0 ? z->map.num_elements : z->map.end;
+    const float *g = z->stage == 0 ? m->grads : z->grad_shard - z->map.begin;
+    if (m->tp.size == 1) return sum_of_squares(g + lo, hi - lo);
+    double ss = 0.0;
+    for (int t = 0; t < m->layout.num_tensors; t++) {
+        const ParamTensor *x = &m->layout.tensors[t];
+        if (x->split == SPLIT_NONE && m->tp.rank != 0) continue;
+        int64_t a = x->offset > lo ? x->offset : lo, b = x->offset + x->numel < hi ? x->offset + x->numel : hi;
+        if (b > a) ss += sum_of_squares(g + a, b - a);
+    }
+    return ss;
+}
+
+// After the last backward: completes every reduction; returns the global
+// gradient norm (of the mean gradient), the squares summed over `all` (every rank).
+static inline float zero_finish_grads(Zero *z, CommGroup *all) {
+    zero_wait_grads(z);
+    zero_tp_sum_replicated(z);
+    double ss = zero_grad_sumsq_owned(z);
+    comm_all_reduce(all, &ss, 1, COMM_F64);
+    return (float)sqrt(ss);
 }
 
 // AdamW on this rank's shard (all of it at stage 0), then the weights are

@@ -272,7 +272,7 @@ static void test_split_backward_and_stages(GPT *m, const Fixture *fx) {
     GPTActivations a, s0, s1;
     memset(&a, 0, sizeof(a)), memset(&s0, 0, sizeof(s0)), memset(&s1, 0, sizeof(s1));
     gpt_zero_grad(m);
-    gpt_activations_alloc(&a, &m->cfg, B, T, 0, L, 1);
+    gpt_activations_alloc(&a, m, B, T, 0, L, 1);
     gpt_stage_forward(m, &a, fx->x, fx->y, B, T, dloss);
     gpt_stage_backward(m, &a);
     int64_t fcw = param_tensor(&m->layout, PK_FCW, L - 1)->offset;
@@ -282,8 +282,8 @@ static void test_split_backward_and_stages(GPT *m, const Fixture *fx) {
                 "split backward: B leaves the weight gradients to W, and B then W equals the whole backward bit for bit");
     int k = L / 2 > 0 ? L / 2 : 1;
     gpt_zero_grad(m);
-    gpt_activations_alloc(&s0, &m->cfg, B, T, 0, k, 0);
-    gpt_activations_alloc(&s1, &m->cfg, B, T, k, L, 1);
+    gpt_activations_alloc(&s0, m, B, T, 0, k, 0);
+    gpt_activations_alloc(&s1, m, B, T, k, L, 1);
     gpt_stage_forward(m, &s0, fx->x, fx->y, B, T, dloss);
     memcpy(s1.encoded, s0.residual3[k - 1], sizeof(float) * NC);
     float loss = gpt_stage_forward(m, &s1, fx->x, fx->y, B, T, dloss);

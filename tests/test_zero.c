@@ -119,7 +119,7 @@ static float *train_tiny(int stage, float norms[3]) {
         }
         AdamWConfig ac = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step + 1};
         if (stage >= 0) {
-            norms[step] = zero_finish_grads(&z);
+            norms[step] = zero_finish_grads(&z, comm_group(&comm, COMM_WORLD));
             zero_optimizer_step(&z, &ac, grad_clip_scale(norms[step], 1.0f));
         } else {
             norms[step] = (float)sqrt(sum_of_squares(m.grads, n));

@@ -21,6 +21,7 @@ static TrainOptions fuzz_opts;
 static GPTConfig fuzz_cfg;
 static BatchPlan fuzz_plan;
 static ParamLayout fuzz_layout;
+static ParamMap fuzz_map;
 static CkptRun fuzz_run_desc;
 static float *fuzz_state[CKPT_STATES];
 
@@ -30,6 +31,7 @@ static void set_up_run(void) {
     fuzz_cfg = train_build_config(&fuzz_opts, &from_file);
     fuzz_plan = train_batch_plan(&fuzz_opts, &fuzz_cfg, 1);
     param_layout_init(&fuzz_layout, &fuzz_cfg);
+    param_map_init(&fuzz_map, &fuzz_layout);
     CkptRun run = {&fuzz_opts, &fuzz_cfg, &fuzz_layout, &fuzz_plan, NULL, "train_gpt"};
     fuzz_run_desc = run;
     for (int s = 0; s < CKPT_STATES; s++)
@@ -50,17 +52,19 @@ static void fuzz_one(const uint8_t *data, size_t size) {
     fuzz_write_file(path, data + 4 + manifest_len, size - 4 - manifest_len);
     CkptTargets t;
     memset(&t, 0, sizeof(t));
+    t.map = &fuzz_map;
     for (int s = 0; s < CKPT_STATES; s++) {
         t.dst[s] = fuzz_state[s];
         t.hold[s] = ckpt_one_piece(0, fuzz_layout.num_elements);
     }
     CkptReader r;
     char err[CKPT_ERR_MAX];
-    int ok = ckpt_reader_open(&r, dir, &fuzz_run_desc, err) && ckpt_read_tensors(&r, &t);
+    int ok = ckpt_reader_open(&r, dir, &fuzz_run_desc, err) && ckpt_read_tensors(&r, &t, &fuzz_cfg);
     if (!ok && strstr(err, dir) == NULL) abort();  // every error names the checkpoint's file
     if (ok)
         for (int s = 0; s < CKPT_STATES; s++)
-            if (t.filled[s] != ckpt_pieces_elems(&t.hold[s]) * 4) abort();
+            if (t.filled[s] != fuzz_layout.num_params * 4) abort();  // every parameter (not the gaps) once
+    for (int s = 0; s < CKPT_STATES; s++) ckpt_pieces_free(&t.hold[s]);
     ckpt_reader_close(&r);
 }
 
