@@ -177,7 +177,7 @@ int main(int argc, char **argv) {
                    plan.accum, pp_bubble_theory(pp_kind, o.pp, o.virtual_stages, plan.accum));
         printf("memory per rank (ZeRO-%d: N = %lld elements%s, shard S = %lld): params %.3f MB (4 B x %s) + grads "
                "%.3f MB (4 B x %s) + AdamW m,v %.3f MB (8 B x %s; the fp32 params are the master copy) = %.3f MB | "
-               "activations %.1f MB%s\n", o.zero, (long long)zero.map.num_elements,
+               "activations %.3f MB%s\n", o.zero, (long long)zero.map.num_elements,
                pipelined ? " of rank 0's stages" : "", (long long)zero.map.shard, zm.params / 1e6,
                o.zero >= 3 ? "S" : "N", zm.grads / 1e6, o.zero >= 2 ? "S" : "N", zm.optimizer / 1e6,
                o.zero >= 1 ? "S" : "N", (zm.params + zm.grads + zm.optimizer) / 1e6, act_bytes / 1e6,

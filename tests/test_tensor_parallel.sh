@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# test_tensor_parallel.sh: tensor parallelism on the CPU trainer (llmc/gpt_cpu.h,
+# llmc/tensor_parallel.h) under mpirun, with up to 8 ranks, against the
+# single-process run of the same global batch over 10 steps (losses, gradient
+# norms and final weights to 1e-5 relative: the row-parallel products and the
+# vocabulary's softmax add their partial sums in another order; --eps 1e-4 as
+# in tests/test_distributed_gpu.sh, since AdamW would turn the rounding noise of
+# gradients that are zero but for it, the key bias's, into full steps): tp 2, tp 4,
+# tp 2 with sequence parallel, tp 2 x pp 2, data 2 x tp 2 x pp 2 at ZeRO-1
+# and ZeRO-3 (sequence parallel, zb1p). Each communication pattern on its own
+# (build/tests/test_tp_layers on 2 and 4 ranks). Checkpoints written on one
+# layout resume on another (tp 2 to one process and back, tp 2 x pp 2 to data
+# 4) following the uninterrupted run to 1e-5, and a tp 2 one on tp 2 bit for
+# bit; --save-model from any layout writes the whole llm.c file (compared
+# above). The memory line's activations are the README's formula. Layouts
+# that do not fit end with one line and exit 2. SKIPs without MPI.
+set -u
+cd "$(dirname "$0")/.."
+. tests/checks.sh
+BUILD=${BUILD:-build}
+TRAIN=$BUILD/train_gpt
+CMP=$BUILD/tests/test_zero
+P=tp_
+if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
+    echo "SKIP: tensor parallel (built without MPI or no mpirun)"
+    exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_rmaps_base_oversubscribe=1
+MPIRUN=(timeout 120 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x ASAN_OPTIONS)
+
+cat llmc/*.h > "$tmp/corpus.txt"
+"$BUILD/tokenize" --bytes 1 --out-dir "$tmp" --name d --val-tokens 20000 "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
+    { fail data "$(tail -1 "$tmp/tok.log")"; exit 1; }
+# 4 layers of 4 heads; global batch 4 x 32 tokens x 4 micro-batches
+COMMON=(--data-train "$tmp/d_train_*.bin" --n-layer 4 --n-embd 64 --n-head 4 --vocab-size 257 --max-seq-len 64
+        --seq-len 32 --total-batch-tokens 512 --steps 10 --lr 1e-3 --eps 1e-4 --weight-decay 0.1 --seed 5
+        --peak-tflops 1 --comm-timeout 60)
+
+for n in 2 4; do
+    "${MPIRUN[@]}" -np $n "$BUILD/tests/test_tp_layers" >"$tmp/layers$n.log" 2>&1
+    rc=$?
+    npass=$(grep -c '^PASS' "$tmp/layers$n.log")
+    check "layers_on_${n}_ranks" "[ $rc -eq 0 ] && [ $npass -eq $((11 * n)) ] && ! grep -q '^FAIL' '$tmp/layers$n.log'" \
+        "exit $rc, $npass PASS lines: $(grep -m2 '^FAIL' "$tmp/layers$n.log" | tr '\n' ' ')"
+done
+
+"$TRAIN" "${COMMON[@]}" --batch-size 4 --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" >"$tmp/ref.log" 2>&1 ||
+    { fail reference_run "$(tail -2 "$tmp/ref.log")"; exit 1; }
+
+# NAME RANKS FLAGS...: trains, and compares with the single process
+layout() {
+    local name=$1 np=$2 rc; shift 2
+    "${MPIRUN[@]}" -np "$np" "$TRAIN" "${COMMON[@]}" "$@" --log-json "$tmp/$name.json" --save-model "$tmp/$name.bin" \
+        >"$tmp/$name.log" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ]; then fail "${name}_runs" "exit $rc: $(grep -a -m2 -i 'error' "$tmp/$name.log" | tr '\n' ' ')"; return; fi
+    "$CMP" --compare-logs "$tmp/ref.json" "$tmp/$name.json" 1e-5 "${P}${name}_loss_and_norm_match_one_process"
+    "$CMP" --compare-models "$tmp/ref.bin" "$tmp/$name.bin" 1e-5 "${P}${name}_weights_match_one_process"
+}
+layout tp2 2 --batch-size 4 --tp 2
+layout tp4 4 --batch-size 4 --tp 4
+layout tp2_sp 2 --batch-size 4 --tp 2 --sequence-parallel 1
+layout tp2_pp2 4 --batch-size 4 --tp 2 --pp 2
+layout dp2_tp2_pp2_zero1 8 --batch-size 2 --tp 2 --pp 2 --zero 1
+layout dp2_tp2_pp2_zero3_sp_zb1p 8 --batch-size 2 --tp 2 --pp 2 --zero 3 --sequence-parallel 1 --pp-schedule zb1p
+check says_its_layout "grep -aq '^ranks: 8 (mpirun launch, MPI on) | data parallel 2 x tensor 2 x pipeline 2' '$tmp/dp2_tp2_pp2_zero1.log'"
+
+# the memory line's activations (what the trainer allocates) are the formula of docs/distributed.md: per
+# layer N C + 2 Nl + 3 N C/tp + N C/tp + B (NH/tp) T^2 + Nl C + N C + 2 Nl + 8 N C/tp + Nl C floats, once
+# Nl C + N C + 2 Nl + N Vp/tp + N + N C + Nl C + N C + 4 N C/tp + 3 N C/tp + N C/tp + N C, and the attention
+# scratch T^2 a thread (Nl = N/tp under sequence parallel, else N; N = B T)
+act_mb() { sed -n 's/.*| activations \([0-9.]*\) MB.*/\1/p' "$1" | head -1; }
+formula_mb() {  # TP SP
+    awk -v tp="$1" -v sp="$2" 'BEGIN { B = 4; T = 32; N = B * T; C = 64; NH = 4; L = 4; Vp = 384
+        Nl = sp ? N / tp : N
+        layer = N*C + 2*Nl + 3*N*C/tp + N*C/tp + B*(NH/tp)*T*T + Nl*C + N*C + 2*Nl + 8*N*C/tp + Nl*C
+        once = Nl*C + N*C + 2*Nl + N*Vp/tp + N + N*C + Nl*C + N*C + 4*N*C/tp + 3*N*C/tp + N*C/tp + N*C
+        printf "%.3f", 4 * (L * layer + once + T * T) / 1e6 }'
+}
+for run in "tp2 2 0" "tp2_sp 2 1" "tp4 4 0"; do
+    set -- $run
+    check "memory_line_activations_${1}_are_the_formula" "[ '$(act_mb "$tmp/$1.log")' = '$(formula_mb $2 $3)' ]" \
+        "printed $(act_mb "$tmp/$1.log") MB, the formula $(formula_mb $2 $3) MB"
+done
+
+# checkpoints across layouts: NAME RANKS FLAGS...: 10 steps checkpointing every 5 into $tmp/NAME.ck
+ckpt_run() {
+    local name=$1 np=$2; shift 2
+    "${MPIRUN[@]}" -np "$np" "$TRAIN" "${COMMON[@]}" "$@" --ckpt-dir "$tmp/$name.ck" --ckpt-every 5 \
+        --log-json "$tmp/$name.json" --save-model "$tmp/$name.bin" >"$tmp/$name.log" 2>&1 ||
+        fail "${name}_runs" "$(grep -a -m2 -i error "$tmp/$name.log" | tr '\n' ' ')"
+}
+# NAME FROM RANKS FLAGS...: resumes FROM's step 5 checkpoint
+resume_run() {
+    local name=$1 from=$2 np=$3; shift 3
+    mkdir -p "$tmp/$name.ck" && cp -r "$tmp/$from.ck/step_00000005" "$tmp/$name.ck/"
+    "${MPIRUN[@]}" -np "$np" "$TRAIN" "${COMMON[@]}" "$@" --ckpt-dir "$tmp/$name.ck" --resume auto \
+        --log-json "$tmp/$name.json" --save-model "$tmp/$name.bin" >"$tmp/$name.log" 2>&1
+    check "${name}_resumes_at_step_5" "grep -aq 'resume: continuing at step 5' '$tmp/$name.log'" \
+        "$(grep -a -m2 -i 'error\|resume' "$tmp/$name.log" | tr '\n' ' ')"
+    grep '"loss"' "$tmp/ref.json" | awk -F'[:,]' '$2 >= 5' >"$tmp/ref_from_5.json"
+    "$CMP" --compare-logs "$tmp/ref_from_5.json" "$tmp/$name.json" 1e-5 "${P}${name}_losses_follow"
+    "$CMP" --compare-models "$tmp/ref.bin" "$tmp/$name.bin" 1e-5 "${P}${name}_weights_match"
+}
+ckpt_run ck_tp2 2 --batch-size 4 --tp 2
+resume_run ck_tp2_again ck_tp2 2 --batch-size 4 --tp 2
+check ckpt_tp2_resumes_at_tp2_bit_for_bit "cmp -s '$tmp/ck_tp2.bin' '$tmp/ck_tp2_again.bin'"
+resume_run ck_tp2_to_tp1 ck_tp2 1 --batch-size 4
+ckpt_run ck_tp1 1 --batch-size 4
+resume_run ck_tp1_to_tp2 ck_tp1 2 --batch-size 4 --tp 2 --sequence-parallel 1
+ckpt_run ck_tp2_pp2 4 --batch-size 4 --tp 2 --pp 2 --zero 1
+resume_run ck_tp2_pp2_to_dp4 ck_tp2_pp2 4 --batch-size 1 --zero 3
+# a manifest whose file layout does not split this model: one line, exit 2
+mkdir -p "$tmp/bad.ck" && cp -r "$tmp/ck_tp2.ck/step_00000005" "$tmp/bad.ck/"
+sed -i 's/"tp": 2, "tp_rank": 1/"tp": 3, "tp_rank": 1/' "$tmp/bad.ck/step_00000005/manifest.json"
+expect_usage_error a_file_layout_that_does_not_split_the_model "layout does not split this model" \
+    "$TRAIN" "${COMMON[@]}" --batch-size 4 --resume "$tmp/bad.ck/step_00000005"
+
+# layouts that do not fit: one line, exit 2
+expect_usage_error n_head_not_divisible_by_tp 'n-head is not a multiple of the tensor-parallel size' \
+    "$TRAIN" "${COMMON[@]}" --tp 3 --print-schedule 0
+expect_usage_error sequence_parallel_seq_len "seq-len 30 is not a multiple of --tp 4" \
+    "$TRAIN" "${COMMON[@]}" --tp 4 --sequence-parallel 1 --seq-len 30 --total-batch-tokens 0
+expect_usage_error sequence_parallel_without_tp 'needs --tp 2 or more' "$TRAIN" "${COMMON[@]}" --sequence-parallel 1
+"${MPIRUN[@]}" -np 6 "$TRAIN" "${COMMON[@]}" --batch-size 4 --tp 4 >"$tmp/np6.log" 2>&1
+rc=$?
+check rejects_world_not_data_times_tensor_times_pipeline \
+    "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -aq '6 ranks do not split into tensor-parallel 4 x pipeline-parallel 1' '$tmp/np6.log'" \
+    "exit $rc: $(grep -a -m1 error "$tmp/np6.log")"
