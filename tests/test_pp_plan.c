@@ -1,7 +1,7 @@
 // test_pp_plan.c: the pipeline plan. llmc/pp_layout.h: the layers of each
 // stage (even, and as --pp-layers lists them, with its bad inputs) and the
 // layout each rank holds, mapped onto the global order (together they cover
-// the whole model's buffer once). llmc/pp_schedule.h: the schedules over every
+// the whole model's parameters once). llmc/pp_schedule.h: the schedules over every
 // p <= 8, v <= 4 (interleaved), m <= 32: each list passes the checker (F, B, W
 // in order on the right stages, every send matched by one receive), runs in
 // the blocking-send simulator without deadlock under unit and under uneven
@@ -33,7 +33,8 @@ static void test_layout(void) {
                 counts[0], counts[1], counts[2], counts[3], counts[4]);
     pp_layout_free(&pp);
     // each rank's layout (pp_holding) maps onto the global order (param_map.h): over the ranks, every
-    // element of the whole model's buffer exactly once (the last stage's wte copy lives outside its layout)
+    // parameter of the whole model's buffer exactly once and no alignment gap (the last stage's wte copy
+    // lives outside its layout)
     unsigned char layers[12];
     for (int S = 1; S <= 12; S++) {
         for (int v = 1; v <= 2 && S * v <= 12; v++) {
@@ -52,10 +53,14 @@ static void test_layout(void) {
                 param_layout_free(&local);
             }
             for (int g = 0; g < S * v; g++) stage_params += pp_stage_params(&cfg, &pp, g);
-            int bad = 0;
-            for (int64_t i = 0; i < pl.num_elements; i++) bad += seen[i] != 1;
+            int bad = 0;  // each tensor's elements once, the alignment gaps never
+            for (int t = 0; t < pl.num_tensors; t++) {
+                const ParamTensor *x = &pl.tensors[t];
+                int64_t end = t + 1 < pl.num_tensors ? pl.tensors[t + 1].offset : pl.num_elements;
+                for (int64_t i = x->offset; i < end; i++) bad += seen[i] != (i < x->offset + x->numel);
+            }
             test_result(bad == 0 && params == pl.num_params && stage_params == pl.num_params,
-                        "pp_layout_%d_ranks_x_%d_chunks_cover_the_flat_buffer_once (%d elements wrong, %lld params)",
+                        "pp_layout_%d_ranks_x_%d_chunks_cover_the_model_once (%d elements wrong, %lld params)",
                         S, v, bad, (long long)params);
             free(seen);
             pp_layout_free(&pp);
