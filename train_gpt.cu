@@ -40,7 +40,9 @@ typedef struct {
     PipelineGPU *pipeline;  // the stages' runtime when pipelined (--pp), else NULL
     uint64_t seed;  // --seed, for the stochastic rounding of each step's bf16 weights
     float dloss;    // d(objective)/d(loss at one position) (train_setup.h's batch plan)
-    float *logits;  // (V) host copy of one row of logits, for sampling
+    CommGroup *world;  // every rank, host buffers (the gradient norm's squares)
+    TPContext host_tp;  // the tensor group on host buffers (sampling's scalars)
+    float *logits;      // (V) host copy of one row of logits (the rank's vocabulary slice), for sampling
     // checkpoints: the staging copy runs on its own stream after `ready`; the
     // next update waits (on the device) for `copied`
     cudaStream_t ckpt_stream;
@@ -74,13 +76,12 @@ static float gpu_forward(void *ctx, const int *x, const int *y, int B, int T) {
 }
 static int gpu_sample(void *ctx, int row, float temperature, Rng *rng) {
     GpuTrainer *t = (GpuTrainer *)ctx;
-    if (t->pipeline) return pipeline_gpu_sample(t->pipeline, row, temperature, rng);
-    gpu_gpt_logits(t->model, row, 1, t->logits);
-    return sample_token(t->logits, t->model->cfg.vocab_size, temperature, rng);
+    if (t->pipeline) return pipeline_gpu_sample(t->pipeline, &t->host_tp, row, temperature, rng, t->logits);
+    return gpu_gpt_sample(t->model, &t->host_tp, row, temperature, rng, t->logits);
 }
 static float gpu_finish_grads(void *ctx) {
     GpuTrainer *t = (GpuTrainer *)ctx;
-    return t->pipeline ? pipeline_gpu_finish_grads(t->pipeline) : zero_gpu_finish_grads(t->zero);
+    return t->pipeline ? pipeline_gpu_finish_grads(t->pipeline) : zero_gpu_finish_grads(t->zero, t->world);
 }
 static void gpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scale, int step) {
     GpuTrainer *t = (GpuTrainer *)ctx;
@@ -149,8 +150,13 @@ int main(int argc, char **argv) {
     }
     if (!cuda_device_present()) die_usage("no CUDA device found (train_gptcu needs one GPU; ./train_gpt runs on the CPU)");
     const int pipelined = o.pp > 1;
+    {
+        int from_file;
+        GPTConfig cfg = train_build_config(&o, &from_file);
+        train_tensor_plan(&o, &cfg);
+    }
     Comm comm;
-    comm_init(&comm, &argc, &argv, 1, o.pp, o.comm_timeout);
+    comm_init(&comm, &argc, &argv, o.tp, o.pp, o.comm_timeout);
     CUDA_CHECK(cudaSetDevice(comm_pick_device(&comm)));  // before any CUDA allocation
     CommGroup *host_dp = comm_group(&comm, COMM_DATA);
     const int rank = comm.rank, world = host_dp->size;  // data-parallel ranks; only rank 0 logs and writes files
@@ -171,6 +177,7 @@ int main(int argc, char **argv) {
     CommGroup *dev_groups = device_groups(&comm, o.comm);
     CommGroup *dp = &dev_groups[COMM_DATA];
     comm_phase_end(&setup);
+    TPContext tp = o.tp > 1 ? tp_context(&dev_groups[COMM_TENSOR], o.sequence_parallel) : tp_none();
     const int pipe_rank = comm_group(&comm, COMM_PIPELINE)->rank;
     unsigned char *held_layers = (unsigned char *)mallocCheck((size_t)cfg.num_layers);
     ParamHolding holding = {1, 1, NULL};  // what this rank holds: everything, or its pipeline stages
@@ -190,7 +197,7 @@ int main(int argc, char **argv) {
 
     GPTGPU model;
     int act_sets = pipelined ? pp_peak_alive_theory(pp_kind, o.pp, o.virtual_stages, plan.accum, pipe_rank) : 1;
-    gpu_gpt_init(&model, &cfg, pipelined ? &holding : NULL, B, T, o.recompute, attention,
+    gpu_gpt_init(&model, &cfg, pipelined ? &holding : NULL, tp, B, T, o.recompute, attention,
                  gpu_sharding(o.zero, dp->rank, dp->size), act_sets, pp_kind == PP_ZB1P && pipelined);
     free(held_layers);
 #ifdef LLMC_NCCL
@@ -244,9 +251,10 @@ int main(int argc, char **argv) {
                zm.params / 1e6, sizeof(bf16), o.zero >= 3 ? "S" : "N", zm.grads / 1e6, sizeof(float),
                o.zero >= 2 ? "S" : "N", zm.optimizer / 1e6, 3 * sizeof(float), o.zero >= 1 ? "S" : "N",
                (zm.params + zm.grads + zm.optimizer) / 1e6, mem->segment_buffers / 1e6);
-        printf("memory: params %.1f MB (fp32 + bf16), grads %.1f MB, AdamW %.1f MB, activations %.1f MB "
-               "(recompute %d%s), workspace %.1f MB | total %.2f GB of %.2f GB\n",
-               mem->params / 1e6, mem->grads / 1e6, mem->optimizer / 1e6, mem->activations / 1e6, o.recompute,
+        printf("memory: params %.1f MB (fp32 + bf16), grads %.1f MB, AdamW %.1f MB, activations %.3f MB "
+               "(a layer %.3f MB, recompute %d%s), workspace %.1f MB | total %.2f GB of %.2f GB\n",
+               mem->params / 1e6, mem->grads / 1e6, mem->optimizer / 1e6, mem->activations / 1e6,
+               mem->layer_activations / 1e6, o.recompute,
                pipelined ? ", the schedule's peak" : "",
                mem->workspace / 1e6, gpu_memory_total(mem) / 1e9, prop.totalGlobalMem / 1e9);
         printf("compute: %s (sm_%d%d, %d SMs), attention %s, peak %.1f TFLOP/s (%s), %.2f GFLOP/step\n", prop.name,
@@ -256,7 +264,10 @@ int main(int argc, char **argv) {
     }
 
     GpuTrainer trainer = {&model, &zero, pipelined ? &pipeline : NULL, (uint64_t)o.seed, plan.dloss,
-                          (float *)mallocCheck(sizeof(float) * (size_t)cfg.vocab_size), NULL, NULL, NULL, 0};
+                          comm_group(&comm, COMM_WORLD),
+                          o.tp > 1 ? tp_context(comm_group(&comm, COMM_TENSOR), o.sequence_parallel) : tp_none(),
+                          (float *)mallocCheck(sizeof(float) * (size_t)cfg.vocab_size),
+                          NULL, NULL, NULL, 0};
     TrainModel tm = {&trainer, gpu_train_step, gpu_forward, gpu_sample, gpu_finish_grads, gpu_optimizer_step,
                      gpu_range_push, gpu_range_pop, gpu_ckpt_stage, gpu_ckpt_wait_staged, gpu_ckpt_load};
     // checkpoints: the fp32 master weights are sharded with the moments (from ZeRO-1), as global ranges
@@ -297,11 +308,13 @@ int main(int argc, char **argv) {
     if (have_val) dataloader_free(&val_loader);
     if (have_tokenizer) tokenizer_free(&tokenizer);
     free(trainer.logits);
+    tp_free(&trainer.host_tp);
     if (pipelined) pipeline_gpu_free(&pipeline);
     zero_gpu_free(&zero);
     param_layout_free(&global);
     ckpt_ranges_free(&ranges);
     gpu_gpt_free(&model);
+    tp_free(&tp);
 #ifdef LLMC_NCCL
     comm_nccl_free();
 #endif

@@ -5,10 +5,11 @@
 // ends every rank with a message naming the rank and the operation, so a dead
 // or hung rank never hangs the job.
 //
-// Ranks form a 3-D grid DP x TP x PP (tensor-parallel innermost, pipeline
-// outermost): world rank = (pp * DP + dp) * TP + tp. comm_init builds the
-// world, data, tensor and pipeline groups; today TP = PP = 1, so the data
-// group is the world and the others hold one rank each.
+// Ranks form a 3-D grid DP x TP x PP (tensor-parallel innermost, so that a
+// tensor group is consecutive ranks on one node; data-parallel outermost, so
+// that each model replica is a block of TP x PP consecutive ranks): world
+// rank = (dp * PP + pp) * TP + tp. comm_init builds the world, data, tensor
+// and pipeline groups (a group of one rank where that dimension is 1).
 //
 // Backends (CommBackend): MPI on host buffers (here), NCCL on device buffers
 // (comm_nccl.cuh, its unique id shared over MPI), MPI on device buffers
@@ -498,6 +499,13 @@ static inline void comm_even_counts(size_t n, int size, size_t *counts) {
 // Starts the communication layer: MPI (when built with it and started by a
 // launcher that launcher_env.h knows; a lone process skips MPI_Init), the rank grid with tp x pp model-parallel ranks, and
 // the groups. timeout_s bounds every wait.
+// World rank's place in the grid (see the top of this file).
+static inline void comm_grid_coords(int rank, int tp, int pp, int *tp_rank, int *pp_rank, int *dp_rank) {
+    *tp_rank = rank % tp;
+    *pp_rank = rank / tp % pp;
+    *dp_rank = rank / (tp * pp);
+}
+
 static inline void comm_init(Comm *c, int *argc, char ***argv, int tp, int pp, double timeout_s) {
     memset(c, 0, sizeof(*c));
     LaunchInfo li = launch_detect();
@@ -552,7 +560,8 @@ static inline void comm_init(Comm *c, int *argc, char ***argv, int tp, int pp, d
     c->tp = tp;
     c->pp = pp;
     c->dp = c->world / (tp * pp);
-    int tp_rank = c->rank % tp, dp_rank = c->rank / tp % c->dp, pp_rank = c->rank / (tp * c->dp);
+    int tp_rank, pp_rank, dp_rank;
+    comm_grid_coords(c->rank, tp, pp, &tp_rank, &pp_rank, &dp_rank);
     // per group: its rank and its size
     int ranks[COMM_NUM_GROUPS] = {c->rank, dp_rank, tp_rank, pp_rank};
     int sizes[COMM_NUM_GROUPS] = {c->world, c->dp, tp, pp};

@@ -74,12 +74,16 @@ static inline void encoder_index_free(EncoderIndex *ix) {
     memset(ix, 0, sizeof(*ix));
 }
 
-// Builds the index of inp (n <= ix->N host ids in [0, V)) and uploads it.
-static inline void encoder_index_build(EncoderIndex *ix, const int *inp, int n, cudaStream_t s) {
+// Builds the index of inp (n <= ix->N host ids in [0, V)) and uploads it:
+// of the ids in [v0, v0 + nv) (a tensor-parallel rank's vocabulary slice; 0,
+// V: all of them), as ids from v0; the other positions are left out.
+static inline void encoder_index_build(EncoderIndex *ix, const int *inp, int n, int v0, int nv, cudaStream_t s) {
     CHECK(n <= ix->N, "encoder index built for %d positions, got %d", ix->N, n);
     int u = 0;
     for (int i = 0; i < n; i++) {
-        if (ix->h_count[inp[i]]++ == 0) ix->h_tok[u++] = inp[i];
+        int t = inp[i] - v0;
+        if (t < 0 || t >= nv) continue;
+        if (ix->h_count[t]++ == 0) ix->h_tok[u++] = t;
     }
     ix->num_unique = u;
     // start offsets in order of first occurrence; h_count becomes a cursor
@@ -91,7 +95,10 @@ static inline void encoder_index_build(EncoderIndex *ix, const int *inp, int n, 
         ix->h_count[tok] = ix->h_start[k];
     }
     ix->h_start[u] = acc;
-    for (int i = 0; i < n; i++) ix->h_pos[ix->h_count[inp[i]]++] = i;
+    for (int i = 0; i < n; i++) {
+        int t = inp[i] - v0;
+        if (t >= 0 && t < nv) ix->h_pos[ix->h_count[t]++] = i;
+    }
     for (int k = 0; k < u; k++) ix->h_count[ix->h_tok[k]] = 0;  // ready for the next batch
     CUDA_CHECK(cudaMemcpyAsync(ix->d_tok, ix->h_tok, sizeof(int) * (size_t)u, cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaMemcpyAsync(ix->d_start, ix->h_start, sizeof(int) * (size_t)(u + 1), cudaMemcpyHostToDevice, s));
@@ -153,23 +160,34 @@ __global__ void encoder_backward_wpe_kernel(float *__restrict__ dwpe, const floa
     st_f32x4<VEC>(dwpe + idx, g, cnt);
 }
 
-// dout (B,T,C) fp32; dwte (Vp,C) and dwpe (maxT,C) fp32, accumulated.
-static inline void gpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const EncoderIndex *ix, int B,
-                                        int T, int C, cudaStream_t s) {
-    if (B * T <= 0 || C <= 0) return;
-    int vec = C % 4 == 0 && aligned16(dwte) && aligned16(dwpe) && aligned16(dout);
+// dout (B,T,C) fp32; dwte (Vp,C) fp32, accumulated: the rows of the index's tokens.
+static inline void gpu_encoder_backward_wte(float *dwte, const float *dout, const EncoderIndex *ix, int C,
+                                            cudaStream_t s) {
+    if (ix->num_unique <= 0 || C <= 0) return;
+    int vec = C % 4 == 0 && aligned16(dwte) && aligned16(dout);
     int C4 = (C + 3) / 4;
     int threads = C4 < 256 ? (C4 + 31) / 32 * 32 : 256;
-    if (ix->num_unique > 0) {
-        dim3 grid(ix->num_unique, ceil_div_int(C4, threads));
-        launch_kernel(vec ? encoder_backward_wte_kernel<true> : encoder_backward_wte_kernel<false>, grid, threads, 0,
-                      s, dwte, dout, ix->d_tok, ix->d_start, ix->d_pos, C);
-        CUDA_CHECK_LAUNCH();
-    }
+    dim3 grid(ix->num_unique, ceil_div_int(C4, threads));
+    launch_kernel(vec ? encoder_backward_wte_kernel<true> : encoder_backward_wte_kernel<false>, grid, threads, 0, s,
+                  dwte, dout, ix->d_tok, ix->d_start, ix->d_pos, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+// dout (B,T,C) fp32; dwpe (maxT,C) fp32, accumulated.
+static inline void gpu_encoder_backward_wpe(float *dwpe, const float *dout, int B, int T, int C, cudaStream_t s) {
+    if (B * T <= 0 || C <= 0) return;
+    int vec = C % 4 == 0 && aligned16(dwpe) && aligned16(dout);
+    int C4 = (C + 3) / 4;
     int blocks = ceil_div_int((int64_t)T * C4, 256);
     launch_kernel(vec ? encoder_backward_wpe_kernel<true> : encoder_backward_wpe_kernel<false>, blocks, 256, 0, s,
                   dwpe, dout, B, T, C);
     CUDA_CHECK_LAUNCH();
+}
+
+static inline void gpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const EncoderIndex *ix, int B,
+                                        int T, int C, cudaStream_t s) {
+    gpu_encoder_backward_wte(dwte, dout, ix, C, s);
+    gpu_encoder_backward_wpe(dwpe, dout, B, T, C, s);
 }
 
 #endif  // LLMC_ENCODER_CUH

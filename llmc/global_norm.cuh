@@ -3,7 +3,9 @@
 // a fixed tree order, then one thread adds the per-block sums in order in
 // double. The same inputs give the same bits on every run. The slices are of
 // float4 when the buffer is 16-byte aligned (tested at launch; the last n % 4
-// elements go to the first threads), else of single floats.
+// elements go to the first threads), else of single floats. Over a few ranges
+// of the buffer (the tensors a tensor-parallel rank counts in the norm), each
+// range's grid-stride slices in turn, of single floats, in the same one launch.
 #ifndef LLMC_GLOBAL_NORM_CUH
 #define LLMC_GLOBAL_NORM_CUH
 
@@ -43,6 +45,17 @@ __global__ void norm_partial_vec_kernel(float *__restrict__ partial, const float
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
+// ranges (2 n, device): [ranges[2k], ranges[2k + 1]) of g, k < n
+__global__ void norm_partial_ranges_kernel(float *partial, const float *g, const int64_t *ranges, int n) {
+    __shared__ float scratch[32];
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x, i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    float acc = 0.0f;
+    for (int k = 0; k < n; k++)
+        for (int64_t i = ranges[2 * k] + i0; i < ranges[2 * k + 1]; i += stride) acc += g[i] * g[i];
+    acc = block_sum(acc, scratch);
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
 __global__ void norm_finish_kernel(double *out, const float *partial, int nblocks) {
     double acc = 0.0;
     for (int i = 0; i < nblocks; i++) acc += (double)partial[i];
@@ -56,6 +69,16 @@ static inline size_t global_norm_scratch_floats(void) { return NORM_BLOCKS + 2; 
 static inline void gpu_sum_of_squares(float *scratch, const float *g, int64_t n, cudaStream_t s) {
     launch_kernel(aligned16(g) ? norm_partial_vec_kernel : norm_partial_kernel, NORM_BLOCKS, NORM_THREADS, 0, s,
                   scratch, g, n);
+    CUDA_CHECK_LAUNCH();
+    launch_kernel(norm_finish_kernel, 1, 1, 0, s, (double *)(scratch + NORM_BLOCKS), scratch, NORM_BLOCKS);
+    CUDA_CHECK_LAUNCH();
+}
+
+// sum of g[i]^2 over n ranges [ranges[2k], ranges[2k + 1]) (device array),
+// left in scratch (read it with global_norm_result).
+static inline void gpu_sum_of_squares_ranges(float *scratch, const float *g, const int64_t *ranges, int n,
+                                             cudaStream_t s) {
+    launch_kernel(norm_partial_ranges_kernel, NORM_BLOCKS, NORM_THREADS, 0, s, scratch, g, ranges, n);
     CUDA_CHECK_LAUNCH();
     launch_kernel(norm_finish_kernel, 1, 1, 0, s, (double *)(scratch + NORM_BLOCKS), scratch, NORM_BLOCKS);
     CUDA_CHECK_LAUNCH();

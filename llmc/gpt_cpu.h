@@ -337,56 +337,11 @@ static double gpt_vocab_parallel_crossentropy(GPT *m, float *logits, float *loss
     return total;
 }
 
-// A token drawn from softmax(logits / temperature) of row `row` of the last
-// logits-only forward, where each rank of the tensor group holds its slice of
-// the vocabulary: the maximum, each rank's mass and the draw are reduced over
-// the group and the rank whose slice the draw falls in picks the token; the
-// same on every rank (every rank's generator makes the same draw).
-static int gpt_vocab_parallel_sample(GPT *m, const float *logits_row, float temperature, Rng *rng) {
-    TPContext *tp = &m->tp;
-    int v0, vreal;
-    tp_vocab_slice(&m->cfg, tp, &v0, &vreal);
-    double *mine = (double *)callocCheck(2 * (size_t)tp->size + 2, sizeof(double)), *all = mine + 2;
-    float mx = -INFINITY;
-    for (int v = 0; v < vreal; v++) mx = logits_row[v] > mx ? logits_row[v] : mx;
-    mine[0] = mx;
-    for (int r = 0; r < tp->size; r++) tp->counts[r] = 1;
-    CommRequest q = comm_all_gather_start(tp->group, mine, all, tp->counts, COMM_F64);
-    comm_wait(&q);
-    double g = -INFINITY;
-    for (int r = 0; r < tp->size; r++) g = all[r] > g ? all[r] : g;
-    double mass = 0.0;
-    for (int v = 0; v < vreal; v++) mass += exp((double)(logits_row[v] - (float)g) / temperature);
-    mine[1] = mass;
-    q = comm_all_gather_start(tp->group, mine + 1, all, tp->counts, COMM_F64);
-    comm_wait(&q);
-    double total = 0.0, before = 0.0;
-    for (int r = 0; r < tp->size; r++) {
-        if (r < tp->rank) before += all[r];
-        total += all[r];
-    }
-    double x = (double)rng_uniform(rng) * total;
-    double token = 0.0;
-    if (x >= before && x < before + mass) {
-        double cdf = before;
-        token = v0 + vreal - 1;
-        for (int v = 0; v < vreal; v++) {
-            cdf += exp((double)(logits_row[v] - (float)g) / temperature);
-            if (x < cdf) { token = v0 + v; break; }
-        }
-    }
-    tp_all_reduce(tp, &token, 1, COMM_F64);  // (one rank's slice holds the draw; the others add 0)
-    free(mine);
-    return x >= total ? m->cfg.vocab_size - 1 : (int)token;
-}
-
 // A token from row `row` of the last logits-only forward on the last stage.
 static int gpt_sample_row(GPT *m, const GPTActivations *a, int row, float temperature, Rng *rng) {
-    if (m->tp.size == 1)
-        return sample_token(a->logits + (size_t)row * m->cfg.vocab_size, m->cfg.vocab_size, temperature, rng);
     int v0, vreal;
     tp_vocab_slice(&m->cfg, &m->tp, &v0, &vreal);
-    return gpt_vocab_parallel_sample(m, a->logits + (size_t)row * vreal, temperature, rng);
+    return tp_sample_token(&m->tp, &m->cfg, a->logits + (size_t)row * vreal, temperature, rng);
 }
 
 // ---------------------------------------------------------------------------

@@ -9,6 +9,13 @@
 // micro-steps in fp32) and fp32 AdamW moments; a bf16 copy of the weights and
 // bf16 activations for compute; LayerNorm statistics, losses and the residual
 // stream's gradient in fp32.
+// Tensor parallel (tensor_parallel.h): the model holds its slice of every
+// split tensor and runs its heads and MLP columns; a row-parallel layer's
+// partial sums (fp32) are completed over the tensor group (all-reduce, or
+// reduce-scatter with sequence parallel, whose LayerNorm outputs are
+// all-gathered before the column-parallel layers), and the embedding and the
+// classifier's softmax cross-entropy run over the rank's vocabulary slice
+// (tensor_parallel.cuh). With tp = 1 every step is the one-GPU arithmetic.
 // Tokens and losses: the trainer uploads a step's micro-batches once
 // (gpu_gpt_upload_tokens) and reads the step's losses back once
 // (gpu_gpt_step_loss): one synchronisation per step, not per micro-step.
@@ -45,6 +52,8 @@
 #include "matmul.cuh"
 #include "model.h"
 #include "param_map.h"
+#include "tensor_parallel.cuh"
+#include "tensor_parallel.h"
 #include "zero_shard.h"
 
 typedef enum { ATTENTION_FLASH, ATTENTION_CUDNN } AttentionKind;
@@ -77,6 +86,7 @@ typedef struct {
 typedef struct {
     size_t params, grads, optimizer, activations, workspace;
     size_t segment_buffers;  // of params and grads (included in them): ZeRO-2/3's segment buffers and slots
+    size_t layer_activations;  // of activations: what one layer keeps of one micro-batch
 } GPUMemory;
 
 static inline size_t gpu_memory_total(const GPUMemory *m) {
@@ -87,16 +97,19 @@ static inline size_t gpu_memory_total(const GPUMemory *m) {
 // (all of them for the whole model), with the embeddings when l0 == 0 and
 // ln_f, the classifier and the loss when l1 == L. Per-layer arrays are indexed
 // by the global layer (NULL outside [l0, l1)); with recomputation the
-// recomputed ones point into the model's shared buffers. N = B * T.
+// recomputed ones point into the model's shared buffers. N = B * T; Cl =
+// C/tp, NHl = NH/tp (this rank's heads); Nl = N/tp rows between the
+// tensor-parallel regions with sequence parallel (else N).
 typedef struct {
-    bf16 **ln1, **qkv, **atty, **residual2, **ln2, **fch, **fch_gelu, **residual3;  // (N,C) (N,3C) (N,C) ... (N,4C)
-    float **ln1_mean, **ln1_rstd, **ln2_mean, **ln2_rstd, **lse;                    // (N) ... (B,NH,T)
+    // (N,C) (N,3Cl) (N,Cl) (Nl,C) (N,C) (N,4Cl) (N,4Cl) (Nl,C): LayerNorm outputs whole (gathered)
+    bf16 **ln1, **qkv, **atty, **residual2, **ln2, **fch, **fch_gelu, **residual3;
+    float **ln1_mean, **ln1_rstd, **ln2_mean, **ln2_rstd, **lse;                    // (Nl) ... (B,NHl,T)
     // a split backward's weight gradients read these output gradients, kept per layer:
-    bf16 **dfcproj, **dfc, **dattproj, **dqkv;   // (N,C) (N,4C) (N,C) (N,3C)
-    bf16 *input;            // (N,C): stage 0: the embeddings; else the activation the stage before sent
-    float *lnf_mean, *lnf_rstd;  // (N) last stage
-    bf16 *dlnf;             // (N,C) last stage: the classifier's gradient into ln_f (a training forward)
-    float *dres;            // (N,C) the residual stream's gradient: at the output (received), then the input's
+    bf16 **dfcproj, **dfc, **dattproj, **dqkv;   // (N,C) (N,4Cl) (N,C) (N,3Cl)
+    bf16 *input;            // (Nl,C): stage 0: the embeddings; else the activation the stage before sent
+    float *lnf_mean, *lnf_rstd;  // (Nl) last stage
+    bf16 *dlnf;             // (Nl,C) last stage: the classifier's gradient into ln_f (a training forward)
+    float *dres;            // (Nl,C) the residual stream's gradient: at the output (received), then the input's
     EncoderIndex index;     // stage 0: the micro-batch's positions grouped by token (the embedding backward)
     char *memory;
     size_t bytes;
@@ -108,11 +121,13 @@ typedef struct {
 
 // Buffers one pass uses and the next may reuse (shared by all micro-batches).
 typedef struct {
-    bf16 *lnf, *logits, *proj;                   // (N,C) (N,Vp) (N,C)
-    bf16 *dres_bf16, *dln, *dbig, *dqkv, *datty; // (N,C) (N,C) (N,4C) (N,3C) (N,C)
-    bf16 *ln1, *ln2, *fch_gelu;                  // recomputation's shared buffers ((N,C) (N,C) (N,4C); NULL unused)
-    float *delta;                                // (B,NH,T) attention backward scratch
+    bf16 *lnf, *logits, *proj;                   // (N,C) (N,Vp/tp) (N,C)
+    bf16 *dres_bf16, *dln, *dbig, *dqkv, *datty; // (N,C) (N,C) (N,4Cl) (N,3Cl) (N,Cl)
+    bf16 *ln1, *ln2, *fch_gelu;                  // recomputation's shared buffers ((N,C) (N,C) (N,4Cl); NULL unused)
+    float *delta;                                // (B,NHl,T) attention backward scratch
     float *scratch;                              // column-reduction partials
+    float *partial;                              // tp > 1: (N,C) a partial sum (fp32) completed over the group
+    float *ce_max, *ce_gmax, *ce_stats;          // tp > 1: (tp,N) (N) (2,N) the vocabulary-parallel loss's
     char *memory;
     size_t bytes;
 } GPUScratch;
@@ -120,6 +135,7 @@ typedef struct {
 typedef struct {
     GPTConfig cfg;
     ParamLayout layout;  // what this rank holds
+    TPContext tp;        // the tensor group (device buffers; size 1: none)
     ParamMap map;        // its buffer onto the global order (the AdamW rounding, checkpoints, model files)
     int B, T;            // activation capacity
     int recompute;
@@ -148,6 +164,8 @@ typedef struct {
     uint64_t params_version;  // counts changes of the weights (upload, AdamW step)
     GPTHooks hooks;
     float *norm_scratch;
+    int64_t *norm_ranges;  // (2 norm_num_ranges) device: [lo, hi) of the split tensors' pieces of the shard (tensor parallel)
+    int norm_num_ranges;
     GPUActs acts;       // the whole model's (one micro-batch at a time), unless pipelined
     GPUScratch scratch;
     GPUMemory mem;
@@ -197,20 +215,20 @@ static inline LayerWeightsBF16 gpu_layer_weights(const GPTGPU *m, int l) {
 // base (NULL: only count; the per-layer pointer arrays must exist when base
 // is given). Returns the bytes. Recomputed buffers are the scratch's (sc).
 static size_t gpu_acts_layout(GPUActs *a, const GPTConfig *c, int B, int T, int l0, int l1, int recompute, int split,
-                              const GPUScratch *sc, char *base) {
-    size_t C = c->channels, NH = c->num_heads, N = (size_t)B * T, off = 0;
+                              int tp, int sp, const GPUScratch *sc, char *base) {
+    size_t C = c->channels, Cl = C / tp, NH = c->num_heads / tp, N = (size_t)B * T, Nl = sp ? N / tp : N, off = 0;
     int L = c->num_layers;
     // (kept: the buffer exists; recomputed: it is the scratch's shared one)
     struct { bf16 ***slot; size_t elems; bf16 *shared; int kept, recomputed; } bf[] = {
-        {&a->ln1, N * C, sc->ln1, 1, recompute >= 2}, {&a->qkv, N * 3 * C, NULL, 1, 0},
-        {&a->atty, N * C, NULL, 1, 0}, {&a->residual2, N * C, NULL, 1, 0},
-        {&a->ln2, N * C, sc->ln2, 1, recompute >= 2}, {&a->fch, N * 4 * C, NULL, 1, 0},
-        {&a->fch_gelu, N * 4 * C, sc->fch_gelu, 1, recompute >= 1}, {&a->residual3, N * C, NULL, 1, 0},
-        {&a->dfcproj, N * C, NULL, split, 0}, {&a->dfc, N * 4 * C, NULL, split, 0},
-        {&a->dattproj, N * C, NULL, split, 0}, {&a->dqkv, N * 3 * C, NULL, split, 0},
+        {&a->ln1, N * C, sc->ln1, 1, recompute >= 2}, {&a->qkv, N * 3 * Cl, NULL, 1, 0},
+        {&a->atty, N * Cl, NULL, 1, 0}, {&a->residual2, Nl * C, NULL, 1, 0},
+        {&a->ln2, N * C, sc->ln2, 1, recompute >= 2}, {&a->fch, N * 4 * Cl, NULL, 1, 0},
+        {&a->fch_gelu, N * 4 * Cl, sc->fch_gelu, 1, recompute >= 1}, {&a->residual3, Nl * C, NULL, 1, 0},
+        {&a->dfcproj, N * C, NULL, split, 0}, {&a->dfc, N * 4 * Cl, NULL, split, 0},
+        {&a->dattproj, N * C, NULL, split, 0}, {&a->dqkv, N * 3 * Cl, NULL, split, 0},
     };
     struct { float ***slot; size_t elems; } f32[] = {
-        {&a->ln1_mean, N}, {&a->ln1_rstd, N}, {&a->ln2_mean, N}, {&a->ln2_rstd, N}, {&a->lse, (size_t)B * NH * T},
+        {&a->ln1_mean, Nl}, {&a->ln1_rstd, Nl}, {&a->ln2_mean, Nl}, {&a->ln2_rstd, Nl}, {&a->lse, (size_t)B * NH * T},
     };
     for (size_t s = 0; s < sizeof(bf) / sizeof(bf[0]); s++)
         for (int l = l0; l < l1; l++) {
@@ -227,8 +245,8 @@ static size_t gpu_acts_layout(GPUActs *a, const GPTConfig *c, int B, int T, int 
         }
     int last = l1 == L;
     struct { void **slot; size_t bytes; } single[] = {
-        {(void **)&a->input, N * C * 2}, {(void **)&a->dres, N * C * 4}, {(void **)&a->lnf_mean, last ? N * 4 : 0},
-        {(void **)&a->lnf_rstd, last ? N * 4 : 0}, {(void **)&a->dlnf, last ? N * C * 2 : 0},
+        {(void **)&a->input, Nl * C * 2}, {(void **)&a->dres, Nl * C * 4}, {(void **)&a->lnf_mean, last ? Nl * 4 : 0},
+        {(void **)&a->lnf_rstd, last ? Nl * 4 : 0}, {(void **)&a->dlnf, last ? Nl * C * 2 : 0},
     };
     for (size_t s = 0; s < sizeof(single) / sizeof(single[0]); s++) {
         void *p = single[s].bytes ? GPU_TAKE(off, base, single[s].bytes) : NULL;
@@ -238,19 +256,22 @@ static size_t gpu_acts_layout(GPUActs *a, const GPTConfig *c, int B, int T, int 
 }
 
 // Lays the shared buffers out (as gpu_acts_layout). last: the rank runs the classifier.
-static size_t gpu_scratch_layout(GPUScratch *sc, const GPTConfig *c, int B, int T, int recompute, int last,
+static size_t gpu_scratch_layout(GPUScratch *sc, const GPTConfig *c, int B, int T, int recompute, int last, int tp,
                                  char *base) {
-    size_t C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size, N = (size_t)B * T, off = 0;
+    size_t C = c->channels, Cl = C / tp, NH = c->num_heads / tp, Vl = (size_t)c->padded_vocab_size / tp;
+    size_t N = (size_t)B * T, off = 0, P = tp > 1 ? 1 : 0;
     size_t scratch = layernorm_scratch_floats((int)N, (int)C);
     size_t cs = colsum_scratch_floats((int)N, 4 * (int)C);
     if (cs > scratch) scratch = cs;
     struct { void **slot; size_t bytes; } parts[] = {
-        {(void **)&sc->lnf, last ? N * C * 2 : 0}, {(void **)&sc->logits, last ? N * Vp * 2 : 0},
+        {(void **)&sc->lnf, last ? N * C * 2 : 0}, {(void **)&sc->logits, last ? N * Vl * 2 : 0},
         {(void **)&sc->proj, N * C * 2}, {(void **)&sc->dres_bf16, N * C * 2}, {(void **)&sc->dln, N * C * 2},
-        {(void **)&sc->dbig, N * 4 * C * 2}, {(void **)&sc->dqkv, N * 3 * C * 2}, {(void **)&sc->datty, N * C * 2},
+        {(void **)&sc->dbig, N * 4 * Cl * 2}, {(void **)&sc->dqkv, N * 3 * Cl * 2}, {(void **)&sc->datty, N * Cl * 2},
         {(void **)&sc->ln1, recompute >= 2 ? N * C * 2 : 0}, {(void **)&sc->ln2, recompute >= 2 ? N * C * 2 : 0},
-        {(void **)&sc->fch_gelu, recompute >= 1 ? N * 4 * C * 2 : 0}, {(void **)&sc->delta, (size_t)B * NH * T * 4},
-        {(void **)&sc->scratch, scratch * 4},
+        {(void **)&sc->fch_gelu, recompute >= 1 ? N * 4 * Cl * 2 : 0}, {(void **)&sc->delta, (size_t)B * NH * T * 4},
+        {(void **)&sc->scratch, scratch * 4}, {(void **)&sc->partial, P * N * C * 4},
+        {(void **)&sc->ce_max, last * P * tp * N * 4}, {(void **)&sc->ce_gmax, last * P * N * 4},
+        {(void **)&sc->ce_stats, last * P * 2 * N * 4},
     };
     for (size_t s = 0; s < sizeof(parts) / sizeof(parts[0]); s++) {
         void *p = parts[s].bytes ? GPU_TAKE(off, base, parts[s].bytes) : NULL;
@@ -260,12 +281,13 @@ static size_t gpu_scratch_layout(GPUScratch *sc, const GPTConfig *c, int B, int 
 }
 
 // Device bytes of one micro-batch's activations of layers [l0, l1) (with its encoder index on stage 0).
-static size_t gpu_acts_bytes(const GPTConfig *c, int B, int T, int l0, int l1, int recompute, int split) {
+static size_t gpu_acts_bytes(const GPTConfig *c, int B, int T, int l0, int l1, int recompute, int split, int tp,
+                             int sp) {
     GPUActs a;
     GPUScratch sc;
     memset(&a, 0, sizeof(a));
     memset(&sc, 0, sizeof(sc));
-    return gpu_acts_layout(&a, c, B, T, l0, l1, recompute, split, &sc, NULL) +
+    return gpu_acts_layout(&a, c, B, T, l0, l1, recompute, split, tp, sp, &sc, NULL) +
            (l0 == 0 ? sizeof(int) * (3 * (size_t)B * T + 1) : 0);
 }
 
@@ -291,9 +313,10 @@ static void gpu_acts_alloc(GPTGPU *m, GPUActs *a, int l0, int l1, int split) {
     float ***fs[] = {&a->ln1_mean, &a->ln1_rstd, &a->ln2_mean, &a->ln2_rstd, &a->lse};
     for (size_t s = 0; s < sizeof(bs) / sizeof(bs[0]); s++) *bs[s] = (bf16 **)callocCheck(L, sizeof(bf16 *));
     for (size_t s = 0; s < sizeof(fs) / sizeof(fs[0]); s++) *fs[s] = (float **)callocCheck(L, sizeof(float *));
-    a->bytes = gpu_acts_layout(a, &m->cfg, m->B, m->T, l0, l1, m->recompute, split, &m->scratch, NULL);
+    a->bytes = gpu_acts_layout(a, &m->cfg, m->B, m->T, l0, l1, m->recompute, split, m->tp.size, m->tp.sp, &m->scratch,
+                               NULL);
     a->memory = (char *)cudaMallocCheck(a->bytes);
-    gpu_acts_layout(a, &m->cfg, m->B, m->T, l0, l1, m->recompute, split, &m->scratch, a->memory);
+    gpu_acts_layout(a, &m->cfg, m->B, m->T, l0, l1, m->recompute, split, m->tp.size, m->tp.sp, &m->scratch, a->memory);
     a->l0 = l0, a->l1 = l1, a->split = split;
     if (l0 == 0) encoder_index_init(&a->index, m->B * m->T, m->cfg.vocab_size);
 }
@@ -327,10 +350,19 @@ static inline int64_t segment_buffer_elems(const ParamLayout *pl, int num_slots)
 // The device memory a model of `held` (NULL: all of it) needs, without
 // allocating anything, at its sharding, with act_sets micro-batches'
 // activations (1; a pipeline: the schedule's peak of its average chunk).
-static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, int B, int T, int recompute,
-                                AttentionKind attention, GPUSharding sh, int act_sets, int split) {
+// What one layer keeps of a micro-batch's activations (a middle layer of a
+// deeper model: neither end's buffers).
+static size_t gpu_layer_acts_bytes(const GPTConfig *c, int B, int T, int recompute, int split, int tp, int sp) {
+    GPTConfig deep = *c;
+    deep.num_layers = 3;
+    return gpu_acts_bytes(&deep, B, T, 1, 2, recompute, split, tp, sp) -
+           gpu_acts_bytes(&deep, B, T, 1, 1, recompute, split, tp, sp);
+}
+
+static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, int tp, int sp, int B, int T,
+                                int recompute, AttentionKind attention, GPUSharding sh, int act_sets, int split) {
     ParamLayout pl;
-    param_layout_init_held(&pl, cfg, held, 1, 0);
+    param_layout_init_held(&pl, cfg, held, tp, 0);
     ShardMap sm;
     shard_map_init(&sm, pl.num_elements, sh.rank, sh.world);
     size_t P = (size_t)sm.num_elements, S = (size_t)sm.shard;
@@ -341,7 +373,7 @@ static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, 
     param_layout_free(&pl);
     GPUScratch sc;
     memset(&sc, 0, sizeof(sc));
-    size_t tied = last && !first ? (size_t)cfg->padded_vocab_size * cfg->channels : 0;
+    size_t tied = last && !first ? (size_t)cfg->padded_vocab_size / tp * cfg->channels : 0;
     GPUMemory m;
     m.params = (sh.stage >= 3 ? S + pseg : P) * sizeof(bf16) + S * sizeof(float) + tied * sizeof(bf16);
     m.grads = (sh.stage >= 2 ? S + gseg : P) * sizeof(float) + tied * sizeof(float);
@@ -350,9 +382,13 @@ static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, 
     // (the average chunk's layers, with the ends' buffers: an over-estimate for a middle stage)
     int layers = act_sets > 0 ? held_layers : 0;
     m.activations = (size_t)act_sets * gpu_acts_bytes(cfg, B, T, first ? 0 : 1, first ? layers : 1 + layers,
-                                                      recompute, split) +
-                    gpu_scratch_layout(&sc, cfg, B, T, recompute, last, NULL);
-    m.workspace = MATMUL_WORKSPACE_BYTES + (attention == ATTENTION_CUDNN ? cudnn_attention_workspace_bytes(cfg, B, T) : 0) +
+                                                      recompute, split, tp, sp) +
+                    gpu_scratch_layout(&sc, cfg, B, T, recompute, last, tp, NULL);
+    m.layer_activations = gpu_layer_acts_bytes(cfg, B, T, recompute, split, tp, sp);
+    GPTConfig heads = *cfg;  // (cuDNN's graphs run the rank's heads)
+    heads.channels /= tp, heads.num_heads /= tp;
+    m.workspace = MATMUL_WORKSPACE_BYTES +
+                  (attention == ATTENTION_CUDNN ? cudnn_attention_workspace_bytes(&heads, B, T) : 0) +
                   global_norm_scratch_floats() * sizeof(float);
     return m;
 }
@@ -406,21 +442,43 @@ static void gpu_gpt_zero_segment_grads(GPTGPU *m, int s) {
 
 // Zeroes the whole gradient buffer and the tied copy's (stages 0 and 1; at
 // stage 2+ the distributed layer clears a segment's buffer once reduced).
+static inline size_t gpu_wte_elems(const GPTGPU *m) {
+    return (size_t)m->cfg.padded_vocab_size / (size_t)m->tp.size * (size_t)m->cfg.channels;
+}
 static void gpu_gpt_zero_grad(GPTGPU *m) {
     if (m->grads) CUDA_CHECK(cudaMemsetAsync(m->grads, 0, sizeof(float) * (size_t)m->layout.num_elements, m->stream));
-    if (m->tied_dwte)
-        CUDA_CHECK(cudaMemsetAsync(m->tied_dwte, 0, sizeof(float) * (size_t)m->cfg.padded_vocab_size * m->cfg.channels,
-                                   m->stream));
+    if (m->tied_dwte) CUDA_CHECK(cudaMemsetAsync(m->tied_dwte, 0, sizeof(float) * gpu_wte_elems(m), m->stream));
 }
 
-// Allocates everything for the part `held` names (NULL: the whole model) and
-// micro-batches of up to B x T at the given sharding; act_sets, split: as
-// gpu_gpt_memory (0 sets: the caller allocates them, a pipeline). A model that
-// does not fit is a usage error: one line saying what it needs.
-static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *held, int B, int T, int recompute,
-                         AttentionKind attention, GPUSharding sh, int act_sets, int split) {
+// Allocates everything for the part `held` names (NULL: the whole model) at
+// tensor slice tp (tp_none(): whole tensors) and micro-batches of up to B x T
+// at the given sharding; act_sets, split: as gpu_gpt_memory (a pipeline's
+// activations are allocated by its runtime, the whole model's here). A model
+// that does not fit is a usage error: one line saying what it needs.
+// The pieces of the shard that split tensors hold, adjacent ones merged
+// (what a tensor rank other than 0 counts in the gradient norm).
+static void gpu_norm_ranges_init(GPTGPU *m) {
+    const ParamLayout *pl = &m->layout;
+    int64_t lo = m->shard.begin, hi = m->shard.end, *r = (int64_t *)mallocCheck(sizeof(int64_t) * 2 * pl->num_tensors);
+    int n = 0;
+    for (int t = 0; t < pl->num_tensors; t++) {
+        const ParamTensor *x = &pl->tensors[t];
+        int64_t a = x->offset > lo ? x->offset : lo, b = x->offset + x->numel < hi ? x->offset + x->numel : hi;
+        if (x->split == SPLIT_NONE || b <= a) continue;
+        if (n > 0 && r[2 * n - 1] == a) r[2 * n - 1] = b;
+        else r[2 * n] = a, r[2 * n + 1] = b, n++;
+    }
+    m->norm_num_ranges = n;
+    m->norm_ranges = (int64_t *)cudaMallocCheck(sizeof(int64_t) * 2 * (size_t)(n > 0 ? n : 1));
+    CUDA_CHECK(cudaMemcpy(m->norm_ranges, r, sizeof(int64_t) * 2 * (size_t)n, cudaMemcpyHostToDevice));
+    free(r);
+}
+
+static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *held, TPContext tp, int B, int T,
+                         int recompute, AttentionKind attention, GPUSharding sh, int act_sets, int split) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
+    m->tp = tp;
     m->B = B;
     m->T = T;
     m->recompute = recompute;
@@ -431,7 +489,7 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *he
         die_usage("--attention flash: head size %d (n-embd / n-head) is not 32 or 64", hs);
     if (attention == ATTENTION_CUDNN && !cudnn_attention_available())
         die_usage("--attention cudnn: this build has no cuDNN (set CUDNN_HOME and rebuild)");
-    GPUMemory need = gpu_gpt_memory(cfg, held, B, T, recompute, attention, sh, act_sets, split);
+    GPUMemory need = gpu_gpt_memory(cfg, held, tp.size, tp.sp, B, T, recompute, attention, sh, act_sets, split);
     size_t total = gpu_memory_total(&need), have = cuda_free_bytes();
     if (total > have)
         die_usage("model (L=%d C=%d) at batch %d x %d needs %.2f GB on the GPU but %.2f GB are free "
@@ -440,14 +498,17 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *he
                   cfg->num_layers, cfg->channels, B, T, total / 1e9, have / 1e9, need.params / 1e9, need.grads / 1e9,
                   need.optimizer / 1e9, need.activations / 1e9, need.workspace / 1e9);
     m->mem = need;
-    param_layout_init_held(&m->layout, cfg, held, 1, 0);
+    param_layout_init_held(&m->layout, cfg, held, tp.size, tp.rank);
     param_map_init(&m->map, &m->layout);
     shard_map_init(&m->shard, m->layout.num_elements, sh.rank, sh.world);
     size_t P = (size_t)m->layout.num_elements, S = (size_t)m->shard.shard;
     int nseg = param_num_segments(&m->layout), last = param_segment_held(&m->layout, nseg - 1);
     CUDA_CHECK(cudaStreamCreate(&m->stream));
+    if (tp.size > 1) tp_on_stream(&m->tp, m->stream);
     matmul_init(&m->mm);
-    cudnn_attention_init(&m->cudnn, cfg, B, T, attention == ATTENTION_CUDNN);
+    GPTConfig heads = *cfg;  // (cuDNN's graphs run the rank's heads)
+    heads.channels /= tp.size, heads.num_heads /= tp.size;
+    cudnn_attention_init(&m->cudnn, &heads, B, T, attention == ATTENTION_CUDNN);
     adamw_plan_init(&m->adamw, &m->layout, m->shard.begin, m->shard.end, &m->map);
     m->params = (float *)cudaMallocCheck(S * sizeof(float));
     m->adam_m = (float *)cudaMallocCheck(S * sizeof(float));
@@ -481,22 +542,24 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *he
         for (int s = 0; s < nseg; s++) m->grad_view[s] = m->grads;
     }
     if (last && !param_segment_held(&m->layout, 0)) {
-        size_t n = (size_t)cfg->padded_vocab_size * cfg->channels;
+        size_t n = gpu_wte_elems(m);
         m->tied_wte = (bf16 *)cudaMallocCheck(n * sizeof(bf16));
         m->tied_dwte = (float *)cudaMallocCheck(n * sizeof(float));
         CUDA_CHECK(cudaMemset(m->tied_wte, 0, n * sizeof(bf16)));
     }
     m->norm_scratch = (float *)cudaMallocCheck(global_norm_scratch_floats() * sizeof(float));
-    m->scratch.bytes = gpu_scratch_layout(&m->scratch, cfg, B, T, recompute, last, NULL);
+    if (tp.size > 1) gpu_norm_ranges_init(m);
+    m->scratch.bytes = gpu_scratch_layout(&m->scratch, cfg, B, T, recompute, last, tp.size, NULL);
     m->scratch.memory = (char *)cudaMallocCheck(m->scratch.bytes);
-    gpu_scratch_layout(&m->scratch, cfg, B, T, recompute, last, m->scratch.memory);
-    if (act_sets > 0) gpu_acts_alloc(m, &m->acts, 0, cfg->num_layers, split);
+    gpu_scratch_layout(&m->scratch, cfg, B, T, recompute, last, tp.size, m->scratch.memory);
+    if (!held) gpu_acts_alloc(m, &m->acts, 0, cfg->num_layers, split);
     gpu_gpt_zero_grad(m);
 }
 
 static void gpu_gpt_free(GPTGPU *m) {
+    if (m->tp.size > 1) tp_off_stream(&m->tp);
     gpu_acts_free(&m->acts);
-    void *bufs[] = {m->params, m->grads, m->grad_shard, m->adam_m, m->adam_v, m->norm_scratch, m->params_bf16,
+    void *bufs[] = {m->params, m->grads, m->grad_shard, m->adam_m, m->adam_v, m->norm_scratch, m->norm_ranges, m->params_bf16,
                     m->params_bf16_shard, m->tied_wte, m->tied_dwte, m->scratch.memory, m->step_inputs,
                     m->step_targets, m->step_losses};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) CUDA_CHECK(cudaFree(bufs[i]));  // cudaFree(NULL) is a no-op
@@ -594,18 +657,20 @@ static void gpu_gpt_get_grads(GPTGPU *m, float *host) {
 static void gpu_attention_forward(GPTGPU *m, bf16 *out, float *lse, const bf16 *qkv, int B, int T) {
     NVTX_RANGE("attention_forward");
     if (m->attention == ATTENTION_CUDNN)
-        gpu_cudnn_attention_forward(&m->cudnn, out, lse, qkv, B, T, m->cfg.channels, m->cfg.num_heads, m->stream);
-    else gpu_flash_attention_forward(out, lse, qkv, B, T, m->cfg.channels, m->cfg.num_heads, m->stream);
+        gpu_cudnn_attention_forward(&m->cudnn, out, lse, qkv, B, T, m->cfg.channels / m->tp.size,
+                                    m->cfg.num_heads / m->tp.size, m->stream);
+    else gpu_flash_attention_forward(out, lse, qkv, B, T, m->cfg.channels / m->tp.size, m->cfg.num_heads / m->tp.size,
+                                     m->stream);
 }
 
 static void gpu_attention_backward(GPTGPU *m, bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const bf16 *out,
                                    const float *lse, int B, int T) {
     NVTX_RANGE("attention_backward");
     if (m->attention == ATTENTION_CUDNN)
-        gpu_cudnn_attention_backward(&m->cudnn, dqkv, m->scratch.delta, dout, qkv, out, lse, B, T, m->cfg.channels,
-                                     m->cfg.num_heads, m->stream);
-    else gpu_flash_attention_backward(dqkv, m->scratch.delta, dout, qkv, out, lse, B, T, m->cfg.channels,
-                                      m->cfg.num_heads, m->stream);
+        gpu_cudnn_attention_backward(&m->cudnn, dqkv, m->scratch.delta, dout, qkv, out, lse, B, T,
+                                     m->cfg.channels / m->tp.size, m->cfg.num_heads / m->tp.size, m->stream);
+    else gpu_flash_attention_backward(dqkv, m->scratch.delta, dout, qkv, out, lse, B, T, m->cfg.channels / m->tp.size,
+                                      m->cfg.num_heads / m->tp.size, m->stream);
 }
 
 // ---------------------------------------------------------------------------
@@ -653,12 +718,80 @@ static double gpu_gpt_step_loss(GPTGPU *m, int n) {
 }
 
 // ---------------------------------------------------------------------------
-// a stage's forward and backward
+// the tensor-parallel pieces (each one the one-GPU arithmetic at tp = 1)
 
 __global__ void residual_add_kernel(bf16 *out, const bf16 *a, const bf16 *b, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = __float2bfloat16_rn(__bfloat162float(a[i]) + __bfloat162float(b[i]));
 }
+
+// A row-parallel layer's output before the residual add: proj (Nl,C) bf16 =
+// inp (N,IC) @ W^T + bias, the product's partial sums (this rank's IC
+// columns, fp32) completed over the tensor group.
+static void gpu_row_parallel_forward(GPTGPU *m, bf16 *proj, const bf16 *inp, const bf16 *W, const bf16 *bias, int N,
+                                     int IC, int C) {
+    cudaStream_t s = m->stream;
+    if (m->tp.size == 1) {
+        gpu_matmul_forward(&m->mm, proj, NULL, inp, W, bias, N, IC, C, s);
+        return;
+    }
+    float *partial = m->scratch.partial;
+    // partial^T (C,N) = W-as-stored (IC,C)^T @ inp^T (IC,N), fp32
+    matmul_lt(&m->mm, partial, CUDA_R_32F, W, 1, IC, inp, 0, IC, C, N, IC, C, 0, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, s);
+    const float *sum = (const float *)tp_complete_partial(&m->tp, partial, N, C, COMM_F32);
+    gpu_tp_bias_bf16(proj, sum, bias, tp_rows(&m->tp, N), C, s);
+}
+
+// A LayerNorm of the rank's rows fused with the residual add before it:
+// res_out (Nl,C) = res_in + x; ln_out rows [r0, r0+Nl) of (N,C), the whole
+// all-gathered with sequence parallel.
+static void gpu_residual_layernorm_gathered(GPTGPU *m, bf16 *res_out, bf16 *ln_out, float *mean, float *rstd,
+                                            const bf16 *res_in, const bf16 *x, const bf16 *w, const bf16 *b, int N,
+                                            int C) {
+    gpu_fused_residual_layernorm(res_out, ln_out + (size_t)tp_row0(&m->tp, N) * C, mean, rstd, res_in, x, w, b,
+                                 tp_rows(&m->tp, N), C, m->stream);
+    if (m->tp.sp) tp_gather_rows(&m->tp, ln_out, N, C, COMM_BF16);
+}
+// The same without the residual add (a stage's first LayerNorm, or a recomputed one).
+static void gpu_layernorm_gathered(GPTGPU *m, bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w,
+                                   const bf16 *b, int N, int C) {
+    gpu_layernorm_forward(out + (size_t)tp_row0(&m->tp, N) * C, mean, rstd, inp, w, b, tp_rows(&m->tp, N), C,
+                          m->stream);
+    if (m->tp.sp) tp_gather_rows(&m->tp, out, N, C, COMM_BF16);
+}
+
+// A column-parallel layer's backward: dW += dout^T @ inp and dbias over the
+// rank's columns, and the input gradient dinp (N,C) completed over the tensor
+// group into dln's first Nl rows (bf16).
+template <typename T>
+static void gpu_column_parallel_backward(GPTGPU *m, bf16 *dln, float *dW, float *dbias, const bf16 *dout,
+                                         const T *dbias_src, const bf16 *inp, const bf16 *W, int N, int C, int OCl) {
+    cudaStream_t s = m->stream;
+    if (m->tp.size == 1) {
+        gpu_matmul_backward<T>(&m->mm, dln, dW, dbias, m->scratch.scratch, dout, dbias_src, inp, W, N, C, OCl, s);
+        return;
+    }
+    gpu_matmul_backward<T>(&m->mm, NULL, dW, dbias, m->scratch.scratch, dout, dbias_src, inp, W, N, C, OCl, s);
+    float *partial = m->scratch.partial;
+    // partial^T (C,N) = W-as-stored (C,OCl) @ dout^T (OCl,N), fp32
+    matmul_lt(&m->mm, partial, CUDA_R_32F, W, 0, C, dout, 0, OCl, C, N, OCl, C, 0, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL,
+              s);
+    const float *sum = (const float *)tp_complete_partial(&m->tp, partial, N, C, COMM_F32);
+    int64_t n = (int64_t)tp_rows(&m->tp, N) * C;
+    launch_kernel(f32_to_bf16_kernel, ceil_div_int(n, 256), 256, 0, s, dln, sum, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+// The residual gradient in bf16 the row-parallel layers read (N,C): the
+// LayerNorm backward wrote the rank's rows at their place; with sequence
+// parallel the others are gathered.
+static const bf16 *gpu_dres_gathered(GPTGPU *m, int N, int C) {
+    if (m->tp.sp) tp_gather_rows(&m->tp, m->scratch.dres_bf16, N, C, COMM_BF16);
+    return m->scratch.dres_bf16;
+}
+
+// ---------------------------------------------------------------------------
+// a stage's forward and backward
 
 // Forward of layers [a->l0, a->l1) on micro-batch mb of the step's tokens
 // (x_host: its inputs, for the embedding backward's index), B x T. The first
@@ -672,9 +805,11 @@ static void gpu_stage_forward(GPTGPU *m, GPUActs *a, const int *x_host, int mb, 
                               float dloss) {
     NVTX_RANGE("forward");
     const GPTConfig *c = &m->cfg;
-    int L = c->num_layers, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size, l0 = a->l0, l1 = a->l1;
+    int L = c->num_layers, C = c->channels, tp = m->tp.size, Cl = C / tp, V = c->vocab_size;
+    int Vl = c->padded_vocab_size / tp, l0 = a->l0, l1 = a->l1;
     CHECK(B <= m->B && T <= m->T, "batch %d x %d exceeds the allocated %d x %d", B, T, m->B, m->T);
-    int N = B * T;
+    int N = B * T, Nl = tp_rows(&m->tp, N), r0 = tp_row0(&m->tp, N), v0 = 0, vreal = V;
+    if (tp > 1) tp_vocab_slice(c, &m->tp, &v0, &vreal);
     const int *inputs = m->step_inputs + (size_t)mb * m->B * m->T, *targets = m->step_targets + (size_t)mb * m->B * m->T;
     cudaStream_t s = m->stream;
     const ParamLayout *pl = &m->layout;
@@ -682,37 +817,45 @@ static void gpu_stage_forward(GPTGPU *m, GPUActs *a, const int *x_host, int mb, 
     GPUScratch *sc = &m->scratch;
     a->B = B, a->T = T, a->trained = 0;
     if (l0 == 0) {
-        if (dloss != 0.0f) encoder_index_build(&a->index, x_host, N, s);
+        if (dloss != 0.0f) encoder_index_build(&a->index, x_host, N, v0, tp > 1 ? vreal : V, s);
         gpt_hooks_params_needed(h, 0, HOOK_FORWARD);
-        gpu_encoder_forward(a->input, inputs, gpu_param_bf16(m, PK_WTE, -1), gpu_param_bf16(m, PK_WPE, -1), B, T, C, s);
+        const bf16 *wte = gpu_param_bf16(m, PK_WTE, -1), *wpe = gpu_param_bf16(m, PK_WPE, -1);
+        if (tp == 1) {
+            gpu_encoder_forward(a->input, inputs, wte, wpe, B, T, C, s);
+        } else {  // the rank's vocabulary rows, completed over the group, then the positions
+            gpu_tp_embed_rows(sc->partial, inputs, wte, v0, vreal, N, C, s);
+            const float *sum = (const float *)tp_complete_partial(&m->tp, sc->partial, N, C, COMM_F32);
+            gpu_tp_embed_finish(a->input, sum, wpe, r0, T, Nl, C, s);
+        }
     }
     gpt_hooks_params_needed(h, l0 + 1, HOOK_FORWARD);
     LayerWeightsBF16 w0 = gpu_layer_weights(m, l0);
-    gpu_layernorm_forward(a->ln1[l0], a->ln1_mean[l0], a->ln1_rstd[l0], a->input, w0.ln1w, w0.ln1b, N, C, s);
+    gpu_layernorm_gathered(m, a->ln1[l0], a->ln1_mean[l0], a->ln1_rstd[l0], a->input, w0.ln1w, w0.ln1b, N, C);
     for (int l = l0; l < l1; l++) {
         NVTX_RANGE("layer_forward");
         gpt_hooks_params_needed(h, l + 1, HOOK_FORWARD);
         gpt_hooks_prefetch(h, pl, l + 1 < l1 ? l + 2 : L + 1);
         LayerWeightsBF16 w = gpu_layer_weights(m, l);
         const bf16 *residual = l == l0 ? a->input : a->residual3[l - 1];
-        gpu_matmul_forward(&m->mm, a->qkv[l], NULL, a->ln1[l], w.qkvw, w.qkvb, N, C, 3 * C, s);
+        gpu_matmul_forward(&m->mm, a->qkv[l], NULL, a->ln1[l], w.qkvw, w.qkvb, N, C, 3 * Cl, s);
         gpu_attention_forward(m, a->atty[l], a->lse[l], a->qkv[l], B, T);
-        gpu_matmul_forward(&m->mm, sc->proj, NULL, a->atty[l], w.attprojw, w.attprojb, N, C, C, s);
-        gpu_fused_residual_layernorm(a->residual2[l], a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], residual, sc->proj,
-                                     w.ln2w, w.ln2b, N, C, s);
-        gpu_matmul_forward(&m->mm, a->fch_gelu[l], a->fch[l], a->ln2[l], w.fcw, w.fcb, N, C, 4 * C, s);
-        gpu_matmul_forward(&m->mm, sc->proj, NULL, a->fch_gelu[l], w.fcprojw, w.fcprojb, N, 4 * C, C, s);
+        gpu_row_parallel_forward(m, sc->proj, a->atty[l], w.attprojw, w.attprojb, N, Cl, C);
+        gpu_residual_layernorm_gathered(m, a->residual2[l], a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], residual,
+                                        sc->proj, w.ln2w, w.ln2b, N, C);
+        gpu_matmul_forward(&m->mm, a->fch_gelu[l], a->fch[l], a->ln2[l], w.fcw, w.fcb, N, C, 4 * Cl, s);
+        gpu_row_parallel_forward(m, sc->proj, a->fch_gelu[l], w.fcprojw, w.fcprojb, N, 4 * Cl, C);
         if (l + 1 < l1) {  // the next layer's ln_1 fused with this residual add
             gpt_hooks_params_needed(h, l + 2, HOOK_FORWARD);
             LayerWeightsBF16 wn = gpu_layer_weights(m, l + 1);
-            gpu_fused_residual_layernorm(a->residual3[l], a->ln1[l + 1], a->ln1_mean[l + 1], a->ln1_rstd[l + 1],
-                                         a->residual2[l], sc->proj, wn.ln1w, wn.ln1b, N, C, s);
+            gpu_residual_layernorm_gathered(m, a->residual3[l], a->ln1[l + 1], a->ln1_mean[l + 1], a->ln1_rstd[l + 1],
+                                            a->residual2[l], sc->proj, wn.ln1w, wn.ln1b, N, C);
         } else if (l1 == L) {  // ln_f fused with the last residual add
             gpt_hooks_params_needed(h, L + 1, HOOK_FORWARD);
-            gpu_fused_residual_layernorm(a->residual3[l], sc->lnf, a->lnf_mean, a->lnf_rstd, a->residual2[l], sc->proj,
-                                         gpu_param_bf16(m, PK_LNFW, -1), gpu_param_bf16(m, PK_LNFB, -1), N, C, s);
+            gpu_residual_layernorm_gathered(m, a->residual3[l], sc->lnf, a->lnf_mean, a->lnf_rstd, a->residual2[l],
+                                            sc->proj, gpu_param_bf16(m, PK_LNFW, -1), gpu_param_bf16(m, PK_LNFB, -1), N,
+                                            C);
         } else {  // the stage's output, for the next stage (which computes its ln_1)
-            int64_t n = (int64_t)N * C;
+            int64_t n = (int64_t)Nl * C;
             launch_kernel(residual_add_kernel, ceil_div_int(n, 256), 256, 0, s, a->residual3[l], a->residual2[l],
                           sc->proj, n);
             CUDA_CHECK_LAUNCH();
@@ -724,17 +867,34 @@ static void gpu_stage_forward(GPTGPU *m, GPUActs *a, const int *x_host, int mb, 
     }
     NVTX_RANGE("classifier");
     // wte: segment 0's (made ready at the top of this pass on the whole model; no second params_needed(0),
-    // which ZeRO-3 would take for a gather) or the last stage's copy
+    // which ZeRO-3 would take for a gather) or the last stage's copy; the rank's vocabulary rows
     const bf16 *wte = gpu_wte(m);
-    // logits (N,Vp) over all Vp rows of wte (the padded rows are zero, and excluded below)
-    gpu_matmul_forward(&m->mm, sc->logits, NULL, sc->lnf, wte, NULL, N, C, Vp, s);
+    // logits (N,Vl) over the Vl rows of wte (the padded rows are zero, and excluded below)
+    gpu_matmul_forward(&m->mm, sc->logits, NULL, sc->lnf, wte, NULL, N, C, Vl, s);
     if (!with_targets) return;
     float *losses = m->step_losses + (size_t)mb * m->B * m->T;
-    gpu_fused_classifier(sc->logits, losses, targets, N, V, Vp, dloss, s);
+    if (tp == 1) {
+        gpu_fused_classifier(sc->logits, losses, targets, N, V, Vl, dloss, s);
+    } else {  // the maxima, then the sums and the target logits, reduced over the group; then losses and dlogits
+        launch_kernel(tp_vocab_max_kernel, N, TP_ROW_THREADS, 0, s, sc->ce_max + (size_t)m->tp.rank * N, sc->logits, Vl,
+                      vreal);
+        CUDA_CHECK_LAUNCH();
+        for (int r = 0; r < tp; r++) m->tp.counts[r] = (size_t)N;
+        CommRequest q = comm_all_gather_start(m->tp.group, NULL, sc->ce_max, m->tp.counts, COMM_F32);
+        comm_wait(&q);
+        launch_kernel(tp_vocab_sums_kernel, N, TP_ROW_THREADS, 0, s, sc->ce_stats, sc->ce_gmax, sc->ce_max, tp,
+                      sc->logits, targets, N, Vl, vreal, v0);
+        CUDA_CHECK_LAUNCH();
+        tp_all_reduce(&m->tp, sc->ce_stats, 2 * (size_t)N, COMM_F32);
+        launch_kernel(tp_vocab_finish_kernel, N, TP_ROW_THREADS, 0, s, sc->logits, losses, sc->ce_stats, sc->ce_gmax,
+                      targets, N, Vl, vreal, v0, dloss, dloss != 0.0f);
+        CUDA_CHECK_LAUNCH();
+    }
     if (dloss != 0.0f) {
-        // dlnf = dlogits @ wte; dwte += dlogits^T @ lnf (padded columns of dlogits are 0)
+        // dlnf = dlogits @ wte (a partial sum over the vocabulary slices); dwte += dlogits^T @ lnf (padded columns of
+        // dlogits are 0)
         if (!m->tied_dwte) gpt_hooks_params_needed(h, 0, HOOK_GRADS);
-        gpu_matmul_backward<bf16>(&m->mm, a->dlnf, gpu_dwte(m), NULL, NULL, sc->logits, NULL, sc->lnf, wte, N, C, Vp, s);
+        gpu_column_parallel_backward<bf16>(m, a->dlnf, gpu_dwte(m), NULL, sc->logits, NULL, sc->lnf, wte, N, C, Vl);
         a->trained = 1;
     }
 }
@@ -742,21 +902,32 @@ static void gpu_stage_forward(GPTGPU *m, GPUActs *a, const int *x_host, int mb, 
 // The inputs a layer's weight gradients read, recomputed where --recompute
 // shares their buffers (the same kernels: the forward's bits).
 static void gpu_layer_recompute(GPTGPU *m, GPUActs *a, int l, const LayerWeightsBF16 *w, int N) {
-    int C = m->cfg.channels;
-    cudaStream_t s = m->stream;
-    if (m->recompute >= 1) gpu_gelu_forward(a->fch_gelu[l], a->fch[l], (int64_t)N * 4 * C, s);
-    if (m->recompute >= 2)
-        gpu_layernorm_forward(a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w->ln2w, w->ln2b, N, C, s);
-    if (m->recompute >= 2)
-        gpu_layernorm_forward(a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], l == a->l0 ? a->input : a->residual3[l - 1],
-                              w->ln1w, w->ln1b, N, C, s);
+    int C = m->cfg.channels, Cl = C / m->tp.size;
+    if (m->recompute >= 1) gpu_gelu_forward(a->fch_gelu[l], a->fch[l], (int64_t)N * 4 * Cl, m->stream);
+    if (m->recompute >= 2) {
+        gpu_layernorm_gathered(m, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w->ln2w, w->ln2b, N, C);
+        gpu_layernorm_gathered(m, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], l == a->l0 ? a->input : a->residual3[l - 1],
+                               w->ln1w, w->ln1b, N, C);
+    }
 }
 
-// The embeddings' gradient (first stage), from the residual gradient at layer 0's input.
+// The embeddings' gradient (first stage), from the residual gradient at layer
+// 0's input: wte's rows (the rank's vocabulary slice) from every position's,
+// wpe's from the rank's positions (all of them without sequence parallel).
 static void gpu_embedding_backward(GPTGPU *m, GPUActs *a) {
     gpt_hooks_params_needed(&m->hooks, 0, HOOK_GRADS);
-    gpu_encoder_backward(gpu_grad(m, PK_WTE, -1), gpu_grad(m, PK_WPE, -1), a->dres, &a->index, a->B, a->T,
-                         m->cfg.channels, m->stream);
+    int C = m->cfg.channels, N = a->B * a->T;
+    cudaStream_t s = m->stream;
+    if (!m->tp.sp) {
+        gpu_encoder_backward(gpu_grad(m, PK_WTE, -1), gpu_grad(m, PK_WPE, -1), a->dres, &a->index, a->B, a->T, C, s);
+    } else {
+        float *full = m->scratch.partial;  // the residual gradient's rows gathered
+        CUDA_CHECK(cudaMemcpyAsync(full + (size_t)tp_row0(&m->tp, N) * C, a->dres,
+                                   sizeof(float) * (size_t)tp_rows(&m->tp, N) * C, cudaMemcpyDeviceToDevice, s));
+        tp_gather_rows(&m->tp, full, N, C, COMM_F32);
+        gpu_encoder_backward_wte(gpu_grad(m, PK_WTE, -1), full, &a->index, C, s);
+        gpu_tp_wpe_backward(gpu_grad(m, PK_WPE, -1), a->dres, tp_row0(&m->tp, N), a->T, tp_rows(&m->tp, N), C, s);
+    }
     gpt_hooks_grads_ready(&m->hooks, 0);
 }
 
@@ -772,23 +943,24 @@ static void gpu_stage_backward(GPTGPU *m, GPUActs *a) {
     NVTX_RANGE("backward");
     CHECK(a->trained, "gpu_stage_backward without a training forward (dloss != 0)");
     const GPTConfig *c = &m->cfg;
-    int L = c->num_layers, C = c->channels, l0 = a->l0, l1 = a->l1, split = a->split;
-    int B = a->B, T = a->T, N = B * T;
+    int L = c->num_layers, C = c->channels, Cl = C / m->tp.size, l0 = a->l0, l1 = a->l1, split = a->split;
+    int B = a->B, T = a->T, N = B * T, Nl = tp_rows(&m->tp, N), r0 = tp_row0(&m->tp, N);
     cudaStream_t s = m->stream;
     const ParamLayout *pl = &m->layout;
     const GPTHooks *h = &m->hooks;
     GPUScratch *sc = &m->scratch;
+    bf16 *dres_bf16 = sc->dres_bf16 + (size_t)r0 * C;  // (the rank's rows at their place: gathered for the matmuls)
     if (l1 == L) {
-        CUDA_CHECK(cudaMemsetAsync(a->dres, 0, sizeof(float) * (size_t)N * C, s));
+        CUDA_CHECK(cudaMemsetAsync(a->dres, 0, sizeof(float) * (size_t)Nl * C, s));
         gpt_hooks_params_needed(h, L + 1, HOOK_BACKWARD);
         gpt_hooks_prefetch(h, pl, l1);
-        gpu_layernorm_backward(a->dres, sc->dres_bf16, gpu_grad(m, PK_LNFW, -1), gpu_grad(m, PK_LNFB, -1), sc->scratch,
+        gpu_layernorm_backward(a->dres, dres_bf16, gpu_grad(m, PK_LNFW, -1), gpu_grad(m, PK_LNFB, -1), sc->scratch,
                                a->dlnf, a->residual3[L - 1], gpu_param_bf16(m, PK_LNFW, -1), a->lnf_mean, a->lnf_rstd,
-                               N, C, s);
+                               Nl, C, s);
         gpt_hooks_grads_ready(h, L + 1);
     } else {  // the received gradient, in bf16 for the first matmul
-        int64_t n = (int64_t)N * C;
-        launch_kernel(f32_to_bf16_kernel, ceil_div_int(n, 256), 256, 0, s, sc->dres_bf16, a->dres, n);
+        int64_t n = (int64_t)Nl * C;
+        launch_kernel(f32_to_bf16_kernel, ceil_div_int(n, 256), 256, 0, s, dres_bf16, a->dres, n);
         CUDA_CHECK_LAUNCH();
     }
     for (int l = l1 - 1; l >= l0; l--) {
@@ -800,30 +972,34 @@ static void gpu_stage_backward(GPTGPU *m, GPUActs *a) {
         const bf16 *residual = l == l0 ? a->input : a->residual3[l - 1];
         bf16 *dbig = split ? a->dfc[l] : sc->dbig, *dqkv = split ? a->dqkv[l] : sc->dqkv;
         // dres: gradient w.r.t. residual3 = residual2 + mlp(ln2(residual2))
-        if (m->recompute >= 1) gpu_gelu_forward(a->fch_gelu[l], a->fch[l], (int64_t)N * 4 * C, s);
-        if (split) CUDA_CHECK(cudaMemcpyAsync(a->dfcproj[l], sc->dres_bf16, sizeof(bf16) * (size_t)N * C,
+        if (m->recompute >= 1) gpu_gelu_forward(a->fch_gelu[l], a->fch[l], (int64_t)N * 4 * Cl, s);
+        const bf16 *dout = gpu_dres_gathered(m, N, C);
+        if (split) CUDA_CHECK(cudaMemcpyAsync(a->dfcproj[l], dout, sizeof(bf16) * (size_t)N * C,
                                               cudaMemcpyDeviceToDevice, s));
-        gpu_matmul_backward<float>(&m->mm, dbig, split ? NULL : g.fcprojw, g.fcprojb, sc->scratch, sc->dres_bf16,
-                                   a->dres, a->fch_gelu[l], w.fcprojw, N, 4 * C, C, s);
-        gpu_gelu_backward_inplace(dbig, a->fch[l], (int64_t)N * 4 * C, s);
+        gpu_matmul_backward<float>(&m->mm, dbig, split ? NULL : g.fcprojw, NULL, NULL, dout, NULL, a->fch_gelu[l],
+                                   w.fcprojw, N, 4 * Cl, C, s);
+        gpu_colsum_accumulate<float>(g.fcprojb, sc->scratch, a->dres, Nl, C, s);
+        gpu_gelu_backward_inplace(dbig, a->fch[l], (int64_t)N * 4 * Cl, s);
         if (m->recompute >= 2)
-            gpu_layernorm_forward(a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w.ln2w, w.ln2b, N, C, s);
-        gpu_matmul_backward<bf16>(&m->mm, sc->dln, split ? NULL : g.fcw, g.fcb, sc->scratch, dbig, dbig, a->ln2[l],
-                                  w.fcw, N, C, 4 * C, s);
-        gpu_layernorm_backward(a->dres, sc->dres_bf16, g.ln2w, g.ln2b, sc->scratch, sc->dln, a->residual2[l], w.ln2w,
-                               a->ln2_mean[l], a->ln2_rstd[l], N, C, s);
+            gpu_layernorm_gathered(m, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w.ln2w, w.ln2b, N, C);
+        gpu_column_parallel_backward<bf16>(m, sc->dln, split ? NULL : g.fcw, g.fcb, dbig, dbig, a->ln2[l], w.fcw, N, C,
+                                           4 * Cl);
+        gpu_layernorm_backward(a->dres, dres_bf16, g.ln2w, g.ln2b, sc->scratch, sc->dln, a->residual2[l], w.ln2w,
+                               a->ln2_mean[l], a->ln2_rstd[l], Nl, C, s);
         // dres: gradient w.r.t. residual2 = residual + attn(ln1(residual))
-        if (split) CUDA_CHECK(cudaMemcpyAsync(a->dattproj[l], sc->dres_bf16, sizeof(bf16) * (size_t)N * C,
+        dout = gpu_dres_gathered(m, N, C);
+        if (split) CUDA_CHECK(cudaMemcpyAsync(a->dattproj[l], dout, sizeof(bf16) * (size_t)N * C,
                                               cudaMemcpyDeviceToDevice, s));
-        gpu_matmul_backward<float>(&m->mm, sc->datty, split ? NULL : g.attprojw, g.attprojb, sc->scratch,
-                                   sc->dres_bf16, a->dres, a->atty[l], w.attprojw, N, C, C, s);
+        gpu_matmul_backward<float>(&m->mm, sc->datty, split ? NULL : g.attprojw, NULL, NULL, dout, NULL, a->atty[l],
+                                   w.attprojw, N, Cl, C, s);
+        gpu_colsum_accumulate<float>(g.attprojb, sc->scratch, a->dres, Nl, C, s);
         gpu_attention_backward(m, dqkv, sc->datty, a->qkv[l], a->atty[l], a->lse[l], B, T);
         if (m->recompute >= 2)
-            gpu_layernorm_forward(a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C, s);
-        gpu_matmul_backward<bf16>(&m->mm, sc->dln, split ? NULL : g.qkvw, g.qkvb, sc->scratch, dqkv, dqkv, a->ln1[l],
-                                  w.qkvw, N, C, 3 * C, s);
-        gpu_layernorm_backward(a->dres, sc->dres_bf16, g.ln1w, g.ln1b, sc->scratch, sc->dln, residual, w.ln1w,
-                               a->ln1_mean[l], a->ln1_rstd[l], N, C, s);
+            gpu_layernorm_gathered(m, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C);
+        gpu_column_parallel_backward<bf16>(m, sc->dln, split ? NULL : g.qkvw, g.qkvb, dqkv, dqkv, a->ln1[l], w.qkvw, N,
+                                           C, 3 * Cl);
+        gpu_layernorm_backward(a->dres, dres_bf16, g.ln1w, g.ln1b, sc->scratch, sc->dln, residual, w.ln1w,
+                               a->ln1_mean[l], a->ln1_rstd[l], Nl, C, s);
         if (!split) gpt_hooks_grads_ready(h, l + 1);
     }
     if (!split && l0 == 0) gpu_embedding_backward(m, a);
@@ -836,7 +1012,7 @@ static void gpu_stage_backward(GPTGPU *m, GPUActs *a) {
 static void gpu_stage_backward_weights(GPTGPU *m, GPUActs *a) {
     NVTX_RANGE("backward_weights");
     CHECK(a->weights_pending, "gpu_stage_backward_weights without a split backward");
-    int C = m->cfg.channels, N = a->B * a->T;
+    int C = m->cfg.channels, Cl = C / m->tp.size, N = a->B * a->T;
     cudaStream_t s = m->stream;
     for (int l = a->l1 - 1; l >= a->l0; l--) {
         gpt_hooks_params_needed(&m->hooks, l + 1, m->recompute >= 2 ? HOOK_BACKWARD : HOOK_GRADS);
@@ -848,11 +1024,11 @@ static void gpu_stage_backward_weights(GPTGPU *m, GPUActs *a) {
             gpu_layer_recompute(m, a, l, &w, N);
         }
         gpu_matmul_backward<bf16>(&m->mm, NULL, g.fcprojw, NULL, NULL, a->dfcproj[l], NULL, a->fch_gelu[l], NULL, N,
-                                  4 * C, C, s);
-        gpu_matmul_backward<bf16>(&m->mm, NULL, g.fcw, NULL, NULL, a->dfc[l], NULL, a->ln2[l], NULL, N, C, 4 * C, s);
-        gpu_matmul_backward<bf16>(&m->mm, NULL, g.attprojw, NULL, NULL, a->dattproj[l], NULL, a->atty[l], NULL, N, C,
+                                  4 * Cl, C, s);
+        gpu_matmul_backward<bf16>(&m->mm, NULL, g.fcw, NULL, NULL, a->dfc[l], NULL, a->ln2[l], NULL, N, C, 4 * Cl, s);
+        gpu_matmul_backward<bf16>(&m->mm, NULL, g.attprojw, NULL, NULL, a->dattproj[l], NULL, a->atty[l], NULL, N, Cl,
                                   C, s);
-        gpu_matmul_backward<bf16>(&m->mm, NULL, g.qkvw, NULL, NULL, a->dqkv[l], NULL, a->ln1[l], NULL, N, C, 3 * C, s);
+        gpu_matmul_backward<bf16>(&m->mm, NULL, g.qkvw, NULL, NULL, a->dqkv[l], NULL, a->ln1[l], NULL, N, C, 3 * Cl, s);
         gpt_hooks_grads_ready(&m->hooks, l + 1);
     }
     if (a->l0 == 0) gpu_embedding_backward(m, a);
@@ -880,6 +1056,7 @@ static float gpu_gpt_forward(GPTGPU *m, const int *inputs, const int *targets, i
         size_t n = (size_t)B * T;
         CUDA_CHECK(cudaMemcpyAsync(m->h_losses, m->step_losses, sizeof(float) * n, cudaMemcpyDeviceToHost, m->stream));
         CUDA_CHECK(cudaStreamSynchronize(m->stream));
+        tp_retire(&m->tp);  // (done: the stream waited for them)
         double total = 0.0;
         for (size_t i = 0; i < n; i++) total += m->h_losses[i];
         loss = (float)(total / (double)n);
@@ -895,20 +1072,28 @@ static void gpu_gpt_backward(GPTGPU *m) {
     if (m->acts.split) gpu_stage_backward_weights(m, &m->acts);
 }
 
-// The sum of squares of the gradients of the shard (deterministic).
-static double gpu_gpt_grad_sumsq(GPTGPU *m) {
+// The sum of squares of the gradients of the shard (deterministic); with
+// skip_replicated, the tensors every tensor rank holds left out (tensor rank 0 counts them).
+static double gpu_gpt_grad_sumsq(GPTGPU *m, int skip_replicated) {
     NVTX_RANGE("grad_norm");
-    gpu_sum_of_squares(m->norm_scratch, gpu_shard_grads(m) + m->shard.begin, m->shard.end - m->shard.begin, m->stream);
+    const float *g = gpu_shard_grads(m);
+    int64_t lo = m->shard.begin, hi = m->shard.end;
+    if (!skip_replicated) {
+        gpu_sum_of_squares(m->norm_scratch, g + lo, hi - lo, m->stream);
+        return global_norm_result(m->norm_scratch, m->stream);
+    }
+    gpu_sum_of_squares_ranges(m->norm_scratch, g, m->norm_ranges, m->norm_num_ranges, m->stream);
     return global_norm_result(m->norm_scratch, m->stream);
 }
 
 // The L2 norm of the gradients of the shard (of all of them on an unsharded model).
-static float gpu_gpt_grad_norm(GPTGPU *m) { return (float)sqrt(gpu_gpt_grad_sumsq(m)); }
+static float gpu_gpt_grad_norm(GPTGPU *m) { return (float)sqrt(gpu_gpt_grad_sumsq(m, 0)); }
 
 // One AdamW step over the shard (the bf16 copy of the shard is rewritten);
 // seed makes the stochastic rounding of this step.
 static void gpu_gpt_update(GPTGPU *m, const AdamWConfig *cfg, float grad_scale, uint64_t seed) {
     NVTX_RANGE("adamw");
+    tp_retire(&m->tp);  // the step's tensor collectives (done: the gradient norm waited for the stream)
     m->params_version++;
     if (m->adamw.num_chunks == 0) return;  // a shard of padding only
     // adamw.cuh indexes the master weights like the flat buffer, the moments from the shard's start
@@ -917,17 +1102,27 @@ static void gpu_gpt_update(GPTGPU *m, const AdamWConfig *cfg, float grad_scale, 
 }
 
 // Copies rows [row0, row0 + rows) of the last logits-only forward to host
-// (rows, V) as fp32 (the padded columns are left out).
+// (rows, vreal) as fp32: the rank's real slice of the vocabulary
+// (tp_vocab_slice; all V without tensor parallelism), padded columns left out.
 static void gpu_gpt_logits(GPTGPU *m, int row0, int rows, float *out) {
-    int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
-    size_t n = (size_t)rows * Vp;
+    int v0, vreal, Vl = m->cfg.padded_vocab_size / m->tp.size;
+    tp_vocab_slice(&m->cfg, &m->tp, &v0, &vreal);
+    size_t n = (size_t)rows * Vl;
     bf16 *h = (bf16 *)mallocCheck(n * sizeof(bf16));
-    CUDA_CHECK(cudaMemcpyAsync(h, m->scratch.logits + (size_t)row0 * Vp, n * sizeof(bf16), cudaMemcpyDeviceToHost,
+    CUDA_CHECK(cudaMemcpyAsync(h, m->scratch.logits + (size_t)row0 * Vl, n * sizeof(bf16), cudaMemcpyDeviceToHost,
                                m->stream));
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     for (int r = 0; r < rows; r++)
-        for (int v = 0; v < V; v++) out[(size_t)r * V + v] = __bfloat162float(h[(size_t)r * Vp + v]);
+        for (int v = 0; v < vreal; v++) out[(size_t)r * vreal + v] = __bfloat162float(h[(size_t)r * Vl + v]);
     free(h);
+}
+
+// A token drawn from row `row` of the last logits-only forward (the same on
+// every rank of the tensor group; host_tp: that group on host buffers).
+// row_buf: (V) host scratch.
+static int gpu_gpt_sample(GPTGPU *m, TPContext *host_tp, int row, float temperature, Rng *rng, float *row_buf) {
+    gpu_gpt_logits(m, row, 1, row_buf);
+    return tp_sample_token(host_tp, &m->cfg, row_buf, temperature, rng);
 }
 
 #endif  // LLMC_GPT_GPU_CUH

@@ -33,13 +33,12 @@ typedef struct {
     GPTGPU *model;
     ZeroGPU *zero;
     CommGroup *pipe, *dp;      // device groups
-    CommGroup *host_pipe;      // the pipeline group on host buffers (scalars)
+    CommGroup *host_pipe, *host_world;  // the pipeline group and every rank, on host buffers (scalars)
     PPRunner run;
     int B, T;
     float dloss;
     const int *xs;             // the step's inputs on the host ((m, B*T)), for the embedding backward's index
     GPUActs *eval;             // (v): one micro-batch's forward per chunk, for evaluation and sampling
-    float *logits_row;         // (V): a sampled row, broadcast from the last stage
     int first, last;           // this rank holds the first stage (wte) / the last (the classifier's copy)
     ShardMap wte_shards;       // the first stage's ZeRO shards, over its layout (wte is its first tensor)
     int64_t wte_elems;         // Vp * C
@@ -146,32 +145,31 @@ static void pipeline_gpu_init(PipelineGPU *pp, GPTGPU *model, ZeroGPU *zero, Com
     pp->pipe = &dev_groups[COMM_PIPELINE];
     pp->dp = &dev_groups[COMM_DATA];
     pp->host_pipe = comm_group(comm, COMM_PIPELINE);
+    pp->host_world = comm_group(comm, COMM_WORLD);
     pp->B = B, pp->T = T, pp->dloss = dloss;
     PPStageOps ops = {pp, ppg_slot_new, ppg_slot_free, ppg_forward, ppg_backward, ppg_weights, ppg_buffer,
                       ppg_eval_forward, ppg_eval_buffer, ppg_consume, ppg_sync};
-    pp_runner_init(&pp->run, ops, pp->pipe, COMM_BF16, COMM_F32, B, T, model->cfg.channels, 1, layout, kind, fuse,
-                   trace_path, comm->rank);
+    pp_runner_init(&pp->run, ops, pp->pipe, COMM_BF16, COMM_F32, B, T, model->cfg.channels,
+                   model->tp.sp ? model->tp.size : 1, layout, kind, fuse, trace_path, comm->rank);
     pp->first = pp->pipe->rank == 0;
     pp->last = pp->pipe->rank == pp->pipe->size - 1;
     unsigned char *layers = (unsigned char *)mallocCheck((size_t)model->cfg.num_layers);
     ParamHolding h = pp_holding(&pp->run.layout, 0, -1, model->cfg.num_layers, layers);
     ParamLayout first;
-    param_layout_init_held(&first, &model->cfg, &h, 1, 0);
+    param_layout_init_held(&first, &model->cfg, &h, model->tp.size, model->tp.rank);
     shard_map_init(&pp->wte_shards, first.num_elements, pp->dp->rank, pp->dp->size);
+    pp->wte_elems = param_tensor(&first, PK_WTE, -1)->numel;  // (its vocabulary slice with tensor parallelism)
     param_layout_free(&first);
     free(layers);
-    pp->wte_elems = (int64_t)model->cfg.padded_vocab_size * model->cfg.channels;
     pp->counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)pp->dp->size);
     if (pp->first) pp->wte_piece = (float *)cudaMallocCheck(sizeof(float) * (size_t)pp->wte_elems);
     pp->eval = (GPUActs *)callocCheck((size_t)pp->run.v, sizeof(GPUActs));
-    pp->logits_row = (float *)mallocCheck(sizeof(float) * (size_t)model->cfg.vocab_size);
 }
 
 static void pipeline_gpu_free(PipelineGPU *pp) {
     for (int c = 0; c < pp->run.v; c++) gpu_acts_free(&pp->eval[c]);
     pp_runner_free(&pp->run);
     free(pp->eval);
-    free(pp->logits_row);
     CUDA_CHECK(cudaFree(pp->wte_piece));
     free(pp->counts);
     memset(pp, 0, sizeof(*pp));
@@ -254,8 +252,9 @@ static float pipeline_gpu_finish_grads(PipelineGPU *pp) {
             CUDA_CHECK_LAUNCH();
         }
     }
-    double ss = zero_gpu_grad_sumsq(pp->zero);
-    comm_all_reduce(pp->host_pipe, &ss, 1, COMM_F64);
+    zero_gpu_tp_sum_replicated(pp->zero);
+    double ss = zero_gpu_grad_sumsq_owned(pp->zero);
+    comm_all_reduce(pp->host_world, &ss, 1, COMM_F64);
     return (float)sqrt(ss);
 }
 
@@ -267,13 +266,11 @@ static float pipeline_gpu_forward(PipelineGPU *pp, const int *x, const int *y, i
 }
 
 // A token drawn from row `row` of the last pipeline_gpu_forward's logits (the
-// last stage's), the same on every rank.
-static int pipeline_gpu_sample(PipelineGPU *pp, int row, float temperature, Rng *rng) {
+// last stage's), the same on every rank (gpu_gpt_sample's host_tp, row_buf).
+static int pipeline_gpu_sample(PipelineGPU *pp, TPContext *host_tp, int row, float temperature, Rng *rng,
+                               float *row_buf) {
     double token = 0.0;
-    if (pp->last) {
-        gpu_gpt_logits(pp->model, row, 1, pp->logits_row);
-        token = sample_token(pp->logits_row, pp->model->cfg.vocab_size, temperature, rng);
-    }
+    if (pp->last) token = gpu_gpt_sample(pp->model, host_tp, row, temperature, rng, row_buf);
     comm_broadcast(pp->host_pipe, &token, 1, COMM_F64, pp->pipe->size - 1);
     if (!pp->last) rng_uniform(rng);  // (the draw the last stage made: every rank's generator stays the same)
     return (int)token;

@@ -272,17 +272,42 @@ static inline void zero_gpu_begin_pass(ZeroGPU *z, int last) {
     z->reduce_now = z->stage >= 2 || last;
 }
 
-// After the step's last pass: completes the reductions and returns the sum of
-// squares of the reduced gradients this rank's data group holds (the mean
-// gradient's, over all data ranks).
-static inline double zero_gpu_grad_sumsq(ZeroGPU *z) {
+// Tensor parallel with sequence parallel: each rank's gradients of the
+// replicated tensors cover its rows only; their reduced pieces are summed
+// over the tensor group (after zero_gpu_complete).
+static inline void zero_gpu_tp_sum_replicated(ZeroGPU *z) {
+    GPTGPU *m = z->model;
+    if (!m->tp.sp) return;
+    float *g = z->stage == 0 ? m->grads : gpu_shard_grads(m);
+    for (int t = 0; t < m->layout.num_tensors; t++) {
+        const ParamTensor *x = &m->layout.tensors[t];
+        int64_t plo = x->offset, phi = x->offset + x->numel;
+        if (x->split != SPLIT_NONE) continue;
+        if (z->stage > 0) shard_piece(&z->map, x->offset, x->offset + x->numel, &plo, &phi);
+        if (phi > plo) tp_all_reduce(&m->tp, g + plo, (size_t)(phi - plo), COMM_F32);
+    }
+}
+
+// After the step's last pass (and zero_gpu_complete): this rank's part of the
+// squared gradient norm, no communication (the caller sums it over every
+// rank): its shard (at stage 0, where every data rank holds the same sums,
+// data rank 0 counts them), the replicated tensors counted on tensor rank 0 only.
+static inline double zero_gpu_grad_sumsq_owned(ZeroGPU *z) {
+    GPTGPU *m = z->model;
+    if (z->stage == 0 && z->dp->rank != 0) return 0.0;
+    return gpu_gpt_grad_sumsq(m, m->tp.size > 1 && m->tp.rank != 0);
+}
+
+// After the last micro-step's backward: completes the reductions and returns
+// the global gradient norm (of the mean gradient), the squares summed over `all` (every rank, host group).
+static inline float zero_gpu_finish_grads(ZeroGPU *z, CommGroup *all) {
     NVTX_RANGE("reduce_grads");
     zero_gpu_complete(z);
-    double ss = gpu_gpt_grad_sumsq(z->model);  // the model's shard: all at stage 0
-    if (z->stage >= 1) comm_all_reduce(z->host_dp, &ss, 1, COMM_F64);
-    return ss;
+    zero_gpu_tp_sum_replicated(z);
+    double ss = zero_gpu_grad_sumsq_owned(z);
+    comm_all_reduce(all, &ss, 1, COMM_F64);
+    return (float)sqrt(ss);
 }
-static inline float zero_gpu_finish_grads(ZeroGPU *z) { return (float)sqrt(zero_gpu_grad_sumsq(z)); }
 
 // Where this rank's reduced gradient of [lo, hi) is, once the reductions are
 // complete: the whole range at stage 0 (*plo = lo), else its shard's piece

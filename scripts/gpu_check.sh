@@ -12,7 +12,8 @@
 # (tests/test_train_gpu.sh), the GPU ZeRO stages (tests/test_distributed_gpu.sh:
 # one process always, 2 ranks with MPI) and the device communication backends
 # (tests/test_comm_nccl.sh), pipeline parallel (tests/test_pipeline_gpu.sh, and
-# d12 over 2 stages on this GPU over --comm mpi, timed); then time d24 and d36
+# d12 over 2 stages on this GPU over --comm mpi, timed), tensor parallel
+# (tests/test_tensor_parallel_gpu.sh); then time d24 and d36
 # (the trainer says so when a model does not fit). Steps run in that order within BUDGET_S (default 470 s);
 # one that would not fit is listed as not run. The last lines are a table:
 # tokens/s, ms/step, MFU against the measured bf16 peak and against 989 TFLOP/s
@@ -214,6 +215,8 @@ pp2_bench() {  # TRAINER OUT STEPS SHAPE...
     grep -E '^pipeline timing|^  rank' "$out/pp2_d12.log" | sed 's/^/BENCH pp2 /'
 }
 run_check pp2_d12_mpi bash -c "$(declare -f pp2_bench); pp2_bench \"\$@\"" _ "$TRAINER" "$OUT" "$STEPS" "${SHAPE[@]}"
+# tensor parallel: the emulated suite's layouts (ranks sharing this GPU over --comm mpi; NCCL's with a GPU per rank)
+run_check test_tensor_parallel_gpu bash tests/test_tensor_parallel_gpu.sh
 bench_train d24 "$best"
 bench_train d36 "$best"
 

@@ -304,7 +304,7 @@ static void check_encoder(Rng *rng, int B, int T, int C, int V) {
         Buf<float> g_wte((size_t)V * C, mis), g_wpe((size_t)T * C, mis), d_dout((size_t)N * C, mis);
         put(g_wte.p, dwte0), put(g_wpe.p, dwpe0);
         for (int k = 0; k < 2; k++) {
-            encoder_index_build(&ix, inp[k].data(), N, nullptr);
+            encoder_index_build(&ix, inp[k].data(), N, 0, V, nullptr);
             put(d_dout.p, dout[k]);
             gpu_encoder_backward(g_wte.p, g_wpe.p, d_dout.p, &ix, B, T, C, 0);
         }

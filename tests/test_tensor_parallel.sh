@@ -7,12 +7,13 @@
 # in tests/test_distributed_gpu.sh, since AdamW would turn the rounding noise of
 # gradients that are zero but for it, the key bias's, into full steps): tp 2, tp 4,
 # tp 2 with sequence parallel, tp 2 x pp 2, data 2 x tp 2 x pp 2 at ZeRO-1
-# and ZeRO-3 (sequence parallel, zb1p). Each communication pattern on its own
+# and ZeRO-3 (sequence parallel, zb1p); evaluation losses and samples on tp 4
+# and tp 2 x pp 2 are the single process's. Each communication pattern on its own
 # (build/tests/test_tp_layers on 2 and 4 ranks). Checkpoints written on one
 # layout resume on another (tp 2 to one process and back, tp 2 x pp 2 to data
 # 4) following the uninterrupted run to 1e-5, and a tp 2 one on tp 2 bit for
 # bit; --save-model from any layout writes the whole llm.c file (compared
-# above). The memory line's activations are the README's formula. Layouts
+# above). The memory line's activations are docs/distributed.md's formula. Layouts
 # that do not fit end with one line and exit 2. SKIPs without MPI.
 set -u
 cd "$(dirname "$0")/.."
@@ -42,11 +43,13 @@ for n in 2 4; do
     "${MPIRUN[@]}" -np $n "$BUILD/tests/test_tp_layers" >"$tmp/layers$n.log" 2>&1
     rc=$?
     npass=$(grep -c '^PASS' "$tmp/layers$n.log")
-    check "layers_on_${n}_ranks" "[ $rc -eq 0 ] && [ $npass -eq $((11 * n)) ] && ! grep -q '^FAIL' '$tmp/layers$n.log'" \
+    check "layers_on_${n}_ranks" "[ $rc -eq 0 ] && [ $npass -eq $((12 * n)) ] && ! grep -q '^FAIL' '$tmp/layers$n.log'" \
         "exit $rc, $npass PASS lines: $(grep -m2 '^FAIL' "$tmp/layers$n.log" | tr '\n' ' ')"
 done
 
-"$TRAIN" "${COMMON[@]}" --batch-size 4 --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" >"$tmp/ref.log" 2>&1 ||
+# evaluation and sampling (on some layouts): vocabulary-parallel losses and draws
+EVAL=(--data-val "$tmp/d_val_*.bin" --eval-every 5 --eval-batches 2 --sample-every 5 --sample-tokens 16)
+"$TRAIN" "${COMMON[@]}" "${EVAL[@]}" --batch-size 4 --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" >"$tmp/ref.log" 2>&1 ||
     { fail reference_run "$(tail -2 "$tmp/ref.log")"; exit 1; }
 
 # NAME RANKS FLAGS...: trains, and compares with the single process
@@ -59,10 +62,20 @@ layout() {
     "$CMP" --compare-logs "$tmp/ref.json" "$tmp/$name.json" 1e-5 "${P}${name}_loss_and_norm_match_one_process"
     "$CMP" --compare-models "$tmp/ref.bin" "$tmp/$name.bin" 1e-5 "${P}${name}_weights_match_one_process"
 }
+# NAME: its evaluation losses and samples are the single process's
+val_losses() { grep -o '"val_loss":[0-9.]*' "$1" | cut -d: -f2; }
+eval_matches() {
+    check "${1}_eval_losses_match_one_process" \
+        "[ \$(val_losses '$tmp/ref.json' | wc -l) = 3 ] && paste <(val_losses '$tmp/ref.json') <(val_losses '$tmp/$1.json') | awk '{ d = \$1 - \$2; if (d < 0) d = -d; if (NF != 2 || d > 1e-5 * \$1) bad = 1 } END { exit bad }'"
+    check "${1}_samples_match_one_process" \
+        "[ \$(grep -ac -- '---- sample' '$tmp/$1.log') = 3 ] && diff <(grep -a -A2 -- '---- sample' '$tmp/ref.log') <(grep -a -A2 -- '---- sample' '$tmp/$1.log') >/dev/null"
+}
 layout tp2 2 --batch-size 4 --tp 2
-layout tp4 4 --batch-size 4 --tp 4
+layout tp4 4 --batch-size 4 --tp 4 "${EVAL[@]}"
+eval_matches tp4
 layout tp2_sp 2 --batch-size 4 --tp 2 --sequence-parallel 1
-layout tp2_pp2 4 --batch-size 4 --tp 2 --pp 2
+layout tp2_pp2 4 --batch-size 4 --tp 2 --pp 2 "${EVAL[@]}"
+eval_matches tp2_pp2
 layout dp2_tp2_pp2_zero1 8 --batch-size 2 --tp 2 --pp 2 --zero 1
 layout dp2_tp2_pp2_zero3_sp_zb1p 8 --batch-size 2 --tp 2 --pp 2 --zero 3 --sequence-parallel 1 --pp-schedule zb1p
 check says_its_layout "grep -aq '^ranks: 8 (mpirun launch, MPI on) | data parallel 2 x tensor 2 x pipeline 2' '$tmp/dp2_tp2_pp2_zero1.log'"

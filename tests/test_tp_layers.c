@@ -6,7 +6,8 @@
 // the residual and bias added; backward on the rank's input columns), with
 // and without sequence parallel (row slices gathered and reduce-scattered),
 // the vocabulary-parallel embedding, and the vocabulary-parallel softmax
-// cross-entropy (losses and the logits' gradient) and sampling. Run under
+// cross-entropy (losses and the logits' gradient) and sampling; and the
+// rank grid's arithmetic (llmc/comm.h). Run under
 // mpirun with 2 or 4 ranks (tests/test_tensor_parallel.sh); alone it checks
 // the one-rank case, where every pattern is the plain computation.
 #include "llmc/comm.h"
@@ -130,7 +131,7 @@ static void test_vocab(CommGroup *tg, int sp) {
         fill(&rng, logits, (size_t)V, 2);
         for (int v = 0; v < vreal; v++) mine[v] = logits[v0 + v];
         int tw = sample_token(logits, V, 0.8f, &ra);
-        int tg_ = tp > 1 ? gpt_vocab_parallel_sample(&m, mine, 0.8f, &rb) : sample_token(mine, V, 0.8f, &rb);
+        int tg_ = tp_sample_token(&m.tp, &m.cfg, mine, 0.8f, &rb);
         agree &= tw == tg_;
     }
     test_result(agree, "tp%d: vocabulary-parallel sampling draws the whole row's tokens (%d rows)", tp, N);
@@ -139,7 +140,29 @@ static void test_vocab(CommGroup *tg, int sp) {
     gpt_free(&m);
 }
 
+// The grid (llmc/comm.h): over dp x tp x pp layouts, each rank one place; a
+// tensor group is consecutive ranks, a model replica (its tensor and pipeline
+// ranks) a block of tp x pp consecutive ranks.
+static void test_grid(void) {
+    const int shapes[][3] = {{2, 2, 2}, {1, 4, 2}, {3, 1, 2}, {2, 4, 1}};  // dp, tp, pp
+    int ok = 1;
+    for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
+        int dp = shapes[k][0], tp = shapes[k][1], pp = shapes[k][2], world = dp * tp * pp, seen[64] = {0};
+        for (int r = 0; r < world; r++) {
+            int t, p, d;
+            comm_grid_coords(r, tp, pp, &t, &p, &d);
+            ok &= t >= 0 && t < tp && p >= 0 && p < pp && d >= 0 && d < dp;
+            ok &= r - t == (r / tp) * tp;             // tensor group: ranks [r - t, r - t + tp)
+            ok &= d == r / (tp * pp);                 // replica d: ranks [d tp pp, (d + 1) tp pp)
+            seen[(d * pp + p) * tp + t]++;
+        }
+        for (int r = 0; r < world; r++) ok &= seen[r] == 1;
+    }
+    test_result(ok, "grid: tensor ranks innermost, data outermost, each place once");
+}
+
 int main(int argc, char **argv) {
+    test_grid();
     Comm comm;
     LaunchInfo li = launch_detect();
     comm_init(&comm, &argc, &argv, li.world, 1, 60);  // the whole world is the tensor group

@@ -94,7 +94,7 @@ static void check_shape(Rng *rng, int B, int T, int C, int V) {
     encoder_backward(dwte, dwpe, dout, inp, B, T, C);
     EncoderIndex ix;
     encoder_index_init(&ix, N, V);
-    encoder_index_build(&ix, inp, N, 0);
+    encoder_index_build(&ix, inp, N, 0, V, 0);
     float *got[3][3];  // [v1, v2, v2 misaligned][out, dwte, dwpe]
     for (int r = 0; r < 3; r++) {
         const Version *v = &versions[r == 0 ? 0 : 1];
@@ -166,7 +166,7 @@ int main(void) {
     CUDA_CHECK_LAUNCH();
     EncoderIndex ix;
     encoder_index_init(&ix, N, V);
-    encoder_index_build(&ix, inp, N, 0);
+    encoder_index_build(&ix, inp, N, 0, V, 0);
     char name[96];
     for (const Version &v : versions) {
         double ms = bench_ms(&b, 20, [&] { v.forward(out, d_inp, wte, wpe, B, T, C, 0); });

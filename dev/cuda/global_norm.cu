@@ -7,7 +7,10 @@
 //   version 2 = gpu_sum_of_squares (what the trainer runs): float4 loads when
 //               the buffer is 16-byte aligned, the n % 4 tail to the first
 //               threads; on a misaligned copy it takes version 1's path.
-// Then both are timed on a d12-sized gradient buffer against the copy bandwidth.
+// gpu_sum_of_squares_ranges (a tensor-parallel rank's norm: the split
+// tensors' pieces) against the CPU's sums over the same ranges, and its bits
+// run to run. Then versions 1 and 2 are timed on a d12-sized gradient buffer
+// against the copy bandwidth.
 #include "dev/cuda/dev_common.cuh"
 #include "llmc/global_norm.cuh"
 #include "llmc/model.h"
@@ -49,12 +52,37 @@ static void check_size(Rng *rng, size_t n) {
     free(g);
 }
 
+// ranges of one buffer: empty, single-element, adjacent and long ones
+static void check_ranges(Rng *rng) {
+    const size_t n = DEV_EMULATED ? 100003 : 12345679;
+    const int64_t ranges[] = {5, 1029, 2000, 2001, 2001, 2001, 4096, (int64_t)n / 2, (int64_t)n / 2 + 3, (int64_t)n};
+    const int nr = (int)(sizeof(ranges) / sizeof(ranges[0]) / 2);
+    float *g = host_random(rng, n, 1.0f);
+    double ref = 0.0;
+    for (int k = 0; k < nr; k++) ref += sum_of_squares(g + ranges[2 * k], ranges[2 * k + 1] - ranges[2 * k]);
+    float *d_g = device_f32_from(g, n), *scratch = (float *)cudaMallocCheck(global_norm_scratch_floats() * 4);
+    int64_t *d_ranges = (int64_t *)cudaMallocCheck(sizeof(ranges));
+    CUDA_CHECK(cudaMemcpy(d_ranges, ranges, sizeof(ranges), cudaMemcpyHostToDevice));
+    gpu_sum_of_squares_ranges(scratch, d_g, d_ranges, nr, 0);
+    double got = global_norm_result(scratch, 0);
+    gpu_sum_of_squares_ranges(scratch, d_g, d_ranges, nr, 0);
+    double again = global_norm_result(scratch, 0);
+    test_result(fabs(got - ref) <= 1e-5 * ref + 1e-30, "ranges sum of squares (%d ranges of n=%zu): %.9g vs cpu %.9g",
+                nr, n, got, ref);
+    test_result(bits_equal(&got, &again, sizeof(got)), "ranges sum of squares is bit-reproducible");
+    CUDA_CHECK(cudaFree(d_g));
+    CUDA_CHECK(cudaFree(d_ranges));
+    CUDA_CHECK(cudaFree(scratch));
+    free(g);
+}
+
 int main(void) {
     dev_require_gpu("dev_global_norm");
     Rng rng;
     rng_seed(&rng, 8);
     const size_t sizes[] = {1, 1000, DEV_EMULATED ? 100003 : 12345679};  // n % 4 == 3: a tail after the float4s
     for (size_t n : sizes) check_size(&rng, n);
+    check_ranges(&rng);
     if (!dev_benchmarks("dev_global_norm")) return test_exit_code();
 
     Bench b;

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# test_tensor_parallel_gpu.sh: tensor parallelism on the GPU trainer
+# (llmc/gpt_gpu.cuh with llmc/tensor_parallel.cuh) under mpirun, against the
+# one-GPU run of the same global batch: tp 2 and tp 2 with sequence parallel,
+# each over the staged MPI backend and over NCCL, sequence parallel with
+# --recompute 2, data 2 x tp 2 at ZeRO-3 (NCCL) and at ZeRO-1 with sequence
+# parallel (MPI), tp 2 x pp 2 (zb1p, NCCL): losses, gradient norms and
+# final weights. To 1e-3: bf16 activations, and a row-parallel layer's
+# partial sums are fp32 and rounded to bf16 once summed over the group where
+# one GPU rounds its one product (and --eps 1e-4 as in
+# tests/test_distributed_gpu.sh). Evaluation losses and samples (drawn
+# over the vocabulary slices) on tp 2 and tp 2 x pp 2 are the one GPU's. A checkpoint written at tp 2
+# resumes on one GPU. The memory line's activations of a layer are
+# docs/distributed.md's formula (with and without sequence parallel and
+# recompute). Layouts that do not divide the model end with one line and
+# exit 2. EMULATED=1 (tests/run_tests.sh, every build): on the emulated trainer
+# (tests/gpu_trainer.sh); the sanitizer builds run the first layout alone
+# (CI's time). SKIPs without train_gptcu, a GPU, or MPI.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+. tests/gpu_trainer.sh tensor_parallel_gpu
+CMP=$BUILD/tests/test_zero
+if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
+    echo "SKIP: ${P}tensor_parallel_gpu (built without MPI or no mpirun)"
+    exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_rmaps_base_oversubscribe=1
+MPIRUN=(timeout 300 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x ASAN_OPTIONS)
+quick=0
+case "$BUILD" in build-*) [ "$EMULATED" = 1 ] && quick=1 ;; esac
+# NCCL wants a GPU per rank: with fewer, those runs go over --comm mpi
+nccl2=nccl nccl4=nccl
+[ "$EMULATED" != 1 ] && [ "$(gpu_count)" -lt 2 ] && nccl2=mpi
+[ "$EMULATED" != 1 ] && [ "$(gpu_count)" -lt 4 ] && nccl4=mpi
+
+cat llmc/*.h > "$tmp/corpus.txt"
+"$BUILD/tokenize" --bytes 1 --out-dir "$tmp" --name d --val-tokens 20000 "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
+    { fail data "$(tail -1 "$tmp/tok.log")"; exit 1; }
+# 2 layers of 2 heads of 32 (the flash kernels' head size); global batch 4 x 32 tokens x 2 micro-batches
+COMMON=(--data-train "$tmp/d_train_*.bin" --n-layer 2 --n-embd 64 --n-head 2 --vocab-size 257 --max-seq-len 64
+        --seq-len 32 --total-batch-tokens 256 --steps 4 --lr 1e-3 --eps 1e-4 --weight-decay 0.1 --seed 5
+        --peak-tflops 1 --comm-timeout 120 --batch-size 4)
+
+# evaluation and sampling (the first layout's runs): vocabulary-parallel losses and draws
+EVAL=(--data-val "$tmp/d_val_*.bin" --eval-every 2 --eval-batches 1 --sample-every 4 --sample-tokens 16)
+timeout 300 "$TRAIN" "${COMMON[@]}" "${EVAL[@]}" --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" >"$tmp/ref.log" 2>&1 ||
+    { fail reference_run "$(tail -2 "$tmp/ref.log")"; exit 1; }
+
+# NAME RANKS FLAGS...: trains, and compares with the one-GPU run
+layout() {
+    local name=$1 np=$2 rc; shift 2
+    "${MPIRUN[@]}" -np "$np" "$TRAIN" "${COMMON[@]}" "$@" --log-json "$tmp/$name.json" --save-model "$tmp/$name.bin" \
+        >"$tmp/$name.log" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ]; then fail "${name}_runs" "exit $rc: $(grep -a -m2 -i 'error' "$tmp/$name.log" | tr '\n' ' ')"; return; fi
+    "$CMP" --compare-logs "$tmp/ref.json" "$tmp/$name.json" 1e-3 "${P}tp_${name}_loss_and_norm_match_one_gpu"
+    "$CMP" --compare-models "$tmp/ref.bin" "$tmp/$name.bin" 1e-3 "${P}tp_${name}_weights_match_one_gpu"
+}
+# layouts that do not fit: one line, exit 2
+expect_usage_error tp_n_head_not_divisible 'n-head is not a multiple of the tensor-parallel size' \
+    "$TRAIN" "${COMMON[@]}" --tp 3
+expect_usage_error tp_sequence_parallel_seq_len "seq-len 30 is not a multiple of --tp 4" \
+    "$TRAIN" "${COMMON[@]}" --n-head 4 --tp 4 --sequence-parallel 1 --seq-len 30 --total-batch-tokens 0
+
+# NAME: its evaluation losses and samples are the one GPU's
+val_losses() { grep -o '"val_loss":[0-9.]*' "$1" | cut -d: -f2; }
+eval_matches() {
+    check "tp_${1}_eval_losses_match_one_gpu" \
+        "[ \$(val_losses '$tmp/ref.json' | wc -l) = 3 ] && paste <(val_losses '$tmp/ref.json') <(val_losses '$tmp/$1.json') | awk '{ d = \$1 - \$2; if (d < 0) d = -d; if (NF != 2 || d > 1e-3 * \$1) bad = 1 } END { exit bad }'"
+    check "tp_${1}_samples_match_one_gpu" \
+        "[ \$(grep -ac -- '---- sample' '$tmp/$1.log') = 2 ] && diff <(grep -a -A2 -- '---- sample' '$tmp/ref.log') <(grep -a -A2 -- '---- sample' '$tmp/$1.log') >/dev/null"
+}
+layout tp2_mpi 2 --tp 2 --comm mpi "${EVAL[@]}"
+eval_matches tp2_mpi
+[ $quick = 1 ] && exit 0
+layout tp2_nccl 2 --tp 2 --comm $nccl2
+layout tp2_sp_mpi 2 --tp 2 --sequence-parallel 1 --comm mpi
+layout tp2_sp_nccl 2 --tp 2 --sequence-parallel 1 --comm $nccl2 --ckpt-dir "$tmp/ck" --ckpt-every 2
+layout tp2_sp_recompute2 2 --tp 2 --sequence-parallel 1 --recompute 2 --comm $nccl2
+layout dp2_tp2_zero3 4 --tp 2 --zero 3 --batch-size 2 --comm $nccl4
+layout tp2_pp2_zb1p 4 --tp 2 --pp 2 --pp-schedule zb1p --comm $nccl4 "${EVAL[@]}"
+eval_matches tp2_pp2_zb1p
+layout dp2_tp2_sp_zero1_mpi 4 --tp 2 --sequence-parallel 1 --zero 1 --batch-size 2 --comm mpi
+# the memory line's activations of a layer (what gpu_gpt_init lays out) are the formula of
+# docs/distributed.md: 2 bytes x (ln1, ln2: N C each unless --recompute 2; qkv 3 N C/tp; atty N C/tp;
+# residual2, residual3: Nl C each; fch 4 N C/tp; fch_gelu 4 N C/tp unless --recompute 1) + 4 bytes x
+# (LayerNorm means and rstds 4 Nl; the attention's log-sum-exp B (NH/tp) T); Nl = N/tp under sequence
+# parallel, else N; N = B T
+layer_mb() { sed -n 's/.*(a layer \([0-9.]*\) MB.*/\1/p' "$1" | head -1; }
+layer_formula_mb() {  # TP SP RECOMPUTE
+    awk -v tp="$1" -v sp="$2" -v rc="$3" 'BEGIN { B = 4; T = 32; N = B * T; C = 64; NH = 2
+        Nl = sp ? N / tp : N; ln = rc < 2 ? N * C : 0; gelu = rc < 1 ? 4 * N * C / tp : 0
+        printf "%.3f", (2 * (2 * ln + 3*N*C/tp + N*C/tp + 2*Nl*C + 4*N*C/tp + gelu) + 4 * (4*Nl + B*(NH/tp)*T)) / 1e6 }'
+}
+for run in "ref 1 0 0" "tp2_mpi 2 0 0" "tp2_sp_mpi 2 1 0" "tp2_sp_recompute2 2 1 2"; do
+    set -- $run
+    check "tp_memory_line_layer_activations_${1}_are_the_formula" \
+        "[ '$(layer_mb "$tmp/$1.log")' = '$(layer_formula_mb $2 $3 $4)' ]" \
+        "printed $(layer_mb "$tmp/$1.log") MB, the formula $(layer_formula_mb $2 $3 $4) MB"
+done
+check tp_says_its_layout "grep -aq '^ranks: 2 (mpirun launch, MPI on) | data parallel 1 x tensor 2 x pipeline 1' '$tmp/tp2_mpi.log'"
+
+# the tp 2 checkpoint at step 2, resumed on one GPU: its weights follow the one-GPU run
+mkdir -p "$tmp/one.ck" && cp -r "$tmp/ck/step_00000002" "$tmp/one.ck/"
+timeout 300 "$TRAIN" "${COMMON[@]}" --ckpt-dir "$tmp/one.ck" --resume auto --save-model "$tmp/one.bin" \
+    >"$tmp/one.log" 2>&1
+check tp_ckpt_tp2_resumes_on_one_gpu "grep -aq 'resume: continuing at step 2' '$tmp/one.log'" \
+    "$(grep -a -m2 -i 'error\|resume' "$tmp/one.log" | tr '\n' ' ')"
+"$CMP" --compare-models "$tmp/ref.bin" "$tmp/one.bin" 1e-3 "${P}tp_ckpt_tp2_resumed_on_one_gpu_matches"
