@@ -45,11 +45,20 @@ static float cpu_train_step(void *ctx, const int *xs, const int *ys, int accum) 
     zero_begin_step(t->zero);
     for (int micro = 0; micro < accum; micro++) {
         zero_begin_pass(t->zero, micro == accum - 1);
+        step_time_enter(STEP_FWD);
         loss += gpt_forward(m, xs + micro * BT, ys + micro * BT, m->acts.B, m->acts.T, t->dloss);
+        step_time_enter(STEP_BWD);
         gpt_backward(m);
     }
     return (float)loss;
 }
+// This process's peak resident memory (bytes).
+static double peak_rss_bytes(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss * 1024.0;  // (KiB)
+}
+
 static float cpu_forward(void *ctx, const int *x, const int *y, int B, int T) {
     CpuTrainer *t = (CpuTrainer *)ctx;
     return t->pipeline ? pipeline_forward(t->pipeline, x, y, B, T) : gpt_forward(t->model, x, y, B, T, 0.0f);
@@ -164,6 +173,7 @@ int main(int argc, char **argv) {
                                         : model.acts.num_floats);
 
     double peak_gflops = o.peak_tflops > 0 ? o.peak_tflops * 1e3 : matmul_measure_peak_gflops(1024, 10);
+    if (!(peak_gflops > 0 && isfinite(peak_gflops))) peak_gflops = 0;  // (MFU then not given)
     double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)plan.total_tokens;
     ZeroMemory zm = zero_cpu_memory(&zero);
     if (rank == 0) {
@@ -199,7 +209,7 @@ int main(int argc, char **argv) {
                                                    (size_t)(ckpt_pieces_elems(&ranges.write) + 1));
     TrainRun run = {&o, &cfg, plan, &tm, &train_loader, have_val ? &val_loader : NULL,
                     have_tokenizer ? &tokenizer : NULL, dp, comm_group(&comm, COMM_WORLD), rank,
-                    flops_per_step, peak_gflops * 1e9,
+                    flops_per_step, peak_gflops * 1e9, peak_rss_bytes, "host RSS",
                     {&o, &cfg, &global, &plan, &comm, "train_gpt"}, ranges, &map, ckpt_staging};
     if (rank == 0) train_check_outputs(&o, from_file, &train_loader, have_val ? &val_loader : NULL);
     Logger log;
@@ -214,11 +224,7 @@ int main(int argc, char **argv) {
         train_save_model_files(&o, &global, rank == 0, param_gather_fetch, &pg);
         param_gather_free(&pg);
     }
-    if (rank == 0) {
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
-        printf("peak memory of rank 0: %.1f MB (RSS)\n", ru.ru_maxrss / 1e3);
-    }
+    if (rank == 0) printf("peak memory of rank 0: %.1f MB (RSS)\n", peak_rss_bytes() / 1e6);
     logger_close(&log);
     if (have_tokenizer) tokenizer_free(&tokenizer);
     dataloader_free(&train_loader);

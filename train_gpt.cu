@@ -23,6 +23,7 @@
 #include "llmc/optimizer.h"
 #include "llmc/param_gather.h"
 #include "llmc/pipeline_gpu.cuh"
+#include "llmc/step_time_gpu.cuh"
 #include "llmc/tokenizer.h"
 #include "llmc/train_options.h"
 #include "llmc/train_loop.h"
@@ -65,7 +66,9 @@ static float gpu_train_step(void *ctx, const int *xs, const int *ys, int accum) 
     gpu_gpt_upload_tokens(m, xs, ys, accum);
     for (int micro = 0; micro < accum; micro++) {
         zero_gpu_begin_pass(t->zero, micro == accum - 1);
+        step_time_enter(STEP_FWD);
         gpu_stage_forward(m, &m->acts, xs + micro * BT, micro, m->B, m->T, 1, t->dloss);
+        step_time_enter(STEP_BWD);
         gpu_stage_backward(m, &m->acts);
     }
     return (float)gpu_gpt_step_loss(m, accum);
@@ -86,7 +89,9 @@ static float gpu_finish_grads(void *ctx) {
 static void gpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scale, int step) {
     GpuTrainer *t = (GpuTrainer *)ctx;
     if (t->ckpt_copy_pending) {  // the update rewrites what a checkpoint's copy reads
+        StepPart left = step_time_enter(STEP_CKPT);
         CUDA_CHECK(cudaStreamWaitEvent(t->model->stream, t->ckpt_copied, 0));
+        step_time_enter(left);
         t->ckpt_copy_pending = 0;
     }
     gpu_gpt_update(t->model, ac, grad_scale, gpu_step_seed(t, step));
@@ -187,12 +192,21 @@ int main(int argc, char **argv) {
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    const char *peak_source = "--peak-tflops", *datasheet = NULL;
     double peak_tflops = o.peak_tflops;
+    if (peak_tflops <= 0) peak_tflops = cuda_datasheet_bf16_tflops(prop.name, &datasheet);
+    char datasheet_text[64] = "";
+    if (datasheet) {
+        snprintf(datasheet_text, sizeof(datasheet_text), "%s dense bf16 datasheet, by device name", datasheet);
+        peak_source = datasheet_text;
+    }
     if (peak_tflops <= 0) {  // measured before the model takes the memory
+        peak_source = "measured bf16 cuBLASLt";
         MatmulContext probe;
         matmul_init(&probe);
         peak_tflops = matmul_measure_peak_tflops(&probe, 8192, 5, 0);
         matmul_free(&probe);
+        if (!(peak_tflops > 0 && isfinite(peak_tflops))) peak_tflops = 0, peak_source = "unknown: MFU not given";
     }
 
     GPTGPU model;
@@ -259,7 +273,7 @@ int main(int argc, char **argv) {
                mem->workspace / 1e6, gpu_memory_total(mem) / 1e9, prop.totalGlobalMem / 1e9);
         printf("compute: %s (sm_%d%d, %d SMs), attention %s, peak %.1f TFLOP/s (%s), %.2f GFLOP/step\n", prop.name,
                prop.major, prop.minor, prop.multiProcessorCount, o.attention, peak_tflops,
-               o.peak_tflops > 0 ? "--peak-tflops" : "measured bf16 cuBLASLt", flops_per_step * 1e-9);
+               peak_source, flops_per_step * 1e-9);
         fflush(stdout);
     }
 
@@ -282,12 +296,17 @@ int main(int argc, char **argv) {
     }
     TrainRun run = {&o, &cfg, plan, &tm, &train_loader, have_val ? &val_loader : NULL,
                     have_tokenizer ? &tokenizer : NULL, host_dp, comm_group(&comm, COMM_WORLD), rank, flops_per_step,
-                    peak_tflops * 1e12, {&o, &cfg, &global, &plan, &comm, "train_gptcu"}, ranges, &model.map,
-                    ckpt_staging};
+                    peak_tflops * 1e12, cuda_used_bytes, "device in use", {&o, &cfg, &global, &plan, &comm,
+                    "train_gptcu"}, ranges, &model.map, ckpt_staging};
+    // the steps' parts on the device's timeline (step_time.h)
+    StepEventClock *step_events = (StepEventClock *)mallocCheck(sizeof(StepEventClock));
+    step_time_use_device(step_event_clock_init(step_events, model.stream));
     if (rank == 0) train_check_outputs(&o, from_file, &train_loader, have_val ? &val_loader : NULL);
     Logger log;
     logger_open(&log, o.log_json, rank == 0);
     int finished = train_loop(&run, &log);  // 0: preempted, its checkpoint committed
+    step_event_clock_free(step_events);
+    free(step_events);
     if (ckpt_staging) {
         CUDA_CHECK(cudaStreamSynchronize(trainer.ckpt_stream));
         CUDA_CHECK(cudaFreeHost(ckpt_staging));

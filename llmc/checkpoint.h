@@ -147,7 +147,7 @@ static inline void ckpt_pieces_add(CkptPieces *p, int64_t lo, int64_t hi) {
     }
     if (p->n == p->cap) {
         p->cap = p->cap ? 2 * p->cap : 8;
-        p->r = (CkptRange *)realloc(p->r, sizeof(CkptRange) * (size_t)p->cap);
+        p->r = (CkptRange *)reallocCheck(p->r, sizeof(CkptRange) * (size_t)p->cap);
         CHECK(p->r != NULL, "out of memory");
     }
     p->r[p->n++] = (CkptRange){lo, hi};
@@ -282,7 +282,7 @@ static inline int64_t *ckpt_list_steps(const char *dir, int *n) {
         if (s < 0) continue;
         if (*n == cap) {
             cap *= 2;
-            steps = (int64_t *)realloc(steps, sizeof(int64_t) * (size_t)cap);
+            steps = (int64_t *)reallocCheck(steps, sizeof(int64_t) * (size_t)cap);
             CHECK(steps != NULL, "out of memory");
         }
         steps[(*n)++] = s;
@@ -360,7 +360,7 @@ static inline void ckpt_text(CkptText *t, const char *fmt, ...) {
         CHECK(k >= 0, "formatting the manifest failed");
         if (t->s && t->len + (size_t)k < t->cap) { t->len += (size_t)k; return; }
         t->cap = (t->cap + (size_t)k + 1) * 2;
-        t->s = (char *)realloc(t->s, t->cap);
+        t->s = (char *)reallocCheck(t->s, t->cap);
         CHECK(t->s != NULL, "out of memory");
     }
 }
@@ -1165,7 +1165,7 @@ static inline void ckpt_span_run(void *ctx, int64_t local, int64_t global, int64
     CkptSpanList *l = (CkptSpanList *)ctx;
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 64;
-        l->s = (CkptSpan *)realloc(l->s, sizeof(CkptSpan) * (size_t)l->cap);
+        l->s = (CkptSpan *)reallocCheck(l->s, sizeof(CkptSpan) * (size_t)l->cap);
         CHECK(l->s != NULL, "out of memory");
     }
     l->s[l->n++] = (CkptSpan){global, n, l->piece_at + (local - l->piece_lo)};
@@ -1221,7 +1221,7 @@ static inline void ckpt_copy_run(void *ctx, int64_t local, int64_t g, int64_t n)
         if (z <= a) continue;
         if (l->n == l->cap) {
             l->cap = l->cap ? 2 * l->cap : 64;
-            l->c = (CkptCopy *)realloc(l->c, sizeof(CkptCopy) * (size_t)l->cap);
+            l->c = (CkptCopy *)reallocCheck(l->c, sizeof(CkptCopy) * (size_t)l->cap);
             CHECK(l->c != NULL, "out of memory");
         }
         l->c[l->n++] = (CkptCopy){l->off + (local + (a - g) - l->lo) * 4, z - a, sp[i].at + (a - sp[i].global), l->state};

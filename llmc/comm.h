@@ -39,6 +39,7 @@
 #include <time.h>
 
 #include "launcher_env.h"
+#include "step_time.h"
 #include "utils.h"
 #ifdef LLMC_MPI
 #ifndef OMPI_SKIP_MPICXX
@@ -326,8 +327,13 @@ static inline void comm_test_fault(const Comm *c) {
 
 // Completes a request. Past the communicator's deadline it prints which rank
 // waited for what and ends the whole job (exit status 3 on every rank).
+static inline StepPart comm_wait_part(const CommGroup *g) {
+    return g->kind == COMM_PIPELINE ? STEP_BUBBLE : STEP_COMM;
+}
+
 static inline void comm_wait(CommRequest *r) {
     if (!r->active) return;
+    StepPart left = step_time_enter(comm_wait_part(r->group));  // (step_time.h: the wait is comm or bubble time)
     Comm *c = r->group->comm;
     double deadline = c->timeout_s > 0 ? wall_seconds() + c->timeout_s : 0;
     for (long spins = 0; !comm_test(r); spins++) {
@@ -340,6 +346,7 @@ static inline void comm_wait(CommRequest *r) {
             nanosleep(&ts, NULL);
         }
     }
+    step_time_enter(left);
 }
 
 static inline void comm_wait_all(CommRequest *rs, int n) {
@@ -352,8 +359,10 @@ static inline void comm_wait_all(CommRequest *rs, int n) {
 // completing r here (the staged backend's result is on the device then).
 static inline void comm_stream_wait(CommRequest *r, void *stream) {
     if (!r->active) return;
+    StepPart left = step_time_enter(comm_wait_part(r->group));  // (on the device clock: the stream's stall)
     if (r->group->be->stream_wait) r->group->be->stream_wait(r, stream);
     else comm_wait(r);
+    step_time_enter(left);
 }
 
 // ---------------------------------------------------------------------------

@@ -234,6 +234,31 @@ static inline size_t cuda_free_bytes(void) {
     return free_b;
 }
 
+// The dense bf16 tensor-core peak (TFLOP/s) of a device NVIDIA names in its
+// datasheets, by the name CUDA reports (first match in order: the PCIe and
+// NVL parts before their SXM siblings); 0 when unknown (the caller measures).
+static inline double cuda_datasheet_bf16_tflops(const char *device_name, const char **label) {
+    static const struct { const char *a, *b; double tflops; const char *label; } known[] = {
+        {"H100", "PCIe", 756.0, "H100 PCIe"}, {"H100", "NVL", 835.0, "H100 NVL"}, {"H100", "", 989.0, "H100 SXM"},
+        {"H200", "NVL", 835.0, "H200 NVL"},  {"H200", "", 989.0, "H200 SXM"},   {"GH200", "", 989.0, "GH200"},
+        {"B200", "", 2250.0, "B200"},         {"A100", "", 312.0, "A100"},
+    };
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        if (strstr(device_name, known[i].a) && strstr(device_name, known[i].b)) {
+            *label = known[i].label;
+            return known[i].tflops;
+        }
+    *label = NULL;
+    return 0.0;
+}
+
+// The bytes in use on the current device (by every process on it).
+static inline double cuda_used_bytes(void) {
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return (double)(total_b - free_b);
+}
+
 static inline void *cuda_malloc_check_at(size_t bytes, const char *file, int line) {
     void *p = NULL;
     cudaError_t err = cudaMalloc(&p, bytes > 0 ? bytes : 16);

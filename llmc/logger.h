@@ -1,6 +1,9 @@
 // logger.h: the training log. A human line per step on stdout and, with
 // --log-json FILE, one JSON object per line that tools and tests read:
-//   {"step":N,"loss":x,"lr":x,"grad_norm":x,"tokens":N,"ms":x,"tok_per_s":x,"mfu":x}
+//   {"step":N,"loss":x,"lr":x,"grad_norm":x,"tokens":N,"ms":x,"tok_per_s":x,"mfu":x,
+//    "time":{"data":x,"fwd":x,"bwd":x,"comm":x,"bubble":x,"opt":x,"ckpt":x},
+//    "time_min":{...},"time_max":{...}}   (step_time.h's parts in ms: rank 0's, and over the ranks)
+//   {"summary":{...}}                        (train_loop.h's train_summary, at the end)
 //   {"step":N,"val_loss":x}
 //   {"step":N,"ckpt":"staged","stall_ms":x}       (checkpoint.h: the training loop's stall)
 //   {"step":N,"ckpt":"committed","bytes":N,"seconds":x}  (durable; seconds since staged)
@@ -17,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "step_time.h"
 #include "utils.h"
 
 typedef struct {
@@ -32,7 +36,16 @@ typedef struct {
     long long tokens;    // tokens processed in this step, all ranks
     double ms;           // wall time of the step
     double mfu;          // model FLOPs utilisation, 0..1 (negative: unknown)
+    const double *time;  // (STEP_PARTS) ms of each part of the step (NULL: none)
+    const double *time_min, *time_max;  // (STEP_PARTS) over the ranks (NULL: none)
 } StepRecord;
+
+// ,"key":{"data":x,...} for one set of parts
+static void logger_json_parts(FILE *f, const char *key, const double *ms) {
+    fprintf(f, ",\"%s\":{", key);
+    for (int p = 0; p < STEP_PARTS; p++) fprintf(f, "%s\"%s\":%.3f", p ? "," : "", step_part_names[p], ms[p]);
+    fprintf(f, "}");
+}
 
 static void logger_open(Logger *lg, const char *json_path, int enabled) {
     lg->json = NULL;
@@ -53,14 +66,20 @@ static void logger_flush_checked(Logger *lg) {
 static void logger_step(Logger *lg, const StepRecord *r) {
     if (!lg->enabled) return;
     double tok_per_s = r->ms > 0 ? (double)r->tokens / (r->ms / 1000.0) : 0.0;
-    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | MFU %.1f%%\n", r->step + 1,
-           r->total_steps, r->loss, r->lr, r->grad_norm, r->ms, tok_per_s, r->mfu * 100.0);
+    char mfu[16] = "n/a";  // (no peak to compare with)
+    if (r->mfu >= 0) snprintf(mfu, sizeof(mfu), "%.1f%%", r->mfu * 100.0);
+    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | MFU %s\n", r->step + 1,
+           r->total_steps, r->loss, r->lr, r->grad_norm, r->ms, tok_per_s, mfu);
     fflush(stdout);
     if (lg->json) {
         fprintf(lg->json,
                 "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"tokens\":%lld,\"ms\":%.3f,"
-                "\"tok_per_s\":%.1f,\"mfu\":%.5f}\n",
+                "\"tok_per_s\":%.1f,\"mfu\":%.5f",
                 r->step, r->loss, r->lr, r->grad_norm, r->tokens, r->ms, tok_per_s, r->mfu);
+        if (r->time) logger_json_parts(lg->json, "time", r->time);
+        if (r->time_min) logger_json_parts(lg->json, "time_min", r->time_min);
+        if (r->time_max) logger_json_parts(lg->json, "time_max", r->time_max);
+        fprintf(lg->json, "}\n");
         logger_flush_checked(lg);
     }
 }

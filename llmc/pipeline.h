@@ -252,6 +252,7 @@ static void pp_runner_step(PPRunner *pr, int m) {
             continue;
         }
         PPSlot *s = pp_slot(pr, a->chunk, a->mb);
+        step_time_enter(a->op == PP_F ? STEP_FWD : STEP_BWD);  // (waits for the neighbour: bubble, in comm.h)
         if (a->op == PP_F) pp_consume(pr, &s->recv_f, &s->recv_f_posted);
         if (a->op == PP_B) pp_consume(pr, &s->recv_b, &s->recv_b_posted);
         double t0 = wall_seconds();

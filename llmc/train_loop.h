@@ -70,9 +70,11 @@ typedef struct {
     DataLoader *train, *val;   // val: NULL without --data-val
     const Tokenizer *tokenizer;  // NULL: samples print as bytes or ids
     CommGroup *dp;             // the data group on host buffers (means of losses)
-    CommGroup *ckpt_group;     // the ranks that write checkpoints (the data group; the world with --pp)
+    CommGroup *world;          // every rank: the checkpoints' writers, the step times over the ranks, the summary
     int rank;                  // only rank 0 prints
     double flops_per_step, peak_flops;  // FLOP, FLOP/s (for MFU)
+    double (*peak_memory_bytes)(void);  // this rank's peak memory (host RSS, or the device's in use)
+    const char *memory_kind;            // what peak_memory_bytes measures, for the summary
     // checkpoints: what the manifest describes, this rank's ranges (of its
     // buffer) and that buffer's mapping onto the global order, its staging
     // buffer ((CKPT_STATES, write range) floats; NULL without --ckpt-dir)
@@ -195,7 +197,7 @@ static int train_resume(const TrainRun *r, Rng *sample_rng) {
         t.dst[s] = (float *)mallocCheck(sizeof(float) * (size_t)(ckpt_pieces_elems(&t.hold[s]) + 1));
     }
     CkptPoint p;
-    int resumed = ckpt_resume(&r->ckpt, r->ckpt_group, r->train, &t, &p);
+    int resumed = ckpt_resume(&r->ckpt, r->world, r->train, &t, &p);
     if (resumed) {
         r->model->ckpt_load(r->model->ctx, t.dst, &r->ckpt_ranges, p.step);
         dataloader_restore(r->train, &p.data);
@@ -211,6 +213,124 @@ static int train_resume(const TrainRun *r, Rng *sample_rng) {
     return resumed ? (int)p.step : 0;
 }
 
+// Each step's wall time and parts (step_time.h), for the summary.
+typedef struct {
+    int n, cap;
+    double *ms;
+    double (*parts)[STEP_PARTS];
+} StepHistory;
+
+static void step_history_add(StepHistory *h, double ms, const double parts[STEP_PARTS]) {
+    if (h->n == h->cap) {
+        h->cap = h->cap ? 2 * h->cap : 64;
+        h->ms = (double *)reallocCheck(h->ms, sizeof(double) * (size_t)h->cap);
+        h->parts = (double(*)[STEP_PARTS])reallocCheck(h->parts, sizeof(double) * STEP_PARTS * (size_t)h->cap);
+    }
+    h->ms[h->n] = ms;
+    memcpy(h->parts[h->n], parts, sizeof(double) * STEP_PARTS);
+    h->n++;
+}
+
+static void step_history_free(StepHistory *h) {
+    free(h->ms);
+    free(h->parts);
+}
+
+// Logs optimizer step `step` (0-based) when --log-every says so (every rank
+// calls it: at those steps the parts' minimum and maximum over the ranks are
+// gathered); rank 0's logger writes.
+static void train_log_step(const TrainRun *r, Logger *log, int step, float loss, float lr, float norm, double ms,
+                           const double parts[STEP_PARTS]) {
+    const TrainOptions *o = r->o;
+    if ((step + 1) % o->log_every != 0 && step + 1 != o->steps) return;
+    int n = r->world->size;
+    double *all = (double *)mallocCheck(sizeof(double) * STEP_PARTS * (size_t)n), lo[STEP_PARTS], hi[STEP_PARTS];
+    size_t *counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)n);
+    for (int k = 0; k < n; k++) counts[k] = STEP_PARTS;
+    CommRequest q = comm_all_gather_start(r->world, parts, all, counts, COMM_F64);
+    comm_wait(&q);
+    for (int p = 0; p < STEP_PARTS; p++) {
+        lo[p] = hi[p] = all[p];
+        for (int k = 1; k < n; k++) {
+            double v = all[(size_t)k * STEP_PARTS + p];
+            lo[p] = v < lo[p] ? v : lo[p];
+            hi[p] = v > hi[p] ? v : hi[p];
+        }
+    }
+    StepRecord rec = {step, o->steps, loss, lr, norm, r->plan.total_tokens, ms,
+                      r->peak_flops > 0 ? r->flops_per_step / (ms * 1e-3) / r->peak_flops : -1.0, parts,
+                      n > 1 ? lo : NULL, n > 1 ? hi : NULL};
+    logger_step(log, &rec);
+    free(all);
+    free(counts);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// The q-quantile (0..1, nearest rank) of v[0..n) (n > 0; v is reordered).
+static double quantile(double *v, int n, double q) {
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    int k = (int)(q * n + 0.999999) - 1;
+    return v[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
+
+// At the end (every rank calls it; rank 0 prints): each part's mean, p50 and
+// p90 over the steps after the first (the warm-up: allocation, first touch),
+// tokens/s, MFU and every rank's peak memory; also as a {"summary":...} record.
+static void train_summary(const TrainRun *r, Logger *log, const StepHistory *h) {
+    int n = r->world->size;
+    double mine = r->peak_memory_bytes ? r->peak_memory_bytes() : 0.0;
+    double *mem = (double *)mallocCheck(sizeof(double) * (size_t)n);
+    size_t *counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)n);
+    for (int k = 0; k < n; k++) counts[k] = 1;
+    CommRequest q = comm_all_gather_start(r->world, &mine, mem, counts, COMM_F64);
+    comm_wait(&q);
+    free(counts);
+    int warm = h->n > 1 ? 1 : 0, m = h->n - warm;
+    if (r->rank != 0 || m <= 0) {
+        free(mem);
+        return;
+    }
+    double *v = (double *)mallocCheck(sizeof(double) * (size_t)m), stats[STEP_PARTS + 1][3], total_ms = 0.0;
+    for (int p = 0; p <= STEP_PARTS; p++) {  // (p == STEP_PARTS: the whole step)
+        double sum = 0.0;
+        for (int i = 0; i < m; i++) v[i] = p < STEP_PARTS ? h->parts[warm + i][p] : h->ms[warm + i], sum += v[i];
+        stats[p][0] = sum / m;
+        stats[p][1] = quantile(v, m, 0.5);
+        stats[p][2] = quantile(v, m, 0.9);
+    }
+    for (int i = 0; i < m; i++) total_ms += h->ms[warm + i];
+    double tok_s = (double)r->plan.total_tokens * m / (total_ms * 1e-3);
+    double mfu = r->peak_flops > 0 ? r->flops_per_step * m / (total_ms * 1e-3) / r->peak_flops : -1.0;
+    if (warm) printf("summary over steps 2-%d (step 1 is warm-up): ms a step\n", h->n);
+    else printf("summary of the one step: ms\n");
+    printf("  %-7s %10s %10s %10s %7s\n", "part", "mean", "p50", "p90", "share");
+    for (int p = 0; p <= STEP_PARTS; p++)
+        printf("  %-7s %10.2f %10.2f %10.2f %6.1f%%\n", p < STEP_PARTS ? step_part_names[p] : "step", stats[p][0],
+               stats[p][1], stats[p][2], 100.0 * stats[p][0] / stats[STEP_PARTS][0]);
+    char mfu_text[32] = "unknown";
+    if (mfu >= 0) snprintf(mfu_text, sizeof(mfu_text), "%.1f%%", 100.0 * mfu);
+    printf("  %.0f tokens/s | MFU %s | peak memory (%s), MB by rank:", tok_s, mfu_text, r->memory_kind);
+    for (int k = 0; k < n; k++) printf(" %.1f", mem[k] / 1e6);
+    printf("\n");
+    fflush(stdout);
+    if (log->json) {
+        fprintf(log->json, "{\"summary\":{\"steps\":%d,\"warmup\":%d,\"time\":{", m, warm);
+        for (int p = 0; p <= STEP_PARTS; p++)
+            fprintf(log->json, "%s\"%s\":{\"mean\":%.3f,\"p50\":%.3f,\"p90\":%.3f}", p ? "," : "",
+                    p < STEP_PARTS ? step_part_names[p] : "step", stats[p][0], stats[p][1], stats[p][2]);
+        fprintf(log->json, "},\"tok_per_s\":%.1f,\"mfu\":%.5f,\"peak_memory_mb\":[", tok_s, mfu);
+        for (int k = 0; k < n; k++) fprintf(log->json, "%s%.1f", k ? "," : "", mem[k] / 1e6);
+        fprintf(log->json, "]}}\n");
+        logger_flush_checked(log);
+    }
+    free(v);
+    free(mem);
+}
+
 // Steps 0..steps-1 (from a checkpoint's step with --resume), with evaluation
 // and sampling where the flags say (and once more after the last step), and
 // checkpoints (--ckpt-dir); logs through log (rank 0 writes). Returns 0 when
@@ -224,10 +344,11 @@ static int train_loop(const TrainRun *r, Logger *log) {
     LrSchedule sched = train_lr_schedule(o);
     Rng sample_rng = train_sample_rng(o);
     int start = o->resume[0] ? train_resume(r, &sample_rng) : 0, finished = 1;
+    StepHistory history = {0, 0, NULL, NULL};
     CkptWriter writer, *ckpt = NULL;
     if (o->ckpt_dir[0]) {
         ckpt = &writer;
-        ckpt_writer_init(ckpt, &r->ckpt, r->ckpt_group, &r->ckpt_ranges, r->ckpt_staging, tm->ckpt_wait_staged,
+        ckpt_writer_init(ckpt, &r->ckpt, r->world, &r->ckpt_ranges, r->ckpt_staging, tm->ckpt_wait_staged,
                          tm->ctx);
     }
     for (int step = start; step <= o->steps; step++) {
@@ -236,28 +357,39 @@ static int train_loop(const TrainRun *r, Logger *log) {
         if (step == o->steps) break;
 
         train_range_push(tm, "step");
-        double t0 = wall_seconds();
+        double t0 = wall_seconds(), parts[STEP_PARTS];
+        step_time_start(STEP_DATA);
         train_range_push(tm, "data");
         for (int micro = 0; micro < accum; micro++)
             dataloader_next(r->train, x + (size_t)micro * B * T, y + (size_t)micro * B * T);
         train_range_pop(tm);
         double loss = tm->train_step(tm->ctx, x, y, accum);  // the model's hooks start the gradient reductions
         loss = comm_mean(r->dp, loss / accum);
+        step_time_enter(STEP_OPT);
         float norm = tm->finish_grads(tm->ctx);
         float lr = lr_at_step(&sched, step);
         AdamWConfig ac = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, step + 1};
-        if (ckpt) ckpt_before_update(ckpt);  // a checkpoint's copy of the weights and moments is done
+        if (ckpt) {  // a checkpoint's copy of the weights and moments is done
+            step_time_enter(STEP_CKPT);
+            ckpt_before_update(ckpt);
+            step_time_enter(STEP_OPT);
+        }
         tm->optimizer_step(tm->ctx, &ac, grad_clip_scale(norm, o->grad_clip), step);
+        step_time_enter(STEP_CKPT);
+        int stop = ckpt && ckpt_step_boundary(ckpt, step + 1, step + 1 == o->steps, r->train, &sample_rng,
+                                              tm->ckpt_stage, log);
+        step_time_stop(parts);
         double ms = (wall_seconds() - t0) * 1e3;
         train_range_pop(tm);
-        train_log_step(log, o, step, (float)loss, lr, norm, r->plan.total_tokens, ms, r->flops_per_step,
-                       r->peak_flops);
-        if (ckpt && ckpt_step_boundary(ckpt, step + 1, step + 1 == o->steps, r->train, &sample_rng, tm->ckpt_stage,
-                                       log)) {
+        step_history_add(&history, ms, parts);
+        train_log_step(r, log, step, (float)loss, lr, norm, ms, parts);
+        if (stop) {
             finished = 0;
             break;
         }
     }
+    train_summary(r, log, &history);
+    step_history_free(&history);
     if (ckpt) ckpt_writer_free(ckpt);
     free(x);
     free(y);

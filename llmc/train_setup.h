@@ -221,14 +221,6 @@ static inline int train_sample_now(const TrainOptions *o, int step) {
     return o->sample_every > 0 && (step % o->sample_every == 0 || step == o->steps);
 }
 
-// Logs optimizer step `step` (0-based) when --log-every says so; peak_flops in FLOP/s.
-static void train_log_step(Logger *log, const TrainOptions *o, int step, float loss, float lr, float norm,
-                           long long tokens, double ms, double flops_per_step, double peak_flops) {
-    if ((step + 1) % o->log_every != 0 && step + 1 != o->steps) return;
-    StepRecord r = {step, o->steps, loss, lr, norm, tokens, ms, flops_per_step / (ms * 1e-3) / peak_flops};
-    logger_step(log, &r);
-}
-
 // Writes the final weights where --out-dir and --save-model say, fetching them
 // (modelfile.h's modelfile_save_streamed; param_gather.h's fetch brings each
 // chunk from the ranks that hold it). Every rank that serves fetches calls it;

@@ -74,6 +74,13 @@ static inline void *calloc_check_at(size_t n, size_t size, const char *file, int
 }
 #define callocCheck(n, size) calloc_check_at((n), (size), __FILE__, __LINE__)
 
+static inline void *realloc_check_at(void *p, size_t size, const char *file, int line) {
+    void *q = realloc(p, size > 0 ? size : 1);
+    if (q == NULL) die_at(file, line, "out of memory growing a buffer to %zu bytes", size);
+    return q;
+}
+#define reallocCheck(p, size) realloc_check_at((p), (size), __FILE__, __LINE__)
+
 // 64-byte aligned allocation for vectorised kernels.
 static inline void *aligned_malloc_check_at(size_t size, const char *file, int line) {
     void *p = NULL;

@@ -16,7 +16,8 @@
 # (tests/test_tensor_parallel_gpu.sh); then time d24 and d36
 # (the trainer says so when a model does not fit). Steps run in that order within BUDGET_S (default 470 s);
 # one that would not fit is listed as not run. The last lines are a table:
-# tokens/s, ms/step, MFU against the measured bf16 peak and against 989 TFLOP/s
+# tokens/s, ms/step, MFU against the trainer's peak (the datasheet's by device name, else
+# measured; the compute line says which) and against 989 TFLOP/s
 # (H100/H200 SXM dense bf16), with llm.c's published MFU where known.
 # Logs go to $OUT (default /tmp/gpu_check). Record results in dev/perf/NOTES.md.
 # CHECKS_SKIP: a regex of step names (test_gpt_cu, dev_<family>, profile_d12_flash,
@@ -227,7 +228,7 @@ printf '%s\n' "${summary[@]}"
 echo "== ceilings measured in this run"
 grep -h '^ceilings' "$OUT"/dev_matmul.log 2>/dev/null | head -1
 echo "== $TRAINER ${SHAPE[*]}, median of steps 4..$STEPS"
-printf '%-6s %-6s %12s %10s %10s %10s\n' model attn "tokens/s" "ms/step" "MFU(meas)" "MFU(989)"
+printf '%-6s %-6s %12s %10s %10s %10s\n' model attn "tokens/s" "ms/step" "MFU(train)" "MFU(989)"
 printf '%s\n' "${table[@]}"
 echo "== where a ${PROFILE_SHAPE[*]} step goes ($BIN/profile_step_gpu; CUDA events)"
 grep -h '^BENCH profile_step' "$OUT"/profile_d12_*.log 2>/dev/null

@@ -49,6 +49,7 @@
 
 #include <atomic>
 #include <map>
+#include <chrono>
 #include <memory>
 #include <thread>
 
@@ -111,6 +112,9 @@ typedef EmuStream *cudaStream_t;  // nullptr: the legacy default stream
 struct EmuEvent {
     EmuStream *stream = nullptr;  // where it was last recorded (nullptr: complete)
     uint64_t target = 0;          // complete once stream->done reaches it
+    // when the stream reached it (s, the host's clock: the emulated device runs a stream's work when something
+    // waits for it, so intervals are of that timeline); shared with the op that sets it
+    std::shared_ptr<double> time = std::make_shared<double>(0.0);
 };
 typedef EmuEvent *cudaEvent_t;
 static std::vector<std::unique_ptr<EmuStream>> emu_all_streams;  // never freed: events may still name them
@@ -219,8 +223,19 @@ static inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
     delete e;
     return cudaSuccess;
 }
+static inline double emu_clock_seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+// An event on an idle stream is reached at once (as on a GPU); else when the
+// stream runs to it (queued as a completion: it forces nothing to run).
 static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
     if (!s) emu_sync_blocking_streams();
+    if (!s || s->done == s->queued) {
+        *e->time = emu_clock_seconds();
+    } else {
+        std::shared_ptr<double> t = e->time;
+        emu_enqueue_op(s, EmuOp{[t] { *t = emu_clock_seconds(); }, nullptr, 0, true});
+    }
     e->stream = s;
     e->target = s ? s->queued : 0;
     return cudaSuccess;
@@ -236,10 +251,10 @@ static inline cudaError_t cudaEventQuery(cudaEvent_t e) {
     if (std::this_thread::get_id() == emu_device_thread) emu_stream_run(e->stream, e->target);
     return cudaErrorNotReady;
 }
-// No clock: every interval is 1 ms (only the peak-rate probe times events).
+// The interval between when the streams reached the two events.
 static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
     if (!emu_event_done(a) || !emu_event_done(b)) return cudaErrorNotReady;
-    *ms = 1.0f;
+    *ms = (float)((*b->time - *a->time) * 1e3);
     return cudaSuccess;
 }
 // s waits (on the device) for the work before e's last record.

@@ -1,4 +1,5 @@
-// test_kernels_emulated.cpp: the memory-bound GPU kernels (llmc/layernorm.cuh,
+// test_kernels_emulated.cpp: the datasheet peaks MFU uses (llmc/cuda_common.cuh),
+// and the memory-bound GPU kernels (llmc/layernorm.cuh,
 // gelu.cuh, classifier.cuh, encoder.cuh, adamw.cuh, global_norm.cuh: the text
 // nvcc compiles) run on the CPU through tests/cuda_emulator.h, against the CPU
 // references of llmc/cpu_layers.h and llmc/optimizer.h on the same bf16
@@ -467,7 +468,27 @@ template <class T> static void check_colsum(Rng *rng, int N, int C) {
                 N, C, e);
 }
 
+// ---------------------------------------------------------------------------
+// the datasheet peaks MFU is measured against (llmc/cuda_common.cuh), by the names CUDA reports
+
+static void check_datasheet_peaks(void) {
+    const struct { const char *name; double want; } cases[] = {
+        {"NVIDIA H100 80GB HBM3", 989.0}, {"NVIDIA H100 PCIe", 756.0},  {"NVIDIA H100 NVL", 835.0},
+        {"NVIDIA H200", 989.0},           {"NVIDIA H200 NVL", 835.0},   {"NVIDIA GH200 480GB", 989.0},
+        {"NVIDIA B200", 2250.0},          {"NVIDIA A100-SXM4-80GB", 312.0}, {"NVIDIA A100 80GB PCIe", 312.0},
+        {"NVIDIA GeForce RTX 4090", 0.0}, {"NVIDIA L4", 0.0},
+    };
+    bool ok = true;
+    for (const auto &c : cases) {
+        const char *label = NULL;
+        double got = cuda_datasheet_bf16_tflops(c.name, &label);
+        ok &= got == c.want && (got > 0) == (label != NULL);
+    }
+    test_result(ok, "datasheet bf16 peaks by device name (A100, H100 SXM/PCIe/NVL, H200, GH200, B200; unknown: 0)");
+}
+
 int main(void) {
+    check_datasheet_peaks();
     Rng rng;
     rng_seed(&rng, 2);
     // LayerNorm: C = 64 (one chunk per lane), 768 (three), 1600 (seven, the last partly past C), 2304 (> 2048:

@@ -60,6 +60,9 @@ layout dp2_pp2_interleaved_zero1 4 --batch-size 2 --pp 2 --pp-schedule interleav
 layout dp2_pp2_zero2 4 --batch-size 2 --pp 2 --zero 2
 layout dp2_pp2_zb1p_zero3 4 --batch-size 2 --pp 2 --pp-schedule zb1p --zero 3
 check dp2_pp2_says_its_layout "grep -aq '^ranks: 4 (mpirun launch, MPI on) | data parallel 2 x tensor 1 x pipeline 2' '$tmp/dp2_pp2.log'"
+# where the steps' time goes: waiting for the neighbouring stage is bubble, the data group's reductions comm
+python3 tests/step_times.py "$tmp/dp2_pp2_zero2.json" "${P}dp2_pp2_zero2" --steps 10 --ranks 4 --part fwd --part bwd \
+    --part bubble --part comm
 
 # evaluation and sampling run the stages in order: the same losses and text as one process
 "$TRAIN" "${COMMON[@]}" "${EVAL[@]}" --batch-size 4 --log-json "$tmp/eval_ref.json" >"$tmp/eval_ref.log" 2>&1

@@ -64,6 +64,8 @@ layout() {
     "$CMP" --compare-models "$tmp/ref.bin" "$tmp/$name.bin" "$tol" "${P}pipeline_${name}_weights_match_one_process"
 }
 layout pp2_1f1b_mpi 2 1e-5 --batch-size 4 --pp 2 --comm mpi
+python3 tests/step_times.py "$tmp/pp2_1f1b_mpi.json" "${P}pipeline_pp2_1f1b_mpi" --steps 6 --ranks 2 --part fwd \
+    --part bwd --part bubble
 [ $quick = 1 ] && exit 0
 layout pp2_zb1p_nccl 2 1e-5 --batch-size 4 --pp 2 --pp-schedule zb1p --comm $nccl2 --pp-trace "$tmp/trace"
 layout pp2_interleaved_mpi 2 1e-4 --batch-size 4 --pp 2 --pp-schedule interleaved --virtual-stages 2 --comm mpi

@@ -78,6 +78,7 @@ layout tp2_pp2 4 --batch-size 4 --tp 2 --pp 2 "${EVAL[@]}"
 eval_matches tp2_pp2
 layout dp2_tp2_pp2_zero1 8 --batch-size 2 --tp 2 --pp 2 --zero 1
 layout dp2_tp2_pp2_zero3_sp_zb1p 8 --batch-size 2 --tp 2 --pp 2 --zero 3 --sequence-parallel 1 --pp-schedule zb1p
+python3 tests/step_times.py "$tmp/tp2.json" "${P}tp2" --steps 10 --ranks 2 --part fwd --part bwd --part comm
 check says_its_layout "grep -aq '^ranks: 8 (mpirun launch, MPI on) | data parallel 2 x tensor 2 x pipeline 2' '$tmp/dp2_tp2_pp2_zero1.log'"
 
 # the memory line's activations (what the trainer allocates) are the formula of docs/distributed.md: per

