@@ -14,6 +14,7 @@
 #include "llmc/modelfile.h"
 #include "llmc/optimizer.h"
 #include "llmc/param_gather.h"
+#include "llmc/perf_control.h"
 #include "llmc/pipeline_cpu.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_options.h"
@@ -52,6 +53,13 @@ static float cpu_train_step(void *ctx, const int *xs, const int *ys, int accum) 
     }
     return (float)loss;
 }
+// --profile-steps: perf's recording on or off (perf_control.h).
+static int cpu_profile(void *ctx, int on) {
+    (void)ctx;
+    perf_control(on);
+    return perf_control_attached();
+}
+
 // This process's peak resident memory (bytes).
 static double peak_rss_bytes(void) {
     struct rusage ru;
@@ -199,8 +207,8 @@ int main(int argc, char **argv) {
     }
 
     CpuTrainer trainer = {&model, &zero, pipelined ? &pipeline : NULL, plan.dloss, comm_group(&comm, COMM_WORLD)};
-    TrainModel tm = {&trainer, cpu_train_step, cpu_forward, cpu_sample, cpu_finish_grads, cpu_optimizer_step, NULL,
-                     NULL, cpu_ckpt_stage, NULL, cpu_ckpt_load};
+    TrainModel tm = {&trainer, cpu_train_step, cpu_forward, cpu_sample, cpu_finish_grads, cpu_optimizer_step,
+                     cpu_profile, NULL, NULL, cpu_ckpt_stage, NULL, cpu_ckpt_load};
     // checkpoints: each rank's ZeRO shard of its buffer (ranges of it; the manifest maps them)
     CkptRanges ranges = ckpt_ranges(&zero.map, o.zero, 3, &model.layout);
     float *ckpt_staging = NULL;  // what this rank writes of each checkpoint

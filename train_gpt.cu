@@ -82,6 +82,13 @@ static int gpu_sample(void *ctx, int row, float temperature, Rng *rng) {
     if (t->pipeline) return pipeline_gpu_sample(t->pipeline, &t->host_tp, row, temperature, rng, t->logits);
     return gpu_gpt_sample(t->model, &t->host_tp, row, temperature, rng, t->logits);
 }
+// --profile-steps: the profiler's capture range (nsys --capture-range=cudaProfilerApi, ncu --profile-from-start
+// off), after the queued work so the range holds exactly the steps.
+static int gpu_profile(void *ctx, int on) {
+    CUDA_CHECK(cudaStreamSynchronize(((GpuTrainer *)ctx)->model->stream));
+    CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop());
+    return 1;
+}
 static float gpu_finish_grads(void *ctx) {
     GpuTrainer *t = (GpuTrainer *)ctx;
     return t->pipeline ? pipeline_gpu_finish_grads(t->pipeline) : zero_gpu_finish_grads(t->zero, t->world);
@@ -283,7 +290,7 @@ int main(int argc, char **argv) {
                           (float *)mallocCheck(sizeof(float) * (size_t)cfg.vocab_size),
                           NULL, NULL, NULL, 0};
     TrainModel tm = {&trainer, gpu_train_step, gpu_forward, gpu_sample, gpu_finish_grads, gpu_optimizer_step,
-                     gpu_range_push, gpu_range_pop, gpu_ckpt_stage, gpu_ckpt_wait_staged, gpu_ckpt_load};
+                     gpu_profile, gpu_range_push, gpu_range_pop, gpu_ckpt_stage, gpu_ckpt_wait_staged, gpu_ckpt_load};
     // checkpoints: the fp32 master weights are sharded with the moments (from ZeRO-1), as global ranges
     CkptRanges ranges = ckpt_ranges(&zero.map, o.zero, 1, &model.layout);
     float *ckpt_staging = NULL;  // (pinned) what this rank writes of each checkpoint

@@ -13,6 +13,7 @@
 
 #ifndef LLMC_CUDA_EMULATION
 #include <cuda_bf16.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 #elif !defined(LLMC_CUDA_EMULATOR_H)

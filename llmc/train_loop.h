@@ -40,6 +40,10 @@ typedef struct {
     // AdamW on this rank's shard (step 0-based; the weights made whole as the
     // ZeRO stage says), finished before it returns, so the step's time is real.
     void (*optimizer_step)(void *ctx, const AdamWConfig *ac, float grad_scale, int step);
+    // --profile-steps: a profiler's capture on (1) before the first step and
+    // off (0) after the last (cudaProfilerStart/Stop; perf_control.h);
+    // returns whether a profiler is there to take it (as far as it can tell).
+    int (*profile)(void *ctx, int on);
     // Profiler ranges around the loop's phases (NVTX on the GPU); NULL: none.
     void (*range_push)(const char *name);
     void (*range_pop)(void);
@@ -213,6 +217,16 @@ static int train_resume(const TrainRun *r, Rng *sample_rng) {
     return resumed ? (int)p.step : 0;
 }
 
+// --profile-steps: the capture on (before step first) or off (after step last).
+static void train_profile(const TrainRun *r, int on, int first, int last) {
+    int attached = r->model->profile(r->model->ctx, on);
+    if (r->rank == 0) {
+        if (on) printf("profile: capturing steps %d-%d%s\n", first, last, attached ? "" : " (no profiler attached)");
+        else printf("profile: capture of steps %d-%d ended\n", first, last);
+        fflush(stdout);
+    }
+}
+
 // Each step's wall time and parts (step_time.h), for the summary.
 typedef struct {
     int n, cap;
@@ -345,6 +359,8 @@ static int train_loop(const TrainRun *r, Logger *log) {
     Rng sample_rng = train_sample_rng(o);
     int start = o->resume[0] ? train_resume(r, &sample_rng) : 0, finished = 1;
     StepHistory history = {0, 0, NULL, NULL};
+    int profile_first, profile_last;
+    train_profile_range(o, &profile_first, &profile_last);
     CkptWriter writer, *ckpt = NULL;
     if (o->ckpt_dir[0]) {
         ckpt = &writer;
@@ -356,6 +372,7 @@ static int train_loop(const TrainRun *r, Logger *log) {
         if (train_sample_now(o, step)) train_print_sample(r, &sample_rng);
         if (step == o->steps) break;
 
+        if (step + 1 == profile_first) train_profile(r, 1, step + 1, profile_last);
         train_range_push(tm, "step");
         double t0 = wall_seconds(), parts[STEP_PARTS];
         step_time_start(STEP_DATA);
@@ -383,6 +400,7 @@ static int train_loop(const TrainRun *r, Logger *log) {
         train_range_pop(tm);
         step_history_add(&history, ms, parts);
         train_log_step(r, log, step, (float)loss, lr, norm, ms, parts);
+        if (step + 1 == profile_last) train_profile(r, 0, profile_first, step + 1);
         if (stop) {
             finished = 0;
             break;

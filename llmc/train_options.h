@@ -50,6 +50,7 @@ typedef struct {
     char pp_schedule[FLAG_STR_MAX];
     int print_schedule;
     char pp_trace[FLAG_STR_MAX];
+    char profile_steps[FLAG_STR_MAX];  // "A:B" (train_profile_range)
 } TrainOptions;
 
 #define TO(field) offsetof(TrainOptions, field)
@@ -91,6 +92,10 @@ static const FlagSpec TRAIN_FLAGS[] = {
     {"save-model", FLAG_STRING, TO(save_model), "", NULL, 0, 0, "write the final weights to this llm.c model file"},
     {"log-every", FLAG_INT, TO(log_every), "1", NULL, 1, 1e9, "print a step line every N steps"},
     {"matmul", FLAG_CHOICE, TO(matmul), "auto", "auto|blas|native", 0, 0, "CPU matmul backend (auto: BLAS if built with it)"},
+    {"profile-steps", FLAG_STRING, TO(profile_steps), "", NULL, 0, 0,
+     "A:B: bracket steps A..B (1-based) for a profiler: cudaProfilerStart/Stop on the GPU (nsys "
+     "--capture-range=cudaProfilerApi, ncu --profile-from-start off); on the CPU perf's control FIFO "
+     "$LLMC_PERF_CTL (scripts/profile.sh)"},
     {"peak-tflops", FLAG_FLOAT, TO(peak_tflops), "0", NULL, 0, 1e6,
      "peak FLOP/s for MFU, in TFLOP/s (0: measured: sgemm on the CPU, a cuBLASLt bf16 matmul on the GPU)"},
     {"attention", FLAG_CHOICE, TO(attention), "flash", "flash|cudnn", 0, 0,
@@ -134,6 +139,16 @@ static const FlagSpec TRAIN_FLAGS[] = {
 };
 #undef TO
 
+// --profile-steps A:B as 1-based steps [*first, *last]; 0, 0 without it.
+static void train_profile_range(const TrainOptions *o, int *first, int *last) {
+    *first = *last = 0;
+    if (!o->profile_steps[0]) return;
+    char tail = 0;
+    if (sscanf(o->profile_steps, "%d:%d%c", first, last, &tail) != 2 || *first < 1 || *last < *first ||
+        *last > o->steps)
+        die_usage("--profile-steps '%s': want A:B with 1 <= A <= B <= --steps (%d)", o->profile_steps, o->steps);
+}
+
 static inline void train_options_parse(int argc, char **argv, TrainOptions *o, const char *summary) {
     memset(o, 0, sizeof(*o));
     flags_parse(argc, argv, TRAIN_FLAGS, FLAGS_COUNT(TRAIN_FLAGS), o, summary);
@@ -145,6 +160,8 @@ static inline void train_options_parse(int argc, char **argv, TrainOptions *o, c
         (o->virtual_stages != 1 || o->pp_layers[0] || o->pp_trace[0] || strcmp(o->pp_schedule, "1f1b") != 0))
         die_usage("--pp-schedule, --virtual-stages, --pp-layers and --pp-trace need --pp 2 or more");
     if (o->sequence_parallel && o->tp == 1) die_usage("--sequence-parallel needs --tp 2 or more");
+    int first, last;
+    train_profile_range(o, &first, &last);  // (its errors at start-up)
 #ifndef LLMC_ZSTD
     if (o->ckpt_compress > 0) die_usage("--ckpt-compress %d: this program was built without zstd", o->ckpt_compress);
 #endif

@@ -30,6 +30,8 @@ expect_usage_error "a non-integer value" "--steps" "$TRAIN" "${TINY[@]}" --steps
 expect_usage_error "an out-of-range value" "--batch-size" "$TRAIN" "${TINY[@]}" --batch-size 0
 expect_usage_error "a flag without its value" "--lr" "$TRAIN" "${TINY[@]}" --lr
 expect_usage_error "a bad schedule name" "--lr-schedule" "$TRAIN" "${TINY[@]}" --lr-schedule exp
+expect_usage_error "a profile range past the run" "--profile-steps '3:9'" "$TRAIN" "${TINY[@]}" --steps 5 \
+    --profile-steps 3:9
 expect_usage_error "a missing --data-train" "--data-train" "$TRAIN" --steps 1
 expect_usage_error "seq-len above max-seq-len" "max-seq-len" "$TRAIN" "${TINY[@]}" --seq-len 65
 expect_usage_error "a total batch that is not a multiple of B*T" "total-batch-tokens" "$TRAIN" "${TINY[@]}" --total-batch-tokens 200
@@ -59,6 +61,19 @@ python3 tests/step_times.py "$tmp/run.jsonl" cpu_run --steps 40 --part fwd --par
 check "the run ends with the summary table" "grep -q '^summary over steps 2-40 (step 1 is warm-up)' '$tmp/run.log' && grep -q '^  step ' '$tmp/run.log'"
 nval=$(grep -c '^{"step":[0-9]*,"val_loss":[0-9.]*}$' "$tmp/run.jsonl")
 check "JSON log has val_loss records at steps 0, 20, 40" '[ "$nval" -eq 3 ]' "$nval val records"
+
+# --- --profile-steps 2:3: perf's control FIFO (scripts/profile.sh's) gets "enable" before step 2, "disable"
+# after step 3; a reader here stands in for perf ---
+mkfifo "$tmp/perf.ctl"
+{ timeout 60 cat "$tmp/perf.ctl"; timeout 60 cat "$tmp/perf.ctl"; } >"$tmp/perf.got" &
+reader=$!
+LLMC_PERF_CTL="$tmp/perf.ctl" "$TRAIN" "${TINY[@]}" --steps 4 --profile-steps 2:3 >"$tmp/prof.log" 2>&1
+wait $reader
+order=$(grep -E '^profile|^step +[0-9]' "$tmp/prof.log" | sed 's/ |.*//' | tr -s ' ' | tr '\n' ',')
+check "--profile-steps 2:3 enables perf before step 2 and disables it after step 3" \
+    '[ "$(tr "\n" " " <"$tmp/perf.got")" = "enable disable " ] &&
+     [ "$order" = "step 1/4,profile: capturing steps 2-3,step 2/4,step 3/4,profile: capture of steps 2-3 ended,step 4/4," ]' \
+    "FIFO got '$(tr '\n' ' ' <"$tmp/perf.got")', log order $order"
 
 # --- determinism: the same run twice gives the same losses ---
 "$TRAIN" "${TINY[@]}" --steps 40 --lr 3e-3 --warmup-steps 5 --eval-every 20 --eval-batches 4 \

@@ -63,6 +63,13 @@ vc=$(grep val_loss "$tmp/cpu.jsonl" | tail -1 | sed 's/.*"val_loss":\([0-9.]*\).
 check "validation loss after 20 steps follows the CPU trainer's ($vg vs $vc)" \
     "awk -v a=$vg -v b=$vc 'BEGIN{d=(a-b)/b; exit !(d < 1e-2 && d > -1e-2)}'"
 
+# --- --profile-steps 2:3: the profiler's capture range (cudaProfilerStart / Stop) around steps 2 and 3 ---
+"$TRAIN" "${TINY[@]}" --steps 4 --profile-steps 2:3 >"$tmp/prof.log" 2>&1
+order=$(grep -E '^profile|^step +[0-9]' "$tmp/prof.log" | sed 's/ |.*//' | tr -s ' ' | tr '\n' ',')
+check "--profile-steps 2:3 starts the capture before step 2 and stops it after step 3" \
+    '[ "$order" = "step 1/4,profile: capturing steps 2-3,step 2/4,step 3/4,profile: capture of steps 2-3 ended,step 4/4," ]' \
+    "log order $order"
+
 # --- determinism ---
 "$TRAIN" "${TINY[@]}" "${RUN[@]}" --log-json "$tmp/gpu2.jsonl" >/dev/null 2>&1
 check "two identical runs log identical losses" 'cmp -s <(strip "$tmp/gpu.jsonl") <(strip "$tmp/gpu2.jsonl")'
