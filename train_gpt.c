@@ -217,7 +217,7 @@ int main(int argc, char **argv) {
                                                    (size_t)(ckpt_pieces_elems(&ranges.write) + 1));
     TrainRun run = {&o, &cfg, plan, &tm, &train_loader, have_val ? &val_loader : NULL,
                     have_tokenizer ? &tokenizer : NULL, dp, comm_group(&comm, COMM_WORLD), rank,
-                    flops_per_step, peak_gflops * 1e9, peak_rss_bytes, "host RSS",
+                    flops_per_step, peak_gflops * 1e9 * comm.world, peak_rss_bytes, "host RSS",
                     {&o, &cfg, &global, &plan, &comm, "train_gpt"}, ranges, &map, ckpt_staging};
     if (rank == 0) train_check_outputs(&o, from_file, &train_loader, have_val ? &val_loader : NULL);
     Logger log;

@@ -76,7 +76,7 @@ typedef struct {
     CommGroup *dp;             // the data group on host buffers (means of losses)
     CommGroup *world;          // every rank: the checkpoints' writers, the step times over the ranks, the summary
     int rank;                  // only rank 0 prints
-    double flops_per_step, peak_flops;  // FLOP, FLOP/s (for MFU)
+    double flops_per_step, peak_flops;  // FLOP (all ranks), FLOP/s (all ranks: a device's peak x ranks), for MFU
     double (*peak_memory_bytes)(void);  // this rank's peak memory (host RSS, or the device's in use)
     const char *memory_kind;            // what peak_memory_bytes measures, for the summary
     // checkpoints: what the manifest describes, this rank's ranges (of its

@@ -13,7 +13,8 @@
 # one process always, 2 ranks with MPI) and the device communication backends
 # (tests/test_comm_nccl.sh), pipeline parallel (tests/test_pipeline_gpu.sh, and
 # d12 over 2 stages on this GPU over --comm mpi, timed), tensor parallel
-# (tests/test_tensor_parallel_gpu.sh); then time d24 and d36
+# (tests/test_tensor_parallel_gpu.sh), the sweep of scripts/bench.sh (d12's
+# batch, sequence and recompute; CSV and plots); then time d24 and d36
 # (the trainer says so when a model does not fit). Steps run in that order within BUDGET_S (default 470 s);
 # one that would not fit is listed as not run. The last lines are a table:
 # tokens/s, ms/step, MFU against the trainer's peak (the datasheet's by device name, else
@@ -218,6 +219,16 @@ pp2_bench() {  # TRAINER OUT STEPS SHAPE...
 run_check pp2_d12_mpi bash -c "$(declare -f pp2_bench); pp2_bench \"\$@\"" _ "$TRAINER" "$OUT" "$STEPS" "${SHAPE[@]}"
 # tensor parallel: the emulated suite's layouts (ranks sharing this GPU over --comm mpi; NCCL's with a GPU per rank)
 run_check test_tensor_parallel_gpu bash tests/test_tensor_parallel_gpu.sh
+# the benchmark sweep with plots (scripts/bench.sh): d12's batch, sequence length and recompute on this GPU
+# (CSV and PNGs under $OUT/bench)
+if [ "$EMULATED" = 1 ]; then
+    SWEEP=(--model 2:64:2 --vocab "$VOCAB" --batch 2 --seq 32 --batches 2 --seqs 32 --recomputes 0,1 --steps 3
+           --extra "--peak-tflops 1")
+else
+    SWEEP=(--model d12 --batch 16 --seq 1024 --batches 4,8,16 --seqs 256,1024 --recomputes 0,1,2 --steps 8)
+fi
+run_check bench_sweep env TRAINER="$TRAINER" TOKENIZE=build/tokenize OUT="$OUT/bench" DATA="$OUT/data/train_*.bin" \
+    bash scripts/bench.sh "${SWEEP[@]}" --models '' --zeros '' --layouts 1x1x1
 bench_train d24 "$best"
 bench_train d36 "$best"
 

@@ -23,7 +23,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # every dev check but one, test_gpt_cu and the test scripts are run elsewhere in the suite
-skip='test_gpt_cu|dev_(adamw|attention|classifier|encoder|global_norm|layernorm|matmul|tensor_parallel)|test_train_gpu|test_distributed_gpu|test_comm_nccl|test_pipeline_gpu|test_tensor_parallel_gpu'
+skip='test_gpt_cu|dev_(adamw|attention|classifier|encoder|global_norm|layernorm|matmul|tensor_parallel)|test_train_gpu|test_distributed_gpu|test_comm_nccl|test_pipeline_gpu|test_tensor_parallel_gpu|bench_sweep'
 EMULATED=1 STEPS=6 OUT="$tmp/run" CHECKS_SKIP="$skip" bash scripts/gpu_check.sh >"$tmp/run.log" 2>&1
 rc=$?
 summary=$(sed -n '/^== checks/,/^== ceilings/p' "$tmp/run.log")
@@ -31,7 +31,7 @@ check "gpu_check.sh exits 0" '[ $rc -eq 0 ]' "exit $rc: $(tail -3 "$tmp/run.log"
 check "gpu_check.sh runs the kernel check it is not told to skip" \
     'grep -Eq "^dev_gelu +[1-9][0-9]* passed +0 failed +exit 0" <<<"$summary"' "$(grep dev_gelu <<<"$summary")"
 skipped=$(grep -c 'not run (CHECKS_SKIP)' <<<"$summary")
-check "gpu_check.sh lists the CHECKS_SKIP steps as not run" '[ "$skipped" -eq 14 ]' "$skipped of 14"
+check "gpu_check.sh lists the CHECKS_SKIP steps as not run" '[ "$skipped" -eq 15 ]' "$skipped of 15"
 rows=$(grep -Ec '^d(12|24|36|48) +(flash|cudnn) +[0-9]+ +[0-9.]+ +[0-9.]+% +[0-9.]+%' "$tmp/run.log")
 check "gpu_check.sh's table has d12 with both attentions, then d48, d24 and d36" '[ "$rows" -eq 5 ]' \
     "$rows rows: $(sed -n '/^model/,/^== where/p' "$tmp/run.log" | tr '\n' '|')"
@@ -44,5 +44,5 @@ BUDGET_S=0 EMULATED=1 OUT="$tmp/none" bash scripts/gpu_check.sh >"$tmp/none.log"
 rc=$?
 not_run=$(grep -c 'not run (time budget)' "$tmp/none.log")
 check "gpu_check.sh with its budget spent lists every step as not run and still prints the table" \
-    '[ $rc -eq 0 ] && [ "$not_run" -eq 22 ] && grep -q "^model  attn" "$tmp/none.log"' \
-    "exit $rc, $not_run of 22 steps not run"
+    '[ $rc -eq 0 ] && [ "$not_run" -eq 23 ] && grep -q "^model  attn" "$tmp/none.log"' \
+    "exit $rc, $not_run of 23 steps not run"

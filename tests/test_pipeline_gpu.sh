@@ -9,14 +9,14 @@
 # through the stages; a checkpoint written at pp 2 resumes there bit for bit
 # and on one process to tolerance; interleaved over NCCL, whose fused lists
 # deadlock, is refused.
-# Tolerances: with the pipeline alone the arithmetic is one process's (the
+# Tolerances (1e-4): with the pipeline the arithmetic is one process's (the
 # bf16 rounding of each weight is seeded by its global index) but for the
-# order in which the tied wte's two gradients add up, so losses and norms
-# agree to the printed digits and the weights to 1e-5 here. Interleaved: a
-# rank's two chunks are not one range of the global order, so the gradient
-# norm's sum of squares adds in another order, a last-bit change of the clip
-# scale that the bf16 rounding of the weights makes visible (1e-4); with 2
-# data ranks the micro-batches' gradients also sum in another order (1e-4).
+# order in which the tied wte's two gradients add up and in which the
+# gradient norm's squares add (each stage its own, then over the stages): a
+# last-bit change of the clip scale that the bf16 rounding of the weights
+# makes visible after a few steps (1e-5 to 2e-5 here, depending on the
+# compiler's code); with 2 data ranks the micro-batches' gradients also sum in
+# another order.
 # EMULATED=1 (tests/run_tests.sh, every build): on the emulated trainer
 # (tests/gpu_trainer.sh); the sanitizer builds run the first layout alone (CI's
 # time). SKIPs without train_gptcu, a GPU, or MPI.
@@ -63,11 +63,11 @@ layout() {
     "$CMP" --compare-logs "$tmp/ref.json" "$tmp/$name.json" "$tol" "${P}pipeline_${name}_loss_and_norm_match_one_process"
     "$CMP" --compare-models "$tmp/ref.bin" "$tmp/$name.bin" "$tol" "${P}pipeline_${name}_weights_match_one_process"
 }
-layout pp2_1f1b_mpi 2 1e-5 --batch-size 4 --pp 2 --comm mpi
+layout pp2_1f1b_mpi 2 1e-4 --batch-size 4 --pp 2 --comm mpi
 python3 tests/step_times.py "$tmp/pp2_1f1b_mpi.json" "${P}pipeline_pp2_1f1b_mpi" --steps 6 --ranks 2 --part fwd \
     --part bwd --part bubble
 [ $quick = 1 ] && exit 0
-layout pp2_zb1p_nccl 2 1e-5 --batch-size 4 --pp 2 --pp-schedule zb1p --comm $nccl2 --pp-trace "$tmp/trace"
+layout pp2_zb1p_nccl 2 1e-4 --batch-size 4 --pp 2 --pp-schedule zb1p --comm $nccl2 --pp-trace "$tmp/trace"
 layout pp2_interleaved_mpi 2 1e-4 --batch-size 4 --pp 2 --pp-schedule interleaved --virtual-stages 2 --comm mpi
 layout dp2_pp2_zero1_nccl 4 1e-4 --batch-size 2 --pp 2 --zero 1 --comm $nccl4
 layout dp2_pp2_zb1p_zero3_nccl 4 1e-4 --batch-size 2 --pp 2 --pp-schedule zb1p --zero 3 --comm $nccl4
@@ -113,7 +113,7 @@ for to in pp2 pp1; do
         "$(grep -a -m2 -i 'error\|resume' "$tmp/$to.log" | tr '\n' ' ')"
 done
 check "pipeline_ckpt_pp2_resumes_at_pp2_bit_for_bit" "cmp -s '$tmp/ck.bin' '$tmp/pp2.bin'"
-"$CMP" --compare-models "$tmp/ref.bin" "$tmp/pp1.bin" 1e-5 "${P}pipeline_ckpt_pp2_resumed_on_one_process_matches"
+"$CMP" --compare-models "$tmp/ref.bin" "$tmp/pp1.bin" 1e-4 "${P}pipeline_ckpt_pp2_resumed_on_one_process_matches"
 
 # interleaved over NCCL: its fused lists deadlock; refused in one line a rank
 "${MPIRUN[@]}" -np 2 "$TRAIN" "${COMMON[@]}" --batch-size 4 --pp 2 --pp-schedule interleaved --virtual-stages 2 \

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""bench.py: a benchmark sweep of either trainer (scripts/bench.sh runs it).
+
+Around a base run (a model shape, batch, sequence length), each swept
+variable takes its listed values one at a time, the others at the base:
+model size, batch size, sequence length, --recompute (GPU trainer), the ZeRO
+stage (on 2 data ranks) and dp x tp x pp layouts with their pipeline
+schedules. Each run trains a few steps; its --log-json summary gives tokens/s,
+MFU, the mean step and its parts (llmc/step_time.h) and each rank's peak
+memory. Writes OUT/bench.csv (one row a run) and OUT/<variable>.png (tokens/s
+and MFU against each swept variable) and OUT/breakdown.png (the step's parts
+per layout, stacked), unless matplotlib is missing (then it says so).
+
+Layouts are DxTxP[:schedule][:sp][:zeroN], e.g. 1x2x1:sp, 1x1x2:zb1p, 2x1x2:zero1.
+"""
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+
+PARTS = ["data", "fwd", "bwd", "comm", "bubble", "opt", "ckpt"]
+
+
+def parse_args():
+    a = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a.add_argument("--trainer", default="./train_gpt")
+    a.add_argument("--data", required=True, help="glob of training shards")
+    a.add_argument("--out", default="/tmp/llmc_bench")
+    a.add_argument("--steps", type=int, default=6)
+    a.add_argument("--model", default="4:128:4", help="base shape L:C:NH (or a preset name: d12, ...)")
+    a.add_argument("--vocab", type=int, default=257)
+    a.add_argument("--batch", type=int, default=4)
+    a.add_argument("--seq", type=int, default=64)
+    a.add_argument("--accum", type=int, default=2, help="micro-batches a step (on one data rank)")
+    a.add_argument("--models", default="2:64:2,4:128:4,6:192:6")
+    a.add_argument("--batches", default="2,4,8")
+    a.add_argument("--seqs", default="32,64,128")
+    a.add_argument("--recomputes", default="", help="GPU: e.g. 0,1,2")
+    a.add_argument("--zeros", default="0,1,2,3", help="ZeRO stages, on 2 data ranks")
+    a.add_argument("--layouts", default="1x1x1,2x1x1,1x2x1,1x2x1:sp,1x1x2:1f1b,1x1x2:zb1p,2x1x2:1f1b")
+    a.add_argument("--threads", type=int, default=1, help="OpenMP threads a rank")
+    a.add_argument("--extra", default="", help="more trainer flags, space-separated")
+    return a.parse_args()
+
+
+def model_flags(m, vocab, seq):
+    if m.startswith("d"):
+        return ["--model", m, "--max-seq-len", str(max(seq, 64))]
+    L, C, NH = m.split(":")
+    return ["--n-layer", L, "--n-embd", C, "--n-head", NH, "--vocab-size", str(vocab), "--max-seq-len",
+            str(max(seq, 64))]
+
+
+def layout_flags(spec):
+    dims, *opts = spec.split(":")
+    d, t, p = (int(x) for x in dims.split("x"))
+    flags = ["--tp", str(t), "--pp", str(p)]
+    for o in opts:
+        if o == "sp":
+            flags += ["--sequence-parallel", "1"]
+        elif o.startswith("zero"):
+            flags += ["--zero", o[4:]]
+        else:
+            flags += ["--pp-schedule", o]
+    return d * t * p, d, flags
+
+
+def run(args, name, value, model, batch, seq, layout="1x1x1", extra=()):
+    ranks, dp, lflags = layout_flags(layout)
+    tag = f"{name}_{value}".replace(":", "-").replace("/", "-")
+    log_json = os.path.join(args.out, tag + ".json")
+    tokens = batch * seq * dp * args.accum
+    cmd = [args.trainer, "--data-train", args.data, *model_flags(model, args.vocab, seq), "--batch-size", str(batch),
+           "--seq-len", str(seq), "--total-batch-tokens", str(tokens), "--steps", str(args.steps), "--lr", "1e-4",
+           "--log-json", log_json, *lflags, *extra, *args.extra.split()]
+    if ranks > 1:
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), "-x", "OMP_NUM_THREADS"] + cmd
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    with open(os.path.join(args.out, tag + ".log"), "w") as f:
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+    row = {"sweep": name, "value": value, "ranks": ranks, "layout": layout, "model": model, "batch": batch,
+           "seq": seq, "flags": " ".join(cmd[cmd.index(args.trainer) + 1:]), "status": rc}
+    summary = None
+    if rc == 0:
+        with open(log_json) as f:
+            for line in f:
+                if line.startswith('{"summary"'):
+                    summary = json.loads(line)["summary"]
+    if summary:
+        row.update(tok_per_s=summary["tok_per_s"], mfu=summary["mfu"], step_ms=summary["time"]["step"]["mean"],
+                   peak_mem_mb=max(summary["peak_memory_mb"]))
+        row.update({p + "_ms": summary["time"][p]["mean"] for p in PARTS})
+    print(f"BENCH {name:10s} {value:14s} ranks {ranks}  " +
+          (f"{row['tok_per_s']:10.0f} tok/s  {row['step_ms']:9.1f} ms  MFU {100 * row['mfu']:5.1f}%"
+           if summary else f"failed (exit {rc}; {tag}.log)"), flush=True)
+    return row
+
+
+def plots(rows, out):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plots: matplotlib not found (pip install matplotlib); the CSV is written")
+        return []
+    made = []
+    ok = [r for r in rows if "tok_per_s" in r]
+    for sweep in dict.fromkeys(r["sweep"] for r in ok):
+        rs = [r for r in ok if r["sweep"] == sweep]
+        fig, ax = plt.subplots(1, 2, figsize=(9, 3.2))
+        xs = [r["value"] for r in rs]
+        ax[0].bar(xs, [r["tok_per_s"] for r in rs], color="#4477aa")
+        ax[0].set_ylabel("tokens/s")
+        ax[1].bar(xs, [100 * r["mfu"] for r in rs], color="#ee6677")
+        ax[1].set_ylabel("MFU %")
+        for a in ax:
+            a.set_xlabel(sweep)
+            a.tick_params(axis="x", labelrotation=30)
+        fig.suptitle(f"{sweep} sweep")
+        fig.tight_layout()
+        path = os.path.join(out, f"{sweep}.png")
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        made.append(path)
+    rs = [r for r in ok if r["sweep"] == "layout"]
+    if rs:
+        fig, ax = plt.subplots(figsize=(8, 3.6))
+        bottom = [0.0] * len(rs)
+        colors = ["#bbbbbb", "#4477aa", "#66ccee", "#ee6677", "#ccbb44", "#228833", "#aa3377"]
+        for p, c in zip(PARTS, colors):
+            vals = [r[p + "_ms"] for r in rs]
+            ax.bar([r["value"] for r in rs], vals, bottom=bottom, label=p, color=c)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        ax.set_ylabel("ms a step (rank 0, mean)")
+        ax.set_xlabel("layout dp x tp x pp[:options]")
+        ax.tick_params(axis="x", labelrotation=30)
+        ax.legend(ncol=4, fontsize=8)
+        ax.set_title("where the step goes, per layout")
+        fig.tight_layout()
+        path = os.path.join(out, "breakdown.png")
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        made.append(path)
+    return made
+
+
+def main():
+    args = parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    rows = []
+    base = (args.model, args.batch, args.seq)
+    lists = lambda s: [v for v in s.split(",") if v]
+    for m in lists(args.models):
+        rows.append(run(args, "model", m, m, args.batch, args.seq))
+    for b in lists(args.batches):
+        rows.append(run(args, "batch", b, args.model, int(b), args.seq))
+    for t in lists(args.seqs):
+        rows.append(run(args, "seq", t, args.model, args.batch, int(t)))
+    for r in lists(args.recomputes):
+        rows.append(run(args, "recompute", r, *base, extra=("--recompute", r)))
+    for z in lists(args.zeros):
+        rows.append(run(args, "zero", z, *base, layout=f"2x1x1:zero{z}"))
+    for spec in lists(args.layouts):
+        rows.append(run(args, "layout", spec, *base, layout=spec))
+    cols = ["sweep", "value", "ranks", "layout", "model", "batch", "seq", "status", "tok_per_s", "mfu", "step_ms",
+            *[p + "_ms" for p in PARTS], "peak_mem_mb", "flags"]
+    path = os.path.join(args.out, "bench.csv")
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    print(f"csv: {path}")
+    for p in plots(rows, args.out):
+        print(f"plot: {p}")
+    sys.exit(0 if all(r["status"] == 0 for r in rows) else 1)
+
+
+main()
