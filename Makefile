@@ -163,7 +163,7 @@ CFLAGS := $(CFLAGS_BASE) $(OPT) $(CFLAGS_EXTRA)
 $(info llmc build: OpenMP=$(or $(HAVE_OMP),no) BLAS=$(or $(HAVE_BLAS),no) MPI=$(or $(HAVE_MPI),no) zstd=$(or $(HAVE_ZSTD),no) CUDA=$(or $(HAVE_CUDA),no) -> $(BUILD)/)
 
 # --- programs ---
-PROGRAMS := train_gpt tokenize
+PROGRAMS := train_gpt tokenize plan
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 # the CPU kernels' test once more for each narrower instruction set this machine runs (their width

@@ -16,6 +16,7 @@
 #include "llmc/param_gather.h"
 #include "llmc/perf_control.h"
 #include "llmc/pipeline_cpu.h"
+#include "llmc/rank_memory.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_options.h"
 #include "llmc/train_loop.h"
@@ -131,22 +132,12 @@ int main(int argc, char **argv) {
     unsigned char *held_layers = (unsigned char *)mallocCheck((size_t)cfg.num_layers);
     ParamHolding holding = {1, 1, NULL};  // what this rank holds: everything, or its pipeline stages
     if (pipelined) holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
-    const int tied_copy = holding.lnf && !holding.embeddings;  // the classifier's wte, kept apart (pipeline_cpu.h)
-    double wte_bytes = 4.0 * cfg.padded_vocab_size / tp.size * cfg.channels;
-
-    {  // the memory this rank will hold (zero_shard.h's formula), checked before anything is allocated
-        ParamLayout pl;
-        param_layout_init_held(&pl, &cfg, &holding, tp.size, tp.rank);
-        ShardMap sm;
-        shard_map_init(&sm, pl.num_elements, dp->rank, world);
-        ZeroMemory need = zero_memory(o.zero, &sm, 4, 4, 8);
-        double acts = pipelined ? 4.0 * pipeline_rank_activation_floats(&cfg, &pp_layout, pp_kind, pipe_rank,
-                                                                         plan.accum, B, T, tp.size, tp.sp)
-                                : 4.0 * gpt_activation_floats(&cfg, B, T, tp.size, tp.sp);
-        param_layout_free(&pl);
-        train_check_host_memory(need.params + (tied_copy ? wte_bytes : 0), need.grads + (tied_copy ? wte_bytes : 0),
-                                need.optimizer, acts);
-    }
+    // the memory this rank will hold (rank_memory.h), checked before anything is allocated
+    RankPlace place = {o.zero, world, dp->rank, tp.size, tp.rank, tp.sp, pipelined ? &pp_layout : NULL, pp_kind,
+                       pipe_rank, plan.accum, B, T};
+    RankMemory need = cpu_rank_memory(&cfg, &place);
+    train_check_host_memory(need.params + need.tied / 2, need.grads + need.tied / 2, need.optimizer,
+                            need.activations);
     GPT model;
     gpt_init_held(&model, &cfg, &holding, tp);
     free(held_layers);

@@ -53,20 +53,27 @@ typedef struct {
     char profile_steps[FLAG_STR_MAX];  // "A:B" (train_profile_range)
 } TrainOptions;
 
+// The model and batch rows the planner (plan.c) shares: TO(field) is the options struct's offset of
+// a TrainOptions field.
+#define TRAIN_MODEL_FLAGS(TO) \
+    {"model", FLAG_STRING, TO(model), "d12", NULL, 0, 0, "preset d12|d24|d36|d48, or an llm.c model file to start from"}, \
+    {"n-layer", FLAG_INT, TO(n_layer), "0", NULL, 0, GPT_MAX_LAYERS, "layers (0: from --model)"}, \
+    {"n-embd", FLAG_INT, TO(n_embd), "0", NULL, 0, GPT_MAX_CHANNELS, "channels (0: from --model)"}, \
+    {"n-head", FLAG_INT, TO(n_head), "0", NULL, 0, GPT_MAX_HEADS, "attention heads (0: from --model)"}, \
+    {"vocab-size", FLAG_INT, TO(vocab_size), "0", NULL, 0, GPT_MAX_VOCAB, "vocabulary size (0: from --model)"}, \
+    {"max-seq-len", FLAG_INT, TO(max_seq_len), "0", NULL, 0, GPT_MAX_SEQ_LEN, "maximum sequence length (0: from --model)"}
+#define TRAIN_BATCH_FLAGS(TO) \
+    {"seq-len", FLAG_INT, TO(seq_len), "64", NULL, 1, GPT_MAX_SEQ_LEN, "sequence length T"}, \
+    {"total-batch-tokens", FLAG_INT64, TO(total_batch_tokens), "0", NULL, 0, 1e15, \
+     "tokens per optimizer step over all ranks; a multiple of B*T*ranks (0: B*T*ranks)"}
+
 #define TO(field) offsetof(TrainOptions, field)
 static const FlagSpec TRAIN_FLAGS[] = {
     {"data-train", FLAG_STRING, TO(data_train), "", NULL, 0, 0, "glob of training token shards (llm.c format)"},
     {"data-val", FLAG_STRING, TO(data_val), "", NULL, 0, 0, "glob of validation token shards"},
-    {"model", FLAG_STRING, TO(model), "d12", NULL, 0, 0, "preset d12|d24|d36|d48, or an llm.c model file to start from"},
-    {"n-layer", FLAG_INT, TO(n_layer), "0", NULL, 0, GPT_MAX_LAYERS, "layers (0: from --model)"},
-    {"n-embd", FLAG_INT, TO(n_embd), "0", NULL, 0, GPT_MAX_CHANNELS, "channels (0: from --model)"},
-    {"n-head", FLAG_INT, TO(n_head), "0", NULL, 0, GPT_MAX_HEADS, "attention heads (0: from --model)"},
-    {"vocab-size", FLAG_INT, TO(vocab_size), "0", NULL, 0, GPT_MAX_VOCAB, "vocabulary size (0: from --model)"},
-    {"max-seq-len", FLAG_INT, TO(max_seq_len), "0", NULL, 0, GPT_MAX_SEQ_LEN, "maximum sequence length (0: from --model)"},
+    TRAIN_MODEL_FLAGS(TO),
     {"batch-size", FLAG_INT, TO(batch_size), "4", NULL, 1, 1 << 20, "micro-batch size B (sequences per rank per micro-step)"},
-    {"seq-len", FLAG_INT, TO(seq_len), "64", NULL, 1, GPT_MAX_SEQ_LEN, "sequence length T"},
-    {"total-batch-tokens", FLAG_INT64, TO(total_batch_tokens), "0", NULL, 0, 1e15,
-     "tokens per optimizer step over all ranks; a multiple of B*T*ranks (0: B*T*ranks)"},
+    TRAIN_BATCH_FLAGS(TO),
     {"steps", FLAG_INT, TO(steps), "20", NULL, 0, 1e9, "optimizer steps"},
     {"lr", FLAG_FLOAT, TO(lr), "3e-4", NULL, 0, 10, "peak learning rate"},
     {"min-lr-frac", FLAG_FLOAT, TO(min_lr_frac), "0", NULL, 0, 1, "final learning rate as a fraction of --lr"},

@@ -1,0 +1,395 @@
+// plan.c: the layout planner. Given a model (the trainers' --model and shape
+// flags), a global batch and sequence length, and one or more clusters
+// (plan_cluster.h: presets or files; `local` is this machine, measured), it
+// enumerates every dp x tp x pp x ZeRO x sequence-parallel x schedule x
+// micro-batch (x recompute on GPUs) layout, says why the trainers refuse or
+// memory rejects each invalid one, predicts the others' memory per rank and
+// step time (plan_model.h), and prints the best few with the reasons, the
+// rejected ones with theirs, and the cost of a whole run on each cluster.
+// --csv writes every layout; scripts/plan_check.sh checks the predictions
+// against measured runs. docs/planner.md has the model and its sources.
+#include <unistd.h>
+
+#include "llmc/args.h"
+#include "llmc/plan_model.h"
+#include "llmc/train_options.h"
+#include "llmc/train_setup.h"
+
+typedef struct {
+    TrainOptions train;  // (the model and batch rows)
+    char cluster[FLAG_STR_MAX];
+    int nodes, devices_per_node;
+    float price_per_hour;
+    long long train_tokens;
+    int top, max_micro_batch, rejected;
+    char csv[FLAG_STR_MAX];
+    char measure_local[FLAG_STR_MAX];
+} PlanOptions;
+
+#define PT(field) offsetof(PlanOptions, train.field)
+#define PO(field) offsetof(PlanOptions, field)
+static const FlagSpec PLAN_FLAGS[] = {
+    TRAIN_MODEL_FLAGS(PT),
+    TRAIN_BATCH_FLAGS(PT),
+    {"cluster", FLAG_STRING, PO(cluster), "local", NULL, 0, 0,
+     "clusters, comma-separated: dgx-h100, dgx-h200, local (this machine, the CPU trainer: measured) or a file "
+     "(docs/planner.md)"},
+    {"nodes", FLAG_INT, PO(nodes), "0", NULL, 0, 1 << 20, "nodes (0: the cluster's)"},
+    {"devices-per-node", FLAG_INT, PO(devices_per_node), "0", NULL, 0, 4096,
+     "devices per node (0: the cluster's; local: its cores), the ranks of one node"},
+    {"price-per-hour", FLAG_FLOAT, PO(price_per_hour), "0", NULL, 0, 1e6, "price per device-hour (0: the cluster's)"},
+    {"train-tokens", FLAG_INT64, PO(train_tokens), "0", NULL, 0, 1e18,
+     "tokens of the whole run, for its time and cost (0: 20 per parameter, Chinchilla's ratio)"},
+    {"top", FLAG_INT, PO(top), "5", NULL, 1, 1000, "best layouts to print per cluster"},
+    {"max-micro-batch", FLAG_INT, PO(max_micro_batch), "64", NULL, 1, 1 << 20,
+     "largest micro-batch B tried (B: the powers of two up to it)"},
+    {"rejected", FLAG_INT, PO(rejected), "20", NULL, 0, 1 << 30, "rejected layouts to list with why (0: all)"},
+    {"csv", FLAG_STRING, PO(csv), "", NULL, 0, 0, "write every layout of every cluster, its verdict and prediction"},
+    {"measure-local", FLAG_STRING, PO(measure_local), "", NULL, 0, 0,
+     "internal (--cluster local runs it under mpirun): measure this machine's figures for the shapes in this file"},
+};
+#undef PT
+#undef PO
+
+static const char *SUMMARY =
+    "Plan a training run's layout: every dp x tp x pp x ZeRO x schedule x micro-batch layout on each cluster,\n"
+    "its memory per rank and predicted step time, the best few, the rejected ones and why, the run's cost.\n"
+    "Example: ./plan --model d12 --seq-len 1024 --total-batch-tokens 524288 --cluster dgx-h100,dgx-h200";
+
+typedef struct {
+    PlanResult *r;
+    int n, cap;
+} PlanList;
+
+// --- the local cluster: its figures measured by this program under mpirun over the ranks ---
+
+static StageKernelTimes local_kernels(void *ctx, int B, int tp, int sp, int recompute) {
+    (void)recompute;  // (the CPU trainer keeps every activation)
+    const LocalFigures *f = (const LocalFigures *)ctx;
+    for (int i = 0; i < f->nshapes; i++)
+        if (f->shapes[i].B == B && f->shapes[i].tp == tp && f->shapes[i].sp == sp) return f->shapes[i].t;
+    die_at(__FILE__, __LINE__, "no measured kernels for B %d tp %d sp %d", B, tp, sp);
+}
+
+typedef struct { const Cluster *c; const GPTConfig *cfg; int T; } GpuKernels;
+static StageKernelTimes gpu_kernels(void *ctx, int B, int tp, int sp, int recompute) {
+    GpuKernels *g = (GpuKernels *)ctx;
+    return plan_gpu_kernels(g->c, g->cfg, B, g->T, tp, sp, recompute);
+}
+
+// The shell's single-quoted form of s into out.
+static void shell_quote(char *out, size_t n, const char *s) {
+    size_t k = 0;
+    out[k++] = '\'';
+    for (; *s && k + 5 < n; s++) {
+        if (*s == '\'') { memcpy(out + k, "'\\''", 4); k += 4; }
+        else out[k++] = *s;
+    }
+    out[k++] = '\'';
+    out[k] = '\0';
+}
+
+// Runs plan --measure-local over the ranks (under mpirun when more than one)
+// for the shapes of the layouts in pl, into f and the cluster's figures.
+static void measure_local(Cluster *c, const PlanList *pl, int argc, char **argv, LocalFigures *f) {
+    char shapes[] = "/tmp/llmc_plan_shapes_XXXXXX";
+    int fd = mkstemp(shapes);
+    if (fd < 0) die_usage("--cluster local: cannot create a file in /tmp: %s", strerror(errno));
+    FILE *out = fdopen(fd, "w");
+    for (int i = 0; i < pl->n; i++) {
+        const PlanLayout *l = &pl->r[i].l;
+        int seen = pl->r[i].why_not[0] != '\0';
+        for (int j = 0; j < i && !seen; j++)
+            seen = !pl->r[j].why_not[0] && pl->r[j].l.B == l->B && pl->r[j].l.tp == l->tp && pl->r[j].l.sp == l->sp;
+        if (!seen) fprintf(out, "%d %d %d\n", l->B, l->tp, l->sp);
+    }
+    fclose(out);
+    char exe[4096], cmd[16384], q[1100];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0) die_usage("--cluster local: cannot find this program's path");
+    exe[n] = '\0';
+    int k = 0;
+    if (c->devices_per_node > 1)
+        k = snprintf(cmd, sizeof(cmd), "mpirun %s--oversubscribe -np %d -x OMP_NUM_THREADS ",
+                     geteuid() == 0 ? "--allow-run-as-root " : "", c->devices_per_node);
+    shell_quote(q, sizeof(q), exe);
+    k += snprintf(cmd + k, sizeof(cmd) - (size_t)k, "%s", q);
+    for (int i = 1; i < argc && k < (int)sizeof(cmd) - 1100; i++) {
+        shell_quote(q, sizeof(q), argv[i]);
+        k += snprintf(cmd + k, sizeof(cmd) - (size_t)k, " %s", q);
+    }
+    snprintf(cmd + k, sizeof(cmd) - (size_t)k, " --measure-local %s 2>&1", shapes);
+    FILE *p = popen(cmd, "r");
+    char line[512], last[512] = "";
+    double ns = 0;
+    memset(f, 0, sizeof(*f));
+    while (p && fgets(line, sizeof(line), p)) {
+        ShapeTimes st;
+        StageKernelTimes *t = &st.t;
+        snprintf(last, sizeof(last), "%s", line);
+        int op;
+        double gbs, us;
+        if (sscanf(line, "comm %d = %lf %lf", &op, &gbs, &us) == 3 && op >= 0 && op < PLAN_OPS)
+            c->op_gbs[op] = gbs, c->op_us[op] = us;
+        int k;
+        double chunk, pair, all;
+        if (sscanf(line, "comm %d = %lf %lf", &op, &gbs, &us) == 3) continue;
+        if (sscanf(line, "sync %d = %lf %lf %lf", &k, &chunk, &pair, &all) == 4 && k == c->sync_points && k < 8)
+            c->sync_chunk_s[k] = chunk, c->sync_loss_s[0][k] = pair, c->sync_loss_s[1][k] = all, c->sync_points++;
+        sscanf(line, "rank_baseline_mb = %lf", &c->rank_baseline_mb);
+        sscanf(line, "adamw_ns = %lf", &ns);
+        double z[4];
+        if (sscanf(line, "zero = %lf %lf %lf %lf", &z[0], &z[1], &z[2], &z[3]) == 4)
+            for (int i = 0; i < 4; i++) c->zero_s[i / 2][i % 2] = z[i] * 1e-9 / 1024;
+        if (f->nshapes < PLAN_MAX_SHAPES &&
+            sscanf(line, "kernels %d %d %d = %lf %lf %lf %lf %lf %lf %lf", &st.B, &st.tp, &st.sp, &t->layer_f,
+                   &t->layer_b_input, &t->layer_b_weight, &t->embed_f, &t->embed_b, &t->head_f, &t->head_b) == 10)
+            f->shapes[f->nshapes++] = st;
+    }
+    int rc = p ? pclose(p) : -1;
+    unlink(shapes);
+    if (rc != 0 || !(ns > 0))
+        die_usage("--cluster local: measuring this machine over %d rank%s failed (%s): %s", c->devices_per_node,
+                  c->devices_per_node > 1 ? "s (mpirun)" : "", cmd, last);
+    f->adamw_s = ns * 1e-9;
+    // (the links: the all-reduce's figures; the pipeline's transfers, point to point, use them)
+    c->intra_gbs = c->inter_gbs = c->op_gbs[PLAN_ALL_REDUCE], c->intra_us = c->inter_us = c->op_us[PLAN_ALL_REDUCE];
+}
+
+// --- enumeration ---
+
+static void plan_add(PlanList *pl, const PlanProblem *pb, const PlanLayout *l) {
+    if (pl->n == pl->cap) {
+        pl->cap = pl->cap ? 2 * pl->cap : 256;
+        pl->r = (PlanResult *)reallocCheck(pl->r, sizeof(PlanResult) * (size_t)pl->cap);
+    }
+    PlanResult *r = &pl->r[pl->n++];
+    memset(r, 0, sizeof(*r));
+    r->l = *l;
+    PPLayout ppl;
+    if (!plan_check_layout(pb, &r->l, &ppl, r->why_not, sizeof(r->why_not)) && l->pp > 1) pp_layout_free(&ppl);
+}
+
+// A layout the trainers take: its memory (every rank's; ranks of the same tensor and pipeline
+// coordinates alike), whether it fits, and its predicted step.
+static void plan_finish(PlanResult *r, const PlanProblem *pb) {
+    if (r->why_not[0]) return;
+    const PlanLayout *l = &r->l;
+    PPLayout ppl;
+    memset(&ppl, 0, sizeof(ppl));
+    plan_check_layout(pb, l, &ppl, r->why_not, sizeof(r->why_not));
+    int world = l->dp * l->tp * l->pp;
+    for (int rank = 0; rank < l->tp * l->pp; rank++) {
+        RankMemory m = plan_rank_memory(pb, l, &ppl, rank);
+        if (rank == 0) r->mem0 = m;
+        if (rank_memory_total(&m) > r->mem_max) r->mem_max = rank_memory_total(&m);
+    }
+    double have = pb->cluster->memory_gb * 1e9 / (pb->cluster->local ? world : 1) -
+                  pb->cluster->rank_baseline_mb * 1e6;
+    if (r->mem_max > have)
+        snprintf(r->why_not, sizeof(r->why_not), "does not fit: %.2f GB a rank, %.2f GB %s", r->mem_max / 1e9,
+                 have / 1e9, pb->cluster->local ? "available a rank (the host's, shared)" : "a device");
+    else
+        plan_predict(pb, r, &ppl);
+    if (l->pp > 1) pp_layout_free(&ppl);
+}
+
+// Every layout of world ranks: dp x tp x pp = world, ZeRO 0-3 (0 only with one data rank: the stages are
+// then the same), sequence parallel with tp > 1, each schedule with pp > 1 (interleaved with 2 .. L/pp
+// chunks), B in the powers of two up to max_b, recompute 0-2 on GPU clusters.
+static void plan_enumerate(PlanList *pl, const PlanProblem *pb, int world, int max_b) {
+    int recomputes = pb->cluster->cpu_trainer ? 1 : 3;  // (the CPU trainer keeps every activation)
+    for (int tp = 1; tp <= world; tp++) {
+        if (world % tp) continue;
+        for (int pp = 1; pp <= world / tp; pp++) {
+            if ((world / tp) % pp) continue;
+            int dp = world / tp / pp;
+            for (int sp = 0; sp <= (tp > 1); sp++)
+                for (int kind = 0; kind < (pp > 1 ? 4 : 1); kind++) {
+                    int vmax = kind == PP_INTERLEAVED ? (pb->cfg->num_layers / pp > 2 ? pb->cfg->num_layers / pp : 2)
+                                                      : 1;
+                    for (int v = kind == PP_INTERLEAVED ? 2 : 1; v <= vmax; v++)
+                        for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++)
+                            for (int B = 1; B <= max_b; B *= 2)
+                                for (int rc = 0; rc < recomputes; rc++) {
+                                    long long micro = (long long)B * pb->T * dp;
+                                    PlanLayout l = {dp, tp, pp, sp, zero, pp > 1 ? (PPKind)kind : PP_1F1B, v, B,
+                                                    pb->total_tokens % micro ? 0 : (int)(pb->total_tokens / micro),
+                                                    rc};
+                                    plan_add(pl, pb, &l);
+                                }
+                }
+        }
+    }
+}
+
+// --- printing ---
+
+static const char *layout_text(const PlanLayout *l, char *buf, size_t n) {
+    char sched[48] = "-";
+    if (l->pp > 1) {
+        if (l->v > 1) snprintf(sched, sizeof(sched), "%s:%d", pp_kind_names[l->schedule], l->v);
+        else snprintf(sched, sizeof(sched), "%s", pp_kind_names[l->schedule]);
+    }
+    snprintf(buf, n, "dp %d tp %d%s pp %d %-13s ZeRO-%d B %d x %d%s", l->dp, l->tp, l->sp ? "+sp" : "   ", l->pp,
+             sched, l->zero, l->B, l->accum, l->recompute ? (l->recompute == 1 ? " rc1" : " rc2") : "");
+    return buf;
+}
+
+static int by_speed(const void *a, const void *b) {
+    const PlanResult *x = (const PlanResult *)a, *y = (const PlanResult *)b;
+    int xv = !x->why_not[0], yv = !y->why_not[0];
+    if (xv != yv) return yv - xv;
+    if (!xv) return 0;
+    return x->t.total < y->t.total ? -1 : x->t.total > y->t.total;
+}
+
+// Why a layout ranks where it does: its time's largest parts and its memory headroom.
+static void print_reasons(const PlanResult *r, const PlanResult *next, const Cluster *c, int world) {
+    const PlanTime *t = &r->t;
+    double compute = t->fwd + t->bwd;
+    printf("        compute %.0f%%, communication %.0f%%, pipeline bubble %.0f%%, optimizer %.0f%% of the step",
+           100 * compute / t->total, 100 * t->comm / t->total, 100 * t->bubble / t->total, 100 * t->opt / t->total);
+    double have = c->memory_gb * 1e9 / (c->local ? world : 1);
+    printf("; %.2f of %.2f GB a rank", r->mem_max / 1e9, have / 1e9);
+    if (next) printf("; %.1f%% faster than the next", 100 * (next->t.total / t->total - 1));
+    printf("\n");
+}
+
+static void print_cluster(const Cluster *c, int world) {
+    printf("cluster %s: %d node%s x %d %s = %d ranks | peak %.2f TFLOP/s a device%s | memory %.1f GB%s | "
+           "links %.2f GB/s %.1f us inside a node",
+           c->name, c->nodes, c->nodes > 1 ? "s" : "", c->devices_per_node, c->cpu_trainer ? "CPU ranks" : "devices", world,
+           c->peak_tflops, c->local ? " (sgemm, measured)" : "", c->memory_gb,
+           c->local ? " (available, shared)" : " a device", c->intra_gbs, c->intra_us);
+    if (c->nodes > 1) printf(", %.2f GB/s %.1f us between", c->inter_gbs, c->inter_us);
+    if (c->local)
+        printf(" (measured) | %d cores%s", c->cores, c->devices_per_node > c->cores ? ", shared" : "");
+    if (c->local) printf(" | %.1f MB a rank besides the model", c->rank_baseline_mb);
+    if (c->local && c->sync_points)
+        printf(" | a synchronisation loses %.0f .. %.0f us (2 ranks), %.0f .. %.0f us (all) for %.2f .. %.2f ms of "
+               "compute between", c->sync_loss_s[0][0] * 1e6, c->sync_loss_s[0][c->sync_points - 1] * 1e6,
+               c->sync_loss_s[1][0] * 1e6, c->sync_loss_s[1][c->sync_points - 1] * 1e6, c->sync_chunk_s[0] * 1e3,
+               c->sync_chunk_s[c->sync_points - 1] * 1e3);
+    printf(" | %.2f a device-hour\n", c->price_per_hour);
+}
+
+static void csv_rows(FILE *f, const Cluster *c, const PlanList *pl) {
+    for (int i = 0; i < pl->n; i++) {
+        const PlanResult *r = &pl->r[i];
+        const PlanLayout *l = &r->l;
+        fprintf(f, "%s,%d,%d,%d,%d,%d,%s,%d,%d,%d,%d,%d,\"%s\",%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.4f,%.4f,%.4f,%.4f,"
+                "%.4f,%.4f,%.1f\n", c->name, l->dp, l->tp, l->pp, l->sp, l->zero, l->pp > 1 ? pp_kind_names[l->schedule] : "-",
+                l->v, l->B, l->accum, l->recompute, !r->why_not[0], r->why_not, r->t.total * 1e3, r->t.fwd * 1e3,
+                r->t.bwd * 1e3, r->t.comm * 1e3, r->t.bubble * 1e3, r->t.opt * 1e3, r->tokens_per_s,
+                r->mem0.params / 1e6, r->mem0.grads / 1e6, r->mem0.optimizer / 1e6, r->mem0.activations / 1e6,
+                r->mem0.tied / 1e6, r->mem_max / 1e6, c->rank_baseline_mb);
+    }
+}
+
+int main(int argc, char **argv) {
+    PlanOptions o;
+    memset(&o, 0, sizeof(o));
+    flags_parse(argc, argv, PLAN_FLAGS, FLAGS_COUNT(PLAN_FLAGS), &o, SUMMARY);
+    snprintf(o.train.pp_schedule, FLAG_STR_MAX, "1f1b");
+    int from_file;
+    GPTConfig cfg = train_build_config(&o.train, &from_file);
+    int T = o.train.seq_len;
+    if (o.measure_local[0]) {
+        plan_measure_local(&cfg, T, o.measure_local, &argc, &argv);
+        return 0;
+    }
+    if (T > cfg.max_seq_len) die_usage("--seq-len %d exceeds the model's max-seq-len %d", T, cfg.max_seq_len);
+    if (o.train.total_batch_tokens <= 0) die_usage("--total-batch-tokens is required (tokens per optimizer step)");
+    ParamLayout whole;
+    param_layout_init(&whole, &cfg);
+    double params = (double)whole.num_params;
+    param_layout_free(&whole);
+    double run_tokens = o.train_tokens > 0 ? (double)o.train_tokens : 20.0 * params;
+    printf("model: %d layers, %d channels, %d heads, vocabulary %d (%.2fM parameters) | seq-len %d | %lld tokens a "
+           "step | a run of %.3g tokens\n", cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, params / 1e6, T,
+           o.train.total_batch_tokens, run_tokens);
+    FILE *csv = NULL;
+    if (o.csv[0]) {
+        csv = fopen(o.csv, "w");
+        if (!csv) die_usage("--csv: cannot write '%s': %s", o.csv, strerror(errno));
+        fprintf(csv, "cluster,dp,tp,pp,sp,zero,schedule,v,B,accum,recompute,valid,why_not,step_ms,fwd_ms,bwd_ms,"
+                     "comm_ms,bubble_ms,opt_ms,tokens_per_s,mem0_params_mb,mem0_grads_mb,mem0_optimizer_mb,"
+                     "mem0_activations_mb,mem0_tied_mb,mem_max_mb,baseline_mb\n");
+    }
+    struct { char name[64]; int devices; double tok_s, price; int found; char layout[160]; } best[16];
+    int nclusters = 0;
+    char list[FLAG_STR_MAX];
+    snprintf(list, sizeof(list), "%s", o.cluster);
+    for (char *save = NULL, *spec = strtok_r(list, ",", &save); spec; spec = strtok_r(NULL, ",", &save)) {
+        if (nclusters == 16) die_usage("--cluster: at most 16 clusters");
+        Cluster c;
+        char err[512];
+        if (cluster_load(spec, &c, err, sizeof(err))) die_usage("%s", err);
+        if (o.nodes > 0) c.nodes = o.nodes;
+        if (c.local) {
+            if (c.nodes > 1) die_usage("--nodes %d: the local cluster is this one machine", c.nodes);
+            c.cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+            c.devices_per_node = o.devices_per_node > 0 ? o.devices_per_node : c.cores;
+            c.memory_gb = host_memory_available() / 1e9;
+            c.peak_tflops = matmul_measure_peak_gflops(512, 5) / 1e3;
+            c.matmul_eff = 1.0, c.hbm_gbs = 1.0;  // (the kernels are measured instead)
+        } else if (o.devices_per_node > 0) {
+            c.devices_per_node = o.devices_per_node;
+        }
+        if (o.price_per_hour > 0) c.price_per_hour = o.price_per_hour;
+        int world = c.nodes * c.devices_per_node;
+        static LocalFigures lf;
+        GpuKernels gk = {&c, &cfg, T};
+        PlanProblem pb = {&cfg, T, o.train.total_batch_tokens, &c, c.local ? local_kernels : gpu_kernels,
+                          c.local ? (void *)&lf : (void *)&gk, 32.0 / (c.hbm_gbs * 1e9)};
+        PlanList pl = {NULL, 0, 0};
+        plan_enumerate(&pl, &pb, world, o.max_micro_batch);
+        if (c.local) {
+            measure_local(&c, &pl, argc, argv, &lf);
+            pb.adamw_s_per_elem = lf.adamw_s;
+        }
+        print_cluster(&c, world);
+        for (int i = 0; i < pl.n; i++) plan_finish(&pl.r[i], &pb);
+        if (csv) csv_rows(csv, &c, &pl);
+        qsort(pl.r, (size_t)pl.n, sizeof(PlanResult), by_speed);
+        int valid = 0;
+        while (valid < pl.n && !pl.r[valid].why_not[0]) valid++;
+        printf("  %d layouts: %d valid, %d rejected\n", pl.n, valid, pl.n - valid);
+        double flops_step = gpt_flops_per_token(&cfg, T) * (double)o.train.total_batch_tokens;
+        if (valid) printf("  best (predicted): step ms = fwd + bwd + comm + bubble + opt | tokens/s | MFU | memory "
+                          "a rank (the largest)\n");
+        char buf[160];
+        for (int i = 0; i < valid && i < o.top; i++) {
+            const PlanResult *r = &pl.r[i];
+            double mfu = flops_step / r->t.total / (c.peak_tflops * 1e12 * world);
+            printf("  %2d. %s | %.1f = %.1f + %.1f + %.1f + %.1f + %.1f | %.0f | %.1f%% | %.2f GB\n", i + 1,
+                   layout_text(&r->l, buf, sizeof(buf)), r->t.total * 1e3, r->t.fwd * 1e3, r->t.bwd * 1e3,
+                   r->t.comm * 1e3, r->t.bubble * 1e3, r->t.opt * 1e3, r->tokens_per_s, 100 * mfu, r->mem_max / 1e9);
+            print_reasons(r, i + 1 < valid ? &pl.r[i + 1] : NULL, &c, world);
+        }
+        int shown = pl.n - valid < o.rejected || o.rejected == 0 ? pl.n - valid : o.rejected;
+        if (pl.n > valid) printf("  rejected%s:\n", shown < pl.n - valid ? " (the first; --rejected 0 lists all)" : "");
+        for (int i = valid; i < valid + shown; i++)
+            printf("      %s: %s\n", layout_text(&pl.r[i].l, buf, sizeof(buf)), pl.r[i].why_not);
+        snprintf(best[nclusters].name, sizeof(best[0].name), "%s", c.name);
+        best[nclusters].devices = world, best[nclusters].price = c.price_per_hour, best[nclusters].found = valid > 0;
+        best[nclusters].tok_s = valid ? pl.r[0].tokens_per_s : 0;
+        if (valid) layout_text(&pl.r[0].l, best[nclusters].layout, sizeof(best[0].layout));
+        nclusters++;
+        free(pl.r);
+    }
+    printf("a run of %.3g tokens, the best layout on each cluster:\n", run_tokens);
+    printf("  %-16s %8s %14s %12s %12s  layout\n", "cluster", "devices", "tokens/s", "hours", "cost");
+    for (int i = 0; i < nclusters; i++) {
+        if (!best[i].found) {
+            printf("  %-16s %8d   no layout fits\n", best[i].name, best[i].devices);
+            continue;
+        }
+        double hours = run_tokens / best[i].tok_s / 3600.0;
+        printf("  %-16s %8d %14.0f %12.2f %12.2f  %s\n", best[i].name, best[i].devices, best[i].tok_s, hours,
+               hours * best[i].devices * best[i].price, best[i].layout);
+    }
+    if (csv && fclose(csv) != 0) die_usage("--csv: writing '%s' failed", o.csv);
+    return 0;
+}

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# test_plan.sh: the layout planner (./plan, llmc/plan_*.h). On a small case
+# (2 layers of 2 heads, 4 ranks, a 128-token batch, B 1 and 2) every layout the planner
+# lists as valid starts on the CPU trainer (--steps 0) and every one it
+# rejects for not dividing is refused by the trainer with exit 2: the
+# enumeration finds every valid layout and no invalid one. For each valid
+# layout the trainer's memory line (rank 0: params, grads, AdamW state,
+# activations) equals the planner's prediction. The local cluster's
+# measurements run (plan under mpirun over 2 ranks) and give a prediction
+# for each valid layout; the cost table's hours and cost follow from its
+# tokens/s, the run's tokens and the price. Bad input: one line, exit 2.
+# SKIPs the trainer runs without MPI.
+set -u
+cd "$(dirname "$0")/.."
+. tests/checks.sh
+BUILD=${BUILD:-build}
+PLAN=$BUILD/plan
+TRAIN=$BUILD/train_gpt
+P=plan_
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+MODEL=(--n-layer 2 --n-embd 32 --n-head 2 --vocab-size 257 --max-seq-len 32 --seq-len 32 --total-batch-tokens 128)
+cat >"$tmp/four.cluster" <<'EOF'
+# four CPU-trainer ranks of ample memory: every layout that divides fits
+name = four
+trainer = cpu
+devices_per_node = 4
+nodes = 1
+peak_tflops = 1
+matmul_efficiency = 0.5
+hbm_gbs = 100
+memory_gb = 1000
+intra_node_gbs = 10
+intra_node_us = 5
+inter_node_gbs = 1
+inter_node_us = 10
+price_per_hour = 2.5
+EOF
+
+# --- bad input ---
+expect_usage_error "an unknown cluster" "neither a preset" "$PLAN" "${MODEL[@]}" --cluster dgx-a9
+printf 'devices_per_node = 4\nnodes = two\n' >"$tmp/bad.cluster"
+expect_usage_error "a malformed cluster file, by line" "bad.cluster:2:" "$PLAN" "${MODEL[@]}" --cluster "$tmp/bad.cluster"
+head -5 "$tmp/four.cluster" >"$tmp/short.cluster"
+expect_usage_error "a cluster file without a key" "no 'peak_tflops = ...' line" "$PLAN" "${MODEL[@]}" \
+    --cluster "$tmp/short.cluster"
+expect_usage_error "a plan without a batch" "total-batch-tokens is required" "$PLAN" --n-layer 2 --n-embd 32 \
+    --n-head 2 --vocab-size 257 --max-seq-len 32 --seq-len 32 --cluster dgx-h100
+expect_usage_error "several nodes of the local machine" "local cluster is this one machine" "$PLAN" "${MODEL[@]}" \
+    --cluster local --nodes 2
+expect_usage_error "an unknown flag" "unknown flag" "$PLAN" --warp-speed 9
+
+# --- the enumeration of the small case ---
+"$PLAN" "${MODEL[@]}" --cluster "$tmp/four.cluster" --max-micro-batch 2 --rejected 0 --csv "$tmp/four.csv" \
+    >"$tmp/four.log" 2>&1
+rc=$?
+check lists_the_small_case "[ $rc -eq 0 ] && grep -q '^cluster four: 1 node x 4 CPU ranks = 4 ranks' '$tmp/four.log'" \
+    "exit $rc: $(tail -2 "$tmp/four.log")"
+# every (dp, tp, pp) of 4 ranks, each schedule, ZeRO stage (with dp > 1), sequence parallel (tp > 1), B 1, 2
+python3 - "$tmp/four.csv" >"$tmp/count.txt" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+want = 0
+for tp in (1, 2, 4):
+    for pp in (1, 2, 4):
+        if 4 % (tp * pp):
+            continue
+        dp = 4 // tp // pp
+        scheds = {1: 1, 2: 4, 4: 4}[pp]  # interleaved: 2 chunks (L/pp <= 2)
+        want += (2 if tp > 1 else 1) * scheds * (4 if dp > 1 else 1) * 2
+print(len(rows), want, sum(r["valid"] == "1" for r in rows))
+EOF
+read -r listed want valid <"$tmp/count.txt"
+check enumerates_every_candidate "[ '$listed' = '$want' ] && [ '$valid' -gt 0 ]" "listed $listed, want $want"
+check says_why_tp_4_does_not_divide "grep -q 'tp 4: .*' '$tmp/four.log' && grep -q 'more than the model.s 2 layers' '$tmp/four.log'"
+
+if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
+    echo "SKIP: ${P}the trainer on each layout, the local cluster (built without MPI or no mpirun)"
+    exit 0
+fi
+export ASAN_OPTIONS=detect_leaks=0  # (MPI's own allocations)
+tokenize_sources "$tmp/data" llmc/plan_*.h
+# each layout on the trainer: valid ones start and print the planner's memory, rejected ones exit 2 naming
+# why (the sanitizer builds: every third)
+every=1
+[ "$BUILD" != build ] && every=3
+python3 - "$tmp/four.csv" "$TRAIN" "$tmp/data/src_train_*.bin" "$every" "${MODEL[@]}" <<'EOF'
+import csv, re, subprocess, sys
+path, train, data, every, model = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:]
+mpirun = ["timeout", "120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4", "-x", "OMP_NUM_THREADS",
+          "-x", "ASAN_OPTIONS"]
+bad_valid, bad_rejected, bad_memory, runs = [], [], [], 0
+for i, r in enumerate(csv.DictReader(open(path))):
+    if i % every:
+        continue
+    flags = ["--tp", r["tp"], "--pp", r["pp"], "--zero", r["zero"], "--batch-size", r["B"]]
+    if r["sp"] == "1":
+        flags += ["--sequence-parallel", "1"]
+    if int(r["pp"]) > 1:
+        flags += ["--pp-schedule", r["schedule"], "--virtual-stages", r["v"]]
+    name = " ".join(flags)
+    p = subprocess.run(mpirun + [train, "--data-train", data, "--steps", "0", "--comm-timeout", "60"] + model + flags,
+                       capture_output=True, text=True)
+    runs += 1
+    if r["valid"] == "1":
+        if p.returncode != 0:
+            bad_valid.append("%s: exit %d %s" % (name, p.returncode, p.stderr.strip()[-200:]))
+            continue
+        m = re.search(r"params ([0-9.]+) MB .* grads ([0-9.]+) MB .* AdamW m,v ([0-9.]+) MB .* activations ([0-9.]+) MB",
+                      p.stdout)
+        want = [float(r[k]) for k in ("mem0_params_mb", "mem0_grads_mb", "mem0_optimizer_mb", "mem0_activations_mb")]
+        if not m or any(abs(float(g) - w) > 0.0015 for g, w in zip(m.groups(), want)):
+            bad_memory.append("%s: trainer %s, plan %s" % (name, m.groups() if m else "no memory line", want))
+    elif p.returncode != 2:
+        bad_rejected.append("%s (%s): exit %d" % (name, r["why_not"], p.returncode))
+print("PASS: plan_every_valid_layout_starts_on_the_trainer (%d runs)" % runs if not bad_valid else
+      "FAIL: plan_every_valid_layout_starts_on_the_trainer (%s)" % "; ".join(bad_valid[:3]))
+print("PASS: plan_every_rejected_layout_is_refused_by_the_trainer" if not bad_rejected else
+      "FAIL: plan_every_rejected_layout_is_refused_by_the_trainer (%s)" % "; ".join(bad_rejected[:3]))
+print("PASS: plan_memory_equals_the_trainers_memory_line" if not bad_memory else
+      "FAIL: plan_memory_equals_the_trainers_memory_line (%s)" % "; ".join(bad_memory[:3]))
+EOF
+
+# --- the local cluster, measured over 2 ranks; the cost table ---
+"$PLAN" "${MODEL[@]}" --cluster "local,$tmp/four.cluster" --devices-per-node 2 --max-micro-batch 2 \
+    --price-per-hour 0.5 --train-tokens 1000000000 --csv "$tmp/local.csv" >"$tmp/local.log" 2>&1
+rc=$?
+check measures_the_local_cluster \
+    "[ $rc -eq 0 ] && grep -q '^cluster local: 1 node x 2 CPU ranks = 2 ranks .*(measured)' '$tmp/local.log' &&
+     grep -q '^  best (predicted)' '$tmp/local.log'" "exit $rc: $(tail -3 "$tmp/local.log")"
+python3 - "$tmp/local.csv" "$tmp/local.log" <<'EOF'
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["valid"] == "1"]
+ok = rows and all(float(r["step_ms"]) > 0 and float(r["tokens_per_s"]) > 0 and
+                  abs(float(r["step_ms"]) - sum(float(r[k]) for k in ("fwd_ms", "bwd_ms", "comm_ms", "bubble_ms", "opt_ms")))
+                  < 0.01 * float(r["step_ms"]) + 1e-3 for r in rows)
+print("%s: plan_predicts_each_valid_layout_and_its_parts_add_up (%d layouts)" % ("PASS" if ok else "FAIL", len(rows)))
+lines = open(sys.argv[2]).read().split("a run of 1e+09 tokens, the best layout on each cluster:")[-1].splitlines()
+costs = {}
+for line in lines:
+    f = line.split()
+    if len(f) > 5 and f[1].isdigit():
+        costs[f[0]] = [float(x) for x in f[1:5]]
+good = set(costs) == {"local", "four"}
+for name, (devices, tok_s, hours, cost) in costs.items():
+    good &= abs(hours - 1e9 / tok_s / 3600) <= 0.006 + 0.01 * hours and abs(cost - hours * devices * 0.5) <= 0.01 + 0.01 * cost
+print("%s: plan_costs_each_cluster_from_its_speed_and_price (%s)" % ("PASS" if good else "FAIL", costs))
+EOF
