@@ -26,11 +26,15 @@ typedef struct {
     double head_f, head_b;  // ln_f, the classifier and the loss; their backward
 } StageKernelTimes;
 
-// Least squares y = a + b x over n points.
-static void linear_fit(const double *x, const double *y, int n, double *a, double *b) {
-    double mx = 0, my = 0, sxx = 0, sxy = 0;
-    for (int i = 0; i < n; i++) mx += x[i] / n, my += y[i] / n;
-    for (int i = 0; i < n; i++) sxx += (x[i] - mx) * (x[i] - mx), sxy += (x[i] - mx) * (y[i] - my);
+// Least squares y = a + b x over n points of weights w (NULL: equal).
+static void linear_fit(const double *x, const double *y, const double *w, int n, double *a, double *b) {
+    double sw = 0, mx = 0, my = 0, sxx = 0, sxy = 0;
+    for (int i = 0; i < n; i++) sw += w ? w[i] : 1.0;
+    for (int i = 0; i < n; i++) mx += (w ? w[i] : 1.0) * x[i] / sw, my += (w ? w[i] : 1.0) * y[i] / sw;
+    for (int i = 0; i < n; i++) {
+        double wi = w ? w[i] : 1.0;
+        sxx += wi * (x[i] - mx) * (x[i] - mx), sxy += wi * (x[i] - mx) * (y[i] - my);
+    }
     *b = sxx > 0 ? sxy / sxx : 0.0;
     *a = my - *b * mx;
 }
@@ -185,23 +189,28 @@ typedef struct {
     ShapeTimes shapes[PLAN_MAX_SHAPES];
 } LocalFigures;
 
-// The time a synchronisation (a small all-reduce) of group g loses when every rank computes
-// chunks of `reps` unit sgemms between them: an iteration's time less the chunk's, the chunk timed
-// with every rank computing at once without synchronising (*chunk_s).
+// The time a synchronisation (a small all-reduce) of group g loses when every rank computes chunks
+// of `reps` unit sgemms between them: an iteration's time less the chunk's (timed with every rank
+// computing at once without synchronising: *chunk_s) and less the all-reduce's own (timed alone,
+// which the ring model already counts).
 static double plan_sync_loss(CommGroup *g, CommGroup *world, float *buf, int reps, double *chunk_s) {
     double unit = 0.0;
     int units = 0;
     comm_barrier(world);
     for (double t0 = wall_seconds(); wall_seconds() - t0 < 0.1; units++) unit += plan_spin_compute(buf, 1);
     *chunk_s = comm_mean(world, unit / units) * reps;
-    int iters = 8 + (int)(0.15 / *chunk_s);
     comm_barrier(world);
     double t0 = wall_seconds();
+    for (int it = 0; it < 50; it++) comm_all_reduce(g, buf, 1024, COMM_F32);
+    double reduce = comm_mean(world, (wall_seconds() - t0) / 50);
+    int iters = 8 + (int)(0.15 / *chunk_s);
+    comm_barrier(world);
+    t0 = wall_seconds();
     for (int it = 0; it < iters; it++) {
         plan_spin_compute(buf, reps);
         comm_all_reduce(g, buf, 1024, COMM_F32);
     }
-    double loss = comm_mean(world, (wall_seconds() - t0) / iters) - *chunk_s;
+    double loss = comm_mean(world, (wall_seconds() - t0) / iters) - *chunk_s - reduce;
     return loss > 0 ? loss : 0.0;
 }
 
@@ -282,14 +291,14 @@ static void plan_measure_local(const GPTConfig *cfg, int T, const char *shapes_f
     ShapeTimes st;
     while (f.nshapes < PLAN_MAX_SHAPES && fscanf(in, "%d %d %d", &st.B, &st.tp, &st.sp) == 3) f.shapes[f.nshapes++] = st;
     fclose(in);
-    const size_t sizes[] = {1024, 16384, 262144, 1048576};  // floats
+    const size_t sizes[] = {256, 2048, 16384, 131072, 1048576};  // floats
     const int n = sizeof(sizes) / sizeof(sizes[0]);
     float *buf = (float *)callocCheck(sizes[n - 1], sizeof(float));
     if (p > 1) {
         size_t *counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)p);
         float *recv = (float *)callocCheck(sizes[n - 1], sizeof(float));
         for (int op = 0; op < PLAN_OPS; op++) {
-            double x[4], y[4];
+            double x[5], y[5], w[5];
             for (int i = 0; i < n; i++) {
                 comm_even_counts(sizes[i], p, counts);
                 int reps = 20;
@@ -304,9 +313,10 @@ static void plan_measure_local(const GPTConfig *cfg, int T, const char *shapes_f
                 }
                 x[i] = 4.0 * (double)sizes[i];
                 y[i] = comm_mean(g, (wall_seconds() - t0) / reps);
+                w[i] = 1.0 / (y[i] * y[i]);  // (relative errors: the small sizes weigh as much as the large)
             }
             double a, b, k = op == PLAN_ALL_REDUCE ? 2.0 : 1.0;
-            linear_fit(x, y, n, &a, &b);
+            linear_fit(x, y, w, n, &a, &b);
             if (b <= 0) b = y[n - 1] / x[n - 1];
             f.op_gbs[op] = 1e-9 * k * (p - 1) / (b * p);
             f.op_us[op] = (a > 0 ? a : 0) / (k * (p - 1)) * 1e6;

@@ -66,22 +66,43 @@ typedef struct {
     double adamw_s_per_elem;  // the optimizer's time per element of the shard
 } PlanProblem;
 
-// Modeled kernels of a GPU cluster: matmul FLOPs at peak x matmul_eff, the rest
-// as bf16 bytes moved at the memory bandwidth.
+// A GPU kernel's seconds on the roofline (Williams et al. 2009): its FLOPs at the tensor cores' peak x
+// the cluster's matmul efficiency or its bytes at the memory bandwidth, whichever is longer, and never
+// less than the gap between two launches (the trainers launch every kernel on one stream, no graphs).
+#define PLAN_GPU_LAUNCH_S 4e-6
+static double plan_gpu_kernel(const Cluster *c, double flops, double bytes) {
+    double t = flops / (c->peak_tflops * 1e12 * c->matmul_eff), m = bytes / (c->hbm_gbs * 1e9);
+    t = t > m ? t : m;
+    return t > PLAN_GPU_LAUNCH_S ? t : PLAN_GPU_LAUNCH_S;
+}
+// A bf16 GEMM (M x K) @ (K x N).
+static double plan_gpu_gemm(const Cluster *c, double M, double K, double N) {
+    return plan_gpu_kernel(c, 2 * M * K * N, 2 * (M * K + K * N + M * N));
+}
+
+// Modeled kernels of a GPU cluster at a rank's shape: the layer's GEMMs (qkv, attention projection, fc
+// with its GELU epilogue, fc projection; backward: the input's and the weights' of each), causal flash
+// attention (half the square; backward 2.5x) at half the GEMMs' efficiency (FlashAttention-2, Dao 2023:
+// 50-70% of the peak forward at head size 64-128, less backward), the element-wise kernels (LayerNorms, residuals:
+// bf16 reads and writes), and recomputation's extra forward kernels in the backward.
 static StageKernelTimes plan_gpu_kernels(const Cluster *c, const GPTConfig *cfg, int B, int T, int tp, int sp,
                                          int recompute) {
     double C = cfg->channels, Cl = C / tp, N = (double)B * T, Nl = sp ? N / tp : N, V = cfg->padded_vocab_size / tp;
-    double flops = c->peak_tflops * 1e12 * c->matmul_eff, bytes = c->hbm_gbs * 1e9;
-    double mm = 2.0 * N * C * 12.0 * Cl;        // qkv, attention projection, fc, fc projection
-    double att = 2.0 * B * (double)T * T * Cl;  // causal QK^T and PV (half the square)
-    double ew = 2.0 * (Nl * C * 10.0 + N * Cl * 16.0);  // LayerNorms, residuals, GELU, bias: bf16 reads and writes
-    StageKernelTimes t;
-    t.layer_f = (mm + att) / flops + ew / bytes;
-    t.layer_b_input = (mm + 1.5 * att) / flops + 2 * ew / bytes + (recompute ? ew / 2 / bytes : 0);
-    t.layer_b_weight = mm / flops;
-    t.embed_f = 2.0 * 3 * Nl * C / bytes, t.embed_b = 4.0 * 3 * Nl * C / bytes;
-    t.head_f = 2.0 * N * C * V / flops + 2.0 * 3 * N * V / bytes;
-    t.head_b = 4.0 * N * C * V / flops + 2.0 * 2 * N * V / bytes;
+    double att = 2.0 * 2.0 * B * (double)T * T * Cl, att_bytes = 2.0 * 4 * N * Cl;
+    double ln = plan_gpu_kernel(c, 0, 2.0 * 2 * Nl * C), add = plan_gpu_kernel(c, 0, 2.0 * 3 * Nl * C);
+    double gelu = plan_gpu_kernel(c, 0, 2.0 * 2 * N * 4 * Cl);
+    StageKernelTimes t;  // (att: the FLOPs counted twice, for half the efficiency)
+    t.layer_f = 2 * ln + 2 * add + plan_gpu_gemm(c, N, C, 3 * Cl) + plan_gpu_kernel(c, att, att_bytes) +
+                plan_gpu_gemm(c, N, Cl, C) + plan_gpu_gemm(c, N, C, 4 * Cl) + plan_gpu_gemm(c, N, 4 * Cl, C);
+    t.layer_b_input = 2 * 2 * ln + 2 * add + gelu + plan_gpu_gemm(c, N, 3 * Cl, C) +
+                      plan_gpu_kernel(c, 2.5 * att, 2 * att_bytes) + plan_gpu_gemm(c, N, C, Cl) +
+                      plan_gpu_gemm(c, N, 4 * Cl, C) + plan_gpu_gemm(c, N, C, 4 * Cl) +
+                      (recompute >= 1 ? gelu : 0) + (recompute >= 2 ? 2 * ln : 0);
+    t.layer_b_weight = plan_gpu_gemm(c, C, N, 3 * Cl) + plan_gpu_gemm(c, Cl, N, C) + plan_gpu_gemm(c, C, N, 4 * Cl) +
+                       plan_gpu_gemm(c, 4 * Cl, N, C);
+    t.embed_f = plan_gpu_kernel(c, 0, 2.0 * 3 * Nl * C), t.embed_b = plan_gpu_kernel(c, 0, 4.0 * 3 * Nl * C);
+    t.head_f = ln + plan_gpu_gemm(c, N, C, V) + plan_gpu_kernel(c, 0, 2.0 * 2 * N * V);
+    t.head_b = ln + plan_gpu_gemm(c, N, V, C) + plan_gpu_gemm(c, V, N, C);
     return t;
 }
 
@@ -303,7 +324,7 @@ static void plan_predict(const PlanProblem *pb, PlanResult *r, const PPLayout *p
     PlanTime t;
     t.fwd = l->accum * f * (l->pp > 1 ? ppl->v : 1);
     t.bwd = l->accum * b * (l->pp > 1 ? ppl->v : 1);
-    t.bubble = span - t.fwd - t.bwd;
+    t.bubble = span > t.fwd + t.bwd ? span - t.fwd - t.bwd : 0.0;  // (rounding)
     t.fwd += zero_fwd, t.bwd += zero_bwd;
     t.comm = comm + plan_sync_loss_s(pb, l, &k, f, b);
     t.opt = opt;

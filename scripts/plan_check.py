@@ -4,7 +4,7 @@
 Runs ./plan --cluster local over R ranks for a small model, then every valid
 layout it lists (or --limit of them, spread over the list) with the trainer
 under mpirun, and prints per layout the predicted and measured step time
-(the median of the steps after the first) and peak memory per rank (the
+(the median of the steps after the first, the mean over --repeat runs) and peak memory per rank (the
 largest rank's host RSS against the planner's formula plus the measured
 per-rank baseline); then the mean absolute percentage errors and Kendall's
 tau between the predicted and the measured order. --markdown prints the
@@ -34,6 +34,9 @@ def parse_args():
     a.add_argument("--max-micro-batch", type=int, default=8)
     a.add_argument("--steps", type=int, default=8)
     a.add_argument("--limit", type=int, default=0, help="run at most this many layouts (0: all)")
+    a.add_argument("--repeat", type=int, default=2,
+                   help="runs of each layout: the measured time is their mean, and the tau of the first run's "
+                        "order against the last's is the measurement's own noise (the ceiling for the prediction's)")
     a.add_argument("--out", default="/tmp/llmc_plan_check")
     a.add_argument("--markdown", action="store_true", help="also print the summary as a Markdown table")
     return a.parse_args()
@@ -86,19 +89,25 @@ def main():
         mpirun.insert(1, "--allow-run-as-root")
     results = []
     print("%-36s %10s %10s %7s %9s %9s %7s" % ("layout", "pred ms", "meas ms", "err", "pred MB", "meas MB", "err"))
+    repeats = []
     for row in rows:
-        log = os.path.join(args.out, "run.json")
-        cmd = mpirun + [args.trainer, "--data-train", args.data, "--steps", str(args.steps), "--log-json", log] + \
-            shape + layout_flags(row)
-        run = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if run.returncode != 0:
-            print("FAIL: %s: the trainer exited %d: %s" % (layout_name(row), run.returncode,
-                                                          (run.stderr or run.stdout).strip().splitlines()[-1:]))
-            sys.exit(1)
-        with open(log) as f:
-            summary = [json.loads(line)["summary"] for line in f if '"summary"' in line][0]
-        meas_ms = summary["time"]["step"]["p50"]
-        meas_mb = max(summary["peak_memory_mb"])
+        times, mems = [], []
+        for _ in range(args.repeat):
+            log = os.path.join(args.out, "run.json")
+            cmd = mpirun + [args.trainer, "--data-train", args.data, "--steps", str(args.steps), "--log-json", log] + \
+                shape + layout_flags(row)
+            run = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if run.returncode != 0:
+                print("FAIL: %s: the trainer exited %d: %s" % (layout_name(row), run.returncode,
+                                                              (run.stderr or run.stdout).strip().splitlines()[-1:]))
+                sys.exit(1)
+            with open(log) as f:
+                summary = [json.loads(line)["summary"] for line in f if '"summary"' in line][0]
+            times.append(summary["time"]["step"]["p50"])
+            mems.append(max(summary["peak_memory_mb"]))
+        repeats.append((times[0], times[-1]))
+        meas_ms = sum(times) / len(times)
+        meas_mb = max(mems)
         pred_ms = float(row["step_ms"])
         pred_mb = float(row["mem_max_mb"]) + float(row["baseline_mb"])
         results.append((row, pred_ms, meas_ms, pred_mb, meas_mb))
@@ -112,14 +121,16 @@ def main():
     tau = kendall_tau([r[1] for r in results], [r[2] for r in results])
     best_pred = min(results, key=lambda r: r[1])
     best_meas = min(results, key=lambda r: r[2])
-    print("\n%d layouts on %d CPU ranks: step time MAPE %.1f%% (target < 15%%), Kendall tau %.3f (target > 0.8), "
-          "memory MAPE %.1f%%, %d of %d within 10%%" % (n, args.ranks, mape_t, tau, mape_m, within, n))
+    noise = kendall_tau([a for a, _ in repeats], [b for _, b in repeats]) if args.repeat > 1 else float("nan")
+    print("\n%d layouts on %d CPU ranks: step time MAPE %.1f%% (target < 15%%), Kendall tau %.3f (target > 0.8; "
+          "the measured order against itself, run to run: %.3f), memory MAPE %.1f%%, %d of %d within 10%%" % (
+              n, args.ranks, mape_t, tau, noise, mape_m, within, n))
     print("predicted best: %s (%.1f ms, measured %.1f); measured best: %s (%.1f ms)" % (
         layout_name(best_pred[0]), best_pred[1], best_pred[2], layout_name(best_meas[0]), best_meas[2]))
     if args.markdown:
-        print("\n| layouts | ranks | step time MAPE | Kendall tau | memory MAPE | memory within 10% |")
-        print("|---|---|---|---|---|---|")
-        print("| %d | %d | %.1f%% | %.3f | %.1f%% | %d of %d |" % (n, args.ranks, mape_t, tau, mape_m, within, n))
+        print("\n| layouts | ranks | step time MAPE | Kendall tau | tau of two measured runs | memory MAPE | memory within 10% |")
+        print("|---|---|---|---|---|---|---|")
+        print("| %d | %d | %.1f%% | %.3f | %.3f | %.1f%% | %d of %d |" % (n, args.ranks, mape_t, tau, noise, mape_m, within, n))
 
 
 if __name__ == "__main__":
