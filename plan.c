@@ -279,7 +279,8 @@ static void csv_rows(FILE *f, const Cluster *c, const PlanList *pl) {
         const PlanResult *r = &pl->r[i];
         const PlanLayout *l = &r->l;
         fprintf(f, "%s,%d,%d,%d,%d,%d,%s,%d,%d,%d,%d,%d,\"%s\",%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.4f,%.4f,%.4f,%.4f,"
-                "%.4f,%.4f,%.1f\n", c->name, l->dp, l->tp, l->pp, l->sp, l->zero, l->pp > 1 ? pp_kind_names[l->schedule] : "-",
+                "%.4f,%.4f,%.1f\n", c->name, l->dp, l->tp, l->pp, l->sp, l->zero,
+                l->pp > 1 ? pp_kind_names[l->schedule] : "-",
                 l->v, l->B, l->accum, l->recompute, !r->why_not[0], r->why_not, r->t.total * 1e3, r->t.fwd * 1e3,
                 r->t.bwd * 1e3, r->t.comm * 1e3, r->t.bubble * 1e3, r->t.opt * 1e3, r->tokens_per_s,
                 r->mem0.params / 1e6, r->mem0.grads / 1e6, r->mem0.optimizer / 1e6, r->mem0.activations / 1e6,

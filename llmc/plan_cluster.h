@@ -58,8 +58,10 @@ static const ClusterKey CLUSTER_KEYS[] = {
 // bf16 GEMMs of a GPT layer reach on these parts; the prices are on-demand
 // cloud rates per GPU-hour, to be replaced by yours (--price-per-hour).
 static const Cluster CLUSTER_PRESETS[] = {
-    {"dgx-h100", 0, 0, 8, 1, 0, 989.0, 0.70, 3350.0, 80.0, 450.0, 3.0, 50.0, 8.0, 3.00, 0, {0}, {{0}}, 0.0, {{0}}, {0}, {0}},
-    {"dgx-h200", 0, 0, 8, 1, 0, 989.0, 0.70, 4800.0, 141.0, 450.0, 3.0, 50.0, 8.0, 3.80, 0, {0}, {{0}}, 0.0, {{0}}, {0}, {0}},
+    {.name = "dgx-h100", .devices_per_node = 8, .nodes = 1, .peak_tflops = 989.0, .matmul_eff = 0.70, .hbm_gbs = 3350.0,
+     .memory_gb = 80.0, .intra_gbs = 450.0, .intra_us = 3.0, .inter_gbs = 50.0, .inter_us = 8.0, .price_per_hour = 3.00},
+    {.name = "dgx-h200", .devices_per_node = 8, .nodes = 1, .peak_tflops = 989.0, .matmul_eff = 0.70, .hbm_gbs = 4800.0,
+     .memory_gb = 141.0, .intra_gbs = 450.0, .intra_us = 3.0, .inter_gbs = 50.0, .inter_us = 8.0, .price_per_hour = 3.80},
 };
 
 // A preset by name, or a cluster file; 0 on success, else 1 with why in err.
@@ -98,8 +100,8 @@ static int cluster_load(const char *spec, Cluster *c, char *err, size_t errlen) 
         size_t k = 0;
         while (k < CLUSTER_NUM_KEYS && strcmp(key, CLUSTER_KEYS[k].key) != 0) k++;
         if (k == CLUSTER_NUM_KEYS || sscanf(line, " %*s = %lf %c", &value, &tail) != 1 || !(value >= 0)) {
-            snprintf(err, errlen, "%s:%d: want 'key = value' with a key of name, trainer (cpu|gpu), devices_per_node, nodes, "
-                     "peak_tflops, matmul_efficiency, hbm_gbs, memory_gb, intra_node_gbs, intra_node_us, "
+            snprintf(err, errlen, "%s:%d: want 'key = value' with a key of name, trainer (cpu|gpu), "
+                     "devices_per_node, nodes, peak_tflops, matmul_efficiency, hbm_gbs, memory_gb, intra_node_gbs, intra_node_us, "
                      "inter_node_gbs, inter_node_us, price_per_hour", spec, lineno);
             fclose(f);
             return 1;

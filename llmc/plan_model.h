@@ -160,6 +160,9 @@ static const char *plan_check_layout(const PlanProblem *pb, const PlanLayout *l,
     return NULL;
 }
 
+// The cuBLASLt workspace the GPU trainer reserves (matmul.cuh's MATMUL_WORKSPACE_BYTES).
+#define PLAN_GPU_WORKSPACE_BYTES (32.0 * (1 << 20))
+
 // Rank r's memory (grid coordinates as comm.h's) under the layout.
 static RankMemory plan_rank_memory(const PlanProblem *pb, const PlanLayout *l, const PPLayout *ppl, int r) {
     int tp_rank, pipe_rank, dp_rank;
@@ -172,16 +175,16 @@ static RankMemory plan_rank_memory(const PlanProblem *pb, const PlanLayout *l, c
         // AdamW state fp32 as the CPU's; the tied copy bf16 with an fp32 gradient
         m.params = 2 * (m.params / 4) + 4 * (m.optimizer / 8);
         m.tied *= 6.0 / 8.0;
-        m.transient = 0;  // (the GPU trainer's ZeRO-2/3 segment buffers: small next to the rest)
-        // activations bf16, without the attention matrix (flash attention keeps its log-sum-exp rows) and
-        // without what recomputation drops
+        // activations bf16, without the attention matrix (flash attention keeps its log-sum-exp rows);
+        // what recomputation drops from each layer is one shared buffer instead
         double N = (double)l->B * pb->T, C = pb->cfg->channels, Cl = C / l->tp, NHl = pb->cfg->num_heads / l->tp;
         double layers = l->pp > 1 ? (double)pb->cfg->num_layers / l->pp : pb->cfg->num_layers;
         double sets = l->pp > 1 ? pp_peak_alive_theory(l->schedule, l->pp, l->v, l->accum, pipe_rank) : 1;
         double att = (double)l->B * NHl * pb->T * pb->T;
         double dropped = (l->recompute >= 1 ? N * 4 * Cl : 0) + (l->recompute >= 2 ? 2 * N * C : 0);
-        m.activations = (m.activations / 4 - sets * layers * (att + dropped)) * 2;
+        m.activations = (m.activations / 4 - sets * layers * (att + dropped) + dropped) * 2;
         if (m.activations < 0) m.activations = 0;
+        m.transient = PLAN_GPU_WORKSPACE_BYTES;  // (its ZeRO-2/3 segment buffers: small next to the rest)
     }
     return m;
 }
@@ -198,7 +201,8 @@ static PPTimes plan_rank_times(const PlanProblem *pb, const PlanLayout *l, const
         tp_layer = l->sp ? 2 * (plan_collective(c, PLAN_ALL_GATHER, act, l->tp, gbs, us) +
                                 plan_collective(c, PLAN_REDUCE_SCATTER, act, l->tp, gbs, us))
                          : 2 * plan_collective(c, PLAN_ALL_REDUCE, act, l->tp, gbs, us);
-        tp_head = plan_collective(c, PLAN_ALL_REDUCE, N * 4 * 3, l->tp, gbs, us);  // the vocabulary-parallel loss's row statistics
+        // the vocabulary-parallel loss's row statistics
+        tp_head = plan_collective(c, PLAN_ALL_REDUCE, N * 4 * 3, l->tp, gbs, us);
     }
     int layers = pb->cfg->num_layers, first = 1, last = 1;
     if (l->pp > 1) {

@@ -5,7 +5,9 @@
 # rejects for not dividing is refused by the trainer with exit 2: the
 # enumeration finds every valid layout and no invalid one. For each valid
 # layout the trainer's memory line (rank 0: params, grads, AdamW state,
-# activations) equals the planner's prediction. The local cluster's
+# activations) equals the planner's prediction; on a GPU cluster the
+# planner's weights, gradients and AdamW state are the GPU trainer's line
+# (emulated), its activations within 15% and the workspace. The local cluster's
 # measurements run (plan under mpirun over 2 ranks) and give a prediction
 # for each valid layout; the cost table's hours and cost follow from its
 # tokens/s, the run's tokens and the price. Bad input: one line, exit 2.
@@ -122,6 +124,36 @@ print("PASS: plan_every_rejected_layout_is_refused_by_the_trainer" if not bad_re
 print("PASS: plan_memory_equals_the_trainers_memory_line" if not bad_memory else
       "FAIL: plan_memory_equals_the_trainers_memory_line (%s)" % "; ".join(bad_memory[:3]))
 EOF
+
+# --- the GPU trainer's memory (the emulated train_gptcu's start line, head size 32 for the flash kernel;
+# normal build only: 35 s a run) ---
+if [ -x "$BUILD/emu/train_gptcu" ] && [ "$BUILD" = build ]; then
+    sed 's/^trainer = cpu$/trainer = gpu/; s/^devices_per_node = 4$/devices_per_node = 1/' "$tmp/four.cluster" \
+        >"$tmp/gpu.cluster"
+    GMODEL=(--n-layer 2 --n-embd 64 --n-head 2 --vocab-size 257 --max-seq-len 32 --seq-len 32 --total-batch-tokens 128)
+    "$PLAN" "${GMODEL[@]}" --cluster "$tmp/gpu.cluster" --max-micro-batch 4 --csv "$tmp/gpu.csv" >/dev/null 2>&1
+    for run in "4 0" "1 2"; do
+        set -- $run
+        "$BUILD/emu/train_gptcu" --data-train "$tmp/data/src_train_*.bin" "${GMODEL[@]}" --batch-size "$1" \
+            --recompute "$2" --steps 0 >"$tmp/gpu_$1_$2.log" 2>&1
+        python3 - "$tmp/gpu.csv" "$tmp/gpu_$1_$2.log" "$1" "$2" <<'EOF'
+import csv, re, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["B"] == sys.argv[3] and r["recompute"] == sys.argv[4]]
+m = re.search(r"^memory: params ([0-9.]+) MB .*grads ([0-9.]+) MB, AdamW ([0-9.]+) MB, activations ([0-9.]+) MB"
+              r".*workspace ([0-9.]+) MB", open(sys.argv[2]).read(), re.M)
+ok = len(rows) == 1 and m is not None
+plan = []
+if ok:  # weights, grads, AdamW: the same formula; activations within 10%; the workspace within 1 MB
+    r, got = rows[0], [float(x) for x in m.groups()]
+    plan = [float(r[k]) for k in ("mem0_params_mb", "mem0_grads_mb", "mem0_optimizer_mb", "mem0_activations_mb")]
+    workspace = float(r["mem_max_mb"]) - sum(plan) - float(r["mem0_tied_mb"])
+    ok = all(abs(g - w) <= 0.06 for g, w in zip(got[:3], plan)) and abs(plan[3] / got[3] - 1) <= 0.15 and \
+        abs(workspace - got[4]) <= 1.0
+print("%s: plan_gpu_memory_is_the_gpu_trainers (B %s recompute %s: trainer %s, plan %s)" % (
+    "PASS" if ok else "FAIL", sys.argv[3], sys.argv[4], m.groups() if m else "no memory line", plan))
+EOF
+    done
+fi
 
 # --- the local cluster, measured over 2 ranks; the cost table ---
 "$PLAN" "${MODEL[@]}" --cluster "local,$tmp/four.cluster" --devices-per-node 2 --max-micro-batch 2 \
