@@ -27,7 +27,7 @@ static inline void pp_layout_free(PPLayout *pl) {
 // Layers over pp * v stages: as --pp-layers lists them (comma-separated, one
 // count per stage, "" for even), or as evenly as they go, the layers left over
 // going to the stages between the ends first (the ends also hold the
-// embeddings and the classifier). 0, or 1 with why in err.
+// embeddings and the classifier). 0, or 1 with why in err (and nothing allocated).
 static inline int pp_layout_init(PPLayout *pl, int num_layers, int pp, int v, const char *pp_layers, char *err,
                                  size_t errlen) {
     pl->pp = pp, pl->v = v, pl->stages = pp * v;
@@ -46,6 +46,7 @@ static inline int pp_layout_init(PPLayout *pl, int num_layers, int pp, int v, co
                          "--pp-layers '%.100s': needs %d positive layer counts, one per stage (--pp %d x "
                          "--virtual-stages %d), separated by commas",
                          pp_layers, S, pp, v);
+                pp_layout_free(pl);
                 return 1;
             }
             sum += n;
@@ -55,6 +56,7 @@ static inline int pp_layout_init(PPLayout *pl, int num_layers, int pp, int v, co
         if (sum != num_layers) {
             snprintf(err, errlen, "--pp-layers '%.100s' adds up to %lld layers; the model has %d", pp_layers, sum,
                      num_layers);
+            pp_layout_free(pl);
             return 1;
         }
         return 0;
@@ -62,6 +64,7 @@ static inline int pp_layout_init(PPLayout *pl, int num_layers, int pp, int v, co
     if (S > num_layers) {
         snprintf(err, errlen, "--pp %d x --virtual-stages %d = %d stages, more than the model's %d layers", pp, v, S,
                  num_layers);
+        pp_layout_free(pl);
         return 1;
     }
     int base = num_layers / S, extra = num_layers % S;
