@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_plan.sh: the layout planner (./plan, llmc/plan_*.h). On a small case
-# (2 layers of 2 heads, 4 ranks, a 128-token batch, B 1 and 2) every layout the planner
+# (2 layers of 2 heads, 4 ranks, a 64-token batch of T 32, B 1: dp 4 does not divide it) every layout the planner
 # lists as valid starts on the CPU trainer (--steps 0) and every one it
 # rejects for not dividing is refused by the trainer with exit 2: the
 # enumeration finds every valid layout and no invalid one. For each valid
@@ -23,7 +23,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
-MODEL=(--n-layer 2 --n-embd 32 --n-head 2 --vocab-size 257 --max-seq-len 32 --seq-len 32 --total-batch-tokens 128)
+MODEL=(--n-layer 2 --n-embd 32 --n-head 2 --vocab-size 257 --max-seq-len 32 --seq-len 32 --total-batch-tokens 64)
 cat >"$tmp/four.cluster" <<'EOF'
 # four CPU-trainer ranks of ample memory: every layout that divides fits
 name = four
@@ -55,12 +55,12 @@ expect_usage_error "several nodes of the local machine" "local cluster is this o
 expect_usage_error "an unknown flag" "unknown flag" "$PLAN" --warp-speed 9
 
 # --- the enumeration of the small case ---
-"$PLAN" "${MODEL[@]}" --cluster "$tmp/four.cluster" --max-micro-batch 2 --rejected 0 --csv "$tmp/four.csv" \
+"$PLAN" "${MODEL[@]}" --cluster "$tmp/four.cluster" --max-micro-batch 1 --rejected 0 --csv "$tmp/four.csv" \
     >"$tmp/four.log" 2>&1
 rc=$?
 check lists_the_small_case "[ $rc -eq 0 ] && grep -q '^cluster four: 1 node x 4 CPU ranks = 4 ranks' '$tmp/four.log'" \
     "exit $rc: $(tail -2 "$tmp/four.log")"
-# every (dp, tp, pp) of 4 ranks, each schedule, ZeRO stage (with dp > 1), sequence parallel (tp > 1), B 1, 2
+# every (dp, tp, pp) of 4 ranks, each schedule, ZeRO stage (with dp > 1), sequence parallel (tp > 1), B 1
 python3 - "$tmp/four.csv" >"$tmp/count.txt" <<'EOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
@@ -71,12 +71,13 @@ for tp in (1, 2, 4):
             continue
         dp = 4 // tp // pp
         scheds = {1: 1, 2: 4, 4: 4}[pp]  # interleaved: 2 chunks (L/pp <= 2)
-        want += (2 if tp > 1 else 1) * scheds * (4 if dp > 1 else 1) * 2
+        want += (2 if tp > 1 else 1) * scheds * (4 if dp > 1 else 1)
 print(len(rows), want, sum(r["valid"] == "1" for r in rows))
 EOF
 read -r listed want valid <"$tmp/count.txt"
 check enumerates_every_candidate "[ '$listed' = '$want' ] && [ '$valid' -gt 0 ]" "listed $listed, want $want"
-check says_why_tp_4_does_not_divide "grep -q 'tp 4: .*' '$tmp/four.log' && grep -q 'more than the model.s 2 layers' '$tmp/four.log'"
+check says_why_tp_4_dp_4_and_pp_4_do_not_divide "grep -q 'tp 4: .*' '$tmp/four.log' &&
+    grep -q 'more than the model.s 2 layers' '$tmp/four.log' && grep -q 'not a multiple of B x T x dp = 128' '$tmp/four.log'"
 
 if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
     echo "SKIP: ${P}the trainer on each layout, the local cluster (built without MPI or no mpirun)"
