@@ -170,6 +170,12 @@ static void plan_add(PlanList *pl, const PlanProblem *pb, const PlanLayout *l) {
     if (!plan_check_layout(pb, &r->l, &ppl, r->why_not, sizeof(r->why_not)) && l->pp > 1) pp_layout_free(&ppl);
 }
 
+// Bytes a rank may hold for the model: a device's memory, or on the local cluster the host's shared by
+// the ranks less each one's measured baseline.
+static double rank_memory_available(const Cluster *c, int world) {
+    return c->memory_gb * 1e9 / (c->local ? world : 1) - c->rank_baseline_mb * 1e6;
+}
+
 // A layout the trainers take: its memory (every rank's; ranks of the same tensor and pipeline
 // coordinates alike), whether it fits, and its predicted step.
 static void plan_finish(PlanResult *r, const PlanProblem *pb) {
@@ -184,8 +190,7 @@ static void plan_finish(PlanResult *r, const PlanProblem *pb) {
         if (rank == 0) r->mem0 = m;
         if (rank_memory_total(&m) > r->mem_max) r->mem_max = rank_memory_total(&m);
     }
-    double have = pb->cluster->memory_gb * 1e9 / (pb->cluster->local ? world : 1) -
-                  pb->cluster->rank_baseline_mb * 1e6;
+    double have = rank_memory_available(pb->cluster, world);
     if (r->mem_max > have)
         snprintf(r->why_not, sizeof(r->why_not), "does not fit: %.2f GB a rank, %.2f GB %s", r->mem_max / 1e9,
                  have / 1e9, pb->cluster->local ? "available a rank (the host's, shared)" : "a device");
@@ -250,7 +255,7 @@ static void print_reasons(const PlanResult *r, const PlanResult *next, const Clu
     double compute = t->fwd + t->bwd;
     printf("        compute %.0f%%, communication %.0f%%, pipeline bubble %.0f%%, optimizer %.0f%% of the step",
            100 * compute / t->total, 100 * t->comm / t->total, 100 * t->bubble / t->total, 100 * t->opt / t->total);
-    double have = c->memory_gb * 1e9 / (c->local ? world : 1);
+    double have = rank_memory_available(c, world);
     printf("; %.2f of %.2f GB a rank", r->mem_max / 1e9, have / 1e9);
     if (next) printf("; %.1f%% faster than the next", 100 * (next->t.total / t->total - 1));
     printf("\n");
