@@ -65,7 +65,9 @@
 #include <zstd.h>
 #endif
 
+#include "ckpt_manifest.h"
 #include "comm.h"
+#include "crc32c.h"
 #include "dataloader.h"
 #include "file_io.h"
 #include "json.h"
@@ -77,10 +79,6 @@
 #include "train_setup.h"
 #include "zero_shard.h"
 
-#define CKPT_FORMAT "llmc-checkpoint"
-#define CKPT_VERSION 2
-#define CKPT_STATES 3  // the fp32 master weights and the AdamW moments, each over the flat order
-static const char *const CKPT_STATE_NAMES[CKPT_STATES] = {"params", "adam_m", "adam_v"};
 #define CKPT_PATH_MAX 1024                  // a directory
 #define CKPT_FILE_MAX (CKPT_PATH_MAX + 300)  // a file in one
 #define CKPT_ERR_MAX 1400
@@ -95,35 +93,6 @@ static const char *const CKPT_KEPT_FLAGS[] = {
     "weight-decay", "grad-clip", "beta1", "beta2", "eps",
 };
 #define CKPT_NUM_KEPT_FLAGS ((int)(sizeof(CKPT_KEPT_FLAGS) / sizeof(CKPT_KEPT_FLAGS[0])))
-
-// ---------------------------------------------------------------------------
-// CRC32C (Castagnoli), the SSE4.2 instruction where the build has it
-
-static inline uint32_t crc32c_update(uint32_t crc, const void *data, size_t n) {
-    const unsigned char *p = (const unsigned char *)data;
-    crc = ~crc;
-#if defined(__SSE4_2__) && defined(__x86_64__)
-    for (; n >= 8; n -= 8, p += 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        crc = (uint32_t)__builtin_ia32_crc32di(crc, w);
-    }
-    for (; n > 0; n--) crc = __builtin_ia32_crc32qi(crc, *p++);
-#else
-    static uint32_t table[256];
-    static int ready = 0;
-    if (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) {
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-            table[i] = c;
-        }
-        __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
-    }
-    for (; n > 0; n--) crc = table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
-#endif
-    return ~crc;
-}
 
 // ---------------------------------------------------------------------------
 // what a rank writes and holds
@@ -380,9 +349,11 @@ static inline void ckpt_record_free(CkptFileRecord *f) {
     ckpt_pieces_free(&f->layout.layers);
 }
 
-// manifest.json of a checkpoint at point p whose data files are files[0..world) (empty ranges: no file).
-static inline char *ckpt_manifest_json(const CkptRun *run, const CkptPoint *p, const CkptFileRecord *files,
-                                       int world, int compress) {
+// manifest.json of a checkpoint at point p of the data set ds whose data
+// files are files[0..world) (empty ranges: no file), sealed (ckpt_manifest.h);
+// *nranges: the ranges it lists.
+static inline char *ckpt_manifest_json(const CkptRun *run, const CkptPoint *p, const DataSetId *ds,
+                                       const CkptFileRecord *files, int world, int compress, int64_t *nranges) {
     CkptText t = {NULL, 0, 0};
     const GPTConfig *c = run->cfg;
     ckpt_text(&t, "{\n  \"format\": \"%s\",\n  \"version\": %d,\n  \"step\": %lld,\n  \"trainer\": \"%s\",\n", CKPT_FORMAT,
@@ -414,6 +385,7 @@ static inline char *ckpt_manifest_json(const CkptRun *run, const CkptPoint *p, c
     }
     ckpt_text(&t, "  ],\n  \"files\": [\n");
     int first = 1;
+    *nranges = 0;
     for (int r = 0; r < world; r++) {
         const CkptFileRecord *f = &files[r];
         int64_t total = ckpt_pieces_elems(&f->pieces), at = 0;
@@ -436,16 +408,22 @@ static inline char *ckpt_manifest_json(const CkptRun *run, const CkptPoint *p, c
                           (long long)((CKPT_STATES * at + s * n) * 4));
             at += n;
         }
+        *nranges += CKPT_STATES * f->pieces.n;
         ckpt_text(&t, "]}");
         first = 0;
     }
     const DataLoaderState *d = &p->data;
-    ckpt_text(&t, "\n  ],\n  \"data\": {\"epoch\": %lld, \"sample\": %lld, \"num_samples\": %lld, \"T\": %d, "
-              "\"shuffle\": %d, \"seed\": \"%llu\"},\n", (long long)d->epoch, (long long)d->sample,
-              (long long)d->num_samples, d->T, d->shuffle, (unsigned long long)d->seed);
-    ckpt_text(&t, "  \"sample_rng\": [\"%llu\", \"%llu\", \"%llu\", \"%llu\"]\n}\n",
+    ckpt_text(&t, "\n  ],\n  \"data\": {\"epoch\": %lld, \"sample\": %lld, \"dropped\": %lld, \"num_samples\": %lld, "
+              "\"T\": %d, \"shuffle\": %d, \"seed\": \"%llu\"},\n", (long long)d->epoch, (long long)d->sample,
+              (long long)d->dropped, (long long)d->num_samples, d->T, d->shuffle, (unsigned long long)d->seed);
+    ckpt_text(&t, "  \"data_set\": {\"shards\": %lld, \"tokens\": %lld, \"list_crc32c\": %u, \"contents_crc32c\": %u},\n",
+              (long long)ds->shards, (long long)ds->tokens, ds->list_crc32c, ds->contents_crc32c);
+    ckpt_text(&t, "  \"sample_rng\": [\"%llu\", \"%llu\", \"%llu\", \"%llu\"],\n",
               (unsigned long long)p->sample_rng.s[0], (unsigned long long)p->sample_rng.s[1],
               (unsigned long long)p->sample_rng.s[2], (unsigned long long)p->sample_rng.s[3]);
+    char seal[64];
+    ckpt_seal_line(t.s, t.len, seal, sizeof(seal));
+    ckpt_text(&t, "%s", seal);
     return t.s;
 }
 
@@ -578,6 +556,7 @@ typedef struct {
     int64_t last_staged;        // step of the last checkpoint staged (-1: none)
     CkptFileRecord mine;        // this rank's file (set by the thread)
     CkptFileRecord *files;      // (world) every rank's, gathered (rank 0)
+    DataSetId data_set;         // the training data's identity (rank 0, for the manifest)
     // the thread, and what it hands back (under mu)
     pthread_t thread;
     pthread_mutex_t mu;
@@ -644,9 +623,17 @@ static inline int ckpt_do_commit(CkptWriter *w, CkptIO *io) {
     char tmp_dir[CKPT_PATH_MAX], final_dir[CKPT_PATH_MAX], path[CKPT_FILE_MAX];
     ckpt_step_dir(tmp_dir, sizeof(tmp_dir), w->dir, w->point.step, ".tmp");
     ckpt_step_dir(final_dir, sizeof(final_dir), w->dir, w->point.step, "");
-    char *manifest = ckpt_manifest_json(&w->run, &w->point, w->files, w->world, w->compress);
+    int64_t nranges;
+    char *manifest = ckpt_manifest_json(&w->run, &w->point, &w->data_set, w->files, w->world, w->compress, &nranges);
     ckpt_kill_point(io, "before-manifest");
     snprintf(path, sizeof(path), "%s/manifest.json", tmp_dir);
+    if (strlen(manifest) > CKPT_MANIFEST_MAX_BYTES || nranges > CKPT_MAX_RANGES) {  // (what a reader would refuse)
+        snprintf(io->err, CKPT_ERR_MAX, "checkpoint: '%.1000s' would be %zu bytes with %lld ranges, more than a reader "
+                 "takes (%zu bytes, %d ranges)", path, strlen(manifest), (long long)nranges, CKPT_MANIFEST_MAX_BYTES,
+                 CKPT_MAX_RANGES);
+        free(manifest);
+        return 0;
+    }
     int64_t bytes;
     uint32_t crc;
     int ok = ckpt_write_file(io, path, manifest, strlen(manifest), 0, &bytes, &crc);
@@ -724,10 +711,11 @@ static inline int ckpt_job_done(CkptWriter *w, int block, int *failed) {
 }
 
 // Starts the writer (--ckpt-dir given): creates the directory, removes stale
-// .tmp directories (rank 0; the ranks wait for it), starts the thread, and
-// catches SIGTERM and SIGUSR1 (preemption: checkpoint at the next step boundary, exit 0).
-static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup *dp, const CkptRanges *ranges,
-                                    float *staging, void (*wait_staged)(void *), void *ctx) {
+// .tmp directories and takes the identity of the training data (rank 0; the
+// ranks wait for it), starts the thread, and catches SIGTERM and SIGUSR1
+// (preemption: checkpoint at the next step boundary, exit 0).
+static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup *dp, const DataLoader *train,
+                                    const CkptRanges *ranges, float *staging, void (*wait_staged)(void *), void *ctx) {
     memset(w, 0, sizeof(*w));
     const TrainOptions *o = run->o;
     w->run = *run;
@@ -761,6 +749,7 @@ static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup
             printf("checkpoint: removed the incomplete %s\n", path);
         }
         if (d) closedir(d);
+        w->data_set = dataloader_identity(train, train->num_shards);
     }
     comm_barrier(dp);
     CHECK(pthread_mutex_init(&w->mu, NULL) == 0 && pthread_cond_init(&w->cv, NULL) == 0, "pthread init failed");
@@ -990,8 +979,11 @@ static inline void ckpt_writer_free(CkptWriter *w) {
 // --resume auto may skip it for an older one.
 typedef struct {
     char dir[CKPT_PATH_MAX];
-    JsonValue root;
+    JsonValue *root;
+    int version;
     CkptPoint point;
+    DataSetId data_set;                // its training data's identity (version 3)
+    char data_change[CKPT_ERR_MAX];    // how this run's data differs, accepted (--resume-data-changed); "": none
     char *err;
     int damaged;
 } CkptReader;
@@ -1038,31 +1030,181 @@ static inline int ckpt_get_int(CkptReader *r, const JsonValue *obj, const char *
                             (long long)lo, (long long)hi);
 }
 
-// Opens dir's manifest and checks it against this run: format, version, model,
-// kept flags, total batch, tensors. Returns 1, or 0 with r->err.
+// The ranges the 'files' of a manifest list.
+static inline int64_t ckpt_count_ranges(const JsonValue *root) {
+    const JsonValue *files = json_get(root, "files");
+    int64_t n = 0;
+    for (int i = 0; files && files->type == JSON_ARRAY && i < files->count; i++) {
+        const JsonValue *jr = json_get(&files->items[i], "ranges");
+        n += jr ? jr->count : 0;
+    }
+    return n;
+}
+
+// The manifest's text parsed into r->root within the limits (bytes, values,
+// ranges: ckpt_manifest.h), its format and version checked, and (version 3)
+// its seal. Returns 1, or 0 with r->err.
+static inline int ckpt_reader_parse(CkptReader *r, const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size > CKPT_MANIFEST_MAX_BYTES)
+        return ckpt_reader_fail(r, 1, "%s: %lld bytes, more than the %zu a manifest may have", path,
+                                (long long)st.st_size, CKPT_MANIFEST_MAX_BYTES);
+    size_t len;
+    char *text = ckpt_slurp(path, CKPT_MANIFEST_MAX_BYTES, &len);
+    if (!text) return ckpt_reader_fail(r, 1, "%s: cannot read it (%s): not a complete checkpoint", path, strerror(errno));
+    char jerr[256];
+    r->root = json_parse(text, len, CKPT_MANIFEST_MAX_VALUES, jerr, sizeof(jerr));
+    int64_t version = 0, sealed = 0, nranges = 0;
+    const JsonValue *root = r->root, *fmt = json_get(root, "format");
+    int ok = 1, found;
+    if (!root) ok = ckpt_reader_fail(r, 1, "%s: %s", path, jerr);
+    else if ((nranges = ckpt_count_ranges(root)) > CKPT_MAX_RANGES)
+        ok = ckpt_reader_fail(r, 1, "%s: its 'files' list %lld 'ranges', more than the %d a checkpoint may have", path,
+                              (long long)nranges, CKPT_MAX_RANGES);
+    else if (!fmt || fmt->type != JSON_STRING || strcmp(fmt->text, CKPT_FORMAT) != 0)
+        ok = ckpt_reader_fail(r, 1, "%s: not an %s manifest", path, CKPT_FORMAT);
+    else if (!ckpt_get_int(r, root, "version", 0, INT32_MAX, &version)) ok = 0;
+    else if (version < 1 || version > CKPT_VERSION)
+        ok = ckpt_reader_fail(r, 0, "%s: format version %lld, this program reads versions 1 to %d", path,
+                              (long long)version, CKPT_VERSION);
+    else if (version >= 3 && (strcmp(root->items[root->count - 1].key, CKPT_SEAL_KEY) != 0 ||
+                              !json_int64(&root->items[root->count - 1], 0, UINT32_MAX, &sealed)))
+        ok = ckpt_reader_fail(r, 1, "%s: '%s' is missing, not an integer in [0, %u] or not the last member", path,
+                              CKPT_SEAL_KEY, UINT32_MAX);
+    else if (version >= 3) {
+        uint32_t crc = ckpt_seal_crc(text, len, &found);
+        if (!found || crc != (uint32_t)sealed)
+            ok = ckpt_reader_fail(r, 1, "%s: its CRC32C %u does not match its '%s' %lld (damaged or edited)", path,
+                                  crc, CKPT_SEAL_KEY, (long long)sealed);
+    }
+    free(text);
+    r->version = (int)version;
+    return ok;
+}
+
+// The batch and the tensors against this run: the total batch (kept), the
+// writer's batch plan (B x T x data ranks x accumulation = the total: its
+// batches of plan[0] samples, plan[1] a step, of T plan[2]), the three
+// states' names, shapes and dtypes, the table of parameters (names, shapes, offsets).
+static inline int ckpt_check_model_tables(CkptReader *r, const char *path, const CkptRun *run, int64_t plan[3]) {
+    const JsonValue *root = r->root, *batch = json_get(root, "batch");
+    int64_t total = 0, B = 0, T = 0, accum = 0, dp = 0, tokens;
+    if (!ckpt_get_int(r, batch, "total_tokens", 1, INT64_MAX, &total)) return 0;
+    if (total != run->plan->total_tokens)
+        return ckpt_reader_fail(r, 0, "%s: written with a total batch of %lld tokens, this run has %lld", path,
+                                (long long)total, run->plan->total_tokens);
+    if (!ckpt_get_int(r, batch, "B", 1, INT32_MAX, &B) || !ckpt_get_int(r, batch, "T", 1, INT32_MAX, &T) ||
+        !ckpt_get_int(r, batch, "accum", 1, INT32_MAX, &accum) ||
+        !ckpt_get_int(r, json_get(root, "layout"), "dp", 1, INT32_MAX, &dp))
+        return 0;
+    if (__builtin_mul_overflow(B * T, dp, &tokens) || __builtin_mul_overflow(tokens, accum, &tokens) || tokens != total)
+        return ckpt_reader_fail(r, 1, "%s: 'batch' B %lld x T %lld x 'layout' dp %lld x accum %lld is not its "
+                                "total_tokens %lld", path, (long long)B, (long long)T, (long long)dp,
+                                (long long)accum, (long long)total);
+    plan[0] = B * dp, plan[1] = total / T, plan[2] = T;
+    // the three states, each the flat buffer of this model in fp32
+    const JsonValue *ts = json_get(root, "tensors");
+    if (!ts || ts->type != JSON_ARRAY || ts->count != CKPT_STATES)
+        return ckpt_reader_fail(r, 1, "%s: 'tensors' is not a list of %d", path, CKPT_STATES);
+    int64_t N = run->pl->num_elements, n;
+    for (int s = 0; s < CKPT_STATES; s++) {
+        const JsonValue *name = json_get(&ts->items[s], "name"), *shape = json_get(&ts->items[s], "shape");
+        const JsonValue *dtype = json_get(&ts->items[s], "dtype");
+        if (!name || name->type != JSON_STRING || strcmp(name->text, CKPT_STATE_NAMES[s]) != 0)
+            return ckpt_reader_fail(r, 1, "%s: 'tensors' entry %d is not named '%s'", path, s, CKPT_STATE_NAMES[s]);
+        if (!shape || shape->type != JSON_ARRAY || shape->count != 1 || !json_int64(&shape->items[0], N, N, &n))
+            return ckpt_reader_fail(r, 1, "%s: 'tensors' entry %d (%s) has not the 'shape' [%lld] of this model's flat "
+                                    "buffer", path, s, CKPT_STATE_NAMES[s], (long long)N);
+        if (!dtype || dtype->type != JSON_STRING || strcmp(dtype->text, "f32") != 0)
+            return ckpt_reader_fail(r, 1, "%s: 'tensors' entry %d (%s) has not the 'dtype' \"f32\"", path, s,
+                                    CKPT_STATE_NAMES[s]);
+    }
+    // the tensor table: the flat order this program lays out
+    const JsonValue *params = json_get(root, "parameters");
+    if (!params || params->type != JSON_ARRAY || params->count != run->pl->num_tensors)
+        return ckpt_reader_fail(r, 1, "%s: 'parameters' is not the table of %d tensors", path, run->pl->num_tensors);
+    for (int i = 0; i < params->count; i++) {
+        const ParamTensor *pt = &run->pl->tensors[i];
+        const JsonValue *name = json_get(&params->items[i], "name"), *shape = json_get(&params->items[i], "shape");
+        int64_t off, d0, d1;
+        if (!name || name->type != JSON_STRING || strcmp(name->text, pt->name) != 0 ||
+            !json_int64(json_get(&params->items[i], "offset"), 0, INT64_MAX, &off) || off != pt->offset)
+            return ckpt_reader_fail(r, 0, "%s: parameter %d is not %s at offset %lld of the flat order", path, i,
+                                    pt->name, (long long)pt->offset);
+        if (!shape || shape->type != JSON_ARRAY || shape->count != 2 ||
+            !json_int64(&shape->items[0], pt->shape[0], pt->shape[0], &d0) ||
+            !json_int64(&shape->items[1], pt->shape[1], pt->shape[1], &d1))
+            return ckpt_reader_fail(r, 1, "%s: parameter %d (%s) has not the 'shape' [%lld, %lld] of this model's", path,
+                                    i, pt->name, (long long)pt->shape[0], (long long)pt->shape[1]);
+    }
+    return 1;
+}
+
+// The data position (against the step and the writer's batch plan, as
+// ckpt_check_model_tables gives it), the data set's identity (version 3) and
+// the sampling RNG into r.
+static inline int ckpt_read_position(CkptReader *r, const char *path, const int64_t plan[3]) {
+    const JsonValue *root = r->root, *data = json_get(root, "data");
+    int64_t epoch = 0, sample = 0, dropped = 0, num_samples = 0, T = 0, shuffle = 0;
+    uint64_t seed;
+    if (!ckpt_get_int(r, data, "epoch", 0, INT64_MAX / 2, &epoch) ||
+        !ckpt_get_int(r, data, "sample", 0, INT64_MAX / 2, &sample) ||
+        (r->version >= 3 && !ckpt_get_int(r, data, "dropped", 0, INT64_MAX / 2, &dropped)) ||
+        !ckpt_get_int(r, data, "num_samples", 1, INT64_MAX / 2, &num_samples) ||
+        !ckpt_get_int(r, data, "T", 1, INT32_MAX, &T) || !ckpt_get_int(r, data, "shuffle", 0, 1, &shuffle))
+        return 0;
+    if (!json_u64_string(json_get(data, "seed"), &seed))
+        return ckpt_reader_fail(r, 1, "%s: data 'seed' is missing or not a decimal string", path);
+    if (T != plan[2]) return ckpt_reader_fail(r, 1, "%s: data 'T' %lld is not the batch's %lld", path, (long long)T,
+                                              (long long)plan[2]);
+    DataLoaderState ds = {epoch, sample, dropped, seed, num_samples, (int32_t)T, (int32_t)shuffle};
+    char why[CKPT_ERR_MAX / 2];
+    if (ckpt_position_problem(&ds, r->version >= 3, r->point.step, plan[1], plan[0], why, sizeof(why)))
+        return ckpt_reader_fail(r, 1, "%s: %s", path, why);
+    r->point.data = ds;
+    if (r->version >= 3) {
+        const JsonValue *set = json_get(root, "data_set");
+        int64_t v[4];
+        const char *keys[4] = {"shards", "tokens", "list_crc32c", "contents_crc32c"};
+        const int64_t hi[4] = {INT32_MAX, INT64_MAX / 2, UINT32_MAX, UINT32_MAX};
+        for (int k = 0; k < 4; k++)
+            if (!ckpt_get_int(r, set, keys[k], k < 2, hi[k], &v[k])) return 0;
+        DataSetId id = {v[0], v[1], (uint32_t)v[2], (uint32_t)v[3]};
+        r->data_set = id;
+    }
+    const JsonValue *rng = json_get(root, "sample_rng");
+    if (!rng || rng->type != JSON_ARRAY || rng->count != 4)
+        return ckpt_reader_fail(r, 1, "%s: 'sample_rng' is not 4 decimal strings", path);
+    for (int i = 0; i < 4; i++)
+        if (!json_u64_string(&rng->items[i], &r->point.sample_rng.s[i]))
+            return ckpt_reader_fail(r, 1, "%s: 'sample_rng' is not 4 decimal strings", path);
+    return 1;
+}
+
+// Opens dir's manifest and checks it against this run and against itself:
+// format, version, seal, step (against the directory's name when it is a
+// step_N), model, kept flags, batch, tensors, data position. Returns 1, or 0 with r->err.
 static inline int ckpt_reader_open(CkptReader *r, const char *dir, const CkptRun *run, char *err) {
     memset(r, 0, sizeof(*r));
     r->err = err;
     snprintf(r->dir, sizeof(r->dir), "%s", dir);
     char path[CKPT_FILE_MAX];
     snprintf(path, sizeof(path), "%s/manifest.json", dir);
-    size_t len;
-    char *text = ckpt_slurp(path, (size_t)64 << 20, &len);
-    if (!text) return ckpt_reader_fail(r, 1, "%s: cannot read it (%s): not a complete checkpoint", path, strerror(errno));
-    char jerr[256];
-    int ok = json_parse(text, len, &r->root, jerr, sizeof(jerr));
-    free(text);
-    if (!ok) return ckpt_reader_fail(r, 1, "%s: %s", path, jerr);
-    const JsonValue *root = &r->root, *fmt = json_get(root, "format");
-    int64_t version = 0, step = 0;
-    if (!fmt || fmt->type != JSON_STRING || strcmp(fmt->text, CKPT_FORMAT) != 0)
-        return ckpt_reader_fail(r, 1, "%s: not an %s manifest", path, CKPT_FORMAT);
-    if (!ckpt_get_int(r, root, "version", 0, INT32_MAX, &version)) return 0;
-    if (version != 1 && version != CKPT_VERSION)
-        return ckpt_reader_fail(r, 0, "%s: format version %lld, this program reads versions 1 and %d", path,
-                                (long long)version, CKPT_VERSION);
+    if (!ckpt_reader_parse(r, path)) return 0;
+    const JsonValue *root = r->root;
+    int64_t step = 0;
     if (!ckpt_get_int(r, root, "step", 0, run->o->steps, &step)) return 0;
     r->point.step = step;
+    size_t end = strlen(r->dir);  // the directory's own name (a copy under another name is not checked)
+    while (end > 1 && r->dir[end - 1] == '/') end--;
+    size_t start = end;
+    while (start > 0 && r->dir[start - 1] != '/') start--;
+    char name[CKPT_PATH_MAX];
+    snprintf(name, sizeof(name), "%.*s", (int)(end - start), r->dir + start);
+    int64_t named = ckpt_parse_step_name(name);
+    if (named >= 0 && named != step)
+        return ckpt_reader_fail(r, 1, "%s: 'step' %lld is not the step of its directory %s", path, (long long)step,
+                                name);
     // the model
     const JsonValue *model = json_get(root, "model");
     const GPTConfig *c = run->cfg;
@@ -1091,47 +1233,11 @@ static inline int ckpt_reader_open(CkptReader *r, const char *dir, const CkptRun
             return ckpt_reader_fail(r, 0, "%s: written with --%s %s, this run has --%s %s (a resume keeps it)", path,
                                     f->name, got, f->name, want);
     }
-    int64_t total = 0;
-    if (!ckpt_get_int(r, json_get(root, "batch"), "total_tokens", 1, INT64_MAX, &total)) return 0;
-    if (total != run->plan->total_tokens)
-        return ckpt_reader_fail(r, 0, "%s: written with a total batch of %lld tokens, this run has %lld", path,
-                                (long long)total, run->plan->total_tokens);
-    // the tensor table: the flat order this program lays out
-    const JsonValue *params = json_get(root, "parameters");
-    if (!params || params->type != JSON_ARRAY || params->count != run->pl->num_tensors)
-        return ckpt_reader_fail(r, 1, "%s: 'parameters' is not the table of %d tensors", path, run->pl->num_tensors);
-    for (int i = 0; i < params->count; i++) {
-        const JsonValue *name = json_get(&params->items[i], "name");
-        int64_t off;
-        if (!name || name->type != JSON_STRING || strcmp(name->text, run->pl->tensors[i].name) != 0 ||
-            !json_int64(json_get(&params->items[i], "offset"), 0, INT64_MAX, &off) ||
-            off != run->pl->tensors[i].offset)
-            return ckpt_reader_fail(r, 0, "%s: parameter %d is not %s at offset %lld of the flat order", path, i,
-                                    run->pl->tensors[i].name, (long long)run->pl->tensors[i].offset);
-    }
-    // the data position and the sampling RNG
-    const JsonValue *data = json_get(root, "data");
-    int64_t epoch = 0, sample = 0, num_samples = 0, T = 0, shuffle = 0;
-    uint64_t seed;
-    if (!ckpt_get_int(r, data, "epoch", 0, INT64_MAX / 2, &epoch) ||
-        !ckpt_get_int(r, data, "sample", 0, INT64_MAX / 2, &sample) ||
-        !ckpt_get_int(r, data, "num_samples", 1, INT64_MAX / 2, &num_samples) ||
-        !ckpt_get_int(r, data, "T", 1, INT32_MAX, &T) || !ckpt_get_int(r, data, "shuffle", 0, 1, &shuffle))
-        return 0;
-    if (!json_u64_string(json_get(data, "seed"), &seed))
-        return ckpt_reader_fail(r, 1, "%s: data 'seed' is missing or not a decimal string", path);
-    DataLoaderState ds = {epoch, sample, seed, num_samples, (int32_t)T, (int32_t)shuffle};
-    r->point.data = ds;
-    const JsonValue *rng = json_get(root, "sample_rng");
-    if (!rng || rng->type != JSON_ARRAY || rng->count != 4)
-        return ckpt_reader_fail(r, 1, "%s: 'sample_rng' is not 4 decimal strings", path);
-    for (int i = 0; i < 4; i++)
-        if (!json_u64_string(&rng->items[i], &r->point.sample_rng.s[i]))
-            return ckpt_reader_fail(r, 1, "%s: 'sample_rng' is not 4 decimal strings", path);
-    return 1;
+    int64_t plan[3] = {0, 0, 0};
+    return ckpt_check_model_tables(r, path, run, plan) && ckpt_read_position(r, path, plan);
 }
 
-static inline void ckpt_reader_close(CkptReader *r) { json_free(&r->root); }
+static inline void ckpt_reader_close(CkptReader *r) { json_free(r->root); }
 
 // Where a file's bytes go: for each state, this rank's destination over the
 // pieces of `hold` (ranges of its own buffer), one after the other.
@@ -1301,28 +1407,31 @@ static inline int ckpt_read_file(CkptReader *r, const JsonValue *entry, CkptTarg
         return ckpt_reader_fail(r, 1, "%s/manifest.json: '%s' is uncompressed but its sizes differ", r->dir, name->text);
     ParamLayout wl;  // the writer's buffer
     if (!ckpt_file_layout(r, entry, cfg, &wl)) return 0;
-    ParamMap wmap;
-    param_map_init(&wmap, &wl);
-    CkptCopyList cl = {t, 0, 0, 0, NULL, 0, 0};
+    CkptFileRange *rs = (CkptFileRange *)mallocCheck(sizeof(CkptFileRange) * (size_t)jr->count);
     int ok = 1;
     for (int i = 0; i < jr->count && ok; i++) {
         const JsonValue *tn = json_get(&jr->items[i], "tensor");
-        int s = -1;
-        int64_t lo = 0, hi = 0, off = 0;
+        CkptFileRange *q = &rs[i];
+        q->state = -1;
         for (int k = 0; k < CKPT_STATES && tn && tn->type == JSON_STRING; k++)
-            if (strcmp(tn->text, CKPT_STATE_NAMES[k]) == 0) s = k;
-        if (s < 0) ok = ckpt_reader_fail(r, 1, "%s/manifest.json: '%s' holds an unknown tensor", r->dir, name->text);
-        else if (!ckpt_get_int(r, &jr->items[i], "lo", 0, wl.num_elements, &lo) ||
-                 !ckpt_get_int(r, &jr->items[i], "hi", lo, wl.num_elements, &hi) ||
-                 !ckpt_get_int(r, &jr->items[i], "offset", 0, raw_bytes, &off))
+            if (strcmp(tn->text, CKPT_STATE_NAMES[k]) == 0) q->state = k;
+        if (q->state < 0) ok = ckpt_reader_fail(r, 1, "%s/manifest.json: '%s' holds an unknown tensor", r->dir, name->text);
+        else if (!ckpt_get_int(r, &jr->items[i], "lo", 0, wl.num_elements, &q->lo) ||
+                 !ckpt_get_int(r, &jr->items[i], "hi", q->lo, wl.num_elements, &q->hi) ||
+                 !ckpt_get_int(r, &jr->items[i], "offset", 0, raw_bytes, &q->off))
             ok = 0;
-        else if ((hi - lo) * 4 > raw_bytes - off)
-            ok = ckpt_reader_fail(r, 1, "%s/manifest.json: a range of '%s' lies outside its %lld bytes", r->dir,
-                                  name->text, (long long)raw_bytes);
-        if (!ok) break;
-        cl.state = s, cl.lo = lo, cl.off = off;
-        param_map_runs(&wmap, lo, hi, ckpt_copy_run, &cl);
     }
+    char why[CKPT_ERR_MAX / 2];
+    if (ok && ckpt_tiling_problem(rs, jr->count, raw_bytes, why, sizeof(why)))
+        ok = ckpt_reader_fail(r, 1, "%s/manifest.json: 'ranges' of '%s': %s", r->dir, name->text, why);
+    ParamMap wmap;
+    param_map_init(&wmap, &wl);
+    CkptCopyList cl = {t, 0, 0, 0, NULL, 0, 0};
+    for (int i = 0; i < jr->count && ok; i++) {
+        cl.state = rs[i].state, cl.lo = rs[i].lo, cl.off = rs[i].off;
+        param_map_runs(&wmap, rs[i].lo, rs[i].hi, ckpt_copy_run, &cl);
+    }
+    free(rs);
     param_map_free(&wmap);
     param_layout_free(&wl);
     if (!ok || cl.n == 0) {  // (a file this rank needs nothing of)
@@ -1414,8 +1523,9 @@ static inline int ckpt_read_file(CkptReader *r, const JsonValue *entry, CkptTarg
 // Fills this rank's ranges (t->hold) of every state from the files that
 // overlap them. Returns 1 when every element came from exactly one file.
 static inline int ckpt_read_tensors(CkptReader *r, CkptTargets *t, const GPTConfig *cfg) {
-    const JsonValue *files = json_get(&r->root, "files");
+    const JsonValue *files = json_get(r->root, "files");
     if (!files || files->type != JSON_ARRAY) return ckpt_reader_fail(r, 1, "%s/manifest.json: no 'files'", r->dir);
+
     ckpt_targets_spans(t);
     int ok = 1;
     for (int s = 0; s < CKPT_STATES; s++) t->filled[s] = 0;
@@ -1429,23 +1539,53 @@ static inline int ckpt_read_tensors(CkptReader *r, CkptTargets *t, const GPTConf
     return ok;
 }
 
-// Reads this rank's part of the checkpoint in dir into t, checked against
-// the run and its training data. 1: read; 0: r->err says why (r->damaged: the
-// checkpoint is damaged rather than of another run).
-static inline int ckpt_read(CkptReader *r, const char *dir, const CkptRun *run, const DataLoader *train,
-                            CkptTargets *t, char *err) {
-    int ok = ckpt_reader_open(r, dir, run, err);
-    if (ok) {
-        const DataLoaderState *d = &r->point.data;
-        int64_t per_batch = (int64_t)train->B * train->world;
-        if (d->num_samples != train->num_samples)
-            ok = ckpt_reader_fail(r, 0, "%s/manifest.json: the training data had %lld samples, '%s' has %lld", dir,
-                                  (long long)d->num_samples, train->pattern, (long long)train->num_samples);
-        else if (d->sample % per_batch != 0)
-            ok = ckpt_reader_fail(r, 0, "%s/manifest.json: the data continues at global sample %lld, which is not a "
-                                  "multiple of batch-size x ranks = %lld", dir, (long long)d->sample,
-                                  (long long)per_batch);
+// The training data against the checkpoint's: the same data set (its
+// identity, version 3, where `have` is given: rank 0; its sample count
+// everywhere) unless --resume-data-changed says go on (r->data_change then
+// says how it differs, and the run continues at the same global sample of
+// the new data's order), and a position that starts one of this run's batches.
+static inline int ckpt_check_data(CkptReader *r, const CkptRun *run, const DataLoader *train, const DataSetId *have) {
+    DataLoaderState *d = &r->point.data;
+    char why[CKPT_ERR_MAX / 2];
+    const char *change = NULL;
+    if (have && r->version >= 3) {
+        DataSetId prefix;
+        int more = r->data_set.shards < have->shards;
+        if (more) prefix = dataloader_identity(train, (int)r->data_set.shards);
+        change = ckpt_data_set_change(&r->data_set, have, more ? &prefix : NULL, train->pattern, why, sizeof(why));
     }
+    if (!change && d->num_samples != train->num_samples) {
+        snprintf(why, sizeof(why), "the training data had %lld samples, '%.400s' has %lld", (long long)d->num_samples,
+                 train->pattern, (long long)train->num_samples);
+        change = why;
+    }
+    if (change && !run->o->resume_data_changed)
+        return ckpt_reader_fail(r, 0, "%s/manifest.json: %s (--resume-data-changed 1 continues on it anyway)", r->dir,
+                                change);
+    if (change) {
+        snprintf(r->data_change, sizeof(r->data_change), "%s", change);
+        d->num_samples = train->num_samples;
+    }
+    int64_t per_batch = (int64_t)train->B * train->world;
+    if (d->sample % per_batch != 0)
+        return ckpt_reader_fail(r, 0, "%s/manifest.json: the data continues at global sample %lld, which is not a "
+                                "multiple of batch-size x ranks = %lld", r->dir, (long long)d->sample,
+                                (long long)per_batch);
+    if (d->sample / per_batch >= train->batches_per_epoch)
+        return ckpt_reader_fail(r, 0, "%s/manifest.json: the data continues at global sample %lld, past the last of "
+                                "the %lld batches of batch-size x ranks = %lld samples in an epoch of '%s'", r->dir,
+                                (long long)d->sample, (long long)train->batches_per_epoch, (long long)per_batch,
+                                train->pattern);
+    return 1;
+}
+
+// Reads this rank's part of the checkpoint in dir into t, checked against
+// the run and its training data (have: its identity, on rank 0; NULL
+// elsewhere). 1: read; 0: r->err says why (r->damaged: the checkpoint is
+// damaged rather than of another run).
+static inline int ckpt_read(CkptReader *r, const char *dir, const CkptRun *run, const DataLoader *train,
+                            const DataSetId *have, CkptTargets *t, char *err) {
+    int ok = ckpt_reader_open(r, dir, run, err) && ckpt_check_data(r, run, train, have);
     if (ok) ok = ckpt_read_tensors(r, t, run->cfg);
     return ok;
 }
@@ -1483,16 +1623,25 @@ static inline int ckpt_resume(const CkptRun *run, CommGroup *dp, const DataLoade
             return 0;
         }
     }
+    DataSetId have;  // the training data's identity (rank 0 checks it)
+    if (dp->rank == 0) have = dataloader_identity(train, train->num_shards);
     for (int i = 0; i < n; i++) {
         if (auto_mode) ckpt_step_dir(dir, sizeof(dir), o->ckpt_dir, steps[i], "");
         else snprintf(dir, sizeof(dir), "%s", o->resume);
         CkptReader r;
-        int ok = ckpt_read(&r, dir, run, train, t, err);
+        int ok = ckpt_read(&r, dir, run, train, dp->rank == 0 ? &have : NULL, t, err);
         if (ok) *point = r.point;
         ckpt_reader_close(&r);
         double f[2] = {(double)!ok, (double)(!ok && !r.damaged)};  // ranks that failed; of those, on a conflict (not damage)
         comm_all_reduce(dp, f, 2, COMM_F64);
         if (f[0] == 0) {
+            if (dp->rank == 0 && r.version < 3)
+                printf("resume: %s is a format version %d checkpoint: no manifest checksum or data set identity to "
+                       "check\n", dir, r.version);
+            if (dp->rank == 0 && r.data_change[0])
+                fprintf(stderr, "warning: %s/manifest.json: %s; continuing on it (--resume-data-changed 1) at global "
+                        "sample %lld of epoch %lld\n", dir, r.data_change, (long long)point->data.sample,
+                        (long long)point->data.epoch);
             free(steps);
             return 1;
         }

@@ -17,6 +17,13 @@
 // [0, n)): portable, identical on every run, and random-access, so the loader
 // keeps no per-shard tables and its whole position is (epoch, global sample).
 //
+// A data set's identity (dataloader_identity, which checkpoints record and a
+// resume checks) is its shards' names and token counts and a sample of their
+// contents: the CRC32C of DL_ID_BLOCKS blocks of DL_ID_BLOCK_TOKENS tokens at
+// fixed places in each shard (its start, its end, evenly between), so a
+// different data set of the same size (the same tokens in another order) is
+// told apart at a few small reads a shard.
+//
 // Memory is constant in the data size: one open shard at a time, read by
 // range (pread; zstd shards decode only the blocks needed), and a ring of
 // prefetch_batches buffers of B*(T+1) tokens filled by one pthread.
@@ -28,6 +35,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "crc32c.h"
 #include "rand.h"
 #include "shards.h"
 #include "utils.h"
@@ -37,9 +45,11 @@
 // batch of every rank begins. Ranks stay in step, so one rank's copy restores
 // all of them, and it re-splits over another B x ranks that divides it (the
 // same global batch on another layout continues at the same global sample).
+// The samples read so far are epoch * num_samples - dropped + sample.
 typedef struct {
     int64_t epoch;        // epoch of the next batch
     int64_t sample;       // global sample number of the next batch's first sample: batch * B * world
+    int64_t dropped;      // samples the epochs so far left out (each epoch's tail that filled no batch)
     uint64_t seed;        // shuffle seed (the RNG is stateless: seed, epoch, shard)
     int64_t num_samples;  // samples in the data set, to detect a changed data set
     int32_t T, shuffle;
@@ -57,6 +67,7 @@ typedef struct DataLoader {
     int64_t num_samples;      // S: sum of shard_samples
     int64_t num_tokens;       // tokens in those shards
     int64_t batches_per_epoch;
+    int64_t base_epoch, base_dropped;  // the position restored last: its epoch and the samples dropped before it
     // producer side (the prefetch thread, or the caller when prefetch = 0)
     int64_t order_epoch;      // epoch whose shard order is in order/cum, -1: none
     int *order;               // (num_shards) shard visited at each position of the epoch
@@ -259,7 +270,10 @@ static inline void dataloader_next(DataLoader *dl, int *inputs, int *targets) {
 }
 
 // Back to the first batch of epoch 0.
-static inline void dataloader_reset(DataLoader *dl) { dl_seek(dl, 0); }
+static inline void dataloader_reset(DataLoader *dl) {
+    dl->base_epoch = dl->base_dropped = 0;
+    dl_seek(dl, 0);
+}
 
 // The position of the next batch dataloader_next returns.
 static inline DataLoaderState dataloader_state(const DataLoader *dl) {
@@ -267,6 +281,8 @@ static inline DataLoaderState dataloader_state(const DataLoader *dl) {
     memset(&s, 0, sizeof(s));
     s.epoch = dl->next_seq / dl->batches_per_epoch;
     s.sample = dl->next_seq % dl->batches_per_epoch * dl->B * dl->world;
+    int64_t tail = dl->num_samples - dl->batches_per_epoch * dl->B * dl->world;  // dropped at each epoch's end
+    s.dropped = dl->base_dropped + (s.epoch - dl->base_epoch) * tail;
     s.seed = dl->seed;
     s.num_samples = dl->num_samples;
     s.T = dl->T; s.shuffle = dl->shuffle;
@@ -290,7 +306,44 @@ static inline void dataloader_restore(DataLoader *dl, const DataLoaderState *s) 
         die_usage("data loader state: sample %lld of epoch %lld is not the start of one of the %lld batches of %lld "
                   "samples (B x ranks) of an epoch", (long long)s->sample, (long long)s->epoch,
                   (long long)dl->batches_per_epoch, (long long)per_batch);
+    dl->base_epoch = s->epoch;
+    dl->base_dropped = s->dropped;
     dl_seek(dl, s->epoch * dl->batches_per_epoch + s->sample / per_batch);
+}
+
+#define DL_ID_BLOCKS 8         // blocks of each shard in the sample of a data set's contents
+#define DL_ID_BLOCK_TOKENS 64  // tokens a block
+
+// What identifies a data set to a checkpoint: its shards (those with a
+// sample, in glob order) by name without their directory (the data may move:
+// a node-local copy, another mount) and token count, and a sample of their
+// contents (the header's comment).
+typedef struct {
+    int64_t shards, tokens;
+    uint32_t list_crc32c;      // over each shard's name, a NUL and its token count (int64)
+    uint32_t contents_crc32c;  // over each shard's sampled blocks, as uint32 tokens
+} DataSetId;
+
+// The identity of the loader's first nshards shards (a few reads each).
+static inline DataSetId dataloader_identity(const DataLoader *dl, int nshards) {
+    DataSetId id = {nshards, 0, 0, 0};
+    uint32_t block[DL_ID_BLOCK_TOKENS];
+    for (int i = 0; i < nshards; i++) {
+        ShardReader r;
+        shard_reader_open(&r, dl->paths[i]);
+        int64_t n = r.num_tokens, len = n < DL_ID_BLOCK_TOKENS ? n : DL_ID_BLOCK_TOKENS;
+        const char *slash = strrchr(dl->paths[i], '/'), *name = slash ? slash + 1 : dl->paths[i];
+        id.list_crc32c = crc32c_update(id.list_crc32c, name, strlen(name) + 1);
+        id.list_crc32c = crc32c_update(id.list_crc32c, &n, sizeof(n));
+        id.tokens += n;
+        for (int k = 0; k < DL_ID_BLOCKS; k++) {
+            int64_t at = k == DL_ID_BLOCKS - 1 ? n - len : (n - len) / (DL_ID_BLOCKS - 1) * k;
+            shard_reader_read(&r, at, at + len, 0, block);
+            id.contents_crc32c = crc32c_update(id.contents_crc32c, block, sizeof(uint32_t) * (size_t)len);
+        }
+        shard_reader_close(&r);
+    }
+    return id;
 }
 
 static inline void dataloader_free(DataLoader *dl) {

@@ -364,7 +364,7 @@ static int train_loop(const TrainRun *r, Logger *log) {
     CkptWriter writer, *ckpt = NULL;
     if (o->ckpt_dir[0]) {
         ckpt = &writer;
-        ckpt_writer_init(ckpt, &r->ckpt, r->world, &r->ckpt_ranges, r->ckpt_staging, tm->ckpt_wait_staged,
+        ckpt_writer_init(ckpt, &r->ckpt, r->world, r->train, &r->ckpt_ranges, r->ckpt_staging, tm->ckpt_wait_staged,
                          tm->ctx);
     }
     for (int step = start; step <= o->steps; step++) {

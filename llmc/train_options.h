@@ -44,6 +44,7 @@ typedef struct {
     char ckpt_dir[FLAG_STR_MAX];  // checkpoints (checkpoint.h)
     int ckpt_every, ckpt_keep, ckpt_compress;
     char resume[FLAG_STR_MAX];    // "", "auto" or a checkpoint directory
+    int resume_data_changed;      // resume onto training data other than the checkpoint's
     int tp, sequence_parallel;    // tensor parallel (tensor_parallel.h)
     int pp, virtual_stages;       // pipeline parallel (pp_layout.h, pp_schedule.h)
     char pp_layers[FLAG_STR_MAX];
@@ -125,6 +126,9 @@ static const FlagSpec TRAIN_FLAGS[] = {
     {"ckpt-compress", FLAG_INT, TO(ckpt_compress), "0", NULL, 0, 19, "zstd level for checkpoint data (0: raw)"},
     {"resume", FLAG_STRING, TO(resume), "", NULL, 0, 0,
      "continue from a checkpoint: auto (the newest complete one in --ckpt-dir; none: start fresh) or a step_N directory"},
+    {"resume-data-changed", FLAG_BOOL, TO(resume_data_changed), "0", NULL, 0, 1,
+     "with --resume: continue although the training data is not the checkpoint's (other shards, sizes or sampled "
+     "contents; a warning says how), at the same global sample of the new data's order"},
     {"tp", FLAG_INT, TO(tp), "1", NULL, 1, 4096,
      "tensor-parallel ranks: each layer's heads and MLP columns split over them (ranks = data x tensor x pipeline; "
      "one node)"},
@@ -163,6 +167,7 @@ static inline void train_options_parse(int argc, char **argv, TrainOptions *o, c
     if (o->min_lr_frac > 1) die_usage("--min-lr-frac must be <= 1");
     if (o->ckpt_every > 0 && o->ckpt_dir[0] == '\0') die_usage("--ckpt-every needs --ckpt-dir");
     if (strcmp(o->resume, "auto") == 0 && o->ckpt_dir[0] == '\0') die_usage("--resume auto needs --ckpt-dir");
+    if (o->resume_data_changed && !o->resume[0]) die_usage("--resume-data-changed needs --resume");
     if (o->pp == 1 && !o->print_schedule &&
         (o->virtual_stages != 1 || o->pp_layers[0] || o->pp_trace[0] || strcmp(o->pp_schedule, "1f1b") != 0))
         die_usage("--pp-schedule, --virtual-stages, --pp-layers and --pp-trace need --pp 2 or more");

@@ -291,6 +291,43 @@ static void test_resume(const char *pattern) {
     free(ref);
 }
 
+// The position counts the samples each epoch's end drops, across a restore on
+// another B (samples read = epoch x S - dropped + sample); the data set's
+// identity is its contents' whatever their format, and its names.
+static void test_dropped_and_identity(const char *p16) {
+    int64_t S = expected_samples(TEST_T), read = 0;
+    int good = 1, *s = (int *)mallocCheck(sizeof(int) * (size_t)S * 4);
+    DataLoaderState st;
+    const int Bs[] = {4, 1, 4};  // tails S % 4, 0, S % 4
+    int64_t dropped = 0;
+    for (int k = 0; k < 3; k++) {
+        DataLoader dl;
+        dataloader_init(&dl, p16, Bs[k], TEST_T, 0, 1, 1, 7, TEST_VOCAB, 0);
+        if (k > 0) dataloader_restore(&dl, &st);
+        int nb = Bs[k] == 1 ? (int)S : (int)(S / Bs[k]) + 1;  // one epoch's end each, at a multiple of 4 after it
+        run_batches(&dl, nb, s);
+        read += (int64_t)nb * Bs[k];
+        dropped += S % Bs[k];
+        st = dataloader_state(&dl);
+        good &= st.dropped == dropped && st.epoch * S - st.dropped + st.sample == read;
+        dataloader_free(&dl);
+    }
+    test_result(good && dropped > 0, "state_counts_dropped_samples_across_layouts (%lld dropped)", (long long)dropped);
+    free(s);
+    char p32[512];
+    make_dataset("id32", 4, 0, p32, sizeof(p32));
+    DataLoader a, b;
+    dataloader_init(&a, p16, 1, TEST_T, 0, 1, 0, 1, TEST_VOCAB, 0);
+    dataloader_init(&b, p32, 1, TEST_T, 0, 1, 0, 1, TEST_VOCAB, 0);
+    DataSetId ia = dataloader_identity(&a, a.num_shards), ib = dataloader_identity(&b, b.num_shards);
+    DataSetId prefix = dataloader_identity(&a, 2);
+    test_result(ia.shards == 4 && ia.tokens == b.num_tokens && ia.contents_crc32c == ib.contents_crc32c &&
+                    ia.list_crc32c != ib.list_crc32c && prefix.shards == 2 && prefix.contents_crc32c != ia.contents_crc32c,
+                "identity_of_contents_not_format_and_of_names");
+    dataloader_free(&a);
+    dataloader_free(&b);
+}
+
 static void test_formats(const char *p16) {
 #ifndef LLMC_ZSTD
     test_skip("formats_zstd_identical (built without libzstd)");
@@ -414,6 +451,7 @@ int main(int argc, char **argv) {
     test_shuffle(p16);
     test_rollover(p16);
     test_resume(p16);
+    test_dropped_and_identity(p16);
     test_formats(p16);
     test_prefetch_depths(p16);
     rm_tmpdir();

@@ -128,7 +128,7 @@ ckpt_run ck_tp2_pp2 4 --batch-size 4 --tp 2 --pp 2 --zero 1
 resume_run ck_tp2_pp2_to_dp4 ck_tp2_pp2 4 --batch-size 1 --zero 3
 # a manifest whose file layout does not split this model: one line, exit 2
 mkdir -p "$tmp/bad.ck" && cp -r "$tmp/ck_tp2.ck/step_00000005" "$tmp/bad.ck/"
-sed -i 's/"tp": 2, "tp_rank": 1/"tp": 3, "tp_rank": 1/' "$tmp/bad.ck/step_00000005/manifest.json"
+python3 tests/ckpt_edit.py "$tmp/bad.ck/step_00000005" '"tp": 2, "tp_rank": 1' '"tp": 3, "tp_rank": 1'
 expect_usage_error a_file_layout_that_does_not_split_the_model "layout does not split this model" \
     "$TRAIN" "${COMMON[@]}" --batch-size 4 --resume "$tmp/bad.ck/step_00000005"
 
