@@ -6,11 +6,13 @@
 //   manifest.json  format and version, step, model config, the flags a resume
 //                  must keep (checked against the command line), the batch and
 //                  the layout it was written on, the tensor table (the global
-//                  flat order, model.h), the data loader's global position and
-//                  the sampling RNG, and for each data file its size, CRC32C,
-//                  the writing rank's buffer ("layout": its tensor-parallel
-//                  slice and the segments it holds) and the ranges of that
-//                  buffer the file holds;
+//                  flat order, model.h), the data loader's global position,
+//                  the training data's identity and the sampling RNG, and for
+//                  each data file its size, CRC32C, the writing rank's buffer
+//                  ("layout": its tensor-parallel slice and the segments it
+//                  holds) and the ranges of that buffer the file holds; last,
+//                  its own CRC32C (ckpt_manifest.h: the seal, the limits and
+//                  the rules the reader checks it against);
 //   rank_RRRRR.bin the fp32 master weights ("params") and AdamW moments
 //                  ("adam_m", "adam_v") over those ranges, each range's three
 //                  states one after the other (raw little-endian fp32, or one

@@ -28,9 +28,10 @@
 static const char *const CKPT_STATE_NAMES[CKPT_STATES] = {"params", "adam_m", "adam_v"};
 
 // A manifest is at most 64 MiB of at most 2^21 JSON values (json.h: the tree
-// then takes at most 32 B x 2^21 + 2 x 64 MiB = 192 MiB besides the text),
-// and its files at most 2^18 ranges in all. A run on 16384 ranks with tensor
-// parallelism writes a few MB and under a million values.
+// then takes at most 32 B x 2^21 + 2 x 64 MiB = 192 MiB besides the text and
+// the first pass's 4 B a container), and its files at most 2^18 ranges in
+// all. A run on 16384 ranks with tensor parallelism writes a few MB and under
+// a million values.
 #define CKPT_MANIFEST_MAX_BYTES ((size_t)64 << 20)
 #define CKPT_MANIFEST_MAX_VALUES ((size_t)1 << 21)
 #define CKPT_MAX_RANGES (1 << 18)
