@@ -1151,7 +1151,7 @@ static inline int ckpt_read_position(CkptReader *r, const char *path, const int6
     uint64_t seed;
     if (!ckpt_get_int(r, data, "epoch", 0, INT64_MAX / 2, &epoch) ||
         !ckpt_get_int(r, data, "sample", 0, INT64_MAX / 2, &sample) ||
-        (r->version >= 3 && !ckpt_get_int(r, data, "dropped", 0, INT64_MAX / 2, &dropped)) ||
+        (r->version >= 3 && !ckpt_get_int(r, data, "dropped", -INT64_MAX / 2, INT64_MAX / 2, &dropped)) ||
         !ckpt_get_int(r, data, "num_samples", 1, INT64_MAX / 2, &num_samples) ||
         !ckpt_get_int(r, data, "T", 1, INT32_MAX, &T) || !ckpt_get_int(r, data, "shuffle", 0, 1, &shuffle))
         return 0;
@@ -1564,8 +1564,14 @@ static inline int ckpt_check_data(CkptReader *r, const CkptRun *run, const DataL
     if (change && !run->o->resume_data_changed)
         return ckpt_reader_fail(r, 0, "%s/manifest.json: %s (--resume-data-changed 1 continues on it anyway)", r->dir,
                                 change);
-    if (change) {
+    if (change) {  // the same samples read so far, counted in epochs of the new data's size
         snprintf(r->data_change, sizeof(r->data_change), "%s", change);
+        int64_t more;
+        if (__builtin_mul_overflow(d->epoch, train->num_samples - d->num_samples, &more) ||
+            __builtin_add_overflow(d->dropped, more, &d->dropped))
+            return ckpt_reader_fail(r, 0, "%s/manifest.json: epoch %lld of %lld samples cannot continue on %lld",
+                                    r->dir, (long long)d->epoch, (long long)d->num_samples,
+                                    (long long)train->num_samples);
         d->num_samples = train->num_samples;
     }
     int64_t per_batch = (int64_t)train->B * train->world;

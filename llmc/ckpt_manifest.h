@@ -121,11 +121,12 @@ static inline const char *ckpt_tiling_problem(CkptFileRange *rs, int n, int64_t 
 
 // NULL, or (in why) how the data position d disagrees with `step` steps of
 // per_step samples each, read in batches of per_batch samples (the writer's B
-// x data ranks). d->dropped: as recorded, or (dropped_known 0: a version 1 or
-// 2 manifest) what the equation gives, then only bounded: an epoch drops less
-// than a batch (< per_step samples), so in epoch 0 the position is exact.
-static inline const char *ckpt_position_problem(const DataLoaderState *d, int dropped_known, int64_t step,
-                                                int64_t per_step, int64_t per_batch, char *why, size_t size) {
+// x data ranks): the samples read, epoch x num_samples - dropped + sample, must
+// be step x per_step. d->dropped: as recorded (version 3), or (dropped_known 0:
+// versions 1 and 2) set to what the equation gives, then only bounded: an
+// epoch drops less than a batch (< per_step samples), so in epoch 0 it is exact.
+static inline const char *ckpt_position_problem(DataLoaderState *d, int dropped_known, int64_t step, int64_t per_step,
+                                                int64_t per_batch, char *why, size_t size) {
     int64_t N = d->num_samples, read, full, dropped = d->dropped, max_dropped, expect;
     if (d->sample % per_batch != 0 || d->sample / per_batch >= N / per_batch) {
         snprintf(why, size, "'sample' %lld is not the start of one of the %lld batches of %lld samples (B x data ranks "
@@ -136,13 +137,14 @@ static inline const char *ckpt_position_problem(const DataLoaderState *d, int dr
     int overflow = __builtin_mul_overflow(step, per_step, &read) || __builtin_mul_overflow(d->epoch, N, &full) ||
                    __builtin_mul_overflow(d->epoch, per_step - 1, &max_dropped);
     if (!overflow && !dropped_known) overflow = __builtin_add_overflow(full - read, d->sample, &dropped);
-    if (!overflow) overflow = __builtin_add_overflow(full - dropped, d->sample, &expect);
-    if (overflow || dropped < 0 || dropped > max_dropped || expect != read) {
+    if (!overflow) overflow = __builtin_sub_overflow(full, dropped, &expect) || __builtin_add_overflow(expect, d->sample, &expect);
+    if (overflow || expect != read || (!dropped_known && (dropped < 0 || dropped > max_dropped))) {
         snprintf(why, size, "'step' %lld and the data position ('epoch' %lld, 'sample' %lld, 'dropped' %lld) disagree: "
                  "%lld steps of %lld samples read %lld", (long long)step, (long long)d->epoch, (long long)d->sample,
                  (long long)dropped, (long long)step, (long long)per_step, overflow ? -1LL : (long long)read);
         return why;
     }
+    d->dropped = dropped;
     return NULL;
 }
 

@@ -49,7 +49,8 @@
 typedef struct {
     int64_t epoch;        // epoch of the next batch
     int64_t sample;       // global sample number of the next batch's first sample: batch * B * world
-    int64_t dropped;      // samples the epochs so far left out (each epoch's tail that filled no batch)
+    int64_t dropped;      // samples the epochs so far left out (each epoch's tail that filled no batch; after
+                          // a resume on other data, also epoch x the change in num_samples: then maybe < 0)
     uint64_t seed;        // shuffle seed (the RNG is stateless: seed, epoch, shard)
     int64_t num_samples;  // samples in the data set, to detect a changed data set
     int32_t T, shuffle;

@@ -9,8 +9,8 @@
 # a surrogate), an edit without re-sealing (the CRC), more JSON values or ranges than a manifest
 # may have, a manifest of a million ranges read in bounded memory. The same tokens reversed are
 # refused, and accepted with --resume-data-changed 1 and a warning; shards appended are named as
-# such; the data moved to another directory, an unchanged checkpoint and a version-2 one (read
-# with a note) resume bit-exact.
+# such, and a run continued on them writes checkpoints that resume; the data moved to another
+# directory, an unchanged checkpoint and a version-2 one (read with a note) resume bit-exact.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -20,14 +20,15 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0
 
-# a shard of this repository's source: samples of 32 tokens, 8 (2 micro-batches of 4) a step
-tokenize_sources "$tmp/data" llmc/checkpoint.h
+# 1400 training tokens: 43 samples of 32, 8 (2 micro-batches of 4) a step; epoch 1 begins in step 6 (3 dropped)
+tokenize_sources "$tmp/data" <(head -c 21400 llmc/checkpoint.h)
 COMMON=(--n-layer 2 --n-embd 32 --n-head 2 --vocab-size 257 --max-seq-len 64 --seq-len 32 --batch-size 4
-        --total-batch-tokens 256 --peak-tflops 0.1 --steps 8 --shuffle 1)
+        --total-batch-tokens 256 --peak-tflops 0.1 --steps 12 --shuffle 1)
 RUN=(--data-train "$tmp/data/src_train_*.bin" "${COMMON[@]}")
 "$TRAIN" "${RUN[@]}" --ckpt-dir "$tmp/ck" --ckpt-every 4 --ckpt-keep 0 --save-model "$tmp/full.bin" >"$tmp/full.log" 2>&1 ||
     { fail "a run with checkpoints for the cases below" "$(tail -2 "$tmp/full.log")"; exit 1; }
-ck4=$tmp/ck/step_00000004
+ck4=$tmp/ck/step_00000004 ck8=$tmp/ck/step_00000008
+check "step 8 is in epoch 1, 3 samples dropped" 'grep -q "\"epoch\": 1, \"sample\": 24, \"dropped\": 3," "$ck8/manifest.json"'
 
 # --- unchanged: bit-exact ---
 "$TRAIN" "${RUN[@]}" --resume "$ck4" --save-model "$tmp/res.bin" >"$tmp/res.log" 2>&1
@@ -131,9 +132,15 @@ check "... accepted with --resume-data-changed 1, with one warning line" \
     '[ $rc -eq 0 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "^warning: .*other contents; continuing on it (--resume-data-changed 1) at global sample 32 of epoch 0" "$tmp/err"' \
     "rc=$rc: $(head -c 300 "$tmp/err")"
 cp "$shard" "$tmp/more/" && cp "$shard" "$tmp/more/src_train_000002.bin"
+MORE=(--data-train "$tmp/more/src_train_*.bin" "${COMMON[@]}")
 expect_usage_error "a data set with a shard appended, named as such" \
-    "'$tmp/more/src_train_\*.bin' is the checkpoint's data set with 1 shard appended" \
-    "$TRAIN" --data-train "$tmp/more/src_train_*.bin" "${COMMON[@]}" --resume "$ck4"
+    "'$tmp/more/src_train_\*.bin' is the checkpoint's data set with 1 shard appended" "$TRAIN" "${MORE[@]}" --resume "$ck8"
+"$TRAIN" "${MORE[@]}" --resume "$ck8" --resume-data-changed 1 --ckpt-dir "$tmp/ck2" >"$tmp/more1.log" 2>&1 &&
+    "$TRAIN" "${MORE[@]}" --resume "$tmp/ck2/step_00000012" >"$tmp/more2.log" 2>&1
+rc=$?
+check "... continued on from epoch 1 with --resume-data-changed 1, its next checkpoint resumes on that data" \
+    '[ $rc -eq 0 ] && grep -q "continuing at step 12" "$tmp/more2.log" 2>/dev/null' \
+    "rc=$rc: $(grep -ah error "$tmp/more1.log" "$tmp/more2.log" | head -1)"
 cp "$shard" "$tmp/moved/"
 "$TRAIN" --data-train "$tmp/moved/src_train_*.bin" "${COMMON[@]}" --resume "$ck4" --save-model "$tmp/moved.bin" \
     >"$tmp/moved.log" 2>&1
@@ -142,9 +149,12 @@ check "the same data in another directory resumes bit-exact" 'cmp -s "$tmp/full.
 expect_usage_error "--resume-data-changed without --resume" "--resume-data-changed needs --resume" \
     "$TRAIN" "${RUN[@]}" --resume-data-changed 1
 
-# --- a version-2 checkpoint (no seal, no data identity) still reads, with a note ---
-rm -rf "$tmp/v2" && mkdir -p "$tmp/v2" && cp -r "$ck4" "$tmp/v2/" && python3 tests/ckpt_edit.py "$tmp/v2/step_00000004" --unseal
-"$TRAIN" "${RUN[@]}" --resume "$tmp/v2/step_00000004" --save-model "$tmp/v2.bin" >"$tmp/v2.log" 2>&1
-check "a version-2 checkpoint resumes bit-exact, with a one-line note" \
-    'cmp -s "$tmp/full.bin" "$tmp/v2.bin" && grep -q "^resume: .*step_00000004 is a format version 2 checkpoint: no manifest checksum or data set identity to check$" "$tmp/v2.log"' \
-    "$(grep -a 'error\|resume' "$tmp/v2.log" | head -2)"
+# --- a version-2 checkpoint (no seal, no data identity, no 'dropped') still reads, with a note ---
+rm -rf "$tmp/v2" && mkdir -p "$tmp/v2" && cp -r "$ck8" "$tmp/v2/" && python3 tests/ckpt_edit.py "$tmp/v2/step_00000008" --unseal
+"$TRAIN" "${RUN[@]}" --resume "$tmp/v2/step_00000008" --ckpt-dir "$tmp/ck3" --save-model "$tmp/v2.bin" >"$tmp/v2.log" 2>&1 &&
+    "$TRAIN" "${RUN[@]}" --resume "$tmp/ck3/step_00000012" >"$tmp/v2b.log" 2>&1
+rc=$?
+check "a version-2 checkpoint in epoch 1 resumes bit-exact, with a one-line note; its next checkpoint resumes" \
+    '[ $rc -eq 0 ] && cmp -s "$tmp/full.bin" "$tmp/v2.bin" && grep -q "continuing at step 12" "$tmp/v2b.log" &&
+     grep -q "^resume: .*step_00000008 is a format version 2 checkpoint: no manifest checksum or data set identity to check$" "$tmp/v2.log"' \
+    "rc=$rc: $(grep -ah 'error\|resume' "$tmp/v2.log" "$tmp/v2b.log" | head -2)"
