@@ -418,7 +418,8 @@ static inline char *ckpt_manifest_json(const CkptRun *run, const CkptPoint *p, c
     ckpt_text(&t, "\n  ],\n  \"data\": {\"epoch\": %lld, \"sample\": %lld, \"dropped\": %lld, \"num_samples\": %lld, "
               "\"T\": %d, \"shuffle\": %d, \"seed\": \"%llu\"},\n", (long long)d->epoch, (long long)d->sample,
               (long long)d->dropped, (long long)d->num_samples, d->T, d->shuffle, (unsigned long long)d->seed);
-    ckpt_text(&t, "  \"data_set\": {\"shards\": %lld, \"tokens\": %lld, \"list_crc32c\": %u, \"contents_crc32c\": %u},\n",
+    ckpt_text(&t, "  \"data_set\": {\"shards\": %lld, \"tokens\": %lld, \"list_crc32c\": %u, "
+              "\"contents_crc32c\": %u},\n",
               (long long)ds->shards, (long long)ds->tokens, ds->list_crc32c, ds->contents_crc32c);
     ckpt_text(&t, "  \"sample_rng\": [\"%llu\", \"%llu\", \"%llu\", \"%llu\"],\n",
               (unsigned long long)p->sample_rng.s[0], (unsigned long long)p->sample_rng.s[1],

@@ -137,7 +137,8 @@ static inline const char *ckpt_position_problem(DataLoaderState *d, int dropped_
     int overflow = __builtin_mul_overflow(step, per_step, &read) || __builtin_mul_overflow(d->epoch, N, &full) ||
                    __builtin_mul_overflow(d->epoch, per_step - 1, &max_dropped);
     if (!overflow && !dropped_known) overflow = __builtin_add_overflow(full - read, d->sample, &dropped);
-    if (!overflow) overflow = __builtin_sub_overflow(full, dropped, &expect) || __builtin_add_overflow(expect, d->sample, &expect);
+    if (!overflow)
+        overflow = __builtin_sub_overflow(full, dropped, &expect) || __builtin_add_overflow(expect, d->sample, &expect);
     if (overflow || expect != read || (!dropped_known && (dropped < 0 || dropped > max_dropped))) {
         snprintf(why, size, "'step' %lld and the data position ('epoch' %lld, 'sample' %lld, 'dropped' %lld) disagree: "
                  "%lld steps of %lld samples read %lld", (long long)step, (long long)d->epoch, (long long)d->sample,

@@ -99,7 +99,8 @@ static inline int json_hex4(JsonParser *p, unsigned *code) {
     *code = 0;
     for (int i = 0; i < 4; i++) {
         char h = p->s[p->pos++];
-        int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+        int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+              : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
         if (d < 0) return json_fail(p, "bad \\u escape");
         *code = *code * 16 + (unsigned)d;
     }

@@ -322,7 +322,8 @@ static void test_dropped_and_identity(const char *p16) {
     DataSetId ia = dataloader_identity(&a, a.num_shards), ib = dataloader_identity(&b, b.num_shards);
     DataSetId prefix = dataloader_identity(&a, 2);
     test_result(ia.shards == 4 && ia.tokens == b.num_tokens && ia.contents_crc32c == ib.contents_crc32c &&
-                    ia.list_crc32c != ib.list_crc32c && prefix.shards == 2 && prefix.contents_crc32c != ia.contents_crc32c,
+                    ia.list_crc32c != ib.list_crc32c && prefix.shards == 2 &&
+                    prefix.contents_crc32c != ia.contents_crc32c,
                 "identity_of_contents_not_format_and_of_names");
     dataloader_free(&a);
     dataloader_free(&b);
