@@ -154,6 +154,7 @@ static int device_p2p_fused(const char *choice, int world) {
 int main(int argc, char **argv) {
     TrainOptions o;
     train_options_parse(argc, argv, &o, SUMMARY);
+    if (o.ckpt_dir[0]) ckpt_catch_preemption();  // (first: a signal during start-up checkpoints at the first step)
     if (o.print_schedule) {  // (the pipeline's plan needs no GPU)
         int from_file;
         GPTConfig cfg = train_build_config(&o, &from_file);
