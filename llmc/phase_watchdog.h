@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -90,7 +91,9 @@ static inline void phase_watchdog_start(PhaseWatchdog *w) {
         const int launcher_signals[] = {SIGTERM, SIGUSR1, SIGUSR2, SIGINT, SIGHUP, SIGPIPE};
         for (size_t i = 0; i < sizeof(launcher_signals) / sizeof(launcher_signals[0]); i++)
             signal(launcher_signals[i], SIG_IGN);
-        close_range(3, ~0U, 0);  // (the parent's files and pipes are not the watchdog's to hold open)
+#ifdef SYS_close_range
+        syscall(SYS_close_range, 3, ~0U, 0);  // (the parent's files and pipes are not the watchdog's to hold open)
+#endif
         phase_watchdog_main((volatile PhaseWatchdogPage *)p, parent);
     }
     w->page = (PhaseWatchdogPage *)p;

@@ -12,9 +12,9 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 TRAIN="$BUILD/train_gpt"
 . tests/checks.sh
+export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_rmaps_base_oversubscribe=1  # (MPI's own allocations are not ours)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-export OMP_NUM_THREADS=1 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0} OMPI_MCA_rmaps_base_oversubscribe=1
 
 SEED=${CRASH_SEED:-$(( $(date +%s%N) % 1000000 ))}
 RANDOM=$SEED
@@ -45,7 +45,7 @@ start() {
 # alive PID: the process runs (neither gone nor a zombie)
 alive() { local s; s=$(ps -o stat= -p "$1" 2>/dev/null); [ -n "$s" ] && [ "${s#Z}" = "$s" ]; }
 # kill_at MS: SIGKILLs the job MS ms after its start (under mpirun: one of its ranks, at random), unless it
-# finished first; $killed_what says which
+# finished first; $killed_what says which. Status 0 when it sent the kill
 kill_at() {
     local ms=$1 rank victim=$job pids
     rank=$((RANDOM % 2))
@@ -55,7 +55,7 @@ kill_at() {
         victim=""
         killed_what="rank $rank"
         while alive $job; do  # (mpirun may still be starting its ranks)
-            pids=($(ps -o pid= --ppid $job))
+            pids=($(ps -o pid=,comm= --ppid $job | awk '$2 == "train_gpt" {print $1}'))
             [ ${#pids[@]} -eq 2 ] && { victim=${pids[$rank]}; break; }
             sleep 0.01
         done
@@ -67,7 +67,7 @@ kill_at() {
 # KILLS kills landed, each at a time drawn uniformly over a whole run's (the uninterrupted one's, or the last
 # whole run's); each series ends in a finished run whose model must equal the uninterrupted one
 layout() {
-    local name=$1 want=$2 rc t0 ms done_kills=0 series=0 rounds=0 from last launch=() bad=""
+    local name=$1 want=$2 rc t0 ms done_kills=0 series=0 rounds=0 from last sent launch=() bad=""
     mpi_layout=$3; shift 3
     layout_flags=("$@")
     [ $mpi_layout = 1 ] && launch=("${MPIRUN[@]}")
@@ -85,10 +85,13 @@ layout() {
             rounds=$((rounds + 1))
             start "$name" "${launch[@]}"
             local delay=$((RANDOM % ms))
-            [ $done_kills -lt "$want" ] && kill_at $delay
+            sent=1
+            [ $done_kills -lt "$want" ] && kill_at $delay && sent=0
             wait $job 2>/dev/null
             rc=$?
-            [ $rc -ne 137 ] && break  # (finished, or failed: the check below says which)
+            # finished, or failed (the check below says which); under mpirun the other rank may fail first, so any
+            # non-zero exit of a run that got the kill counts as the kill
+            [ $sent -ne 0 ] || [ $rc -eq 0 ] && break
             done_kills=$((done_kills + 1))
             from=$(grep -ao 'continuing at step [0-9]*\|starting fresh' "$log" | head -1)
             last=$(grep -ao '^step *[0-9]*' "$log" | tail -1 | tr -s ' ')
