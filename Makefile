@@ -225,12 +225,14 @@ DEV_BINS := $(BUILD)/dev/perf/bench_comm $(BUILD)/dev/perf/bench_dataloader $(BU
 all: $(PROGRAMS) $(CUDA_PRODUCT)
 
 # The release binaries live at the top level (./train_gpt); sanitizer and debug
-# builds live under their build directory only.
+# builds live under their build directory only (the empty recipe: `make
+# SANITIZER=address` builds build-address/train_gpt and stops, where make's
+# built-in rule would link train_gpt.c with it into ./train_gpt).
 ifeq ($(BUILD),build)
 $(PROGRAMS): %: $(BUILD)/%
 	cp $< $@
 else
-$(PROGRAMS): %: $(BUILD)/%
+$(PROGRAMS): %: $(BUILD)/% ;
 endif
 
 $(BUILD)/%: %.c $(FLAGS_STAMP)
@@ -277,7 +279,7 @@ ifeq ($(BUILD),build)
 train_gptcu: $(BUILD)/train_gptcu
 	cp $< $@
 else
-train_gptcu: $(BUILD)/train_gptcu
+train_gptcu: $(BUILD)/train_gptcu ;
 endif
 $(BUILD)/train_gptcu: train_gpt.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)

@@ -109,6 +109,7 @@ static void cpu_read_held(void *ctx, int64_t lo, int64_t hi, float *dst) {
 int main(int argc, char **argv) {
     TrainOptions o;
     train_options_parse(argc, argv, &o, SUMMARY);
+    if (o.ckpt_dir[0]) ckpt_catch_preemption();  // (first: a signal during start-up checkpoints at the first step)
     matmul_set_backend(o.matmul);
     if (strcmp(o.comm, "nccl") == 0) die_usage("--comm nccl: the CPU trainer communicates over MPI (--comm mpi)");
     int from_file;

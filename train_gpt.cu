@@ -154,6 +154,7 @@ static int device_p2p_fused(const char *choice, int world) {
 int main(int argc, char **argv) {
     TrainOptions o;
     train_options_parse(argc, argv, &o, SUMMARY);
+    if (o.ckpt_dir[0]) ckpt_catch_preemption();  // (first: a signal during start-up checkpoints at the first step)
     if (o.print_schedule) {  // (the pipeline's plan needs no GPU)
         int from_file;
         GPTConfig cfg = train_build_config(&o, &from_file);
@@ -182,13 +183,12 @@ int main(int argc, char **argv) {
     const int fused = device_p2p_fused(o.comm, comm.world);
     if (pipelined && fused) train_check_fused_lists(&o, pp_kind, plan.accum);
 
-    CommPhaseWatch setup;  // NCCL's set-up waits for every rank: bounded by --comm-timeout like MPI's
+    // NCCL's set-up waits for every rank: bounded by --comm-timeout like MPI's (comm.h's phase watchdog)
     comm_test_stop(&comm, "setup", comm.rank);
-    comm_phase_begin(&setup, "device communication set-up (ncclCommInitRank)", comm.rank,
-                     comm.world > 1 ? o.comm_timeout : 0);
+    comm_phase_begin(&comm, "device communication set-up (ncclCommInitRank)");
     CommGroup *dev_groups = device_groups(&comm, o.comm);
     CommGroup *dp = &dev_groups[COMM_DATA];
-    comm_phase_end(&setup);
+    comm_phase_end(&comm);
     TPContext tp = o.tp > 1 ? tp_context(&dev_groups[COMM_TENSOR], o.sequence_parallel) : tp_none();
     const int pipe_rank = comm_group(&comm, COMM_PIPELINE)->rank;
     unsigned char *held_layers = (unsigned char *)mallocCheck((size_t)cfg.num_layers);

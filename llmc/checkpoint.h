@@ -536,6 +536,20 @@ typedef enum { CKPT_IDLE, CKPT_STAGING, CKPT_WRITING, CKPT_COMMITTING } CkptPhas
 static volatile sig_atomic_t ckpt_signal_received = 0;  // SIGTERM / SIGUSR1: checkpoint and exit
 static inline void ckpt_on_signal(int sig) { ckpt_signal_received = sig; }
 
+// Preemption (--ckpt-dir): SIGTERM and SIGUSR1 are caught from the start of
+// main, so one that comes during start-up (loading, MPI's start-up) is not the
+// default's silent exit 143 but a checkpoint at the first step boundary, then
+// exit 0. SA_RESTART: a read or write that the signal interrupts goes on.
+static inline void ckpt_catch_preemption(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = ckpt_on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+}
+
 typedef struct {
     CkptRun run;
     const char *dir;
@@ -715,8 +729,8 @@ static inline int ckpt_job_done(CkptWriter *w, int block, int *failed) {
 
 // Starts the writer (--ckpt-dir given): creates the directory, removes stale
 // .tmp directories and takes the identity of the training data (rank 0; the
-// ranks wait for it), starts the thread, and catches SIGTERM and SIGUSR1
-// (preemption: checkpoint at the next step boundary, exit 0).
+// ranks wait for it), starts the thread. (The trainer caught SIGTERM and
+// SIGUSR1 at its start: ckpt_catch_preemption.)
 static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup *dp, const DataLoader *train,
                                     const CkptRanges *ranges, float *staging, void (*wait_staged)(void *), void *ctx) {
     memset(w, 0, sizeof(*w));
@@ -757,12 +771,6 @@ static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup
     comm_barrier(dp);
     CHECK(pthread_mutex_init(&w->mu, NULL) == 0 && pthread_cond_init(&w->cv, NULL) == 0, "pthread init failed");
     CHECK(pthread_create(&w->thread, NULL, ckpt_thread_main, w) == 0, "starting the checkpoint thread failed");
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = ckpt_on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
 }
 
 // A failed write or commit: the rank that failed says why, rank 0 removes the

@@ -39,6 +39,7 @@
 #include <time.h>
 
 #include "launcher_env.h"
+#include "phase_watchdog.h"
 #include "step_time.h"
 #include "utils.h"
 #ifdef LLMC_MPI
@@ -113,9 +114,11 @@ struct Comm {
     const char *launcher;              // launcher_env.h's name for who started us
     CommGroup groups[COMM_NUM_GROUPS];
     int mpi_initialized;
+    PhaseWatchdog watchdog;            // MPI ranks with a timeout: the process that bounds start-up and shut-down
     const char *fault;                 // LLMC_TEST_FAULT (tests only): "hang:R" or "die:R" at the first collective
                                        // (comm_test_fault), "stop-start:R" / "stop-setup:R" / "stop-end:R" before MPI's
-                                       // start-up / the device groups' set-up / MPI's shut-down (comm_test_stop)
+                                       // start-up / the device groups' set-up / MPI's shut-down, "stop-in-end:R" inside
+                                       // the shut-down, once MPI_Finalize let the other ranks go (comm_test_stop)
     int fault_rank;
 };
 
@@ -433,65 +436,22 @@ static inline double comm_mean(CommGroup *g, double x) {
 
 // A rank stuck in MPI's start-up or shut-down (a peer that never started, or
 // stopped at the end) waits inside MPI_Init_thread or MPI_Finalize, where no
-// comm_wait sees the deadline. A watchdog thread ends such a process after the
-// timeout with one line naming the phase (exit status 3, as comm_wait's); the
+// comm_wait sees the deadline; a rank stopped there (SIGSTOP) runs nothing at
+// all. Each phase is watched by the rank's watchdog process
+// (phase_watchdog.h, forked by comm_init before MPI_Init when a launcher
+// started us and --comm-timeout is set): past the timeout it prints one line
+// naming the rank and the phase and SIGKILLs the rank, stopped or not; the
 // launcher then ends the rest of the job.
-typedef struct {
-    pthread_t tid;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int done, running;
-    const char *phase;
-    double timeout_s;
-    int rank;
-} CommPhaseWatch;
-
-static void *comm_phase_watch_main(void *arg) {
-    CommPhaseWatch *w = (CommPhaseWatch *)arg;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    double end = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + w->timeout_s;
-    until.tv_sec = (time_t)end;
-    until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
-    pthread_mutex_lock(&w->lock);
-    while (!w->done && pthread_cond_timedwait(&w->cond, &w->lock, &until) == 0) {}
-    int done = w->done;
-    pthread_mutex_unlock(&w->lock);
-    if (!done) {
-        fprintf(stderr, "error: rank %d: %s did not complete within %.0f s (--comm-timeout): a rank did not start or "
-                "stopped; ending the job\n", w->rank, w->phase, w->timeout_s);
-        fflush(stderr);
-        _exit(3);
-    }
-    return NULL;
+static inline void comm_phase_begin(Comm *c, const char *phase) {
+    char line[400];
+    snprintf(line, sizeof(line), "error: rank %d: %s did not complete within %.0f s (--comm-timeout): a rank did not "
+             "start, hangs or was stopped; the rank's watchdog process kills it (SIGKILL) to end the job", c->rank,
+             phase, c->timeout_s);
+    phase_watchdog_begin(&c->watchdog, c->timeout_s, line);
 }
+static inline void comm_phase_end(Comm *c) { phase_watchdog_end(&c->watchdog); }
 
-// Watches `phase` (timeout_s <= 0: no watch).
-static inline void comm_phase_begin(CommPhaseWatch *w, const char *phase, int rank, double timeout_s) {
-    memset(w, 0, sizeof(*w));
-    if (timeout_s <= 0) return;
-    pthread_mutex_init(&w->lock, NULL);
-    pthread_cond_init(&w->cond, NULL);
-    w->phase = phase;
-    w->timeout_s = timeout_s;
-    w->rank = rank;
-    CHECK(pthread_create(&w->tid, NULL, comm_phase_watch_main, w) == 0, "pthread_create failed");
-    w->running = 1;
-}
-
-static inline void comm_phase_end(CommPhaseWatch *w) {
-    if (!w->running) return;
-    pthread_mutex_lock(&w->lock);
-    w->done = 1;
-    pthread_cond_signal(&w->cond);
-    pthread_mutex_unlock(&w->lock);
-    pthread_join(w->tid, NULL);
-    pthread_mutex_destroy(&w->lock);
-    pthread_cond_destroy(&w->cond);
-    w->running = 0;
-}
-
-// LLMC_TEST_FAULT's "stop-PHASE:R": rank R stops itself (SIGSTOP) before that phase.
+// LLMC_TEST_FAULT's "stop-PHASE:R": rank R stops itself (SIGSTOP) where the caller names PHASE.
 static inline void comm_test_stop(const Comm *c, const char *phase, int rank) {
     if (!c->fault || rank != c->fault_rank || strncmp(c->fault, "stop-", 5) != 0) return;
     if (strncmp(c->fault + 5, phase, strlen(phase)) != 0) return;
@@ -526,20 +486,23 @@ static inline void comm_init(Comm *c, int *argc, char ***argv, int tp, int pp, d
     c->fault = getenv("LLMC_TEST_FAULT");
     if (c->fault) {
         const char *colon = strchr(c->fault, ':');
-        if (!colon || (strncmp(c->fault, "hang:", 5) != 0 && strncmp(c->fault, "die:", 4) != 0 &&
-                       strncmp(c->fault, "stop-start:", 11) != 0 && strncmp(c->fault, "stop-setup:", 11) != 0 &&
-                strncmp(c->fault, "stop-end:", 9) != 0))
-            die_usage("LLMC_TEST_FAULT='%s' is not hang:RANK, die:RANK or stop-start|stop-setup|stop-end:RANK", c->fault);
+        static const char *const kinds[] = {"hang:", "die:", "stop-start:", "stop-setup:", "stop-end:", "stop-in-end:"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
+            known |= strncmp(c->fault, kinds[k], strlen(kinds[k])) == 0;
+        if (!colon || !known)
+            die_usage("LLMC_TEST_FAULT='%s' is not hang:RANK, die:RANK or stop-start|stop-setup|stop-end|stop-in-end:RANK",
+                      c->fault);
         c->fault_rank = atoi(colon + 1);
     }
     const CommBackend *be = &COMM_SELF;
 #ifdef LLMC_MPI
     int provided = 0;
-    CommPhaseWatch startup;  // until every collective of the set-up has returned
-    memset(&startup, 0, sizeof(startup));
     if (li.rank_var) {  // started by a launcher: MPI connects the ranks; alone: no MPI at all
+        if (timeout_s > 0) phase_watchdog_start(&c->watchdog);  // (before MPI_Init: see phase_watchdog.h)
         comm_test_stop(c, "start", li.rank);
-        comm_phase_begin(&startup, "start-up (MPI_Init_thread and the groups' communicators)", li.rank, timeout_s);
+        // (the phase lasts until every collective of the set-up has returned)
+        comm_phase_begin(c, "start-up (MPI_Init_thread and the groups' communicators)");
         MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
         c->mpi_initialized = 1;
         int mpi_rank, mpi_size;
@@ -588,7 +551,7 @@ static inline void comm_init(Comm *c, int *argc, char ***argv, int tp, int pp, d
 #endif
     }
 #ifdef LLMC_MPI
-    comm_phase_end(&startup);
+    if (c->mpi_initialized) comm_phase_end(c);
     if (c->mpi_initialized && c->world > 1 && provided >= MPI_THREAD_SERIALIZED) {
         comm_progress_stop = 0;
         CHECK(pthread_create(&comm_progress_tid, NULL, comm_progress_main, NULL) == 0, "pthread_create failed");
@@ -608,12 +571,13 @@ static inline void comm_finalize(Comm *c) {
     }
     if (c->mpi_initialized) {
         comm_test_stop(c, "end", c->rank);
-        CommPhaseWatch watch;
-        comm_phase_begin(&watch, "shut-down (MPI_Finalize)", c->rank, c->timeout_s);
+        comm_phase_begin(c, "shut-down (MPI_Finalize)");
         for (int k = 0; k < COMM_NUM_GROUPS; k++) MPI_Comm_free(&c->groups[k].mpi);
         MPI_Finalize();
-        comm_phase_end(&watch);
+        comm_test_stop(c, "in-end", c->rank);
+        comm_phase_end(c);
     }
+    phase_watchdog_stop(&c->watchdog);
 #endif
     memset(c, 0, sizeof(*c));
 }

@@ -58,6 +58,12 @@ typedef struct {
     float dloss;
 } BatchPlan;
 
+// The most accumulation micro-steps a step may take. Far above any real plan
+// (GPT-3's 3.2M-token batch at B x T = 1024 tokens on one rank is 3125), low
+// enough that a mistyped --total-batch-tokens is refused at once, not taken as
+// hours of micro-steps a step and a step's tokens that do not fit in memory.
+#define TRAIN_MAX_ACCUM 65536
+
 // Validates the batch flags against the model and the number of data ranks.
 static BatchPlan train_batch_plan(const TrainOptions *o, const GPTConfig *cfg, int world) {
     BatchPlan p;
@@ -74,9 +80,10 @@ static BatchPlan train_batch_plan(const TrainOptions *o, const GPTConfig *cfg, i
         die_usage("--total-batch-tokens %lld is not a multiple of batch-size x seq-len x ranks = %lld", p.total_tokens,
                   micro_tokens);
     long long accum = p.total_tokens / micro_tokens;
-    if (accum > INT_MAX)
-        die_usage("--total-batch-tokens %lld needs %lld accumulation micro-steps of %lld tokens: more than %d",
-                  p.total_tokens, accum, micro_tokens, INT_MAX);
+    if (accum > TRAIN_MAX_ACCUM)
+        die_usage("--total-batch-tokens %lld needs %lld accumulation micro-steps of %lld tokens (batch-size x seq-len "
+                  "x ranks): more than the limit of %d; raise --batch-size or lower --total-batch-tokens",
+                  p.total_tokens, accum, micro_tokens, TRAIN_MAX_ACCUM);
     p.accum = (int)accum;
     p.dloss = (float)(1.0 / (double)p.total_tokens);
     if (o->eval_every > 0 && o->data_val[0] == '\0') die_usage("--eval-every needs --data-val");

@@ -1,11 +1,12 @@
 // utils.h: error handling shared by every host program: fatal errors that name
-// file:line, checked allocation (and zeroed buffers mapped a page at a time),
-// checked file I/O, and a monotonic clock.
+// file:line (each line one write(2)), checked allocation (and zeroed buffers
+// mapped a page at a time), checked file I/O, and a monotonic clock.
 // Convention: a user error (bad flag, bad file) exits with status 2 and one line
 // on stderr; an internal error (allocation, I/O failure) exits with status 1.
 #ifndef LLMC_UTILS_H
 #define LLMC_UTILS_H
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +31,29 @@ static inline void die_claim(void) {
     if (__atomic_exchange_n(&die_claimed, 1, __ATOMIC_SEQ_CST)) for (;;) pause();
 }
 
+// Writes prefix, the formatted message and a newline to stderr in one
+// write(2): the ranks of a job share one terminal or one launcher pipe, and a
+// line written in pieces interleaves with theirs ("error: error: ..."). A line
+// longer than the buffer is cut short (still one line).
+static inline void stderr_line_v(const char *prefix, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+static inline void stderr_line_v(const char *prefix, const char *fmt, va_list ap) {
+    char buf[8192];
+    size_t cap = sizeof(buf) - 1, n = (size_t)snprintf(buf, cap, "%s", prefix);
+    if (n < cap) {
+        int m = vsnprintf(buf + n, cap - n, fmt, ap);
+        n += m > 0 ? (size_t)m : 0;
+    }
+    if (n > cap - 1) n = cap - 1;
+    buf[n++] = '\n';
+    fflush(stderr);  // (anything a stream holds goes first)
+    for (size_t off = 0; off < n;) {
+        ssize_t w = write(STDERR_FILENO, buf + off, n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
+}
+
 // die_usage: a one-line user-facing error (no file:line, the message names the
 // flag or file), exit status 2.
 static inline void die_usage(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
@@ -37,9 +61,7 @@ static inline void die_usage(const char *fmt, ...) {
     die_claim();
     va_list ap;
     va_start(ap, fmt);
-    fputs("error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    stderr_line_v("error: ", fmt, ap);
     va_end(ap);
     exit(EXIT_USAGE);
 }
@@ -49,11 +71,11 @@ static inline void die_at(const char *file, int line, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));
 static inline void die_at(const char *file, int line, const char *fmt, ...) {
     die_claim();
+    char prefix[FILENAME_MAX + 32];
+    snprintf(prefix, sizeof(prefix), "error at %s:%d: ", file, line);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "error at %s:%d: ", file, line);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    stderr_line_v(prefix, fmt, ap);
     va_end(ap);
     exit(EXIT_FAILURE);
 }

@@ -7,7 +7,13 @@
 #   NGPU: GPUs to use (default: all that nvidia-smi lists)
 #   env: TRAINER (default ./train_gptcu; ./train_gpt runs the CPU trainer over
 #        MPI the same way), ZERO (default 1; 0-3), THREADS
-#        (OpenMP threads a rank)
+#        (OpenMP threads a rank), TIME_LIMIT (seconds: mpirun ends the whole
+#        job then, as Slurm's --time would; default none)
+# Hangs: a hung collective ends the job after --comm-timeout (the waiting ranks
+# say why, exit 3); a rank stuck or stopped in MPI's start-up or shut-down is
+# killed by its watchdog process after --comm-timeout. mpirun ends the job as
+# soon as one rank exits non-zero or is killed (Open MPI's default,
+# orte_abort_on_non_zero_status), so no rank is left waiting.
 set -eu
 cd "$(dirname "$0")/.."
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -23,8 +29,9 @@ if [ $# -eq 0 ]; then
         --batch-size 32 --seq-len 1024 --total-batch-tokens 524288 --lr 6e-4 --warmup-steps 700 --steps 18865 \
         --eval-every 250 --out-dir out/d12
 fi
-root=()
-[ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
+opts=()
+[ "$(id -u)" -eq 0 ] && opts+=(--allow-run-as-root)
+[ -n "${TIME_LIMIT:-}" ] && opts+=(--timeout "$TIME_LIMIT")
 # NCCL inside one node: NVLink/PCIe peer-to-peer, shared memory; no network needed
-exec mpirun "${root[@]}" -np "$NGPU" --bind-to none -x OMP_NUM_THREADS="$THREADS" -x NCCL_DEBUG="${NCCL_DEBUG:-WARN}" \
+exec mpirun "${opts[@]}" -np "$NGPU" --bind-to none -x OMP_NUM_THREADS="$THREADS" -x NCCL_DEBUG="${NCCL_DEBUG:-WARN}" \
     "$TRAINER" --zero "$ZERO" "$@"

@@ -131,13 +131,13 @@ fi
 if [ "$EMULATED" = 1 ] || [ "$(gpu_count)" -ge 2 ]; then
     [ $emulated_sanitizer = 1 ] && exit 0  # (CI's time: the normal build runs them)
     mkdir -p "$tmp/bin"
-    printf '#!/bin/sh\nwhile [ "${1#--}" != "$1" ]; do shift; done\nexec mpirun --allow-run-as-root --oversubscribe -np 2 "$@"\n' \
-        >"$tmp/bin/srun"
+    printf '#!/bin/sh\necho "$*" >"%s/srun.args"\nwhile [ "${1#--}" != "$1" ]; do shift; done\nexec mpirun --allow-run-as-root --oversubscribe -np 2 "$@"\n' \
+        "$tmp" >"$tmp/bin/srun"
     chmod +x "$tmp/bin/srun"
     for script in run_multi_gpu train_slurm; do
         name="${P}${script}_script_np2"
         if [ $script = run_multi_gpu ]; then
-            TRAINER=$TRAIN ZERO=1 THREADS=1 timeout 300 scripts/run_multi_gpu.sh 2 -- "${COMMON[@]}" --batch-size 2 \
+            TRAINER=$TRAIN ZERO=1 THREADS=1 TIME_LIMIT=280 timeout 300 scripts/run_multi_gpu.sh 2 -- "${COMMON[@]}" --batch-size 2 \
                 --log-json "$tmp/$name.json" >"$tmp/$name.log" 2>&1
         else
             PATH="$tmp/bin:$PATH" TRAINER=$TRAIN ZERO=1 SLURM_CPUS_PER_TASK=1 CKPT_DIR="$tmp/ckpt" timeout 300 bash scripts/train_slurm.sbatch \
@@ -150,4 +150,10 @@ if [ "$EMULATED" = 1 ] || [ "$(gpu_count)" -ge 2 ]; then
             echo "FAIL: ${name}_runs (exit $rc: $(grep -m1 '^ranks:' "$tmp/$name.log") $(tail -2 "$tmp/$name.log" | tr '\n' ' '))"
         fi
     done
+    # a rank that exits badly ends the others at once; whatever is left ends COMM_TIMEOUT + 60 s after the first exit
+    if grep -q -- "--kill-on-bad-exit=1 --wait=660 " "$tmp/srun.args" 2>/dev/null; then
+        echo "PASS: ${P}train_slurm_script_srun_ends_the_job_when_a_rank_fails_and_660_s_after_the_first_exits"
+    else
+        echo "FAIL: ${P}train_slurm_script_srun_ends_the_job_when_a_rank_fails_and_660_s_after_the_first_exits (srun got: $(cat "$tmp/srun.args" 2>/dev/null))"
+    fi
 fi

@@ -88,8 +88,34 @@ for t in "${trainers[@]}"; do
         in10 "$t" "${TINY[@]}" --total-batch-tokens 1000000000000000 --batch-size 1 --seq-len 1
     expect_usage_error "a micro-batch of more than 2^31 positions" "positions per micro-batch" \
         in10 "$t" "${TINY[@]}" --batch-size 1048576 --seq-len 4096 --max-seq-len 4096
+    expect_usage_error "--total-batch-tokens 4294967296: 33554432 micro-steps of 128 tokens, above the limit" \
+        "--total-batch-tokens 4294967296 needs 33554432 accumulation micro-steps .* more than the limit of 65536" \
+        in10 "$t" "${TINY[@]}" --total-batch-tokens 4294967296
 done
 P=""
+in10 "$TRAIN" "${TINY[@]}" --total-batch-tokens 65536 --batch-size 1 --seq-len 1 --steps 0 >/dev/null 2>"$tmp/err"
+rc=$?
+check "65536 accumulation micro-steps (the limit) are accepted" '[ $rc -eq 0 ]' "rc=$rc: $(head -c 200 "$tmp/err")"
+
+# --- an error line is one write(2): the ranks of a job share one stderr, and a line written in pieces interleaves
+# with theirs ("error: error: ..."). stderr is a SOCK_SEQPACKET socket here, which keeps each write one message ---
+one_write() {
+    python3 - "$@" <<'EOF'
+import socket, subprocess, sys
+ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=theirs)
+theirs.close()
+writes = []
+while (m := ours.recv(1 << 16)):
+    writes.append(m)
+print(p.wait(), len(writes), repr(writes)[:300])
+EOF
+}
+for t in "$TRAIN" "$TOKENIZE"; do
+    read -r rc nwrites seen <<<"$(one_write "$t" --no-such-flag 1)"
+    check "$(basename "$t"): a usage error's line is one write(2)" '[ "$rc" = 2 ] && [ "$nwrites" = 1 ]' \
+        "exit $rc, $nwrites writes: $seen"
+done
 
 # --- files that are not regular files ---
 mkfifo "$tmp/fifo"
@@ -194,6 +220,10 @@ if [ "${HAVE_MPI:-}" = yes ] && command -v mpirun >/dev/null 2>&1; then
     expect_job_ends "a rank stopped before MPI shut-down ends the job within --comm-timeout" "shut-down (MPI_Finalize)" \
         env LLMC_TEST_FAULT=stop-end:1 "${MPIRUN[@]}" "$TRAIN" "${TINY[@]}" --comm-timeout 10 --save-model "$tmp/mpi.bin"
     check "... after rank 0 saved its model" '[ -f "$tmp/mpi.bin" ]'
+    # (rank 0 exits normally here: LeakSanitizer would report MPI's own allocations)
+    expect_job_ends "a rank stopped inside MPI's shut-down after its peers left ends the job within --comm-timeout" \
+        "rank 1: shut-down (MPI_Finalize)" env ASAN_OPTIONS=detect_leaks=0 LLMC_TEST_FAULT=stop-in-end:1 "${MPIRUN[@]}" \
+        "$TRAIN" "${TINY[@]}" --comm-timeout 10
     [ -x "$GPU" ] && expect_job_ends "train_gptcu (emulated): a rank stopped before the NCCL set-up ends the job within --comm-timeout" \
         "device communication set-up" env LLMC_TEST_FAULT=stop-setup:1 "${MPIRUN[@]}" "$GPU" "${TINY[@]}" --comm nccl --comm-timeout 10
 else
