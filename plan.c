@@ -34,8 +34,8 @@ static const FlagSpec PLAN_FLAGS[] = {
     {"cluster", FLAG_STRING, PO(cluster), "local", NULL, 0, 0,
      "clusters, comma-separated: dgx-h100, dgx-h200, local (this machine, the CPU trainer: measured) or a file "
      "(docs/planner.md)"},
-    {"nodes", FLAG_INT, PO(nodes), "0", NULL, 0, 1 << 20, "nodes (0: the cluster's)"},
-    {"devices-per-node", FLAG_INT, PO(devices_per_node), "0", NULL, 0, 4096,
+    {"nodes", FLAG_INT, PO(nodes), "0", NULL, 0, CLUSTER_MAX_NODES, "nodes (0: the cluster's)"},
+    {"devices-per-node", FLAG_INT, PO(devices_per_node), "0", NULL, 0, CLUSTER_MAX_DEVICES_PER_NODE,
      "devices per node (0: the cluster's; local: its cores), the ranks of one node"},
     {"price-per-hour", FLAG_FLOAT, PO(price_per_hour), "0", NULL, 0, 1e6, "price per device-hour (0: the cluster's)"},
     {"train-tokens", FLAG_INT64, PO(train_tokens), "0", NULL, 0, 1e18,
@@ -55,6 +55,8 @@ static const char *SUMMARY =
     "Plan a training run's layout: every dp x tp x pp x ZeRO x schedule x micro-batch layout on each cluster,\n"
     "its memory per rank and predicted step time, the best few, the rejected ones and why, the run's cost.\n"
     "Example: ./plan --model d12 --seq-len 1024 --total-batch-tokens 524288 --cluster dgx-h100,dgx-h200";
+
+#define PLAN_MAX_CLUSTERS 16  // in one --cluster list
 
 typedef struct {
     PlanResult *r;
@@ -279,17 +281,17 @@ static void print_cluster(const Cluster *c, int world) {
     printf(" | %.2f a device-hour\n", c->price_per_hour);
 }
 
-static void csv_rows(FILE *f, const Cluster *c, const PlanList *pl) {
+static void csv_rows(AtomicOut *f, const Cluster *c, const PlanList *pl) {
     for (int i = 0; i < pl->n; i++) {
         const PlanResult *r = &pl->r[i];
         const PlanLayout *l = &r->l;
-        fprintf(f, "%s,%d,%d,%d,%d,%d,%s,%d,%d,%d,%d,%d,\"%s\",%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.4f,%.4f,%.4f,%.4f,"
-                "%.4f,%.4f,%.1f\n", c->name, l->dp, l->tp, l->pp, l->sp, l->zero,
-                l->pp > 1 ? pp_kind_names[l->schedule] : "-",
-                l->v, l->B, l->accum, l->recompute, !r->why_not[0], r->why_not, r->t.total * 1e3, r->t.fwd * 1e3,
-                r->t.bwd * 1e3, r->t.comm * 1e3, r->t.bubble * 1e3, r->t.opt * 1e3, r->tokens_per_s,
-                r->mem0.params / 1e6, r->mem0.grads / 1e6, r->mem0.optimizer / 1e6, r->mem0.activations / 1e6,
-                r->mem0.tied / 1e6, r->mem_max / 1e6, c->rank_baseline_mb);
+        atomic_out_printf(f, "%s,%d,%d,%d,%d,%d,%s,%d,%d,%d,%d,%d,\"%s\",%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.4f,%.4f,"
+                          "%.4f,%.4f,%.4f,%.4f,%.1f\n", c->name, l->dp, l->tp, l->pp, l->sp, l->zero,
+                          l->pp > 1 ? pp_kind_names[l->schedule] : "-", l->v, l->B, l->accum, l->recompute,
+                          !r->why_not[0], r->why_not, r->t.total * 1e3, r->t.fwd * 1e3, r->t.bwd * 1e3,
+                          r->t.comm * 1e3, r->t.bubble * 1e3, r->t.opt * 1e3, r->tokens_per_s, r->mem0.params / 1e6,
+                          r->mem0.grads / 1e6, r->mem0.optimizer / 1e6, r->mem0.activations / 1e6,
+                          r->mem0.tied / 1e6, r->mem_max / 1e6, c->rank_baseline_mb);
     }
 }
 
@@ -315,23 +317,28 @@ int main(int argc, char **argv) {
     printf("model: %d layers, %d channels, %d heads, vocabulary %d (%.2fM parameters) | seq-len %d | %lld tokens a "
            "step | a run of %.3g tokens\n", cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, params / 1e6, T,
            o.train.total_batch_tokens, run_tokens);
-    FILE *csv = NULL;
-    if (o.csv[0]) {
-        csv = fopen(o.csv, "w");
-        if (!csv) die_usage("--csv: cannot write '%s': %s", o.csv, strerror(errno));
-        fprintf(csv, "cluster,dp,tp,pp,sp,zero,schedule,v,B,accum,recompute,valid,why_not,step_ms,fwd_ms,bwd_ms,"
-                     "comm_ms,bubble_ms,opt_ms,tokens_per_s,mem0_params_mb,mem0_grads_mb,mem0_optimizer_mb,"
-                     "mem0_activations_mb,mem0_tied_mb,mem_max_mb,baseline_mb\n");
-    }
-    struct { char name[64]; int devices; double tok_s, price; int found; char layout[160]; } best[16];
+    // every cluster loaded before any is planned (a bad file stops the planner at once); --csv names no input
+    Cluster clusters[PLAN_MAX_CLUSTERS];
     int nclusters = 0;
     char list[FLAG_STR_MAX];
     snprintf(list, sizeof(list), "%s", o.cluster);
     for (char *save = NULL, *spec = strtok_r(list, ",", &save); spec; spec = strtok_r(NULL, ",", &save)) {
-        if (nclusters == 16) die_usage("--cluster: at most 16 clusters");
-        Cluster c;
+        if (nclusters == PLAN_MAX_CLUSTERS) die_usage("--cluster: at most %d clusters", PLAN_MAX_CLUSTERS);
         char err[512];
-        if (cluster_load(spec, &c, err, sizeof(err))) die_usage("%s", err);
+        if (cluster_load(spec, &clusters[nclusters], err, sizeof(err))) die_usage("%s", err);
+        if (clusters[nclusters++].from_file) output_refuse_input(o.csv, "--csv", spec, "--cluster");
+    }
+    if (from_file) output_refuse_input(o.csv, "--csv", o.train.model, "--model");
+    AtomicOut csv;  // (written whole, then renamed over any old one)
+    if (o.csv[0]) {
+        atomic_out_open(&csv, o.csv);
+        atomic_out_printf(&csv, "cluster,dp,tp,pp,sp,zero,schedule,v,B,accum,recompute,valid,why_not,step_ms,fwd_ms,"
+                          "bwd_ms,comm_ms,bubble_ms,opt_ms,tokens_per_s,mem0_params_mb,mem0_grads_mb,"
+                          "mem0_optimizer_mb,mem0_activations_mb,mem0_tied_mb,mem_max_mb,baseline_mb\n");
+    }
+    struct { char name[64]; int devices; double tok_s, price; int found; char layout[160]; } best[PLAN_MAX_CLUSTERS];
+    for (int ci = 0; ci < nclusters; ci++) {
+        Cluster c = clusters[ci];
         if (o.nodes > 0) c.nodes = o.nodes;
         if (c.local) {
             if (c.nodes > 1) die_usage("--nodes %d: the local cluster is this one machine", c.nodes);
@@ -344,7 +351,7 @@ int main(int argc, char **argv) {
             c.devices_per_node = o.devices_per_node;
         }
         if (o.price_per_hour > 0) c.price_per_hour = o.price_per_hour;
-        int world = c.nodes * c.devices_per_node;
+        int world = cluster_ranks(&c);
         static LocalFigures lf;
         GpuKernels gk = {&c, &cfg, T};
         PlanProblem pb = {&cfg, T, o.train.total_batch_tokens, &c, c.local ? local_kernels : gpu_kernels,
@@ -357,7 +364,7 @@ int main(int argc, char **argv) {
         }
         print_cluster(&c, world);
         for (int i = 0; i < pl.n; i++) plan_finish(&pl.r[i], &pb);
-        if (csv) csv_rows(csv, &c, &pl);
+        if (o.csv[0]) csv_rows(&csv, &c, &pl);
         qsort(pl.r, (size_t)pl.n, sizeof(PlanResult), by_speed);
         int valid = 0;
         while (valid < pl.n && !pl.r[valid].why_not[0]) valid++;
@@ -378,11 +385,10 @@ int main(int argc, char **argv) {
         if (pl.n > valid) printf("  rejected%s:\n", shown < pl.n - valid ? " (the first; --rejected 0 lists all)" : "");
         for (int i = valid; i < valid + shown; i++)
             printf("      %s: %s\n", layout_text(&pl.r[i].l, buf, sizeof(buf)), pl.r[i].why_not);
-        snprintf(best[nclusters].name, sizeof(best[0].name), "%s", c.name);
-        best[nclusters].devices = world, best[nclusters].price = c.price_per_hour, best[nclusters].found = valid > 0;
-        best[nclusters].tok_s = valid ? pl.r[0].tokens_per_s : 0;
-        if (valid) layout_text(&pl.r[0].l, best[nclusters].layout, sizeof(best[0].layout));
-        nclusters++;
+        snprintf(best[ci].name, sizeof(best[0].name), "%s", c.name);
+        best[ci].devices = world, best[ci].price = c.price_per_hour, best[ci].found = valid > 0;
+        best[ci].tok_s = valid ? pl.r[0].tokens_per_s : 0;
+        if (valid) layout_text(&pl.r[0].l, best[ci].layout, sizeof(best[0].layout));
         free(pl.r);
     }
     printf("a run of %.3g tokens, the best layout on each cluster:\n", run_tokens);
@@ -396,6 +402,6 @@ int main(int argc, char **argv) {
         printf("  %-16s %8d %14.0f %12.2f %12.2f  %s\n", best[i].name, best[i].devices, best[i].tok_s, hours,
                hours * best[i].devices * best[i].price, best[i].layout);
     }
-    if (csv && fclose(csv) != 0) die_usage("--csv: writing '%s' failed", o.csv);
+    if (o.csv[0]) atomic_out_commit(&csv);
     return 0;
 }

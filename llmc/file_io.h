@@ -13,10 +13,13 @@
 //   exits (any die_usage) are removed too.
 //   Start-up checks: output_path_check() proves at start that an output can be
 //   created (so no run trains for hours and then cannot save), and
-//   output_refuse_input() refuses an output that names one of the run's inputs.
+//   output_refuse_input() refuses an output that names one of the run's inputs
+//   or lies inside one that is a directory (a checkpoint), compared by device
+//   and inode through symlinks and hard links (path_is_or_under).
 #ifndef LLMC_FILE_IO_H
 #define LLMC_FILE_IO_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -263,16 +266,88 @@ static inline void output_path_check(const char *path, const char *what) {
     unlink(probe);
 }
 
-// Whether a and b are the same existing file (hard links and symlinks included).
-static inline int same_existing_file(const char *a, const char *b) {
-    struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+// Whether the directory dir is path's real location (realpath: symlinks and
+// "." resolved; a path that does not exist yet: its nearest existing parent)
+// or one of its ancestors, by device and inode (so bind mounts too).
+static inline int path_lies_in(const char *path, const struct stat *dir) {
+    char p[PATH_MAX], real[PATH_MAX];
+    snprintf(p, sizeof(p), "%s", path);
+    while (!realpath(p, real)) {
+        char up[PATH_MAX];
+        path_dirname(p, up);
+        if (strcmp(up, p) == 0) return 0;
+        snprintf(p, sizeof(p), "%s", up);
+    }
+    for (;;) {
+        struct stat st;
+        if (stat(real, &st) == 0 && st.st_dev == dir->st_dev && st.st_ino == dir->st_ino) return 1;
+        char *slash = strrchr(real, '/');
+        if (!slash || real[1] == '\0') return 0;
+        slash[slash == real] = '\0';  // (the parent of "/x" is "/")
+    }
 }
 
-// Dies if the output `out` (from flag out_what) is the input `in` (from in_what).
+// Whether the tree under the open directory fd (depth levels; symlinks not
+// followed) holds a hard link to the file *file. Closes fd.
+static inline int dir_tree_holds(int fd, const struct stat *file, int depth) {
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return 0;
+    }
+    int found = 0;
+    for (struct dirent *e; !found && (e = readdir(d)) != NULL;) {
+        struct stat st;
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        found = st.st_dev == file->st_dev && st.st_ino == file->st_ino;
+        if (!found && S_ISDIR(st.st_mode) && depth > 1) {
+            int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub >= 0) found = dir_tree_holds(sub, file, depth - 1);
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+// Whether path is in, or lies inside in when it is a directory, whether path
+// exists yet or not. Compared by device and inode: through symlinks (path's
+// parents', path itself: both where a rename puts it and where a write through
+// it lands), bind mounts, and hard links (a file with a link anywhere in in's
+// tree, 8 levels down). An in that does not exist yet is path when both name
+// the same entry of the same real directory.
+static inline int path_is_or_under(const char *path, const char *in) {
+    struct stat si, sp;
+    if (strcmp(path, in) == 0) return 1;
+    char pdir[PATH_MAX], idir[PATH_MAX], preal[PATH_MAX], ireal[PATH_MAX];
+    path_dirname(path, pdir);
+    if (stat(in, &si) != 0) {
+        path_dirname(in, idir);
+        const char *pbase = strrchr(path, '/'), *ibase = strrchr(in, '/');
+        return realpath(pdir, preal) && realpath(idir, ireal) && strcmp(preal, ireal) == 0 &&
+               strcmp(pbase ? pbase + 1 : path, ibase ? ibase + 1 : in) == 0;
+    }
+    int exists = stat(path, &sp) == 0;
+    if (exists && sp.st_dev == si.st_dev && sp.st_ino == si.st_ino) return 1;
+    if (!S_ISDIR(si.st_mode)) return 0;
+    if (path_lies_in(path, &si) || path_lies_in(pdir, &si)) return 1;
+    if (!exists || S_ISDIR(sp.st_mode) || sp.st_nlink < 2) return 0;
+    int fd = open(in, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return fd >= 0 && dir_tree_holds(fd, &sp, 8);
+}
+
+// Dies if the output `out` (from flag out_what) is the input `in` (from
+// in_what), or lies inside it when that is a directory (a checkpoint the run
+// resumes from, --ckpt-dir, a tokenizer's): path_is_or_under.
 static inline void output_refuse_input(const char *out, const char *out_what, const char *in, const char *in_what) {
-    if (out[0] && in[0] && (strcmp(out, in) == 0 || same_existing_file(out, in)))
-        die_usage("%s '%s' is also an input (%s); refusing to overwrite it", out_what, out, in_what);
+    if (!out[0] || !in[0] || !path_is_or_under(out, in)) return;
+    struct stat st;
+    if (stat(in, &st) != 0)  // (a directory the run will make)
+        die_usage("%s '%s' is also the path of %s '%s'; refusing to write there", out_what, out, in_what, in);
+    if (S_ISDIR(st.st_mode))
+        die_usage("%s '%s' lies inside %s '%s'; refusing to write there", out_what, out, in_what, in);
+    die_usage("%s '%s' is also an input (%s); refusing to overwrite it", out_what, out, in_what);
 }
 
 #endif  // LLMC_FILE_IO_H

@@ -5,7 +5,8 @@
 // docs/planner.md gives each one's source) and local, this machine running
 // the CPU trainer, whose figures plan.c measures (plan_measure.h). Or a file
 // of "key = value" lines (docs/planner.md): every key the table below names,
-// and optionally name and trainer (gpu, the default, or cpu).
+// once, each value within the table's range, and optionally name and trainer
+// (gpu, the default, or cpu).
 #ifndef LLMC_PLAN_CLUSTER_H
 #define LLMC_PLAN_CLUSTER_H
 
@@ -13,11 +14,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "file_io.h"
 #include "utils.h"
 
 typedef struct {
     char name[64];
     int local;             // 1: this machine (figures measured)
+    int from_file;         // 1: read from a cluster file (its --cluster spec is the path)
     int cpu_trainer;       // 1: the CPU trainer runs on it (fp32, every activation kept), 0: the GPU trainer
     int devices_per_node;  // GPUs (local: ranks, which share the cores)
     int nodes;
@@ -40,19 +43,32 @@ typedef struct {
     double op_gbs[3], op_us[3];
 } Cluster;
 
-// The file keys, in Cluster's fields.
-typedef struct { const char *key; size_t offset; int is_int; } ClusterKey;
+// Bounds shared with plan.c's --nodes and --devices-per-node.
+#define CLUSTER_MAX_NODES (1 << 20)
+#define CLUSTER_MAX_DEVICES_PER_NODE 4096
+#define CLUSTER_MAX_RANKS (1 << 24)  // nodes x devices_per_node (every layout of them is enumerated)
+
+// The file keys, in Cluster's fields, and the range of each value: finite,
+// positive where a time is divided by it, an integer for the counts.
+// (inter_node_gbs may be 0 on one node: cluster_ranks checks it for several.)
+typedef struct { const char *key; size_t offset; int is_int; double min, max; } ClusterKey;
 #define CK(f) offsetof(Cluster, f)
 static const ClusterKey CLUSTER_KEYS[] = {
-    {"devices_per_node", CK(devices_per_node), 1}, {"nodes", CK(nodes), 1},
-    {"peak_tflops", CK(peak_tflops), 0},           {"matmul_efficiency", CK(matmul_eff), 0},
-    {"hbm_gbs", CK(hbm_gbs), 0},                   {"memory_gb", CK(memory_gb), 0},
-    {"intra_node_gbs", CK(intra_gbs), 0},          {"intra_node_us", CK(intra_us), 0},
-    {"inter_node_gbs", CK(inter_gbs), 0},          {"inter_node_us", CK(inter_us), 0},
-    {"price_per_hour", CK(price_per_hour), 0},
+    {"devices_per_node", CK(devices_per_node), 1, 1, CLUSTER_MAX_DEVICES_PER_NODE},
+    {"nodes", CK(nodes), 1, 1, CLUSTER_MAX_NODES},
+    {"peak_tflops", CK(peak_tflops), 0, 1e-6, 1e6},
+    {"matmul_efficiency", CK(matmul_eff), 0, 1e-3, 1},
+    {"hbm_gbs", CK(hbm_gbs), 0, 1e-3, 1e6},
+    {"memory_gb", CK(memory_gb), 0, 1e-3, 1e6},
+    {"intra_node_gbs", CK(intra_gbs), 0, 1e-3, 1e6},
+    {"intra_node_us", CK(intra_us), 0, 0, 1e6},
+    {"inter_node_gbs", CK(inter_gbs), 0, 0, 1e6},
+    {"inter_node_us", CK(inter_us), 0, 0, 1e6},
+    {"price_per_hour", CK(price_per_hour), 0, 0, 1e6},
 };
 #undef CK
 #define CLUSTER_NUM_KEYS (sizeof(CLUSTER_KEYS) / sizeof(CLUSTER_KEYS[0]))
+#define CLUSTER_MIN_NETWORK_GBS 1e-3  // inter_node_gbs with several nodes
 
 // Datasheet figures (docs/planner.md). The matmul efficiency is what large
 // bf16 GEMMs of a GPT layer reach on these parts; the prices are on-demand
@@ -64,7 +80,9 @@ static const Cluster CLUSTER_PRESETS[] = {
      .memory_gb = 141.0, .intra_gbs = 450.0, .intra_us = 3.0, .inter_gbs = 50.0, .inter_us = 8.0, .price_per_hour = 3.80},
 };
 
-// A preset by name, or a cluster file; 0 on success, else 1 with why in err.
+// A preset by name, or a cluster file (read through file_io.h's open_input:
+// a FIFO or a directory is refused, one line, exit 2); 0 on success, else 1
+// with why in err (file:line where a line is at fault).
 static int cluster_load(const char *spec, Cluster *c, char *err, size_t errlen) {
     memset(c, 0, sizeof(*c));
     for (size_t i = 0; i < sizeof(CLUSTER_PRESETS) / sizeof(CLUSTER_PRESETS[0]); i++)
@@ -74,19 +92,24 @@ static int cluster_load(const char *spec, Cluster *c, char *err, size_t errlen) 
         c->local = 1, c->cpu_trainer = 1, c->nodes = 1;
         return 0;  // (plan.c measures the rest)
     }
-    FILE *f = fopen(spec, "r");
-    if (!f) {
+    if (access(spec, F_OK) != 0) {
         snprintf(err, errlen, "--cluster '%s': neither a preset (dgx-h100, dgx-h200, local) nor a readable file", spec);
         return 1;
     }
+    FILE *f = open_input(spec, "--cluster", NULL);
+    c->from_file = 1;
     const char *base = strrchr(spec, '/');
     snprintf(c->name, sizeof(c->name), "%s", base ? base + 1 : spec);
     char line[512];
-    int lineno = 0, seen[CLUSTER_NUM_KEYS] = {0};
+    int lineno = 0, seen[CLUSTER_NUM_KEYS] = {0}, bad = 0;
     while (fgets(line, sizeof(line), f)) {
         lineno++;
-        char key[64], tail = 0;
-        double value;
+        char key[64], text[64], tail = 0;
+        if (!strchr(line, '\n') && !feof(f)) {
+            snprintf(err, errlen, "%s:%d: a line longer than %d characters", spec, lineno, (int)sizeof(line) - 2);
+            bad = 1;
+            break;
+        }
         char *hash = strchr(line, '#');
         if (hash) *hash = '\0';
         if (sscanf(line, " %63s", key) != 1) continue;  // blank or a comment
@@ -99,30 +122,53 @@ static int cluster_load(const char *spec, Cluster *c, char *err, size_t errlen) 
         }
         size_t k = 0;
         while (k < CLUSTER_NUM_KEYS && strcmp(key, CLUSTER_KEYS[k].key) != 0) k++;
-        if (k == CLUSTER_NUM_KEYS || sscanf(line, " %*s = %lf %c", &value, &tail) != 1 || !(value >= 0)) {
+        char *end = NULL;
+        if (k == CLUSTER_NUM_KEYS || sscanf(line, " %*s = %63s %c", text, &tail) != 1) {
             snprintf(err, errlen, "%s:%d: want 'key = value' with a key of name, trainer (cpu|gpu), "
                      "devices_per_node, nodes, peak_tflops, matmul_efficiency, hbm_gbs, memory_gb, intra_node_gbs, intra_node_us, "
                      "inter_node_gbs, inter_node_us, price_per_hour", spec, lineno);
-            fclose(f);
-            return 1;
+            bad = 1;
+            break;
         }
+        const ClusterKey *ck = &CLUSTER_KEYS[k];
+        double value = strtod(text, &end);
+        if (*end != '\0' || !(value >= ck->min && value <= ck->max) || (ck->is_int && value != (double)(int)value)) {
+            snprintf(err, errlen, "%s:%d: %s = %s: want %s from %.10g to %.10g", spec, lineno, ck->key, text,
+                     ck->is_int ? "an integer" : "a number", ck->min, ck->max);
+            bad = 1;
+        } else if (seen[k]) {
+            snprintf(err, errlen, "%s:%d: %s is given a second time", spec, lineno, ck->key);
+            bad = 1;
+        }
+        if (bad) break;
         seen[k] = 1;
-        if (CLUSTER_KEYS[k].is_int) *(int *)((char *)c + CLUSTER_KEYS[k].offset) = (int)value;
-        else *(double *)((char *)c + CLUSTER_KEYS[k].offset) = value;
+        if (ck->is_int) *(int *)((char *)c + ck->offset) = (int)value;
+        else *(double *)((char *)c + ck->offset) = value;
     }
     fclose(f);
+    if (bad) return 1;
     for (size_t k = 0; k < CLUSTER_NUM_KEYS; k++)
         if (!seen[k]) {
             snprintf(err, errlen, "%s: no '%s = ...' line", spec, CLUSTER_KEYS[k].key);
             return 1;
         }
-    if (c->devices_per_node < 1 || c->nodes < 1 || c->peak_tflops <= 0 || c->matmul_eff <= 0 || c->matmul_eff > 1 ||
-        c->hbm_gbs <= 0 || c->memory_gb <= 0 || c->intra_gbs <= 0 || (c->nodes > 1 && c->inter_gbs <= 0)) {
-        snprintf(err, errlen, "%s: devices_per_node and nodes must be >= 1, matmul_efficiency in (0, 1], and the "
-                 "peak, memory and bandwidths above 0", spec);
-        return 1;
-    }
     return 0;
+}
+
+// The ranks, nodes x devices_per_node after plan.c's --nodes and
+// --devices-per-node (utils.h's checked arithmetic), at most
+// CLUSTER_MAX_RANKS, with a network between several nodes; else one line
+// naming the cluster, exit 2.
+static int cluster_ranks(const Cluster *c) {
+    int64_t ranks = checked_mul_i64(c->nodes, c->devices_per_node, "nodes x devices_per_node");
+    if (ranks > CLUSTER_MAX_RANKS)
+        die_usage("cluster %s: %d nodes x %d devices = %lld ranks, more than %d (nodes and devices_per_node, or "
+                  "--nodes and --devices-per-node)", c->name, c->nodes, c->devices_per_node, (long long)ranks,
+                  CLUSTER_MAX_RANKS);
+    if (c->nodes > 1 && !(c->inter_gbs >= CLUSTER_MIN_NETWORK_GBS))
+        die_usage("cluster %s: %d nodes need an inter_node_gbs of at least %g (it is %g)", c->name, c->nodes,
+                  CLUSTER_MIN_NETWORK_GBS, c->inter_gbs);
+    return (int)ranks;
 }
 
 #endif  // LLMC_PLAN_CLUSTER_H

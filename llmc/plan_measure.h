@@ -286,8 +286,7 @@ static void plan_measure_local(const GPTConfig *cfg, int T, const char *shapes_f
     int p = g->size;
     LocalFigures f;
     memset(&f, 0, sizeof(f));
-    FILE *in = fopen(shapes_file, "r");
-    if (!in) die_usage("--measure-local: cannot read '%s'", shapes_file);
+    FILE *in = open_input(shapes_file, "--measure-local", NULL);
     ShapeTimes st;
     while (f.nshapes < PLAN_MAX_SHAPES && fscanf(in, "%d %d %d", &st.B, &st.tp, &st.sp) == 3) f.shapes[f.nshapes++] = st;
     fclose(in);

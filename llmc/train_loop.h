@@ -101,8 +101,11 @@ static int train_load_tokenizer(const TrainOptions *o, Tokenizer *tok, int vocab
 // At start-up, before anything is written (rank 0, which writes the files):
 // every output the flags name can be created, none names one of the run's
 // inputs (the model file, a data shard, the tokenizer's files) or another
-// output, so a run never finds out only after training that it cannot save,
-// and never truncates its own input.
+// output, and none is or lies inside a checkpoint directory (the --resume
+// checkpoint, --ckpt-dir: its step directories, `latest` and what else the
+// writer keeps there), which --ckpt-dir itself may not lie inside either; so
+// a run never finds out only after training that it cannot save, and never
+// truncates its own input or a checkpoint.
 static void train_check_outputs(const TrainOptions *o, int model_from_file, const DataLoader *train,
                                 const DataLoader *val) {
     char final_path[FLAG_STR_MAX + 32] = "";
@@ -110,28 +113,26 @@ static void train_check_outputs(const TrainOptions *o, int model_from_file, cons
         make_dirs(o->out_dir, "--out-dir");
         snprintf(final_path, sizeof(final_path), "%s/model_final.bin", o->out_dir);
     }
+    const char *resume_dir = strcmp(o->resume, "auto") == 0 ? "" : o->resume;
+    output_refuse_input(o->ckpt_dir, "--ckpt-dir", resume_dir, "--resume");
     // the log may also be a stream (/dev/stdout, a FIFO a tool reads): its writes are checked as they happen
     struct { const char *path, *flag; int stream_ok; } outs[] = {
         {o->log_json, "--log-json", 1}, {o->save_model, "--save-model", 0}, {final_path, "--out-dir", 0}};
     const int nouts = (int)(sizeof(outs) / sizeof(outs[0]));
-    char tok_files[2][FLAG_STR_MAX + 32] = {"", ""};
-    if (o->tokenizer[0]) {
-        snprintf(tok_files[0], sizeof(tok_files[0]), "%s/encoder.json", o->tokenizer);
-        snprintf(tok_files[1], sizeof(tok_files[1]), "%s/vocab.bpe", o->tokenizer);
-    }
     for (int i = 0; i < nouts; i++) {
         const char *out = outs[i].path, *flag = outs[i].flag;
         if (!out[0]) continue;
         if (model_from_file) output_refuse_input(out, flag, o->model, "--model");
-        output_refuse_input(out, flag, o->tokenizer, "--tokenizer");
-        for (int k = 0; k < 2; k++) output_refuse_input(out, flag, tok_files[k], "--tokenizer");
+        output_refuse_input(out, flag, o->tokenizer, "--tokenizer");  // (a directory: its files)
+        output_refuse_input(out, flag, resume_dir, "--resume");
+        output_refuse_input(out, flag, o->ckpt_dir, "--ckpt-dir");
         const DataLoader *loaders[2] = {train, val};
         const char *data_flags[2] = {"--data-train", "--data-val"};
         for (int d = 0; d < 2; d++)
             for (int s = 0; loaders[d] && s < loaders[d]->num_shards; s++)
                 output_refuse_input(out, flag, loaders[d]->paths[s], data_flags[d]);
         for (int j = 0; j < i; j++)
-            if (outs[j].path[0] && (strcmp(out, outs[j].path) == 0 || same_existing_file(out, outs[j].path)))
+            if (outs[j].path[0] && path_is_or_under(out, outs[j].path))
                 die_usage("%s '%s' is also the %s output", flag, out, outs[j].flag);
         struct stat st;
         if (!(outs[i].stream_ok && stat(out, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))))

@@ -2,7 +2,7 @@
 # test_hostile_input.sh: every file a user hands the programs is hostile until checked, nothing
 # on disk is lost, no hang outlives --comm-timeout. One section per class of docs/robustness.md;
 # each case: exit status 2, exactly one line on stderr naming the file or flag, within 10 s
-# (expect_usage_error under `timeout 10`). Runs train_gpt, tokenize and, where it was built,
+# (expect_usage_error under `timeout 10`). Runs train_gpt, tokenize, plan and, where it was built,
 # the emulated GPU trainer (build/emu/train_gptcu). The full-disk cases mount a small tmpfs and
 # SKIP where the test cannot mount one (not root, or no mount namespace).
 set -u
@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 TRAIN="$BUILD/train_gpt"
 TOKENIZE="$BUILD/tokenize"
+PLAN="$BUILD/plan"
 GPU="$BUILD/emu/train_gptcu"
 . tests/checks.sh
 
@@ -26,6 +27,12 @@ TINY=(--data-train "$tmp/data/src_train_*.bin" --n-layer 2 --n-embd 64 --n-head 
       --seq-len 32 --batch-size 4 --peak-tflops 0.1 --steps 2)
 "$TRAIN" "${TINY[@]}" --save-model "$tmp/model.bin" >"$tmp/train.log" 2>&1 ||
     { fail "a tiny model file for the cases below" "$(tail -1 "$tmp/train.log")"; exit 1; }
+# a cluster of one device for the planner's cases (cluster_with: a copy edited by sed)
+printf '%s\n' "devices_per_node = 1" "nodes = 1" "peak_tflops = 1" "matmul_efficiency = 0.5" "hbm_gbs = 100" \
+    "memory_gb = 1000" "intra_node_gbs = 10" "intra_node_us = 5" "inter_node_gbs = 1" "inter_node_us = 10" \
+    "price_per_hour = 1" >"$tmp/one.cluster"
+cluster_with() { sed "$1" "$tmp/one.cluster" >"$tmp/$2.cluster"; }  # cluster_with SED-SCRIPT NAME
+PMODEL=(--n-layer 2 --n-embd 64 --n-head 2 --vocab-size 257 --max-seq-len 64 --seq-len 32 --total-batch-tokens 128)
 trainers=("$TRAIN")
 [ -x "$GPU" ] && trainers+=("$GPU")
 tname() { case "$1" in *emu*) echo "train_gptcu (emulated)";; *) echo "train_gpt";; esac; }
@@ -117,6 +124,30 @@ for t in "$TRAIN" "$TOKENIZE"; do
         "exit $rc, $nwrites writes: $seen"
 done
 
+# --- the planner's cluster files: every number in its range, the ranks within bounds ---
+cluster_with 's/^devices_per_node = 1/devices_per_node = 2147483647/; s/^nodes = 1/nodes = 4/' c_ovf
+cluster_with 's/^memory_gb = .*/memory_gb = inf/' c_inf
+cluster_with 's/^peak_tflops = .*/peak_tflops = 1e-308/' c_tiny
+cluster_with 's/^nodes = 1/nodes = 2.5/' c_frac
+cluster_with 's/^hbm_gbs = 100/hbm_gbs = 100\nhbm_gbs = 200/' c_twice
+cluster_with 's/^inter_node_gbs = .*/inter_node_gbs = 0/' c_one_node
+expect_usage_error "plan: devices_per_node = 2^31 - 1 (4 nodes of them overflow an int)" \
+    "c_ovf.cluster:1: devices_per_node = 2147483647: want an integer from 1 to 4096" \
+    in10 "$PLAN" "${PMODEL[@]}" --cluster "$tmp/c_ovf.cluster"
+expect_usage_error "plan: memory_gb = inf" "c_inf.cluster:6: memory_gb = inf: want a number" \
+    in10 "$PLAN" "${PMODEL[@]}" --cluster "$tmp/c_inf.cluster"
+expect_usage_error "plan: peak_tflops = 1e-308" "c_tiny.cluster:3: peak_tflops = 1e-308: want a number from 1e-06" \
+    in10 "$PLAN" "${PMODEL[@]}" --cluster "$tmp/c_tiny.cluster"
+expect_usage_error "plan: nodes = 2.5" "c_frac.cluster:2: nodes = 2.5: want an integer" \
+    in10 "$PLAN" "${PMODEL[@]}" --cluster "$tmp/c_frac.cluster"
+expect_usage_error "plan: a key given twice" "c_twice.cluster:6: hbm_gbs is given a second time" \
+    in10 "$PLAN" "${PMODEL[@]}" --cluster "$tmp/c_twice.cluster"
+expect_usage_error "plan: --nodes x --devices-per-node beyond 2^24 ranks" \
+    "4097 nodes x 4096 devices = 16781312 ranks, more than 16777216" \
+    in10 "$PLAN" "${PMODEL[@]}" --cluster dgx-h100 --nodes 4097 --devices-per-node 4096
+expect_usage_error "plan: --nodes 2 on a cluster without a network" "2 nodes need an inter_node_gbs of at least 0.001" \
+    in10 "$PLAN" "${PMODEL[@]}" --cluster "$tmp/c_one_node.cluster" --nodes 2
+
 # --- files that are not regular files ---
 mkfifo "$tmp/fifo"
 for t in "${trainers[@]}"; do
@@ -127,6 +158,8 @@ for t in "${trainers[@]}"; do
     expect_usage_error "a directory as --data-train" "is not a regular file" in10 "$t" "${TINY[@]}" --data-train "$tmp/data"
 done
 P=""
+expect_usage_error "plan: a FIFO as --cluster" "--cluster: '$tmp/fifo' is not a regular file" \
+    in10 "$PLAN" "${PMODEL[@]}" --cluster "$tmp/fifo"
 expect_usage_error "tokenize: a FIFO as input" "'$tmp/fifo' is not a regular file" in10 "$TOKENIZE" --bytes --out-dir "$tmp/t1" "$tmp/fifo"
 expect_usage_error "tokenize: a FIFO as --raw IN" "'$tmp/fifo' is not a regular file" in10 "$TOKENIZE" --bytes --raw "$tmp/fifo" "$tmp/t1.u16"
 mkdir -p "$tmp/gpt2fifo" && mkfifo "$tmp/gpt2fifo/encoder.json"
@@ -152,6 +185,13 @@ for t in "${trainers[@]}"; do
 done
 P=""
 check "the model file and the shard are untouched" 'cmp -s "$tmp/model.bin" "$tmp/model.keep" && cmp -s "$shard" "$tmp/shard.keep"'
+cp "$tmp/one.cluster" "$tmp/own.cluster"; cp "$tmp/model.bin" "$tmp/pmodel.bin"
+expect_usage_error "plan --csv naming its --cluster file" "--csv '$tmp/own.cluster' is also an input (--cluster)" \
+    in10 "$PLAN" "${PMODEL[@]}" --cluster "dgx-h100,$tmp/own.cluster" --csv "$tmp/own.cluster"
+expect_usage_error "plan --csv naming its --model file" "--csv '$tmp/pmodel.bin' is also an input (--model)" \
+    in10 "$PLAN" --model "$tmp/pmodel.bin" --seq-len 32 --total-batch-tokens 128 --cluster "$tmp/one.cluster" \
+    --csv "$tmp/pmodel.bin"
+check "plan left its inputs untouched" 'cmp -s "$tmp/own.cluster" "$tmp/one.cluster" && cmp -s "$tmp/pmodel.bin" "$tmp/model.bin"'
 printf 'some text to keep\n' >"$tmp/keep.txt"; cp "$tmp/keep.txt" "$tmp/keep.orig"
 expect_usage_error "tokenize --raw IN IN" "--raw OUT '$tmp/keep.txt' is also an input" in10 "$TOKENIZE" --bytes --raw "$tmp/keep.txt" "$tmp/keep.txt"
 mkdir -p "$tmp/tk" && cp "$tmp/keep.txt" "$tmp/tk/data_train_000001.bin"
@@ -166,6 +206,36 @@ check "a stale symlinked --save-model PATH.tmp is not followed" \
 ln -s "$tmp/victim" "$tmp/t3.u16.tmp"
 in10 "$TOKENIZE" --bytes --raw "$tmp/keep.txt" "$tmp/t3.u16" 2>"$tmp/err"; rc=$?
 check "a stale symlinked tokenize OUT.tmp is not followed" '[ $rc -eq 0 ] && [ "$(cat "$tmp/victim")" = victim ] && [ ! -L "$tmp/t3.u16" ]'
+
+# --- outputs inside a checkpoint: the --resume checkpoint and --ckpt-dir are the run's own ---
+"$TRAIN" "${TINY[@]}" --ckpt-dir "$tmp/ck" >"$tmp/ck.log" 2>&1 || fail "a checkpoint for the cases below" "$(tail -1 "$tmp/ck.log")"
+S="$tmp/ck/step_00000002"
+cp -a "$tmp/ck" "$tmp/ck.keep"
+ln -s "$tmp/ck" "$tmp/ck.link"; ln -s "$S/manifest.json" "$tmp/manifest.link"; ln "$S/rank_00000.bin" "$tmp/rank.hard"
+for t in "${trainers[@]}"; do
+    P="$(tname "$t"): "
+    expect_usage_error "--log-json naming the --resume checkpoint's manifest" \
+        "--log-json '$S/manifest.json' lies inside --resume '$S'" \
+        in10 "$t" "${TINY[@]}" --resume "$S" --log-json "$S/manifest.json"
+    expect_usage_error "--save-model naming the --resume checkpoint's data file" \
+        "--save-model '$S/rank_00000.bin' lies inside --resume '$S'" \
+        in10 "$t" "${TINY[@]}" --resume "$S" --save-model "$S/rank_00000.bin"
+    expect_usage_error "--log-json naming --ckpt-dir's latest" "--log-json '$tmp/ck/latest' lies inside --ckpt-dir '$tmp/ck'" \
+        in10 "$t" "${TINY[@]}" --ckpt-dir "$tmp/ck" --resume auto --log-json "$tmp/ck/latest"
+    expect_usage_error "--out-dir's model file inside --ckpt-dir" "--out-dir '$tmp/ck/model_final.bin' lies inside --ckpt-dir" \
+        in10 "$t" "${TINY[@]}" --ckpt-dir "$tmp/ck" --out-dir "$tmp/ck"
+    expect_usage_error "--save-model inside the checkpoint through a symlinked directory" "lies inside --resume '$S'" \
+        in10 "$t" "${TINY[@]}" --resume "$S" --save-model "$tmp/ck.link/step_00000002/new.bin"
+    expect_usage_error "--log-json: a symlink to the checkpoint's manifest" "--log-json '$tmp/manifest.link' lies inside --resume" \
+        in10 "$t" "${TINY[@]}" --resume "$S" --log-json "$tmp/manifest.link"
+    expect_usage_error "--log-json: a hard link to a checkpoint's data file" "--log-json '$tmp/rank.hard' lies inside --ckpt-dir" \
+        in10 "$t" "${TINY[@]}" --ckpt-dir "$tmp/ck" --resume auto --log-json "$tmp/rank.hard"
+    expect_usage_error "--ckpt-dir inside the --resume checkpoint" "--ckpt-dir '$S/next' lies inside --resume '$S'" \
+        in10 "$t" "${TINY[@]}" --resume "$S" --ckpt-dir "$S/next"
+done
+P=""
+check "every file of the checkpoint survives byte for byte, nothing added" 'diff -r "$tmp/ck" "$tmp/ck.keep" >/dev/null' \
+    "$(diff -r "$tmp/ck" "$tmp/ck.keep" 2>&1 | head -c 300)"
 
 # --- failures noticed late or not at all ---
 for t in "${trainers[@]}"; do
@@ -185,18 +255,22 @@ mkdir -p "$tmp/small"
 if mount -t tmpfs -o size=700k tmpfs "$tmp/small" 2>/dev/null; then
     mnt="$tmp/small"
     cp "$tmp/model.bin" "$mnt/model.bin"  # 516 KB of 700
+    "$PLAN" "${PMODEL[@]}" --cluster "$tmp/one.cluster" --max-micro-batch 1 --csv "$mnt/plan.csv" >/dev/null 2>&1  # 1 KB
     "$TOKENIZE" --train-vocab 300 --out-dir "$tmp/vocab" "$tmp/corpus.txt" >/dev/null 2>&1
     mkdir -p "$mnt/vocab" && cp "$tmp/vocab/encoder.json" "$mnt/vocab/"
     head -c 150000 /dev/urandom >"$mnt/filler"; dd if=/dev/zero of="$mnt/fill" bs=4k 2>/dev/null  # now full
-    cp "$mnt/model.bin" "$tmp/model.before"; cp "$mnt/vocab/encoder.json" "$tmp/enc.before"
+    cp "$mnt/model.bin" "$tmp/model.before"; cp "$mnt/vocab/encoder.json" "$tmp/enc.before"; cp "$mnt/plan.csv" "$tmp/csv.before"
     expect_usage_error "--save-model on a full disk" "writing '$mnt/model.bin' failed: No space left" \
         in10 "$TRAIN" "${TINY[@]}" --save-model "$mnt/model.bin"
+    expect_usage_error "plan --csv on a full disk" "writing '$mnt/plan.csv' failed: No space left" \
+        in10 "$PLAN" "${PMODEL[@]}" --cluster dgx-h100 --csv "$mnt/plan.csv"  # (400 KB)
     rm -f "$mnt/fill"; head -c 40000 /dev/zero >"$mnt/fill"; dd if=/dev/zero of="$mnt/fill2" bs=1k 2>/dev/null
     expect_usage_error "tokenize --train-vocab on a full disk" "'$mnt/vocab/.*' failed: No space left" \
         in10 "$TOKENIZE" --train-vocab 400 --out-dir "$mnt/vocab" "$tmp/corpus.txt"
     expect_usage_error "tokenize --raw IN OUT on a full disk" "'$mnt/model.bin' failed: No space left" \
         in10 "$TOKENIZE" --bytes --raw "$tmp/corpus.txt" "$mnt/model.bin"
-    check "files on the full disk survive whole" 'cmp -s "$mnt/model.bin" "$tmp/model.before" && cmp -s "$mnt/vocab/encoder.json" "$tmp/enc.before"'
+    check "files on the full disk survive whole" 'cmp -s "$mnt/model.bin" "$tmp/model.before" &&
+        cmp -s "$mnt/vocab/encoder.json" "$tmp/enc.before" && [ -s "$tmp/csv.before" ] && cmp -s "$mnt/plan.csv" "$tmp/csv.before"'
     left=$(find "$mnt" -name '*.tmp*' | head -3)
     check "no temporary is left on the full disk" '[ -z "$left" ]' "left: $left"
 else
