@@ -9,11 +9,8 @@
 # training. CPU trainer, a tiny model.
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
-TRAIN="$BUILD/train_gpt"
 . tests/checks.sh
-tmp=$(mktemp -d)
-pids=()
+BUILD=${BUILD:-build} TRAIN=$BUILD/train_gpt tmp=$(mktemp -d) pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done  # (a trainer checkpoints and exits; mpirun passes it on)
     chattr -R -i "$tmp" 2>/dev/null
@@ -21,10 +18,7 @@ cleanup() {
 }
 trap cleanup EXIT
 export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0
-
-head -c 5000 train_gpt.c >"$tmp/corpus.txt"
-"$BUILD/tokenize" --bytes 1 --out-dir "$tmp/data" --name src --val-tokens 1000 "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
-    { fail "tokenize test corpus" "$(tail -1 "$tmp/tok.log")"; exit 1; }
+tokenize_sources "$tmp/data" llmc/checkpoint.h
 RUN=(--data-train "$tmp/data/src_train_*.bin" --n-layer 2 --n-embd 32 --n-head 2 --vocab-size 257 --max-seq-len 16
      --seq-len 16 --batch-size 2 --peak-tflops 0.1 --steps 8 --ckpt-every 2 --ckpt-keep 0)
 # train NAME ARGS...: a run, its stdout in $tmp/NAME.out, stderr in $tmp/NAME.err, its exit status in $rc
