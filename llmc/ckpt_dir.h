@@ -17,7 +17,9 @@
 // not write) is never resumed, counted or deleted by --ckpt-keep; where the run
 // needs its name (a stale step_N.tmp, a step_N it commits again after a resume)
 // it is renamed aside to NAME.foreign (NAME.foreign.2, ...), one line saying so.
-// An old checkpoint that cannot be deleted is a warning; the run goes on.
+// At start-up (rank 0, under the lock) what a killed run left is removed and
+// each such entry is named once. An old checkpoint that cannot be deleted is a
+// warning; the run goes on.
 // The lock: rank 0 creates `lock` (O_NOFOLLOW: failing to create it is how an
 // unwritable directory is found at start-up), takes an exclusive flock, writes
 // its pid and host into it and turns the lock into a shared one, which every
