@@ -29,8 +29,12 @@
 // Atomic: every file is written into step_N.tmp/ and fsynced, the manifest last;
 // then the directory is renamed into place and CKPT_DIR fsynced; then `latest`
 // (naming the step directory) is replaced by rename. A crash at any moment
-// leaves the previous complete checkpoint loadable; stale .tmp directories
-// are removed when the next run starts.
+// leaves the previous complete checkpoint loadable; what it leaves half
+// written is removed when the next run starts.
+//
+// The directory is the run's own (ckpt_dir.h): a run takes its lock at start
+// (ckpt_dir_claim; a second run on it is refused), and nothing in it is ever
+// removed through a symbolic link or unless the writer wrote it.
 //
 // Asynchronous: at a checkpoint step every rank copies what it writes into a
 // host staging buffer (the trainer's ckpt_stage) and training goes on: on the
@@ -49,12 +53,12 @@
 // Tests only: LLMC_TEST_CKPT_FAULT=POINT:STEP makes the writer SIGKILL its own
 // process at POINT (after-data, before-manifest, after-manifest, after-rename)
 // of the first checkpoint at a step >= STEP, or (POINT write-error) fail the
-// data file's write as a full disk would, or (POINT slow-MS) sleep MS ms after
-// the data file, a slow disk the loop must not wait for (tests/test_checkpoint.sh).
+// data file's write as a full disk would, (latest-error) `latest`'s, or (POINT
+// slow-MS) sleep MS ms after the data file, a slow disk the loop must not wait
+// for (tests/test_checkpoint.sh, tests/test_ckpt_dir.sh).
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -67,6 +71,7 @@
 #include <zstd.h>
 #endif
 
+#include "ckpt_dir.h"
 #include "ckpt_manifest.h"
 #include "comm.h"
 #include "crc32c.h"
@@ -81,8 +86,6 @@
 #include "train_setup.h"
 #include "zero_shard.h"
 
-#define CKPT_PATH_MAX 1024                  // a directory
-#define CKPT_FILE_MAX (CKPT_PATH_MAX + 300)  // a file in one
 #define CKPT_ERR_MAX 1400
 #define CKPT_CHUNK ((size_t)8 << 20)  // bytes per read, write, compression call
 
@@ -223,62 +226,6 @@ static inline void ckpt_ranges_free(CkptRanges *r) {
     ckpt_pieces_free(&r->layout.layers);
     ckpt_pieces_free(&r->write);
     for (int s = 0; s < CKPT_STATES; s++) ckpt_pieces_free(&r->hold[s]);
-}
-
-// The directory of step N under dir.
-static inline void ckpt_step_dir(char *out, size_t n, const char *dir, int64_t step, const char *suffix) {
-    int k = snprintf(out, n, "%s/step_%08lld%s", dir, (long long)step, suffix);
-    if (k < 0 || (size_t)k >= n) die_usage("--ckpt-dir '%s' is too long", dir);
-}
-
-// Parses "step_NNNNNNNN" (exactly: 8 or more digits, nothing after); -1 if not.
-static inline int64_t ckpt_parse_step_name(const char *name) {
-    if (strncmp(name, "step_", 5) != 0) return -1;
-    const char *d = name + 5;
-    size_t len = strlen(d);
-    if (len < 8 || len > 18 || strspn(d, "0123456789") != len) return -1;
-    return strtoll(d, NULL, 10);
-}
-
-// The step directories in dir, newest first (*n of them; malloc'd).
-static inline int64_t *ckpt_list_steps(const char *dir, int *n) {
-    *n = 0;
-    DIR *d = opendir(dir);
-    if (!d) return NULL;
-    int cap = 16;
-    int64_t *steps = (int64_t *)mallocCheck(sizeof(int64_t) * (size_t)cap);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        int64_t s = ckpt_parse_step_name(e->d_name);
-        if (s < 0) continue;
-        if (*n == cap) {
-            cap *= 2;
-            steps = (int64_t *)reallocCheck(steps, sizeof(int64_t) * (size_t)cap);
-            CHECK(steps != NULL, "out of memory");
-        }
-        steps[(*n)++] = s;
-    }
-    closedir(d);
-    for (int i = 1; i < *n; i++)  // insertion sort, descending
-        for (int j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
-            int64_t t = steps[j]; steps[j] = steps[j - 1]; steps[j - 1] = t;
-        }
-    return steps;
-}
-
-// Removes a directory of plain files (a checkpoint). Returns 0 or an errno.
-static inline int ckpt_remove_dir(const char *path) {
-    DIR *d = opendir(path);
-    if (!d) return errno == ENOENT ? 0 : errno;
-    struct dirent *e;
-    int err = 0;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        if (unlinkat(dirfd(d), e->d_name, 0) != 0 && !err) err = errno;
-    }
-    closedir(d);
-    if (rmdir(path) != 0 && !err) err = errno;
-    return err;
 }
 
 // ---------------------------------------------------------------------------
@@ -465,12 +412,11 @@ static inline int ckpt_write_all(int fd, const void *buf, size_t n) {
     return 0;
 }
 
-// Writes data[0..n) to path (created or truncated), zstd-compressed at level
-// compress > 0, fsynced. Returns 1 with its size and CRC32C, or 0 (io->err).
-static inline int ckpt_write_file(CkptIO *io, const char *path, const void *data, size_t n, int compress,
-                                  int64_t *bytes, uint32_t *crc) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return ckpt_io_fail(io, "creating", path, errno);
+// Writes data[0..n) to fd, the new file path, zstd-compressed at level
+// compress > 0, fsynced and closed (removed on a failure). Returns 1 with its
+// size and CRC32C, or 0 (io->err).
+static inline int ckpt_write_fd(CkptIO *io, int fd, const char *path, const void *data, size_t n, int compress,
+                                int64_t *bytes, uint32_t *crc) {
     int err = 0;
     *bytes = 0;
     *crc = 0;
@@ -514,16 +460,41 @@ static inline int ckpt_write_file(CkptIO *io, const char *path, const void *data
     return 1;
 }
 
-// `latest` in dir names the step directory `name` (file_io.h's AtomicOut:
-// fsynced, renamed, the directory fsynced; a failure is one line, exit 2 --
-// the step directory is complete by then, and --resume auto does not need `latest`).
-static inline void ckpt_write_latest(const char *dir, const char *name) {
-    char path[CKPT_FILE_MAX];
-    snprintf(path, sizeof(path), "%s/latest", dir);
-    AtomicOut out;
-    atomic_out_open(&out, path);
-    atomic_out_printf(&out, "%s\n", name);
-    atomic_out_commit(&out);
+// The same into path, created (never over an existing file or a link).
+static inline int ckpt_write_file(CkptIO *io, const char *path, const void *data, size_t n, int compress,
+                                  int64_t *bytes, uint32_t *crc) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return ckpt_io_fail(io, "creating", path, errno);
+    return ckpt_write_fd(io, fd, path, data, n, compress, bytes, crc);
+}
+
+// `latest` in dir names the step directory `name`: written to a temporary
+// made by mkstemp (latest.tmp.XXXXXX), fsynced, renamed, the directory
+// fsynced. Returns 1, or 0 (io->err) -- a failed write like any other.
+static inline int ckpt_write_latest(CkptIO *io, const char *dir, const char *name) {
+    char path[CKPT_FILE_MAX], tmp[CKPT_FILE_MAX + 16], text[CKPT_NAME_MAX];
+    snprintf(path, sizeof(path), "%s/" CKPT_LATEST_FILE, dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path);
+    if (io->kill_point && strcmp(io->kill_point, "latest-error") == 0) return ckpt_io_fail(io, "writing", path, ENOSPC);
+    int fd = mkstemp(tmp), err;
+    if (fd < 0) return ckpt_io_fail(io, "creating a file next to", path, errno);
+    int64_t bytes;
+    uint32_t crc;
+    int len = snprintf(text, sizeof(text), "%s\n", name);
+    if (fchmod(fd, 0644) != 0) {
+        err = errno;
+        close(fd);
+        unlink(tmp);
+        return ckpt_io_fail(io, "creating", tmp, err);
+    }
+    if (!ckpt_write_fd(io, fd, tmp, text, (size_t)len, 0, &bytes, &crc)) return 0;
+    if (rename(tmp, path) != 0) {
+        err = errno;
+        unlink(tmp);
+        return ckpt_io_fail(io, "renaming the new", path, err);
+    }
+    if ((err = fsync_dir_err(dir)) != 0) return ckpt_io_fail(io, "syncing", dir, err);
+    return 1;
 }
 
 // ---------------------------------------------------------------------------
@@ -606,15 +577,16 @@ static inline void ckpt_stage_pieces(CkptWriter *w) {
 static inline int ckpt_do_write(CkptWriter *w, CkptIO *io) {
     char tmp_dir[CKPT_PATH_MAX], path[CKPT_FILE_MAX];
     ckpt_step_dir(tmp_dir, sizeof(tmp_dir), w->dir, w->point.step, ".tmp");
-    if (mkdir(tmp_dir, 0755) != 0 && errno != EEXIST) return ckpt_io_fail(io, "creating", tmp_dir, errno);
     double t0 = wall_seconds();
-    if (!w->wait_staged) {  // the copy, while the training thread runs the next forward and backward
-        ckpt_stage_pieces(w);
+    if (!w->wait_staged) {  // the copy, while the training thread runs the next forward and backward (first:
+        ckpt_stage_pieces(w);  // the next update waits for it, even when the write then fails)
         pthread_mutex_lock(&w->mu);
         w->copy_pending = 0;
         pthread_cond_broadcast(&w->cv);
         pthread_mutex_unlock(&w->mu);
     }
+    int err = ckpt_make_tmp_dir(tmp_dir);
+    if (err) return ckpt_io_fail(io, "creating", tmp_dir, err);
     w->mine.pieces = w->ranges.write;  // (the record borrows the writer's ranges)
     w->mine.layout = w->ranges.layout;
     w->mine.bytes = 0;
@@ -656,34 +628,16 @@ static inline int ckpt_do_commit(CkptWriter *w, CkptIO *io) {
     int ok = ckpt_write_file(io, path, manifest, strlen(manifest), 0, &bytes, &crc);
     free(manifest);
     if (!ok) return 0;
-    fsync_dir(tmp_dir);
+    int err = fsync_dir_err(tmp_dir);
+    if (err) return ckpt_io_fail(io, "syncing", tmp_dir, err);
     ckpt_kill_point(io, "after-manifest");
-    // an existing step_N (a run resumed from an older checkpoint is redoing it) is swapped out atomically
-    struct stat st;
-    int err;
-    if (stat(final_dir, &st) == 0) {
-        if (renameat2(AT_FDCWD, tmp_dir, AT_FDCWD, final_dir, RENAME_EXCHANGE) != 0)
-            return ckpt_io_fail(io, "replacing", final_dir, errno);
-        if ((err = ckpt_remove_dir(tmp_dir)) != 0) return ckpt_io_fail(io, "removing the replaced", tmp_dir, err);
-    } else if (rename(tmp_dir, final_dir) != 0) {
-        return ckpt_io_fail(io, "renaming", tmp_dir, errno);
-    }
-    fsync_dir(w->dir);
+    const char *doing = "", *final_name = strrchr(final_dir, '/') + 1;
+    if ((err = ckpt_dir_commit(w->dir, strrchr(tmp_dir, '/') + 1, final_name, &doing)) != 0)
+        return ckpt_io_fail(io, doing, final_dir, err);
+    if ((err = fsync_dir_err(w->dir)) != 0) return ckpt_io_fail(io, "syncing", w->dir, err);
     ckpt_kill_point(io, "after-rename");
-    ckpt_write_latest(w->dir, strrchr(final_dir, '/') + 1);
-    if (w->keep > 0) {  // older checkpoints beyond the newest `keep` (never newer ones)
-        int n, kept = 0;
-        int64_t *steps = ckpt_list_steps(w->dir, &n);
-        for (int i = 0; i < n; i++) {
-            if (steps[i] > w->point.step || ++kept <= w->keep) continue;
-            ckpt_step_dir(path, sizeof(path), w->dir, steps[i], "");
-            if ((err = ckpt_remove_dir(path)) != 0) {
-                free(steps);
-                return ckpt_io_fail(io, "deleting the old checkpoint", path, err);
-            }
-        }
-        free(steps);
-    }
+    if (!ckpt_write_latest(io, w->dir, final_name)) return 0;
+    if (w->keep > 0) ckpt_prune(w->dir, w->point.step, w->keep);
     return 1;
 }
 
@@ -727,17 +681,52 @@ static inline int ckpt_job_done(CkptWriter *w, int block, int *failed) {
     return done;
 }
 
-// Starts the writer (--ckpt-dir given): creates the directory, removes stale
-// .tmp directories and takes the identity of the training data (rank 0; the
-// ranks wait for it), starts the thread. (The trainer caught SIGTERM and
-// SIGUSR1 at its start: ckpt_catch_preemption.)
+// A start-up step that may refuse the run: every rank learns whether any
+// failed; those that did say why (one line each), and every rank exits 2.
+static inline void ckpt_claim_agree(CommGroup *g, int ok, const char *err) {
+    double failed = !ok;
+    comm_all_reduce(g, &failed, 1, COMM_F64);
+    if (failed == 0) return;
+    if (!ok) fprintf(stderr, "error: %s\n", err);
+    fflush(stderr);
+    comm_barrier(g);
+    exit(EXIT_USAGE);
+}
+
+// At start-up, before anything is written or read (--ckpt-dir given;
+// collective over g, every rank): rank 0 creates the directory, takes its
+// lock and tidies it (ckpt_dir.h); then every other rank shares the lock. A
+// directory another run holds, or one that is not writable, ends the run
+// here: one line, exit 2.
+static inline void ckpt_dir_claim(const char *dir, CommGroup *g) {
+    if (strlen(dir) > CKPT_PATH_MAX - 32) die_usage("--ckpt-dir '%s' is too long", dir);
+    char err[CKPT_ERR_MAX] = "";
+    int ok = 1;
+    if (g->rank == 0) {
+        make_dirs(dir, "--ckpt-dir");
+        if (access(dir, W_OK) != 0) {
+            snprintf(err, sizeof(err), "--ckpt-dir: directory '%s' is not writable", dir);
+            ok = 0;
+        } else if ((ok = ckpt_lock_take(dir, err, sizeof(err))) != 0) {
+            ckpt_dir_tidy(dir);
+        }
+    }
+    ckpt_claim_agree(g, ok, err);
+    if (g->rank != 0) ok = ckpt_lock_share(dir, err, sizeof(err));
+    ckpt_claim_agree(g, ok, err);
+}
+
+// Starts the writer (--ckpt-dir given, claimed by ckpt_dir_claim): takes the
+// identity of the training data (rank 0; the ranks wait for it), starts the
+// thread. (The trainer caught SIGTERM and SIGUSR1 at its start:
+// ckpt_catch_preemption.)
 static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup *dp, const DataLoader *train,
                                     const CkptRanges *ranges, float *staging, void (*wait_staged)(void *), void *ctx) {
+    CHECK(ckpt_lock_fd >= 0, "ckpt_writer_init: the checkpoint directory was not claimed (ckpt_dir_claim)");
     memset(w, 0, sizeof(*w));
     const TrainOptions *o = run->o;
     w->run = *run;
     w->dir = o->ckpt_dir;
-    if (strlen(w->dir) > CKPT_PATH_MAX - 32) die_usage("--ckpt-dir '%s' is too long", w->dir);
     w->every = o->ckpt_every;
     w->keep = o->ckpt_keep;
     w->compress = o->ckpt_compress;
@@ -751,23 +740,7 @@ static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup
     w->kill_spec = getenv("LLMC_TEST_CKPT_FAULT");
     w->last_staged = -1;
     w->files = (CkptFileRecord *)callocCheck((size_t)w->world, sizeof(CkptFileRecord));
-    if (w->rank == 0) {
-        make_dirs(w->dir, "--ckpt-dir");
-        if (access(w->dir, W_OK) != 0) die_usage("--ckpt-dir: directory '%s' is not writable", w->dir);
-        DIR *d = opendir(w->dir);
-        struct dirent *e;
-        char path[CKPT_FILE_MAX];
-        while (d && (e = readdir(d)) != NULL) {
-            size_t len = strlen(e->d_name);
-            if (strncmp(e->d_name, "step_", 5) != 0 || len < 4 || strcmp(e->d_name + len - 4, ".tmp") != 0) continue;
-            snprintf(path, sizeof(path), "%s/%s", w->dir, e->d_name);
-            int err = ckpt_remove_dir(path);
-            if (err) die_usage("--ckpt-dir: cannot remove the incomplete checkpoint '%s': %s", path, strerror(err));
-            printf("checkpoint: removed the incomplete %s\n", path);
-        }
-        if (d) closedir(d);
-        w->data_set = dataloader_identity(train, train->num_shards);
-    }
+    if (w->rank == 0) w->data_set = dataloader_identity(train, train->num_shards);
     comm_barrier(dp);
     CHECK(pthread_mutex_init(&w->mu, NULL) == 0 && pthread_cond_init(&w->cv, NULL) == 0, "pthread init failed");
     CHECK(pthread_create(&w->thread, NULL, ckpt_thread_main, w) == 0, "starting the checkpoint thread failed");
@@ -782,9 +755,13 @@ static inline void ckpt_fail(CkptWriter *w, int failed_here) {
     }
     comm_barrier(w->dp);
     if (w->rank == 0) {
-        char tmp_dir[CKPT_PATH_MAX];
-        ckpt_step_dir(tmp_dir, sizeof(tmp_dir), w->dir, w->point.step, ".tmp");
-        ckpt_remove_dir(tmp_dir);
+        char tmp_name[CKPT_NAME_MAX];
+        int dfd = ckpt_open_dir(w->dir);
+        snprintf(tmp_name, sizeof(tmp_name), "step_%08lld.tmp", (long long)w->point.step);
+        if (dfd >= 0) {
+            ckpt_remove_step(dfd, tmp_name);
+            close(dfd);
+        }
     }
     exit(EXIT_FAILURE);
 }
@@ -1607,12 +1584,36 @@ static inline int ckpt_read(CkptReader *r, const char *dir, const CkptRun *run, 
     return ok;
 }
 
+// `latest` is a hint (--resume auto takes the newest complete step
+// directory): one that cannot be read or names anything but a step directory
+// of the run's own there is one warning line.
+static inline void ckpt_check_latest(const char *dir) {
+    char path[CKPT_FILE_MAX], why[CKPT_WHY_MAX] = "";
+    snprintf(path, sizeof(path), "%s/" CKPT_LATEST_FILE, dir);
+    size_t len;
+    char *name = ckpt_slurp(path, 4096, &len);
+    if (!name && errno == ENOENT) return;  // (none yet)
+    if (!name) {
+        snprintf(why, sizeof(why), "%s", errno == EINVAL ? "not a small regular file" : strerror(errno));
+    } else {
+        name[strcspn(name, "\n")] = '\0';
+        ckpt_printable(name);
+        int dfd = ckpt_open_dir(dir);
+        char entry_why[CKPT_WHY_MAX];
+        if (ckpt_parse_step_name(name) < 0 || dfd < 0 || ckpt_step_entry(dfd, name, entry_why) != CKPT_OWN)
+            snprintf(why, sizeof(why), "it names '%.100s', which is not a checkpoint directory of this run there", name);
+        if (dfd >= 0) close(dfd);
+        free(name);
+    }
+    if (why[0]) ckpt_warn("resume: ignoring %s (%s): taking the newest complete checkpoint", path, why);
+}
+
 // --resume: finds the checkpoint (auto: the newest complete one in
 // --ckpt-dir, skipping damaged ones, saying so; else the directory given)
 // and reads this rank's part of it into t (its hold ranges), and *point.
 // Returns 1, or 0 for a fresh start (auto, and none there). Bad input (a
-// damaged checkpoint given by name, one of another run, a `latest` that names
-// nothing): one line from the rank that found it, every rank exits 2.
+// damaged checkpoint given by name, one of another run): one line from the
+// rank that found it, every rank exits 2.
 // Collective over the data ranks.
 static inline int ckpt_resume(const CkptRun *run, CommGroup *dp, const DataLoader *train, CkptTargets *t,
                               CkptPoint *point) {
@@ -1621,18 +1622,7 @@ static inline int ckpt_resume(const CkptRun *run, CommGroup *dp, const DataLoade
     int64_t *steps = NULL;
     char dir[CKPT_PATH_MAX], err[CKPT_ERR_MAX];
     if (auto_mode) {
-        char latest[CKPT_FILE_MAX];
-        snprintf(latest, sizeof(latest), "%s/latest", o->ckpt_dir);
-        size_t len;
-        char *name = ckpt_slurp(latest, 4096, &len);
-        if (name) {  // a hint only (the newest complete directory wins), but it must name one
-            name[strcspn(name, "\n")] = '\0';
-            struct stat st;
-            snprintf(dir, sizeof(dir), "%s/%s", o->ckpt_dir, name);
-            if (ckpt_parse_step_name(name) < 0 || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-                die_usage("%s names '%s', which is not a checkpoint directory there", latest, name);
-            free(name);
-        }
+        if (dp->rank == 0) ckpt_check_latest(o->ckpt_dir);
         steps = ckpt_list_steps(o->ckpt_dir, &n);
         if (n == 0) {
             if (dp->rank == 0) printf("resume: no checkpoint in %s: starting fresh\n", o->ckpt_dir);

@@ -100,15 +100,18 @@ static inline void path_dirname(const char *path, char dir[PATH_MAX]) {
     else snprintf(dir, PATH_MAX, "%.*s", (int)(slash - path), path);
 }
 
-// Makes a rename or a file creation in dir durable.
+// Makes a rename or a file creation in dir durable; 0 or an errno.
+static inline int fsync_dir_err(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), err = 0;
+    if (fd < 0 || fsync(fd) != 0) err = errno;
+    if (fd >= 0) close(fd);
+    return err;
+}
+
+// The same, or one line and exit 2.
 static inline void fsync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) != 0) {
-        int err = errno;
-        if (fd >= 0) close(fd);
-        die_usage("cannot sync directory '%s': %s", dir, strerror(err));
-    }
-    close(fd);
+    int err = fsync_dir_err(dir);
+    if (err) die_usage("cannot sync directory '%s': %s", dir, strerror(err));
 }
 
 // ---------------------------------------------------------------------------

@@ -363,7 +363,7 @@ static int train_loop(const TrainRun *r, Logger *log) {
     int profile_first, profile_last;
     train_profile_range(o, &profile_first, &profile_last);
     CkptWriter writer, *ckpt = NULL;
-    if (o->ckpt_dir[0]) {
+    if (o->ckpt_dir[0]) {  // (the trainer claimed the directory at start-up: ckpt_dir_claim)
         ckpt = &writer;
         ckpt_writer_init(ckpt, &r->ckpt, r->world, r->train, &r->ckpt_ranges, r->ckpt_staging, tm->ckpt_wait_staged,
                          tm->ctx);
