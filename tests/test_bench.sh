@@ -3,7 +3,9 @@
 # batch sizes, one and two ranks, a pipeline layout): every run succeeds, the
 # CSV has a row a run with positive tokens/s and MFU in (0, 1], the step's
 # parts add up to the step (5%), and the plots are written (when matplotlib
-# is there; bench.sh installs it with pip otherwise). SKIPs without MPI.
+# is there; bench.sh installs it with pip otherwise). Then scripts/bench_pipeline.sh
+# at its tiny size: every row present, on the same cores, the memory case.
+# SKIPs without MPI.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -36,3 +38,28 @@ if python3 -c "import matplotlib" 2>/dev/null; then
 else
     echo "SKIP: ${P}plots (matplotlib missing)"
 fi
+
+# scripts/bench_pipeline.sh's plumbing on its tiny model: a row for one process, data parallel and each
+# schedule, every one on the same cores (PP 2 x THREADS 1), the pipeline rows with the simulator's figure
+# and error; one process refused over its --mem-limit-mb, pp 2 training under it
+TINY=1 PP=2 THREADS=1 TRAIN=$BUILD/train_gpt TOKENIZE=$BUILD/tokenize OMP_WAIT_POLICY=passive bash scripts/bench_pipeline.sh \
+    >"$tmp/pipeline.log" 2>&1
+rc=$?
+check pipeline_bench_runs "[ $rc -eq 0 ]" "exit $rc: $(tail -3 "$tmp/pipeline.log" | tr '\n' ' ')"
+check pipeline_bench_says_its_cores "grep -q '^every row on 2 cores (2 ranks x 1 thread, or one process of 2 threads' '$tmp/pipeline.log'"
+check pipeline_bench_has_every_row_on_2_cores "python3 - '$tmp/pipeline.log' <<'PY'
+import re, sys
+rows = {}
+for line in open(sys.argv[1]):
+    m = re.match(r'(one process, 2 threads|dp 2 ranks x 1 thread, ZeRO-1|pp 2 ranks x 1 thread, (\w+))\s+(\d+)\s+([\d.]+)\s+(\S+)\s+(\S+)\s+(\S+)', line)
+    if m:
+        rows[m.group(2) or m.group(1)] = m.groups()[2:]
+want = ['one process, 2 threads', 'dp 2 ranks x 1 thread, ZeRO-1', 'gpipe', '1f1b', 'interleaved', 'zb1p']
+ok = sorted(rows) == sorted(want) and all(r[0] == '2' and float(r[1]) > 0 for r in rows.values()) and all(
+    float(rows[s][2]) > 0 and float(rows[s][3]) > 0 and re.fullmatch(r'[+-][\d.]+%', rows[s][4]) for s in want[2:])
+sys.exit(0 if ok else 1)
+PY" "$(grep -A7 '^layout' "$tmp/pipeline.log" | tr '\n' '|')"
+check pipeline_bench_one_process_refused_over_the_budget \
+    "grep -q '^one process, 2 threads: error: the run needs .* but --mem-limit-mb 3.5 allows' '$tmp/pipeline.log'"
+check pipeline_bench_pp2_trains_under_the_budget \
+    "grep -q '^pp 2 ranks x 1 thread, 1f1b, same budget: step [0-9.]* ms' '$tmp/pipeline.log'"
