@@ -27,21 +27,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 pp=${PP:-2}
 threads=${THREADS:-1}
-if [ "${TINY:-0}" = 1 ]; then
-    steps=${STEPS:-2}
-    model=${MODEL_FLAGS:---n-layer 4 --n-embd 64 --n-head 4 --vocab-size 257 --max-seq-len 32}
-    batch=${BATCH_FLAGS:---seq-len 32 --batch-size 2 --total-batch-tokens 512}
-    mem_model=${MEM_MODEL_FLAGS:---n-layer 4 --n-embd 64 --n-head 4 --vocab-size 257 --max-seq-len 32}
-    mem_batch=${MEM_BATCH_FLAGS:---seq-len 32 --batch-size 1 --total-batch-tokens 128}
-    mem_limit=${MEM_LIMIT_MB:-3.5}
-else
-    steps=${STEPS:-6}
-    model=${MODEL_FLAGS:---n-layer 8 --n-embd 256 --n-head 4 --vocab-size 257 --max-seq-len 128}
-    batch=${BATCH_FLAGS:---seq-len 128 --batch-size 4 --total-batch-tokens 4096}
-    mem_model=${MEM_MODEL_FLAGS:---n-layer 8 --n-embd 512 --n-head 8 --vocab-size 257 --max-seq-len 128}
-    mem_batch=${MEM_BATCH_FLAGS:---seq-len 128 --batch-size 1 --total-batch-tokens 512}
-    mem_limit=${MEM_LIMIT_MB:-350}
-fi
+# each knob's default: full size, or at TINY=1 tiny (the same rows in seconds)
+size() { if [ "${TINY:-0}" = 1 ]; then echo "$2"; else echo "$1"; fi; }
+steps=${STEPS:-$(size 6 2)}
+model=${MODEL_FLAGS:-$(size "--n-layer 8 --n-embd 256 --n-head 4 --vocab-size 257 --max-seq-len 128" \
+                            "--n-layer 4 --n-embd 64 --n-head 4 --vocab-size 257 --max-seq-len 32")}
+batch=${BATCH_FLAGS:-$(size "--seq-len 128 --batch-size 4 --total-batch-tokens 4096" \
+                            "--seq-len 32 --batch-size 2 --total-batch-tokens 512")}
+mem_model=${MEM_MODEL_FLAGS:-$(size "--n-layer 8 --n-embd 512 --n-head 8 --vocab-size 257 --max-seq-len 128" \
+                                    "--n-layer 4 --n-embd 64 --n-head 4 --vocab-size 257 --max-seq-len 32")}
+mem_batch=${MEM_BATCH_FLAGS:-$(size "--seq-len 128 --batch-size 1 --total-batch-tokens 512" \
+                                    "--seq-len 32 --batch-size 1 --total-batch-tokens 128")}
+mem_limit=${MEM_LIMIT_MB:-$(size 350 3.5)}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench_pipeline.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 TRAIN=${TRAIN:-./train_gpt}
