@@ -23,16 +23,23 @@ TRAINER=$BUILD/train_gpt TOKENIZE=$BUILD/tokenize OUT="$tmp/out" bash scripts/be
     --batches 2,4 --seqs '' --zeros 1 --layouts 1x1x2:1f1b --cores 2 >"$tmp/bench.log" 2>&1
 rc=$?
 check sweep_runs "[ $rc -eq 0 ]" "exit $rc: $(tail -3 "$tmp/bench.log" | tr '\n' ' ')"
+# (each row that fails says why, above the FAIL line)
 check csv_has_a_row_a_run_with_its_figures "python3 - '$tmp/out/bench.csv' <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 parts = ['data', 'fwd', 'bwd', 'comm', 'bubble', 'opt', 'ckpt']
-ok = [r['sweep'] for r in rows] == ['model', 'batch', 'batch', 'zero', 'layout'] and all(
-    r['status'] == '0' and int(r['ranks']) * int(r['threads']) == 2 and float(r['tok_per_s']) > 0 and 0 < float(r['mfu']) <= 1 and float(r['peak_mem_mb']) > 0
-    and abs(sum(float(r[p + '_ms']) for p in parts) - float(r['step_ms'])) <= 0.05 * float(r['step_ms'])
-    for r in rows)
-sys.exit(0 if ok else 1)
-PY" "$(cat "$tmp/out/bench.csv" 2>/dev/null | head -3)"
+def why_not(r):
+    if r['status'] != '0': return 'exit ' + r['status']
+    if int(r['ranks']) * int(r['threads']) != 2: return 'not on 2 cores'
+    if not (float(r['tok_per_s']) > 0 and 0 < float(r['mfu']) <= 1 and float(r['peak_mem_mb']) > 0):
+        return 'tokens/s, MFU or memory out of range'
+    if abs(sum(float(r[p + '_ms']) for p in parts) - float(r['step_ms'])) > 0.05 * float(r['step_ms']):
+        return 'the parts do not add up to the step'
+bad = [r for r in rows if why_not(r)]
+for r in bad:
+    print(r['sweep'], r['value'] + ':', why_not(r), {k: v for k, v in r.items() if k != 'flags'})
+sys.exit(0 if [r['sweep'] for r in rows] == ['model', 'batch', 'batch', 'zero', 'layout'] and not bad else 1)
+PY" "$(cut -d, -f1-3 "$tmp/out/bench.csv" 2>/dev/null | tr '\n' ' ')"
 if python3 -c "import matplotlib" 2>/dev/null; then
     check plots_written "[ -s '$tmp/out/batch.png' ] && [ -s '$tmp/out/layout.png' ] && [ -s '$tmp/out/breakdown.png' ]" \
         "$(ls "$tmp/out")"
