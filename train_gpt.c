@@ -137,7 +137,7 @@ int main(int argc, char **argv) {
     RankPlace place = {o.zero, world, dp->rank, tp.size, tp.rank, tp.sp, pipelined ? &pp_layout : NULL, pp_kind,
                        pipe_rank, plan.accum, B, T};
     RankMemory need = cpu_rank_memory(&cfg, &place);
-    train_check_host_memory(need.params + need.tied / 2, need.grads + need.tied / 2, need.optimizer,
+    train_check_host_memory(&o, need.params + need.tied / 2, need.grads + need.tied / 2, need.optimizer,
                             need.activations);
     GPT model;
     gpt_init_held(&model, &cfg, &holding, tp);

@@ -82,7 +82,7 @@ typedef struct {
 } SegmentBuffers;
 
 // Bytes the model needs on the device, by kind (reported at start, checked
-// against cudaMemGetInfo before anything is allocated).
+// against cudaMemGetInfo, or a smaller --mem-limit-mb, before anything is allocated).
 typedef struct {
     size_t params, grads, optimizer, activations, workspace;
     size_t segment_buffers;  // of params and grads (included in them): ZeRO-2/3's segment buffers and slots
@@ -474,8 +474,10 @@ static void gpu_norm_ranges_init(GPTGPU *m) {
     free(r);
 }
 
+// mem_limit_mb: the rank's budget (--mem-limit-mb; 0: the device's free memory).
 static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *held, TPContext tp, int B, int T,
-                         int recompute, AttentionKind attention, GPUSharding sh, int act_sets, int split) {
+                         int recompute, AttentionKind attention, GPUSharding sh, int act_sets, int split,
+                         double mem_limit_mb) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     m->tp = tp;
@@ -490,13 +492,15 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *he
     if (attention == ATTENTION_CUDNN && !cudnn_attention_available())
         die_usage("--attention cudnn: this build has no cuDNN (set CUDNN_HOME and rebuild)");
     GPUMemory need = gpu_gpt_memory(cfg, held, tp.size, tp.sp, B, T, recompute, attention, sh, act_sets, split);
-    size_t total = gpu_memory_total(&need), have = cuda_free_bytes();
-    if (total > have)
-        die_usage("model (L=%d C=%d) at batch %d x %d needs %.2f GB on the GPU but %.2f GB are free "
-                  "(params %.2f, grads %.2f, optimizer %.2f, activations %.2f, workspace %.2f GB); "
-                  "try a smaller --batch-size, --recompute 2, or a higher --zero stage over more GPUs",
-                  cfg->num_layers, cfg->channels, B, T, total / 1e9, have / 1e9, need.params / 1e9, need.grads / 1e9,
-                  need.optimizer / 1e9, need.activations / 1e9, need.workspace / 1e9);
+    double total = (double)gpu_memory_total(&need), s;
+    const char *unit = mem_unit(total, &s);
+    MemBudget have = mem_budget((double)cuda_free_bytes(), "free", mem_limit_mb, total);
+    if (total > have.bytes)
+        die_usage("model (L=%d C=%d) at batch %d x %d needs %.2f %s on the GPU but %s (params %.2f, grads %.2f, "
+                  "optimizer %.2f, activations %.2f, workspace %.2f %s); try a smaller --batch-size, --recompute 2, "
+                  "a higher --zero stage over more GPUs, or more --pp stages", cfg->num_layers, cfg->channels, B, T,
+                  total / s, unit, have.text, need.params / s, need.grads / s, need.optimizer / s,
+                  need.activations / s, need.workspace / s, unit);
     m->mem = need;
     param_layout_init_held(&m->layout, cfg, held, tp.size, tp.rank);
     param_map_init(&m->map, &m->layout);

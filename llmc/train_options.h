@@ -41,6 +41,7 @@ typedef struct {
     char comm[FLAG_STR_MAX];      // communication backend (comm.h)
     float comm_timeout;           // seconds a collective may wait
     float bucket_mb;              // gradient reduction bucket
+    float mem_limit_mb;           // a rank's memory budget (utils.h's mem_budget; 0: what is available)
     char ckpt_dir[FLAG_STR_MAX];  // checkpoints (checkpoint.h)
     int ckpt_every, ckpt_keep, ckpt_compress;
     char resume[FLAG_STR_MAX];    // "", "auto" or a checkpoint directory
@@ -117,6 +118,10 @@ static const FlagSpec TRAIN_FLAGS[] = {
     {"comm-timeout", FLAG_FLOAT, TO(comm_timeout), "300", NULL, 0, 1e7,
      "seconds a collective may wait before every rank is aborted (0: forever)"},
     {"bucket-mb", FLAG_FLOAT, TO(bucket_mb), "25", NULL, 0.001, 1e5, "MB of gradients per reduction bucket"},
+    {"mem-limit-mb", FLAG_FLOAT, TO(mem_limit_mb), "0", NULL, 0, 1e12,
+     "memory budget of each rank in MB (host memory on the CPU trainer, device memory on the GPU trainer): a run "
+     "whose ranks need more (weights, gradients, AdamW state, activations) is refused before allocating, as one "
+     "that needs more than is available is (0: only what is available)"},
     {"ckpt-dir", FLAG_STRING, TO(ckpt_dir), "", NULL, 0, 0,
      "checkpoint directory: step_N/ per checkpoint (written in the background), 'latest' names the newest"},
     {"ckpt-every", FLAG_INT, TO(ckpt_every), "0", NULL, 0, 1e9,

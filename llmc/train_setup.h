@@ -198,14 +198,18 @@ static double host_memory_available(void) {
 }
 
 // Before anything big is allocated: a run whose rank needs more host memory than
-// is available stops with one line giving both figures and the parts (exit 2).
-static void train_check_host_memory(double params, double grads, double optimizer, double activations) {
-    double need = params + grads + optimizer + activations, have = host_memory_available();
-    if (have > 0 && need > have)
-        die_usage("the run needs %.2f GB of memory per rank (params %.2f, grads %.2f, AdamW state %.2f, activations "
-                  "%.2f GB) but %.2f GB are available; try a smaller model, --batch-size or --seq-len, or a higher "
-                  "--zero stage over more ranks", need / 1e9, params / 1e9, grads / 1e9, optimizer / 1e9,
-                  activations / 1e9, have / 1e9);
+// it may take (what is available, or --mem-limit-mb where that is less) stops with
+// one line giving both figures and the parts (exit 2).
+static void train_check_host_memory(const TrainOptions *o, double params, double grads, double optimizer,
+                                    double activations) {
+    double need = params + grads + optimizer + activations, s;
+    const char *unit = mem_unit(need, &s);
+    MemBudget have = mem_budget(host_memory_available(), "available", o->mem_limit_mb, need);
+    if (have.bytes > 0 && need > have.bytes)
+        die_usage("the run needs %.2f %s of memory per rank (params %.2f, grads %.2f, AdamW state %.2f, activations "
+                  "%.2f %s) but %s; try a smaller model, --batch-size or --seq-len, a higher --zero stage over more "
+                  "ranks, or more --pp stages", need / s, unit, params / s, grads / s, optimizer / s, activations / s,
+                  unit, have.text);
 }
 
 // The sampling RNG: its own stream from --seed, the same in both trainers.

@@ -172,6 +172,37 @@ static inline void release_range(float *buf, int64_t lo, int64_t hi) {
     CHECK(madvise((void *)pa, pb - pa, MADV_DONTNEED) == 0, "madvise failed");
 }
 
+// ---------------------------------------------------------------------------
+// The memory budget a trainer's rank checks before it allocates anything big.
+
+// The unit a refusal gives `bytes` in at %.2f: MB below a GB, else GB; *scale: the bytes of one.
+static inline const char *mem_unit(double bytes, double *scale) {
+    *scale = bytes < 1e9 ? 1e6 : 1e9;
+    return bytes < 1e9 ? "MB" : "GB";
+}
+
+// What a rank may take: `available` bytes (what the host or device has; 0: unknown), or the
+// --mem-limit-mb budget (limit_mb > 0) where that is less; text: which, for the refusal, in the unit
+// mem_unit picks for `need` ("--mem-limit-mb 300 allows 300.00 MB", "1.52 GB are available").
+typedef struct {
+    double bytes;  // 0: unknown (nothing to check against)
+    char text[96];
+} MemBudget;
+
+static inline MemBudget mem_budget(double available, const char *available_word, double limit_mb, double need) {
+    MemBudget b;
+    double scale;
+    const char *unit = mem_unit(need, &scale);
+    if (limit_mb > 0 && (available <= 0 || limit_mb * 1e6 < available)) {
+        b.bytes = limit_mb * 1e6;
+        snprintf(b.text, sizeof(b.text), "--mem-limit-mb %g allows %.2f %s", limit_mb, b.bytes / scale, unit);
+    } else {
+        b.bytes = available;
+        snprintf(b.text, sizeof(b.text), "%.2f %s are %s", available / scale, unit, available_word);
+    }
+    return b;
+}
+
 static inline double wall_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -5,11 +5,15 @@ Around a base run (a model shape, batch, sequence length), each swept
 variable takes its listed values one at a time, the others at the base:
 model size, batch size, sequence length, --recompute (GPU trainer), the ZeRO
 stage (on 2 data ranks) and dp x tp x pp layouts with their pipeline
-schedules. Each run trains a few steps; its --log-json summary gives tokens/s,
-MFU, the mean step and its parts (llmc/step_time.h) and each rank's peak
-memory. Writes OUT/bench.csv (one row a run) and OUT/<variable>.png (tokens/s
-and MFU against each swept variable) and OUT/breakdown.png (the step's parts
-per layout, stacked), unless matplotlib is missing (then it says so).
+schedules. On the CPU trainer every run gets the same cores (--cores: a run
+of R ranks gets cores/R OpenMP threads a rank), so the layouts compare on the
+same hardware; on GPUs a run's ranks are its GPUs. A data rank trains batch x
+seq x accum tokens a step. Each run trains a few steps; its --log-json summary
+gives tokens/s, MFU, the mean step and its parts (llmc/step_time.h) and each
+rank's peak memory. Writes OUT/bench.csv (one row a run, with its ranks and
+threads) and OUT/<variable>.png (tokens/s and MFU against each swept
+variable) and OUT/breakdown.png (the step's parts per layout, stacked),
+unless matplotlib is missing (then it says so).
 
 Layouts are DxTxP[:schedule][:sp][:zeroN], e.g. 1x2x1:sp, 1x1x2:zb1p, 2x1x2:zero1.
 """
@@ -40,7 +44,9 @@ def parse_args():
     a.add_argument("--recomputes", default="", help="GPU: e.g. 0,1,2")
     a.add_argument("--zeros", default="0,1,2,3", help="ZeRO stages, on 2 data ranks")
     a.add_argument("--layouts", default="1x1x1,2x1x1,1x2x1,1x2x1:sp,1x1x2:1f1b,1x1x2:zb1p,2x1x2:1f1b")
-    a.add_argument("--threads", type=int, default=1, help="OpenMP threads a rank")
+    a.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)),
+                   help="CPU trainer: the cores every run gets, as cores/ranks OpenMP threads a rank (at least 1: "
+                        "more ranks than cores oversubscribe them; default: the cores this process may use)")
     a.add_argument("--extra", default="", help="more trainer flags, space-separated")
     return a.parse_args()
 
@@ -76,11 +82,13 @@ def run(args, name, value, model, batch, seq, layout="1x1x1", extra=()):
            "--seq-len", str(seq), "--total-batch-tokens", str(tokens), "--steps", str(args.steps), "--lr", "1e-4",
            "--log-json", log_json, *lflags, *extra, *args.extra.split()]
     if ranks > 1:
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), "-x", "OMP_NUM_THREADS"] + cmd
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(ranks), "-x",
+               "OMP_NUM_THREADS"] + cmd
+    threads = max(1, args.cores // ranks)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     with open(os.path.join(args.out, tag + ".log"), "w") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
-    row = {"sweep": name, "value": value, "ranks": ranks, "layout": layout, "model": model, "batch": batch,
+    row = {"sweep": name, "value": value, "ranks": ranks, "threads": threads, "layout": layout, "model": model, "batch": batch,
            "seq": seq, "flags": " ".join(cmd[cmd.index(args.trainer) + 1:]), "status": rc}
     summary = None
     if rc == 0:
@@ -92,7 +100,7 @@ def run(args, name, value, model, batch, seq, layout="1x1x1", extra=()):
         row.update(tok_per_s=summary["tok_per_s"], mfu=summary["mfu"], step_ms=summary["time"]["step"]["mean"],
                    peak_mem_mb=max(summary["peak_memory_mb"]))
         row.update({p + "_ms": summary["time"][p]["mean"] for p in PARTS})
-    print(f"BENCH {name:10s} {value:14s} ranks {ranks}  " +
+    print(f"BENCH {name:10s} {value:14s} ranks {ranks} x {threads} threads  " +
           (f"{row['tok_per_s']:10.0f} tok/s  {row['step_ms']:9.1f} ms  MFU {100 * row['mfu']:5.1f}%"
            if summary else f"failed (exit {rc}; {tag}.log)"), flush=True)
     return row
@@ -165,7 +173,7 @@ def main():
         rows.append(run(args, "zero", z, *base, layout=f"2x1x1:zero{z}"))
     for spec in lists(args.layouts):
         rows.append(run(args, "layout", spec, *base, layout=spec))
-    cols = ["sweep", "value", "ranks", "layout", "model", "batch", "seq", "status", "tok_per_s", "mfu", "step_ms",
+    cols = ["sweep", "value", "ranks", "threads", "layout", "model", "batch", "seq", "status", "tok_per_s", "mfu", "step_ms",
             *[p + "_ms" for p in PARTS], "peak_mem_mb", "flags"]
     path = os.path.join(args.out, "bench.csv")
     with open(path, "w", newline="") as f:

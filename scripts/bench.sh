@@ -4,8 +4,10 @@
 # layouts (and --recompute on the GPU trainer) one at a time, each a few
 # steps; writes OUT/bench.csv (tokens/s, MFU, the step's parts, peak memory,
 # the flags of every run) and PNG plots: tokens/s and MFU against each swept
-# variable, and the step's parts per layout. matplotlib is installed with pip
-# when missing (without it: the CSV only).
+# variable, and the step's parts per layout. On the CPU trainer every run gets
+# the same cores (--cores, default all: cores/ranks OpenMP threads a rank), so
+# layouts compare on the same hardware. matplotlib is installed with pip when
+# missing (without it: the CSV only).
 #
 #   bash scripts/bench.sh                          # the CPU trainer, the default sweep (12 s on 2 cores)
 #   TRAINER=./train_gptcu bash scripts/bench.sh --model d12 --batch 8 --seq 1024 --models d12,d24 \

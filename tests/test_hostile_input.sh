@@ -85,6 +85,12 @@ expect_usage_error "a model that does not fit in memory (1024 x 65536)" "needs .
     in10 "$TRAIN" "${TINY[@]}" --n-layer 1024 --n-embd 65536 --n-head 64
 [ -x "$GPU" ] && expect_usage_error "train_gptcu (emulated): a model that does not fit on the device" \
     "needs .* GB on the GPU" in10 "$GPU" "${TINY[@]}" --n-layer 1024 --n-embd 65536 --n-head 1024
+for t in "${trainers[@]}"; do
+    P="$(tname "$t"): "
+    expect_usage_error "a run over its --mem-limit-mb (refused before allocating)" \
+        "needs [0-9.]* MB .* but --mem-limit-mb 1 allows 1.00 MB" in10 "$t" "${TINY[@]}" --mem-limit-mb 1
+done
+P=""
 
 # --- a batch plan that overflows ---
 for t in "${trainers[@]}"; do

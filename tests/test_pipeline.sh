@@ -10,7 +10,9 @@
 # each rank executed, which must be the list --print-schedule prints.
 # Checkpoints written on a pipeline resume on it bit for bit and on another
 # layout (one process, or from one process onto 4 stages) to 1e-5. Layouts
-# that do not fit end with one line and exit 2. SKIPs without MPI.
+# that do not fit end with one line and exit 2; a model over one process's
+# --mem-limit-mb is refused there and starts on pp 2 under the same budget.
+# SKIPs without MPI.
 set -u
 cd "$(dirname "$0")/.."
 . tests/checks.sh
@@ -131,3 +133,16 @@ rc=$?
 check rejects_world_not_data_times_pipeline "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -aq '3 ranks do not split into tensor-parallel 1 x pipeline-parallel 2' '$tmp/np3.log'" \
     "exit $rc: $(grep -a -m1 error "$tmp/np3.log")"
 expect_usage_error pipeline_flags_without_pp 'need --pp 2 or more' "$TRAIN" "${COMMON[@]}" --virtual-stages 2
+
+# the case a pipeline is for: at B 1 the weights, gradients and AdamW state alone (3.65 MB) exceed a 3.5 MB
+# --mem-limit-mb, so one process is refused before it allocates; each of pp 2's ranks needs at most 2.93 MB
+# with its activations, so pp 2 under the same budget starts (--steps 0: set up, allocated, no step)
+BUDGET=(--batch-size 1 --total-batch-tokens 128 --mem-limit-mb 3.5 --steps 0)
+expect_usage_error one_process_over_its_mem_limit \
+    'the run needs 4.40 MB of memory per rank .* but --mem-limit-mb 3.5 allows 3.50 MB; .*--pp' \
+    "$TRAIN" "${COMMON[@]}" "${BUDGET[@]}"
+"${MPIRUN[@]}" -np 2 "$TRAIN" "${COMMON[@]}" "${BUDGET[@]}" --pp 2 >"$tmp/pp2_budget.log" 2>&1
+rc=$?
+check pp2_starts_under_the_mem_limit_one_process_exceeds \
+    "[ $rc -eq 0 ] && grep -aq '^memory per rank' '$tmp/pp2_budget.log'" \
+    "exit $rc: $(grep -a -m1 error "$tmp/pp2_budget.log")"
