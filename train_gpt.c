@@ -211,9 +211,10 @@ int main(int argc, char **argv) {
                     have_tokenizer ? &tokenizer : NULL, dp, comm_group(&comm, COMM_WORLD), rank,
                     flops_per_step, peak_gflops * 1e9 * comm.world, peak_rss_bytes, "host RSS",
                     {&o, &cfg, &global, &plan, &comm, "train_gpt"}, ranges, &map, ckpt_staging};
-    // the checkpoint directory is this run's (locked, tidied) before anything is written or resumed
-    if (o.ckpt_dir[0]) ckpt_dir_claim(o.ckpt_dir, comm_group(&comm, COMM_WORLD));
+    // outputs checked against every input (nothing written yet), then the checkpoint directory made this
+    // run's (locked, tidied) before anything is written or resumed
     if (rank == 0) train_check_outputs(&o, from_file, &train_loader, have_val ? &val_loader : NULL);
+    if (o.ckpt_dir[0]) ckpt_dir_claim(o.ckpt_dir, comm_group(&comm, COMM_WORLD));
     Logger log;
     logger_open(&log, o.log_json, rank == 0);
     int finished = train_loop(&run, &log);  // 0: preempted, its checkpoint committed
