@@ -237,7 +237,9 @@ static cudnnStatus_t cd_operation_graph(cudnnHandle_t handle, CdGraph *g, cudnnB
 static const cudnnBackendHeurMode_t cd_heur_modes[] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B, CUDNN_HEUR_MODE_FALLBACK};
 
 // The first of mode's engine configs for graph that finalizes into a plan
-// (with its workspace size in *workspace), or NULL; *ncfg += configs tried.
+// (with its workspace size in *workspace), or NULL; *ncfg += configs tried. A
+// mode whose heuristic fails for the graph offers none (as cudnn-frontend's
+// get_heuristics_list goes on to the next mode).
 static cudnnBackendDescriptor_t cd_plan_from_heuristic(cudnnHandle_t handle, cudnnBackendDescriptor_t graph,
                                                        cudnnBackendHeurMode_t mode, int64_t *workspace,
                                                        int64_t *ncfg) {
@@ -245,11 +247,13 @@ static cudnnBackendDescriptor_t cd_plan_from_heuristic(cudnnHandle_t handle, cud
     cudnnBackendDescriptor_t heur = cd_create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR), found = NULL;
     cd_set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
     cd_set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-    CUDNN_CHECK(cudnnBackendFinalize(heur));
     cudnnBackendDescriptor_t cfgs[8];
     for (int i = 0; i < 8; i++) cfgs[i] = cd_create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
     int64_t n = 0;
-    CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 8, &n, cfgs));
+    if (cudnnBackendFinalize(heur) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 8, &n, cfgs) !=
+            CUDNN_STATUS_SUCCESS)
+        n = 0;
     if (n > 8) n = 8;  // n is the heuristic's total count; only 8 were written
     for (int64_t i = 0; i < n && !found; i++) {
         cudnnBackendDescriptor_t plan = cd_create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
