@@ -8,10 +8,9 @@
 # capability against the code the binary holds), cuDNN building both
 # attention plans for the benchmark's shapes (d12 at 16 x 1024, --steps 0),
 # and the device communication backends between two ranks
-# (tests/test_comm_nccl.sh: NCCL point-to-point and collectives with a GPU
-# per rank; on one GPU, where NCCL does not support two ranks of a
-# communicator on one device, the staged MPI backend only, and a SKIP line
-# says so) -- then tests/test_gpt.cu and every dev/cuda kernel check
+# (tests/test_comm_nccl.sh: NCCL's operations with a GPU per rank; on one
+# GPU, where NCCL does not support two ranks of a communicator on one device,
+# the staged MPI backend only, and a SKIP line says so) -- then tests/test_gpt.cu and every dev/cuda kernel check
 # (correctness, then benchmarks against the copy bandwidth and cuBLASLt bf16
 # peak they measure); time train_gptcu on random token shards, d12 at batch
 # 16 x 1024 with each attention kind, and where its step's time goes
