@@ -327,7 +327,9 @@ static const char *cudnn_make_plan(CudnnAttention *ca, CdGraph *g, int B, int T,
 // supported, as cuDNN 9's release notes list; cuDNN 9.10.0 and 9.10.1 refused
 // for known bugs); the backward's limits are the narrower ones. The other
 // requirement, unit stride on the head dimension of Q, K, V, O and their
-// gradients, holds by construction (cd_shapes).
+// gradients, holds by construction (cd_shapes). (cudnn-frontend's padding-mask
+// workaround for s_kv not a multiple of 128 on cuDNN <= 9.15 is for an invalid
+// access in CUDA graph replay, its 1.16 release notes say: no graphs here.)
 static inline const char *cudnn_attention_unsupported(int sm, int hs, int T, long version, char *why, size_t n) {
     int max_hs = sm / 10 == 9 && version >= 90500 ? 256 : 128;
     if (sm < 80)
