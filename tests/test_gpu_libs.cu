@@ -285,11 +285,12 @@ static void check_matmul_no_algorithm_message(void) {
     std::string err;
     int rc = run_child(
         [] {
-            MatmulContext mc;
-            matmul_init(&mc);
+            static MatmulContext mc;  // (static: still reachable when the child exits, for LeakSanitizer)
+            static bf16 *inp, *W, *out, *pre;
             const int N = 4, IC = 16, OC = 12;
-            bf16 *inp = (bf16 *)cudaMallocCheck(sizeof(bf16) * N * IC), *W = (bf16 *)cudaMallocCheck(sizeof(bf16) * OC * IC);
-            bf16 *out = (bf16 *)cudaMallocCheck(sizeof(bf16) * N * OC), *pre = (bf16 *)cudaMallocCheck(sizeof(bf16) * N * OC);
+            matmul_init(&mc);
+            inp = (bf16 *)cudaMallocCheck(sizeof(bf16) * N * IC), W = (bf16 *)cudaMallocCheck(sizeof(bf16) * OC * IC);
+            out = (bf16 *)cudaMallocCheck(sizeof(bf16) * N * OC), pre = (bf16 *)cudaMallocCheck(sizeof(bf16) * N * OC);
             gpu_matmul_forward(&mc, out, pre, inp, W, NULL, N, IC, OC, 0);
         },
         &err);
