@@ -9,7 +9,7 @@
 #   MPI      mpicc --showme               (NO_MPI=1 to disable)
 #   zstd     libzstd                      (NO_ZSTD=1 to disable)
 #   CUDA     nvcc, cuBLASLt, cuDNN, NCCL  (NO_CUDA=1; CUDNN_HOME=..., NCCL_HOME=... to locate)
-# Other knobs: SANITIZER=address|undefined, DEBUG=1 (make debug), CUDA_ARCH=sm_90,
+# Other knobs: SANITIZER=address|undefined, DEBUG=1 (make debug), CUDA_ARCHS="sm_80 sm_90",
 # CPU_ISA=avx2|portable (x86-64: build for a narrower instruction set than
 # this machine's, AVX2 + FMA without AVX-512 or SSE2 only, in build-$(CPU_ISA)/;
 # the native CPU kernels' vector width and register tile follow it).
@@ -51,6 +51,7 @@ endif
 
 # --- feature detection (each is one test compile, cached per make run) ---
 HASH := \#
+COMMA := ,
 try_cc = $(shell printf '$(1)' | $(CC) -x c - -o /dev/null $(2) >/dev/null 2>&1 && echo yes)
 
 ifneq ($(NO_OMP),1)
@@ -95,10 +96,16 @@ endif
 
 # --- CUDA (optional): nvcc + cuBLASLt; cuDNN and NCCL from CUDNN_HOME /
 # NCCL_HOME (include/ and lib/ under each) or else the toolkit's own dirs.
-# One architecture per build (CUDA_ARCH, default sm_90); make test also compiles train_gpt.cu for sm_80.
+# Device code: a fat binary with a cubin for each of CUDA_ARCHS and the PTX of
+# the last one (which the driver JIT-compiles on newer GPUs); by default sm_80
+# (A100; its cubin also runs on sm_86 and sm_89) and sm_90 (H100, H200), and
+# sm_100 (B200) where this nvcc has it (nvcc --list-gpu-code). train_gptcu
+# checks at start-up that it holds code for its GPU (llmc/device_check.cuh).
 # Sanitizer builds leave the CUDA programs out (host sanitizers do not cover them).
 CUDA_HOME ?= /usr/local/cuda
-CUDA_ARCH ?= sm_90
+ifeq ($(origin CUDA_ARCH),command line)
+  $(error CUDA_ARCH is CUDA_ARCHS, a list: make CUDA_ARCHS="$(CUDA_ARCH)")
+endif
 ifneq ($(NO_CUDA),1)
 ifeq ($(SANITIZER),)
   NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nvcc))
@@ -109,6 +116,18 @@ ifeq ($(SANITIZER),)
   endif
 endif
 endif
+ifeq ($(origin CUDA_ARCHS),undefined)
+  CUDA_ARCHS := sm_80 sm_90 $(if $(NVCC),$(filter sm_100,$(shell $(NVCC) --list-gpu-code 2>/dev/null)))
+endif
+ifneq ($(filter-out sm_%,$(CUDA_ARCHS)),)
+  $(error CUDA_ARCHS="$(CUDA_ARCHS)": expected a list of sm_XY names)
+endif
+CUDA_LAST_ARCH := $(lastword $(CUDA_ARCHS:sm_%=%))
+CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS:sm_%=%),-gencode arch=compute_$(a),code=sm_$(a)) \
+                -gencode arch=compute_$(CUDA_LAST_ARCH),code=compute_$(CUDA_LAST_ARCH)
+EMPTY :=
+# nvcc's __CUDA_ARCH_LIST__ for these archs (sm_90 -> 900), given to the emulated build (tests/cuda_runtime_emulator.h)
+CUDA_ARCH_LIST := $(subst $(EMPTY) $(EMPTY),$(COMMA),$(strip $(CUDA_ARCHS:sm_%=%0)))
 ifeq ($(HAVE_CUDA),yes)
   CUDNN_INC := $(if $(CUDNN_HOME),$(CUDNN_HOME)/include,$(CUDA_HOME)/include)
   CUDNN_LIB := $(if $(CUDNN_HOME),$(CUDNN_HOME)/lib,$(CUDA_HOME)/lib64)
@@ -120,7 +139,7 @@ ifeq ($(HAVE_CUDA),yes)
   # headers' "fall through" comments are invisible to it: that one check is off.
   NVCC_WARN := -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-function,-Wno-implicit-fallthrough
   NVCC_HOST_OPT := $(if $(filter -march=native,$(OPT)),-Xcompiler -march=native)
-  NVCC_FLAGS := -O3 -std=c++17 -arch=$(CUDA_ARCH) -lineinfo -I. $(NVCC_WARN) $(NVCC_HOST_OPT) -MMD -MP $(NVCC_EXTRA)
+  NVCC_FLAGS := -O3 -std=c++17 $(CUDA_GENCODE) -lineinfo -I. $(NVCC_WARN) $(NVCC_HOST_OPT) -MMD -MP $(NVCC_EXTRA)
   NVCC_LIBS := -lcublasLt -lcublas -lm -lpthread
   ifeq ($(HAVE_CUDNN),yes)
     NVCC_FLAGS += -DLLMC_CUDNN -I$(CUDNN_INC)
@@ -151,11 +170,7 @@ ifeq ($(HAVE_CUDA),yes)
   CUDA_PRODUCT := train_gptcu
   # for make test: the GPU model test, the kernel checkers, the step profiler
   CUDA_TEST_BINS := $(BUILD)/tests/test_gpt_cu $(DEV_CUDA_BINS) $(BUILD)/cuda/profile_step_gpu
-  # the trainer's kernels also compile for Ampere (an object file: the build is the check)
-  ifneq ($(CUDA_ARCH),sm_80)
-    CUDA_TEST_BINS += $(BUILD)/sm_80/train_gpt.o
-  endif
-  HAVE_CUDA := yes(cuDNN=$(or $(HAVE_CUDNN),no),NCCL=$(or $(HAVE_NCCL),no),$(CUDA_ARCH))
+  HAVE_CUDA := yes(cuDNN=$(or $(HAVE_CUDNN),no),NCCL=$(or $(HAVE_NCCL),no),$(subst $(EMPTY) $(EMPTY),+,$(strip $(CUDA_ARCHS))))
 endif
 
 CFLAGS := $(CFLAGS_BASE) $(OPT) $(CFLAGS_EXTRA)
@@ -175,15 +190,19 @@ TEST_BINS += $(NARROW_TEST_BINS)
 # and carries #pragma unroll: without strict aliasing, and the pragma let be.
 TEST_CXX_SRCS := $(wildcard tests/test_*.cpp)
 TEST_BINS += $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_CXX_SRCS))
-CXXFLAGS = $(filter-out -std=c11,$(CFLAGS)) -std=c++17 -pthread -fno-strict-aliasing -Wno-unknown-pragmas
-# The GPU trainer, its model test and the device communication test compiled
+# (nvcc's __CUDA_ARCH_LIST__ for CUDA_ARCHS: the emulated device code stands for those architectures)
+CXXFLAGS = $(filter-out -std=c11,$(CFLAGS)) -std=c++17 -pthread -fno-strict-aliasing -Wno-unknown-pragmas \
+           -D__CUDA_ARCH_LIST__=$(CUDA_ARCH_LIST)
+# The GPU trainer, its model test, the device communication test and the
+# emulated libraries' own test (tests/test_gpu_libs.cu) compiled
 # for tests/cuda_emulator.h (every kernel, cuBLASLt call, stream and copy run
 # on the CPU; NCCL emulated over MPI by tests/emu_include/nccl.h; cuDNN's
 # backend API by tests/emu_include/cudnn.h, which runs the attention graphs
 # node by node; MPI when the build has it): CI runs the GPU code paths end to end.
 # The dev/cuda kernel checkers too (build/emu/dev_<family>): their validation
 # at small shapes, no benchmarks (they need a GPU).
-EMU_BINS := $(BUILD)/emu/train_gptcu $(BUILD)/emu/test_gpt_cu $(BUILD)/emu/test_comm_nccl $(BUILD)/emu/profile_step_gpu
+EMU_BINS := $(BUILD)/emu/train_gptcu $(BUILD)/emu/test_gpt_cu $(BUILD)/emu/test_comm_nccl $(BUILD)/emu/profile_step_gpu \
+            $(BUILD)/emu/test_gpu_libs
 DEV_EMU_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/emu/dev_%,$(wildcard dev/cuda/*.cu))
 EMU_BINS += $(DEV_EMU_BINS)
 EMU_FLAGS := -x c++ -include tests/cuda_emulator.h -Itests/emu_include -DLLMC_NCCL -DLLMC_CUDNN
@@ -254,6 +273,7 @@ $(BUILD)/tests/%: tests/%.cpp $(FLAGS_STAMP)
 $(BUILD)/emu/train_gptcu: train_gpt.cu
 $(BUILD)/emu/test_gpt_cu: tests/test_gpt.cu
 $(BUILD)/emu/test_comm_nccl: tests/test_comm_nccl.cu
+$(BUILD)/emu/test_gpu_libs: tests/test_gpu_libs.cu
 $(BUILD)/emu/profile_step_gpu: dev/perf/profile_step_gpu.cu
 $(DEV_EMU_BINS): $(BUILD)/emu/dev_%: dev/cuda/%.cu
 $(EMU_BINS): $(FLAGS_STAMP)
@@ -293,10 +313,7 @@ $(BUILD)/cuda/dev_%: dev/cuda/%.cu $(FLAGS_STAMP)
 $(BUILD)/cuda/profile_step_gpu: dev/perf/profile_step_gpu.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
-$(BUILD)/sm_80/train_gpt.o: train_gpt.cu $(FLAGS_STAMP)
-	@mkdir -p $(dir $@)
-	$(NVCC) $(subst -arch=$(CUDA_ARCH),-arch=sm_80,$(NVCC_FLAGS)) -c $< -o $@
--include $(wildcard $(BUILD)/cuda/*.d $(BUILD)/sm_80/*.d)
+-include $(wildcard $(BUILD)/cuda/*.d)
 endif
 
 # make test: build the product and every test program, run every test, print "N passed, N failed".

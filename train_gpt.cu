@@ -16,6 +16,7 @@
 #endif
 #include "llmc/comm_staged.cuh"
 #include "llmc/dataloader.h"
+#include "llmc/device_check.cuh"
 #include "llmc/gpt_gpu.cuh"
 #include "llmc/logger.h"
 #include "llmc/model_init.h"
@@ -170,7 +171,9 @@ int main(int argc, char **argv) {
     }
     Comm comm;
     comm_init(&comm, &argc, &argv, o.tp, o.pp, o.comm_timeout);
+    device_check_ranks(comm.rank, comm.local_rank, launch_detect().local_world, device_p2p_fused(o.comm, comm.world));
     CUDA_CHECK(cudaSetDevice(comm_pick_device(&comm)));  // before any CUDA allocation
+    const DeviceCode code = device_check_code();
     CommGroup *host_dp = comm_group(&comm, COMM_DATA);
     const int rank = comm.rank, world = host_dp->size;  // data-parallel ranks; only rank 0 logs and writes files
     int from_file;
@@ -278,8 +281,11 @@ int main(int argc, char **argv) {
                mem->layer_activations / 1e6, o.recompute,
                pipelined ? ", the schedule's peak" : "",
                mem->workspace / 1e6, gpu_memory_total(mem) / 1e9, prop.totalGlobalMem / 1e9);
-        printf("compute: %s (sm_%d%d, %d SMs), attention %s, peak %.1f TFLOP/s (%s), %.2f GFLOP/step\n", prop.name,
-               prop.major, prop.minor, prop.multiProcessorCount, o.attention, peak_tflops,
+        char code_text[48];
+        if (code.ptx < code.binary) snprintf(code_text, sizeof(code_text), "PTX compute_%d JIT-compiled", code.ptx);
+        else snprintf(code_text, sizeof(code_text), "sm_%d", code.binary);
+        printf("compute: %s (sm_%d%d, code %s, %d SMs), attention %s, peak %.1f TFLOP/s (%s), %.2f GFLOP/step\n",
+               prop.name, prop.major, prop.minor, code_text, prop.multiProcessorCount, o.attention, peak_tflops,
                peak_source, flops_per_step * 1e-9);
         fflush(stdout);
     }

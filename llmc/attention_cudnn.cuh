@@ -5,12 +5,20 @@
 // log-sum-exp of the scaled scores, so either backward runs on either
 // forward's outputs); the backward writes dqkv (B,T,3C).
 // The operation graphs are the composite ones cuDNN's engines fuse into one
-// flash-attention kernel each (cuDNN < 9.21 has no single softmax operation);
-// see cd_graph_forward / cd_graph_backward. Q, K, V, dQ, dK, dV are
-// strided (B, NH, T, hs) views into qkv / dqkv: no copies, no transposes.
-// A graph that no engine of the installed cuDNN runs is a one-line usage error
-// suggesting --attention flash. Without cuDNN in the build (no LLMC_CUDNN)
-// cudnn_attention_available() is 0 and the trainer refuses --attention cudnn.
+// flash-attention kernel each (cuDNN < 9.21 has no single softmax or mask
+// operation), node for node as cudnn-frontend builds them
+// (include/cudnn_frontend/node/scaled_dot_product_flash_attention.h:
+// CompositeSDPANode, CompositeSDPABackwardNode; the causal mask of
+// utils/attn_score_modifiers.h and node/diagonal_band_mask.h); see
+// cd_graph_forward / cd_graph_backward. Q, K, V, dQ, dK, dV are strided (B,
+// NH, T, hs) views into qkv / dqkv: no copies, no transposes, unit stride on
+// the head dimension as the engines require.
+// Shapes outside cuDNN's support matrix (cudnn_attention_unsupported) are a
+// one-line usage error before any graph is built; a graph that no engine of
+// the installed cuDNN runs (heuristic modes A, B, then fallback) is one too,
+// with cuDNN's own last error; both suggest --attention flash. Without cuDNN
+// in the build (no LLMC_CUDNN) cudnn_attention_available() is 0 and the
+// trainer refuses --attention cudnn.
 #ifndef LLMC_ATTENTION_CUDNN_CUH
 #define LLMC_ATTENTION_CUDNN_CUH
 
@@ -19,6 +27,7 @@
 
 #ifdef LLMC_CUDNN
 #include <cudnn.h>
+#include <float.h>
 
 #define CUDNN_MAX_PLANS 8                  // (B, T, direction): training, evaluation, sampling
 #define CUDNN_ENGINE_WORKSPACE ((size_t)64 << 20)  // a plan wanting more is refused with a message
@@ -39,8 +48,8 @@ typedef struct {
     size_t workspace_cap;
     float *dq_accum;       // (B,NH,T,hs) fp32 accumulator of dq
     size_t dq_accum_bytes;
-    float scale, neg_inf, one;  // by-value scalars: read from here at execution
-    char why[256];              // why the last plan could not be made
+    float scale, neg_inf, one;  // by-value scalars: read from here at execution (neg_inf: the mask's fill)
+    char why[512];              // why the last plan could not be made
 } CudnnAttention;
 
 static inline int cudnn_attention_available(void) { return 1; }
@@ -169,24 +178,35 @@ static inline void cdg_op(CdGraph *g, cudnnBackendDescriptor_t op) {
     g->ops[g->nops++] = op;
 }
 
-// The causal scores: s_masked = (row >= col) ? scale * (Q @ K^T) : -inf, as (B,NH,T,T) fp32.
-static cudnnBackendDescriptor_t cdg_causal_scores(CdGraph *g, cudnnBackendDescriptor_t q, cudnnBackendDescriptor_t kt,
-                                                  cudnnBackendDescriptor_t scale, cudnnBackendDescriptor_t neg_inf,
-                                                  const int64_t sdim[4], const int64_t s_str[4]) {
-    cudnnDataType_t F = CUDNN_DATA_FLOAT, I = CUDNN_DATA_INT32, BO = CUDNN_DATA_BOOLEAN;
+// The scaled scores scale * (Q @ K^T), as (B,NH,T,T) fp32.
+static cudnnBackendDescriptor_t cdg_scaled_scores(CdGraph *g, cudnnBackendDescriptor_t q, cudnnBackendDescriptor_t kt,
+                                                  cudnnBackendDescriptor_t scale, const int64_t sdim[4],
+                                                  const int64_t s_str[4]) {
+    cudnnDataType_t F = CUDNN_DATA_FLOAT;
     cudnnBackendDescriptor_t s = cdg_tensor(g, 0, F, sdim, s_str, false);
     cudnnBackendDescriptor_t s_scaled = cdg_tensor(g, 0, F, sdim, s_str, false);
+    cdg_op(g, cd_matmul(q, kt, s));
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_MUL, F, s, scale, NULL, s_scaled, -1));
+    return s_scaled;
+}
+
+// The causal mask of x (B,NH,T,T): (row >= col) ? x : neg_inf, as cudnn-frontend's
+// causal_mask builds it (a diagonal band with right bound 0, top-left aligned,
+// in its composite form for cuDNN < 9.21): the row and column indices of x
+// (GEN_INDEX at the graph's compute precision, int32 out), row >= col, select.
+static cudnnBackendDescriptor_t cdg_causal_mask(CdGraph *g, cudnnBackendDescriptor_t x,
+                                                cudnnBackendDescriptor_t neg_inf, const int64_t sdim[4],
+                                                const int64_t s_str[4]) {
+    cudnnDataType_t F = CUDNN_DATA_FLOAT, I = CUDNN_DATA_INT32, BO = CUDNN_DATA_BOOLEAN;
     cudnnBackendDescriptor_t row = cdg_tensor(g, 0, I, sdim, s_str, false);
     cudnnBackendDescriptor_t col = cdg_tensor(g, 0, I, sdim, s_str, false);
     cudnnBackendDescriptor_t keep = cdg_tensor(g, 0, BO, sdim, s_str, false);
-    cudnnBackendDescriptor_t s_masked = cdg_tensor(g, 0, F, sdim, s_str, false);
-    cdg_op(g, cd_matmul(q, kt, s));
-    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_MUL, F, s, scale, NULL, s_scaled, -1));
-    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_GEN_INDEX, I, s_scaled, NULL, NULL, row, 2));
-    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_GEN_INDEX, I, s_scaled, NULL, NULL, col, 3));
+    cudnnBackendDescriptor_t masked = cdg_tensor(g, 0, F, sdim, s_str, false);
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_GEN_INDEX, F, x, NULL, NULL, row, 2));
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_GEN_INDEX, F, x, NULL, NULL, col, 3));
     cdg_op(g, cd_pointwise(CUDNN_POINTWISE_CMP_GE, BO, row, col, NULL, keep, -1));
-    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_BINARY_SELECT, F, s_scaled, neg_inf, keep, s_masked, -1));
-    return s_masked;
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_BINARY_SELECT, F, x, neg_inf, keep, masked, -1));
+    return masked;
 }
 
 static void cd_graph_free(CdGraph *g) {
@@ -210,11 +230,55 @@ static cudnnStatus_t cd_operation_graph(cudnnHandle_t handle, CdGraph *g, cudnnB
     return st;
 }
 
-// Graph -> heuristics -> the first engine config that finalizes, into *out;
-// frees g. NULL, or why the installed cuDNN cannot run the graph (a message in
-// ca->why: the caller decides whether that ends the program).
-static const char *cudnn_make_plan(CudnnAttention *ca, CdGraph *g, int B, int T, int backward, CudnnPlan *out) {
+// The heuristic modes tried in turn until one offers an engine config that
+// finalizes into a plan: A (fast, most graph patterns), B (more accurate, more
+// CPU time), FALLBACK (functional fallbacks) -- cuDNN Developer Guide, Graph
+// API, "Heuristics".
+static const cudnnBackendHeurMode_t cd_heur_modes[] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B, CUDNN_HEUR_MODE_FALLBACK};
+
+// The first of mode's engine configs for graph that finalizes into a plan
+// (with its workspace size in *workspace), or NULL; *ncfg += configs tried. A
+// mode whose heuristic fails for the graph offers none (as cudnn-frontend's
+// get_heuristics_list goes on to the next mode).
+static cudnnBackendDescriptor_t cd_plan_from_heuristic(cudnnHandle_t handle, cudnnBackendDescriptor_t graph,
+                                                       cudnnBackendHeurMode_t mode, int64_t *workspace,
+                                                       int64_t *ncfg) {
     const cudnnBackendAttributeName_t plan_handle = (cudnnBackendAttributeName_t)400;  // EXECUTION_PLAN_HANDLE
+    cudnnBackendDescriptor_t heur = cd_create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR), found = NULL;
+    cd_set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+    cd_set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+    cudnnBackendDescriptor_t cfgs[8];
+    for (int i = 0; i < 8; i++) cfgs[i] = cd_create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    int64_t n = 0;
+    if (cudnnBackendFinalize(heur) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 8, &n, cfgs) !=
+            CUDNN_STATUS_SUCCESS)
+        n = 0;
+    if (n > 8) n = 8;  // n is the heuristic's total count; only 8 were written
+    for (int64_t i = 0; i < n && !found; i++) {
+        cudnnBackendDescriptor_t plan = cd_create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+        cd_set(plan, plan_handle, CUDNN_TYPE_HANDLE, 1, &handle);
+        cd_set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
+        if (cudnnBackendFinalize(plan) == CUDNN_STATUS_SUCCESS) {
+            int64_t one = 0;
+            CUDNN_CHECK(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                                                 &one, workspace));
+            found = plan;
+        } else {
+            CUDNN_CHECK(cudnnBackendDestroyDescriptor(plan));
+        }
+    }
+    *ncfg += n;
+    for (int i = 0; i < 8; i++) CUDNN_CHECK(cudnnBackendDestroyDescriptor(cfgs[i]));
+    CUDNN_CHECK(cudnnBackendDestroyDescriptor(heur));
+    return found;
+}
+
+// Graph -> heuristics (cd_heur_modes in turn) -> the first engine config that
+// finalizes, into *out; frees g. NULL, or why the installed cuDNN cannot run
+// the graph (a message in ca->why, with cuDNN's last error: the caller decides
+// whether that ends the program).
+static const char *cudnn_make_plan(CudnnAttention *ca, CdGraph *g, int B, int T, int backward, CudnnPlan *out) {
     const char *what = backward ? "backward" : "forward";
     cudnnBackendDescriptor_t graph;
     memset(out, 0, sizeof(*out));
@@ -225,40 +289,20 @@ static const char *cudnn_make_plan(CudnnAttention *ca, CdGraph *g, int B, int T,
                  cudnnGetErrorString(st));
         return ca->why;
     }
-    cudnnBackendDescriptor_t heur = cd_create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-    cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-    cd_set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
-    cd_set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-    CUDNN_CHECK(cudnnBackendFinalize(heur));
-    cudnnBackendDescriptor_t cfgs[8];
-    for (int i = 0; i < 8; i++) cfgs[i] = cd_create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    int64_t ncfg = 0;
-    CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 8, &ncfg,
-                                         cfgs));
-    if (ncfg > 8) ncfg = 8;  // ncfg is the heuristic's total count; only 8 were written
     out->B = B;
     out->T = T;
     out->backward = backward;
-    for (int64_t i = 0; i < ncfg && !out->plan; i++) {
-        cudnnBackendDescriptor_t plan = cd_create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        cd_set(plan, plan_handle, CUDNN_TYPE_HANDLE, 1, &ca->handle);
-        cd_set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
-        if (cudnnBackendFinalize(plan) == CUDNN_STATUS_SUCCESS) {
-            int64_t n = 0;
-            CUDNN_CHECK(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
-                                                 &n, &out->workspace_bytes));
-            out->plan = plan;
-        } else {
-            CUDNN_CHECK(cudnnBackendDestroyDescriptor(plan));
-        }
-    }
-    for (int i = 0; i < 8; i++) CUDNN_CHECK(cudnnBackendDestroyDescriptor(cfgs[i]));
-    CUDNN_CHECK(cudnnBackendDestroyDescriptor(heur));
+    int64_t ncfg = 0;
+    for (size_t m = 0; m < sizeof(cd_heur_modes) / sizeof(cd_heur_modes[0]) && !out->plan; m++)
+        out->plan = cd_plan_from_heuristic(ca->handle, graph, cd_heur_modes[m], &out->workspace_bytes, &ncfg);
     CUDNN_CHECK(cudnnBackendDestroyDescriptor(graph));
     cd_graph_free(g);
     if (!out->plan) {
-        snprintf(ca->why, sizeof(ca->why), "no cuDNN %d engine runs the attention %s graph (B=%d T=%d C=%d NH=%d; %lld "
-                 "configs tried)", CUDNN_VERSION, what, B, T, ca->C, ca->NH, (long long)ncfg);
+        char last[256] = "";
+        cudnnGetLastErrorString(last, sizeof(last));
+        snprintf(ca->why, sizeof(ca->why), "no cuDNN %d engine runs the attention %s graph (B=%d T=%d C=%d NH=%d; "
+                 "heuristic modes A, B and fallback offered %lld configs)%s%s", CUDNN_VERSION, what, B, T, ca->C,
+                 ca->NH, (long long)ncfg, last[0] ? ": " : "", last);
         return ca->why;
     }
     if ((size_t)out->workspace_bytes > ca->workspace_cap) {
@@ -269,6 +313,40 @@ static const char *cudnn_make_plan(CudnnAttention *ca, CdGraph *g, int B, int T,
         return ca->why;
     }
     return NULL;
+}
+
+// Why cuDNN's fused attention cannot train (forward and backward) at head
+// size hs and sequence length T on a GPU of compute capability sm (86 for
+// 8.6) with cuDNN `version` (cudnnGetVersion()); NULL when it can. The rules
+// are the fp16/bf16 rows of cuDNN's SDPA support matrix (cuDNN frontend
+// documentation, "Attention", "Support Matrix": SM80 or newer; head dim <= 128
+// for the backward on Ampere/Ada, <= 256 on Hopper) and the checks
+// cudnn-frontend makes before it builds the graphs (CompositeSDPABackwardNode::
+// pre_validate_node: head dim a multiple of 8; <= 256 on sm_9x from frontend
+// 1.8, the release for cuDNN 9.5, <= 128 on the others; s_q = s_kv = 1 not
+// supported, as cuDNN 9's release notes list; cuDNN 9.10.0 and 9.10.1 refused
+// for known bugs); the backward's limits are the narrower ones. The other
+// requirement, unit stride on the head dimension of Q, K, V, O and their
+// gradients, holds by construction (cd_shapes). (cudnn-frontend's padding-mask
+// workaround for s_kv not a multiple of 128 on cuDNN <= 9.15 is for an invalid
+// access in CUDA graph replay, its 1.16 release notes say: no graphs here.)
+static inline const char *cudnn_attention_unsupported(int sm, int hs, int T, long version, char *why, size_t n) {
+    int max_hs = sm / 10 == 9 && version >= 90500 ? 256 : 128;
+    if (sm < 80)
+        snprintf(why, n, "cuDNN's fused attention needs compute capability 8.0 or newer; this GPU has %d.%d", sm / 10,
+                 sm % 10);
+    else if (hs % 8 != 0)
+        snprintf(why, n, "head size %d (n-embd / n-head) is not a multiple of 8, as cuDNN's fused attention needs", hs);
+    else if (hs > max_hs)
+        snprintf(why, n, "head size %d is over %d, cuDNN %ld's limit for the attention backward on compute "
+                 "capability %d.%d", hs, max_hs, version, sm / 10, sm % 10);
+    else if (T < 2)
+        snprintf(why, n, "sequence length %d: cuDNN's attention backward does not take a sequence of one", T);
+    else if (version == 91000 || version == 91001)
+        snprintf(why, n, "cuDNN %ld has known bugs in the bf16 attention backward; use 9.10.2 or newer", version);
+    else
+        return NULL;
+    return why;
 }
 
 // Shapes shared by both graphs, in (B, NH, T, hs) order.
@@ -298,7 +376,8 @@ static void cd_graph_forward(const CudnnAttention *ca, CdGraph *g, int B, int T)
     cudnnBackendDescriptor_t stats = cdg_tensor(g, CD_STATS, F, d.rdim, d.r_str, false);
     cudnnBackendDescriptor_t scale = cdg_tensor(g, CD_SCALE, F, d.one, d.one, true);
     cudnnBackendDescriptor_t neg_inf = cdg_tensor(g, CD_NEG_INF, F, d.one, d.one, true);
-    cudnnBackendDescriptor_t s = cdg_causal_scores(g, q, kt, scale, neg_inf, d.sdim, d.s_str);
+    cudnnBackendDescriptor_t s = cdg_causal_mask(g, cdg_scaled_scores(g, q, kt, scale, d.sdim, d.s_str), neg_inf,
+                                                 d.sdim, d.s_str);
     cudnnBackendDescriptor_t mx = cdg_tensor(g, 0, F, d.rdim, d.r_str, false);
     cudnnBackendDescriptor_t s_sub = cdg_tensor(g, 0, F, d.sdim, d.s_str, false);
     cudnnBackendDescriptor_t e = cdg_tensor(g, 0, F, d.sdim, d.s_str, false);
@@ -315,9 +394,11 @@ static void cd_graph_forward(const CudnnAttention *ca, CdGraph *g, int B, int T)
     cdg_op(g, cd_matmul(p, v, o));
 }
 
-// Backward: softmax_sum = rowsum(dO * O); P = exp(causal(scale * Q @ K^T) - stats);
+// Backward: softmax_sum = rowsum(dO * O); P = exp(causal(scale * Q @ K^T - stats));
 // dV = P^T @ dO; dS = scale * P * (dO @ V^T - softmax_sum); dK = dS^T @ Q;
-// dQ = dS @ K (accumulated in an fp32 buffer, then written as bf16).
+// dQ = dS @ K (accumulated in an fp32 buffer, then written as bf16). The mask
+// comes after the statistics are subtracted, as the current cudnn-frontend's
+// CompositeSDPABackwardNode builds it (1.0.3 masked before).
 static void cd_graph_backward(const CudnnAttention *ca, CdGraph *g, int B, int T) {
     CdShapes d = cd_shapes(ca, B, T);
     cudnnDataType_t F = CUDNN_DATA_FLOAT, BF = CUDNN_DATA_BFLOAT16;
@@ -345,13 +426,14 @@ static void cd_graph_backward(const CudnnAttention *ca, CdGraph *g, int B, int T
     cdg_op(g, cd_pointwise(CUDNN_POINTWISE_MUL, F, dout, o, NULL, doo, -1));
     cdg_op(g, cd_reduction(CUDNN_REDUCE_TENSOR_ADD, doo, rowsum));
     cdg_op(g, cd_pointwise(CUDNN_POINTWISE_MUL, F, rowsum, one, NULL, softmax_sum, -1));
-    // P = exp(S - stats); dV = P^T @ dO
-    cudnnBackendDescriptor_t s = cdg_causal_scores(g, q, kt, scale, neg_inf, d.sdim, d.s_str);
+    // P = exp(causal(S - stats)); dV = P^T @ dO
+    cudnnBackendDescriptor_t s = cdg_scaled_scores(g, q, kt, scale, d.sdim, d.s_str);
     cudnnBackendDescriptor_t s_sub = cdg_tensor(g, 0, F, d.sdim, d.s_str, false);
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_SUB, F, s, stats, NULL, s_sub, -1));
+    cudnnBackendDescriptor_t s_masked = cdg_causal_mask(g, s_sub, neg_inf, d.sdim, d.s_str);
     cudnnBackendDescriptor_t p = cdg_tensor(g, 0, F, d.sdim, d.s_str, false);
     cudnnBackendDescriptor_t pt = cdg_tensor(g, 0, BF, d.sdim, st_str, false);
-    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_SUB, F, s, stats, NULL, s_sub, -1));
-    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_EXP, F, s_sub, NULL, NULL, p, -1));
+    cdg_op(g, cd_pointwise(CUDNN_POINTWISE_EXP, F, s_masked, NULL, NULL, p, -1));
     cdg_op(g, cd_reshape(p, pt));
     cdg_op(g, cd_matmul(pt, dout, dv));
     // dS = scale * P * (dO @ V^T - softmax_sum)
@@ -442,12 +524,21 @@ static inline void cudnn_attention_free(CudnnAttention *ca) {
 static inline const char *cudnn_attention_try_init(CudnnAttention *ca, const GPTConfig *cfg, int B, int T) {
     static char why[sizeof(ca->why)];
     memset(ca, 0, sizeof(*ca));
+    int dev = 0;
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    if (cudnn_attention_unsupported(prop.major * 10 + prop.minor, cfg->channels / cfg->num_heads, T,
+                                    (long)cudnnGetVersion(), why, sizeof(why)))
+        return why;
     ca->enabled = 1;
     CUDNN_CHECK(cudnnCreate(&ca->handle));
     ca->C = cfg->channels;
     ca->NH = cfg->num_heads;
     ca->scale = 1.0f / sqrtf((float)(cfg->channels / cfg->num_heads));
-    ca->neg_inf = -INFINITY;
+    // cudnn-frontend's fill for masked scores: the lowest float before cuDNN 9.10, -inf from it
+    // (utils/attn_score_modifiers.h, get_negative_inf_value)
+    ca->neg_inf = cudnnGetVersion() < 91000 ? -FLT_MAX : -INFINITY;
     ca->one = 1.0f;
     ca->dq_accum_bytes = sizeof(float) * (size_t)B * T * cfg->channels;
     ca->workspace_cap = CUDNN_ENGINE_WORKSPACE;

@@ -25,7 +25,9 @@
 // the short ones fill the tail. Dynamic shared memory at hs=64 (hs=32):
 // forward 72.3 KB (52.3), dk/dv 73 KB (49), dq 45 KB (29); opted in above 48
 // KB. Registers at hs=64: forward 132, dk/dv and dq capped at 168 (dk/dv spills
-// 8 bytes), so 3 blocks (12 warps) per H100 SM for each kernel.
+// 8 bytes on sm_90), so 3 blocks (12 warps) per H100 SM for each kernel; on
+// sm_80, whose shared memory holds 2 dk/dv blocks, dk/dv is built for 2 blocks
+// (FA_DKDV_MIN_BLOCKS) and does not spill.
 // wmma leaves the (row, col) of each accumulator element unspecified but fixed
 // per fragment type; fa_fragment_coords reads it off once per warp, which lets
 // the backward form p and ds in registers and the forward rescale its output
@@ -381,13 +383,23 @@ __global__ void flash_delta_kernel(float *delta, const bf16 *dout, const bf16 *o
 // dk, dv: grid (NH, B, T/64), 128 threads; block = key tile kt (longest first),
 // warp w = its keys k0+16w .. k0+16w+15 (their k and v stay in shared memory;
 // fragments reloaded per query tile, which keeps the kernel within 168
-// registers: 3 blocks per SM). For each query tile qt >= kt (64 queries, column c):
+// registers: 3 blocks per SM where 3 fit; FA_DKDV_MIN_BLOCKS). For each query
+// tile qt >= kt (64 queries, column c):
 // S^T = k q^T and dP^T = v dout^T (16 x 64), then in registers
 // p = 2^(s*sl2 - lse2[c]) where query >= key and query < T (else 0),
 // ds = p (dp - delta[c]); both as bf16 to shared memory, then dv += p^T dout,
 // dk += ds^T q. dk is scaled by 1/sqrt(hs) at the end.
+// Blocks per SM the dk/dv kernel is built for: its 73 KB of shared memory at
+// hs=64 fit 3 blocks in sm_90's and sm_100's 228 KB but only 2 in sm_80's 164
+// KB (1 in sm_86's and sm_89's 100 KB), where asking for 3 would cap it at 168
+// registers and spill 52 bytes for nothing (nvcc -Xptxas -v); 2 allow 255.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define FA_DKDV_MIN_BLOCKS 2
+#else
+#define FA_DKDV_MIN_BLOCKS 3
+#endif
 template <int HS>
-__global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dkdv_kernel(bf16 *dqkv, const bf16 *qkv,
+__global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS) flash_backward_dkdv_kernel(bf16 *dqkv, const bf16 *qkv,
                                                                          const bf16 *dout, const float *lse,
                                                                          const float *delta, int T, int NH,
                                                                          float sl2, float scale) {

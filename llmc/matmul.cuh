@@ -114,11 +114,18 @@ static MatmulPlan *matmul_plan(MatmulContext *mc, const MatmulKey *key, const vo
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(mc->handle, p->desc, p->a, p->b, p->d, p->d, pref, 1, &result, &found));
+    // a combination no algorithm runs: NOT_SUPPORTED ("no heuristic function available for current
+    // configuration", cublasLt.h), or success with no result
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(mc->handle, p->desc, p->a, p->b, p->d, p->d, pref, 1, &result,
+                                                       &found);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (found == 0)
-        DIE("cuBLASLt has no algorithm for m=%d n=%d k=%d transa=%d transb=%d epilogue=%d", key->m, key->n, key->k,
-            key->transa, key->transb, key->epilogue);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0))
+        DIE("cuBLASLt has no algorithm for m=%d n=%d k=%d lda=%d ldb=%d ldd=%d transa=%d transb=%d epilogue=%d "
+            "output %s, alignments a/b/d/bias/aux %d/%d/%d/%d/%d bytes (cuBLASLt status %d)", key->m, key->n, key->k,
+            key->lda, key->ldb, key->ldd, key->transa, key->transb, key->epilogue,
+            key->dtype == CUDA_R_32F ? "fp32" : "bf16", key->align_a, key->align_b, key->align_d, key->align_bias,
+            key->align_aux, (int)st);
+    CUBLAS_CHECK(st);
     p->algo = result.algo;
     mc->num_plans++;
     return p;

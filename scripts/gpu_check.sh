@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
 # gpu_check.sh: everything a lent GPU is for, in one run (under 8 minutes on
-# one H200): build the CUDA programs for sm_90 (cuDNN / NCCL found in the
+# one H200): build the CUDA programs (the default fat binary: sm_80, sm_90 and
+# sm_100 where nvcc has it; cuDNN / NCCL found in the
 # system or in Python's nvidia-cudnn-cu13 / nvidia-nccl-cu13 wheels; MPI when
-# mpicc is there); run tests/test_gpt.cu and every dev/cuda kernel check
+# mpicc is there); first the checks most likely to fail on a first run --
+# the trainer starting on this GPU (its start-up check of the device's compute
+# capability against the code the binary holds), cuDNN building both
+# attention plans for the benchmark's shapes (d12 at 16 x 1024, --steps 0),
+# and the device communication backends between two ranks
+# (tests/test_comm_nccl.sh: NCCL's operations with a GPU per rank; on one
+# GPU, where NCCL does not support two ranks of a communicator on one device,
+# the staged MPI backend only, and a SKIP line says so) -- then tests/test_gpt.cu and every dev/cuda kernel check
 # (correctness, then benchmarks against the copy bandwidth and cuBLASLt bf16
 # peak they measure); time train_gptcu on random token shards, d12 at batch
 # 16 x 1024 with each attention kind, and where its step's time goes
@@ -10,8 +18,7 @@
 # time to queue the backward); time d48 (--recompute 1) with the faster
 # attention; run the trainer end to end against the CPU trainer
 # (tests/test_train_gpu.sh), the GPU ZeRO stages (tests/test_distributed_gpu.sh:
-# one process always, 2 ranks with MPI) and the device communication backends
-# (tests/test_comm_nccl.sh), pipeline parallel (tests/test_pipeline_gpu.sh, and
+# one process always, 2 ranks with MPI), pipeline parallel (tests/test_pipeline_gpu.sh, and
 # d12 over 2 stages on this GPU over --comm mpi, timed), tensor parallel
 # (tests/test_tensor_parallel_gpu.sh), the sweep of scripts/bench.sh (d12's
 # batch, sequence and recompute; CSV and plots); then time d24 and d36
@@ -21,8 +28,9 @@
 # measured; the compute line says which) and against 989 TFLOP/s
 # (H100/H200 SXM dense bf16), with llm.c's published MFU where known.
 # Logs go to $OUT (default /tmp/gpu_check). Record results in dev/perf/NOTES.md.
-# CHECKS_SKIP: a regex of step names (test_gpt_cu, dev_<family>, profile_d12_flash,
-# test_train_gpu, d48_cudnn, ...) to list as not run. EMULATED=1: the same
+# CHECKS_SKIP: a regex of step names (device_code, cudnn_plan_d12, test_comm_nccl,
+# test_gpt_cu, dev_<family>, profile_d12_flash, test_train_gpu, d48_cudnn, ...)
+# to list as not run. EMULATED=1: the same
 # steps on the CPU emulation (build/emu programs, a 2-layer model at batch
 # 2 x 32 for every benchmark), which is how tests/test_gpu_check.sh checks this
 # script in CI; its figures mean nothing.
@@ -109,7 +117,7 @@ HAVE_MPI=no MPI_MAKE=NO_MPI=1
 if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then HAVE_MPI=yes MPI_MAKE=; fi
 export HAVE_MPI
 elapsed "building (MPI: $HAVE_MPI)"
-if ! make -j"$(nproc)" CUDA_ARCH=sm_90 $MPI_MAKE "$TRAINER" tokenize build/train_gpt "$TEST_GPT" build/tests/test_zero \
+if ! make -j"$(nproc)" $MPI_MAKE "$TRAINER" tokenize build/train_gpt "$TEST_GPT" build/tests/test_zero \
         "$BIN/profile_step_gpu" $DEV_BINS >"$OUT/build.log" 2>&1; then
     tail -30 "$OUT/build.log"
     echo "BUILD FAILED (full log: $OUT/build.log)"
@@ -136,9 +144,6 @@ run_check() {  # $1 name, $2... command; prints its PASS/FAIL/BENCH lines
     summary+=("$(printf '%-20s %3d passed %3d failed  exit %d' "$name" "$p" "$f" "$rc")")
     if [ "$f" -ne 0 ] || [ "$rc" -ne 0 ]; then failed=$((failed + 1)); fi
 }
-run_check test_gpt_cu "$TEST_GPT"
-for b in $DEV_BINS; do run_check "$(basename "$b")" "$b"; done
-
 # random token shards (llm.c uint16 format), enough for every run below
 elapsed "writing token shards"
 mkdir -p "$OUT/data"
@@ -153,6 +158,36 @@ for k in range(2):
         f.write(header.tobytes())
         f.write(rng.integers(0, vocab, n, dtype=np.uint16).tobytes())
 EOF
+
+# The checks most likely to fail on a first run, first. The trainer starts on this GPU: the start-up
+# check of the device's compute capability against the code in the binary (llmc/device_check.cuh; its
+# compute line names the code that runs), then cuDNN builds both attention plans for the benchmark's
+# shapes (llmc/attention_cudnn.cuh: the heuristic's engine for the graphs, on this GPU and cuDNN).
+trainer_starts() {  # TRAINER DATA ARGS...: PASS with its compute line when it starts and exits 0 (--steps 0)
+    local trainer=$1 data=$2 log rc
+    shift 2
+    log=$(mktemp)
+    "$trainer" --data-train "$data" "$@" --steps 0 >"$log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ]; then echo "PASS: starts ($(grep -m1 '^compute' "$log"))"
+    else echo "FAIL: starts (exit $rc: $(grep -m1 -i error "$log"))"; fi
+    rm -f "$log"
+    return $rc
+}
+TRAINER_STARTS="$(declare -f trainer_starts); trainer_starts \"\$@\""
+run_check device_code bash -c "$TRAINER_STARTS" _ "$TRAINER" "$OUT/data/train_*.bin" --model d12 "${SHAPE[@]}" \
+    --attention flash
+run_check cudnn_plan_d12 bash -c "$TRAINER_STARTS" _ "$TRAINER" "$OUT/data/train_*.bin" --model d12 "${SHAPE[@]}" \
+    --attention cudnn
+# two ranks' device communication (NCCL with a GPU per rank; the staged MPI backend always)
+if [ "$EMULATED" != 1 ] && [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -lt 2 ]; then
+    echo "SKIP: NCCL between two ranks (one GPU: NCCL does not support two ranks of a communicator on one" \
+        "device; tests/test_comm_nccl.sh runs the staged MPI backend on it)"
+fi
+run_check test_comm_nccl bash tests/test_comm_nccl.sh
+
+run_check test_gpt_cu "$TEST_GPT"
+for b in $DEV_BINS; do run_check "$(basename "$b")" "$b"; done
 
 declare -a table
 bench_train() {  # $1 model, $2 attention, extra flags after
@@ -202,7 +237,6 @@ run_check profile_d12_flash "$BIN/profile_step_gpu" "${PROFILE_SHAPE[@]}" flash
 bench_train d48 "$best" --recompute 1
 run_check test_train_gpu bash tests/test_train_gpu.sh
 run_check test_distributed_gpu bash tests/test_distributed_gpu.sh
-run_check test_comm_nccl bash tests/test_comm_nccl.sh
 # pipeline parallel: the emulated suite's layouts (two ranks on this one GPU over --comm mpi; NCCL's with
 # a GPU per rank), then d12 over 2 stages on this GPU, timed (BENCH lines: its steps and each stage's F/B/W)
 run_check test_pipeline_gpu bash tests/test_pipeline_gpu.sh

@@ -5,6 +5,18 @@
 //   - a layout is (rows, cols, ld) column-major with ld >= rows; op(A) is m x k,
 //     op(B) k x n, C and D m x n; shapes that disagree are
 //     CUBLAS_STATUS_INVALID_VALUE (from the heuristic and from the matmul);
+//   - a combination no algorithm runs is CUBLAS_STATUS_NOT_SUPPORTED with no
+//     results from cublasLtMatmulAlgoGetHeuristic ("if no heuristic function
+//     available for current configuration") and from cublasLtMatmul ("if the
+//     current implementation on the selected device doesn't support the
+//     configured operation"): A and B other than bf16 (cublasLtMatmul's
+//     supported types for CUBLAS_COMPUTE_32F: bf16 A/B with bf16 or fp32
+//     C/D), an epilogue not emulated, a GELU aux leading dimension not
+//     divisible by 8 (EPILOGUE_AUX_LD: "Must be divisible by 8"), and an
+//     operand, bias or aux pointer less aligned than its element (the
+//     MIN_ALIGNMENT preferences "exclude algorithms that can not work with
+//     matrix A that is not as strictly aligned as they need": none works
+//     below one element);
 //   - D = alpha op(A) op(B) + beta C, accumulated in fp32;
 //   - EPILOGUE_BIAS adds bias[row] (the bias has D's rows and D's type) to
 //     every column; GELU_AUX(_BIAS) writes the pre-activation (after the bias)
@@ -162,10 +174,20 @@ static inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmul
     return CUBLAS_STATUS_INVALID_VALUE;
 }
 
-// The problem's m, n, k from the layouts, or a status when they disagree.
+static inline uint32_t emu_lt_alignment(const void *p) {
+    uint32_t a = 256;
+    while (a > 1 && (uintptr_t)p % a != 0) a /= 2;
+    return a;
+}
+static inline uint32_t emu_lt_type_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+
+// The problem's m, n, k from the layouts, or a status: INVALID_VALUE when they
+// disagree, NOT_SUPPORTED for a combination no algorithm runs (the top of this
+// file). align: the A, B, C, D alignments (bytes) the caller promises.
 struct EmuLtShape { uint64_t m, n, k; };
 static inline cublasStatus_t emu_lt_shape(const EmuLtDesc *d, const EmuLtLayout *a, const EmuLtLayout *b,
-                                          const EmuLtLayout *c, const EmuLtLayout *dl, EmuLtShape *s) {
+                                          const EmuLtLayout *c, const EmuLtLayout *dl, const uint32_t align[4],
+                                          EmuLtShape *s) {
     s->m = dl->rows;
     s->n = dl->cols;
     uint64_t am = d->transa ? a->cols : a->rows, ak = d->transa ? a->rows : a->cols;
@@ -178,13 +200,15 @@ static inline cublasStatus_t emu_lt_shape(const EmuLtDesc *d, const EmuLtLayout 
     if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && e != CUBLASLT_EPILOGUE_GELU &&
         e != CUBLASLT_EPILOGUE_GELU_AUX && e != CUBLASLT_EPILOGUE_GELU_BIAS && e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
         return CUBLAS_STATUS_NOT_SUPPORTED;  // not emulated
-    if ((e & EMU_LT_EPILOGUE_AUX) && (d->aux_ld % 8 != 0 || d->aux_ld < (int64_t)s->m)) return CUBLAS_STATUS_INVALID_VALUE;
+    if ((e & EMU_LT_EPILOGUE_AUX) && d->aux_ld < (int64_t)s->m) return CUBLAS_STATUS_INVALID_VALUE;
+    if ((e & EMU_LT_EPILOGUE_AUX) && d->aux_ld % 8 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+    const EmuLtLayout *lay[4] = {a, b, c, dl};
+    for (int i = 0; i < 4; i++)
+        if (align[i] < emu_lt_type_size(lay[i]->type)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    const void *epi[2] = {d->bias, d->aux};  // (D's type)
+    for (int i = 0; i < 2; i++)
+        if (epi[i] && emu_lt_alignment(epi[i]) < emu_lt_type_size(dl->type)) return CUBLAS_STATUS_NOT_SUPPORTED;
     return CUBLAS_STATUS_SUCCESS;
-}
-static inline uint32_t emu_lt_alignment(const void *p) {
-    uint32_t a = 256;
-    while (a > 1 && (uintptr_t)p % a != 0) a /= 2;
-    return a;
 }
 
 static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
@@ -195,7 +219,7 @@ static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, 
     *found = 0;
     if (!h || requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
     EmuLtShape s;
-    cublasStatus_t st = emu_lt_shape(d, a, b, c, dl, &s);
+    cublasStatus_t st = emu_lt_shape(d, a, b, c, dl, pref->align, &s);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     memset(&results[0], 0, sizeof(results[0]));
     for (int i = 0; i < 4; i++) results[0].algo.align[i] = pref->align[i];
@@ -244,7 +268,8 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
                                             cudaStream_t stream) {
     if (!h || !algo) return CUBLAS_STATUS_INVALID_VALUE;
     EmuLtShape s;
-    cublasStatus_t st = emu_lt_shape(d, al, bl, cl, dl, &s);
+    const uint32_t align[4] = {emu_lt_alignment(A), emu_lt_alignment(B), emu_lt_alignment(C), emu_lt_alignment(D)};
+    cublasStatus_t st = emu_lt_shape(d, al, bl, cl, dl, align, &s);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     const void *ptrs[6] = {A, B, C, D, d->bias, d->aux};
     static const char *const names[6] = {"A", "B", "C", "D", "bias", "aux"};

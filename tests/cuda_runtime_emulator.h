@@ -35,10 +35,20 @@
 // that is) fails the test, and so does cudaFree of a pointer cudaMalloc did
 // not return. Kernels dereference the pointers they get directly.
 //
-// Device queries: EMU_NUM_DEVICES devices (a node of 8, so every rank of an
-// mpirun job on one machine has "a GPU of its own", as NCCL wants), each "CUDA
-// emulator (CPU)", sm_90, EMU_NUM_SMS SMs, the machine's RAM as its memory;
-// all of them are this one CPU (a rank's cudaSetDevice changes nothing else).
+// Device queries: LLMC_EMU_DEVICES devices (default 8, a node of 8, so every
+// rank of an mpirun job on one machine has "a GPU of its own", as NCCL wants;
+// fewer lets a test start more ranks than devices), each "CUDA emulator
+// (CPU)" of compute capability LLMC_EMU_DEVICE_CC (MAJOR.MINOR, default 9.0),
+// EMU_NUM_SMS SMs, the machine's RAM as its memory; all of them are this one
+// CPU (a rank's cudaSetDevice changes nothing else). The program holds device
+// code for the architectures the Makefile gave the emulated build in
+// __CUDA_ARCH_LIST__ (nvcc's macro: 800,900,...) as the real build's fat binary
+// does -- a cubin for each and the PTX of the last -- and cudaFuncGetAttributes
+// finds code for the device by the CUDA C++ Programming Guide's compatibility
+// rules ("Binary Compatibility": a cubin for X.y runs on devices X.z, z >= y;
+// "PTX Compatibility": PTX for compute capability c is JIT-compiled for any
+// device >= c), else fails with cudaErrorNoKernelImageForDevice, as the
+// runtime does on a GPU the binary holds no code for.
 // NVTX ranges are no-ops.
 #ifndef LLMC_CUDA_RUNTIME_EMULATOR_H
 #define LLMC_CUDA_RUNTIME_EMULATOR_H
@@ -58,7 +68,9 @@ enum {
     cudaSuccess = 0,
     cudaErrorInvalidValue = 1,
     cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidDeviceFunction = 98,
     cudaErrorInvalidDevice = 101,
+    cudaErrorNoKernelImageForDevice = 209,
     cudaErrorNotReady = 600
 };
 static inline const char *cudaGetErrorString(cudaError_t e) {
@@ -66,12 +78,20 @@ static inline const char *cudaGetErrorString(cudaError_t e) {
     case cudaSuccess: return "no error";
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
     case cudaErrorNotReady: return "device not ready";
     default: return "unknown error";
     }
 }
-static inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+// A launch's error (no code for the device), returned and cleared by cudaGetLastError.
+static thread_local cudaError_t emu_last_error = 0;
+static inline cudaError_t cudaGetLastError() {
+    cudaError_t e = emu_last_error;
+    emu_last_error = cudaSuccess;
+    return e;
+}
 
 // ---- memory: the allocations (start -> bytes) of each kind ----
 static std::map<uintptr_t, size_t> emu_device_allocs, emu_pinned_allocs;
@@ -354,9 +374,17 @@ static inline cudaError_t cudaMemset(void *p, int value, size_t bytes) { return 
 // ---- launches ----
 // llmc/cuda_common.cuh's launch_kernel: the kernel and its arguments (by
 // value, as a launch takes them) queued on the stream.
+// A launch on a device the program holds no code for runs nothing and leaves
+// cudaErrorNoKernelImageForDevice for cudaGetLastError, as on a GPU.
+static inline bool emu_device_code(int *binary, int *ptx);
 template <typename... Params, typename... Args>
 static inline void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
                                  Args... args) {
+    int binary, ptx;
+    if (!emu_device_code(&binary, &ptx)) {
+        emu_last_error = cudaErrorNoKernelImageForDevice;
+        return;
+    }
     emu_enqueue(s, [=] { emu_launch(grid, block, smem, [&] { kernel(args...); }); });
 }
 // The shared-memory opt-in the flash launchers make: emu_launch allows 227 KB.
@@ -367,11 +395,35 @@ template <typename Kernel> static inline cudaError_t cudaFuncSetAttribute(Kernel
 
 // ---- the device ----
 #define EMU_NUM_SMS 8
-#define EMU_NUM_DEVICES 8
+// A positive integer (or MAJOR.MINOR pair) from the environment, default dflt; anything else fails the test.
+static inline int emu_env_int(const char *name, int dflt, int lo, int hi) {
+    const char *s = getenv(name);
+    if (!s || !*s) return dflt;
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (*end || v < lo || v > hi) {
+        fprintf(stderr, "emulated CUDA: %s='%s' is not an integer in [%d, %d]\n", name, s, lo, hi);
+        emu_fail("emulated CUDA: a bad emulator setting");
+    }
+    return (int)v;
+}
+static inline int emu_num_devices() { return emu_env_int("LLMC_EMU_DEVICES", 8, 1, 64); }
+// The emulated devices' compute capability as major * 10 + minor (LLMC_EMU_DEVICE_CC, "8.6").
+static inline int emu_device_cc() {
+    const char *s = getenv("LLMC_EMU_DEVICE_CC");
+    if (!s || !*s) return 90;
+    int major = 0, minor = 0;
+    char tail = 0;
+    if (sscanf(s, "%d.%d%c", &major, &minor, &tail) != 2 || major < 1 || major > 20 || minor < 0 || minor > 9) {
+        fprintf(stderr, "emulated CUDA: LLMC_EMU_DEVICE_CC='%s' is not MAJOR.MINOR\n", s);
+        emu_fail("emulated CUDA: a bad emulator setting");
+    }
+    return major * 10 + minor;
+}
 static thread_local int emu_current_device;
-static inline bool emu_valid_device(int d) { return d >= 0 && d < EMU_NUM_DEVICES; }
+static inline bool emu_valid_device(int d) { return d >= 0 && d < emu_num_devices(); }
 static inline cudaError_t cudaGetDeviceCount(int *n) {
-    *n = EMU_NUM_DEVICES;
+    *n = emu_num_devices();
     return cudaSuccess;
 }
 static inline cudaError_t cudaSetDevice(int d) {
@@ -397,11 +449,36 @@ struct cudaDeviceProp {
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device) {
     memset(p, 0, sizeof(*p));
     snprintf(p->name, sizeof(p->name), "CUDA emulator (CPU)");
-    p->major = 9;
+    p->major = emu_device_cc() / 10;
+    p->minor = emu_device_cc() % 10;
     p->multiProcessorCount = EMU_NUM_SMS;
     size_t free_b;
     cudaMemGetInfo(&free_b, &p->totalGlobalMem);
     return emu_valid_device(device) ? cudaSuccess : cudaErrorInvalidDevice;
+}
+
+// The code cudaFuncGetAttributes finds for a kernel on the current device:
+// binaryVersion and ptxVersion as major * 10 + minor (the cubin's, or the PTX's
+// when the runtime JIT-compiles it).
+struct cudaFuncAttributes {
+    int binaryVersion, ptxVersion;
+};
+#ifndef __CUDA_ARCH_LIST__
+#error "the emulated build names the architectures it stands for in __CUDA_ARCH_LIST__ (the Makefile's CUDA_ARCHS)"
+#endif
+// The code for the current device, as major * 10 + minor: false when there is none.
+static inline bool emu_device_code(int *binary, int *ptx) {
+    static const int archs[] = {__CUDA_ARCH_LIST__};  // 800, 900, ...: compute capability x 100
+    const int n = (int)(sizeof(archs) / sizeof(archs[0])), cc = emu_device_cc();
+    *binary = *ptx = 0;
+    for (int i = 0; i < n; i++)  // a cubin of the same major, no newer minor: the newest such
+        if (archs[i] / 100 == cc / 10 && archs[i] / 10 <= cc && archs[i] / 10 > *binary) *binary = *ptx = archs[i] / 10;
+    if (!*binary && archs[n - 1] / 10 <= cc) *binary = cc, *ptx = archs[n - 1] / 10;
+    return *binary != 0;
+}
+template <typename Kernel> static inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, Kernel) {
+    memset(a, 0, sizeof(*a));
+    return emu_device_code(&a->binaryVersion, &a->ptxVersion) ? cudaSuccess : cudaErrorNoKernelImageForDevice;
 }
 
 // ---- NVTX ----

@@ -56,6 +56,7 @@ emulated() {
     run_one "$name" "$@"
 }
 [ -x "$BUILD/emu/test_gpt_cu" ] && emulated test_gpt_cu_emulated "$BUILD/emu/test_gpt_cu"
+[ -x "$BUILD/emu/test_gpu_libs" ] && emulated test_gpu_libs_emulated "$BUILD/emu/test_gpu_libs"
 emulated test_train_gpu_emulated env EMULATED=1 bash tests/test_train_gpu.sh
 emulated test_distributed_gpu_emulated env EMULATED=1 bash tests/test_distributed_gpu.sh
 emulated test_checkpoint_gpu_emulated env EMULATED=1 bash tests/test_checkpoint_gpu.sh

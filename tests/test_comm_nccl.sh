@@ -36,7 +36,10 @@ build_with_nvcc() {  # sets bin; SKIPs or FAILs (and exits) when it cannot
     rm -f "$BUILD/tests/test_comm_nccl" "$BUILD/tests/test_comm_nccl.log"
     bin=$BUILD/tests/comm_nccl/test_comm_nccl
     mkdir -p "$(dirname "$bin")"
-    if "$NVCC" -O2 -std=c++17 -arch="${CUDA_ARCH:-sm_90}" -I. -I"$NCCL_HOME/include" -Werror all-warnings \
+    # the machine's GPUs' architecture (an A100's sm_80 as well as an H100's sm_90); sm_90 without one
+    local arch=sm_90
+    [ "$(gpu_count)" -ge 1 ] && arch=native
+    if "$NVCC" -O2 -std=c++17 -arch="$arch" -I. -I"$NCCL_HOME/include" -Werror all-warnings \
         -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-function,-Wno-implicit-fallthrough "${mpi_flags[@]}" \
         tests/test_comm_nccl.cu -o "$bin" -L"$NCCL_LIB" -Xlinker -rpath="$NCCL_LIB" -lnccl "${mpi_libs[@]}" \
         >"$bin.log" 2>&1; then

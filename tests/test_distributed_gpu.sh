@@ -13,7 +13,8 @@
 # only rank 0 prints, and the memory line follows the ZeRO
 # formula; scripts/run_multi_gpu.sh and scripts/train_slurm.sbatch (through an
 # srun that is mpirun) give the same run; over NCCL, a rank that hangs or dies
-# ends the job (--comm-timeout: comm_nccl.cuh's watchdog). SKIPs without
+# ends the job (--comm-timeout: comm_nccl.cuh's watchdog); emulated, two ranks
+# on a node of one GPU are refused at start over NCCL. SKIPs without
 # train_gptcu, a GPU, or MPI (build or mpirun).
 # EMULATED=1 (tests/run_tests.sh, every build): the same checks on the
 # emulated trainer (tests/gpu_trainer.sh).
@@ -123,6 +124,19 @@ if [[ " ${COMMS[*]} " == *" nccl "* ]]; then
     expect_job_ends gpu_zero3_np2_nccl_rank_that_dies_ends_job '' \
         env LLMC_TEST_FAULT=die:1 "${MPIRUN[@]}" -x LLMC_TEST_FAULT "$TRAIN" "${COMMON[@]}" --batch-size 2 --zero 3 \
         --comm nccl --comm-timeout 3
+fi
+
+# More ranks on the node than GPUs (the emulator's LLMC_EMU_DEVICES=1): NCCL takes a GPU a rank, so its
+# set-up is refused at start, every rank in one line naming both counts (--comm mpi shares the GPU: the
+# runs above over MPI on one GPU)
+if [ "$EMULATED" = 1 ] && [ $emulated_sanitizer = 0 ]; then
+    LLMC_EMU_DEVICES=1 timeout 60 "${MPIRUN[@]}" -x LLMC_EMU_DEVICES "$TRAIN" "${COMMON[@]}" --batch-size 2 \
+        --comm nccl >"$tmp/ranks.log" 2>&1
+    rc=$?
+    said=$(grep -o 'rank [01]: 2 ranks on this node but 1 GPU: NCCL needs a GPU for each rank' "$tmp/ranks.log" |
+        sort -u | wc -l)
+    check "gpu_np2_nccl_on_one_gpu_refused_at_start" '[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$said" -eq 2 ] &&
+        ! grep -q "^step" "$tmp/ranks.log"' "exit $rc, $said ranks said so: $(head -c 300 "$tmp/ranks.log")"
 fi
 
 # The run scripts with these flags give the run above: scripts/run_multi_gpu.sh (mpirun, one rank a

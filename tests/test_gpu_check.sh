@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test_gpu_check.sh: scripts/gpu_check.sh itself, on the CPU emulation
 # (EMULATED=1), so that its plumbing works before a lent GPU's minutes are
-# spent on it: it builds, runs a kernel check, trains every benchmark model with
+# spent on it: it builds, runs the first-run checks first (the trainer starting
+# on the device, cuDNN's plans for the benchmark's shapes, then the two-rank
+# communication test), runs a kernel check, trains every benchmark model with
 # both attention kinds where it should, profiles a step, and ends with the
 # checks, the table and the profile lines; CHECKS_SKIP lists steps as not run,
 # and a spent budget leaves every step "not run (time budget)" with the table
@@ -28,6 +30,12 @@ EMULATED=1 STEPS=6 OUT="$tmp/run" CHECKS_SKIP="$skip" bash scripts/gpu_check.sh 
 rc=$?
 summary=$(sed -n '/^== checks/,/^== ceilings/p' "$tmp/run.log")
 check "gpu_check.sh exits 0" '[ $rc -eq 0 ]' "exit $rc: $(tail -3 "$tmp/run.log" | tr '\n' ' ')"
+first=$(grep -E '^[a-z_0-9]+ +([0-9]+ passed|not run)' <<<"$summary" | head -3 | awk '{print $1}' | tr '\n' ' ')
+check "gpu_check.sh runs the first-run checks first: the device's code, cuDNN's d12 plans, two ranks' communication" \
+    '[ "$first" = "device_code cudnn_plan_d12 test_comm_nccl " ]' "first steps: $first"
+check "gpu_check.sh's trainer starts on the device and builds cuDNN's plans" \
+    'grep -Eq "^device_code +1 passed +0 failed +exit 0" <<<"$summary" &&
+     grep -Eq "^cudnn_plan_d12 +1 passed +0 failed +exit 0" <<<"$summary"' "$(head -3 <<<"$summary")"
 check "gpu_check.sh runs the kernel check it is not told to skip" \
     'grep -Eq "^dev_gelu +[1-9][0-9]* passed +0 failed +exit 0" <<<"$summary"' "$(grep dev_gelu <<<"$summary")"
 skipped=$(grep -c 'not run (CHECKS_SKIP)' <<<"$summary")
@@ -44,5 +52,5 @@ BUDGET_S=0 EMULATED=1 OUT="$tmp/none" bash scripts/gpu_check.sh >"$tmp/none.log"
 rc=$?
 not_run=$(grep -c 'not run (time budget)' "$tmp/none.log")
 check "gpu_check.sh with its budget spent lists every step as not run and still prints the table" \
-    '[ $rc -eq 0 ] && [ "$not_run" -eq 23 ] && grep -q "^model  attn" "$tmp/none.log"' \
-    "exit $rc, $not_run of 23 steps not run"
+    '[ $rc -eq 0 ] && [ "$not_run" -eq 25 ] && grep -q "^model  attn" "$tmp/none.log"' \
+    "exit $rc, $not_run of 25 steps not run"

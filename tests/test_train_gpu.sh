@@ -86,7 +86,8 @@ done
 "$CMP" --compare-logs "$tmp/b4.jsonl" "$tmp/b2x2.jsonl" 5e-3 "${P}accumulation_2xB2_matches_B4"
 
 # --- cuDNN attention gives the flash attention's losses (the emulated build has cuDNN: its graphs run
-# node by node in tests/emu_include/cudnn.h; a GPU build without cuDNN refuses the flag in one line) ---
+# node by node in tests/emu_include/cudnn.h, which takes only the fused engines' graph patterns and
+# shapes; a GPU build without cuDNN refuses the flag in one line) ---
 "$TRAIN" "${TINY[@]}" --steps 5 --lr 1e-3 --attention cudnn --log-json "$tmp/cudnn.jsonl" >"$tmp/cudnn.log" 2>&1
 rc=$?
 if [ "$EMULATED" != 1 ] && grep -q "this build has no cuDNN" "$tmp/cudnn.log"; then
@@ -94,6 +95,22 @@ if [ "$EMULATED" != 1 ] && grep -q "this build has no cuDNN" "$tmp/cudnn.log"; t
 else
     check "--attention cudnn: the run exits 0" '[ $rc -eq 0 ]' "rc=$rc: $(tail -2 "$tmp/cudnn.log")"
     "$CMP" --compare-logs "$tmp/b4.jsonl" "$tmp/cudnn.jsonl" 5e-3 "${P}attention_cudnn_matches_flash"
+    # shapes outside cuDNN's support matrix: refused before any graph is built, in one line
+    expect_usage_error "--attention cudnn at head size 12" \
+        "^error: --attention cudnn: head size 12 (n-embd / n-head) is not a multiple of 8.*; use --attention flash$" \
+        "$TRAIN" "${TINY[@]}" --n-embd 48 --n-head 4 --attention cudnn
+    expect_usage_error "--attention cudnn at a sequence length of 1" "--attention cudnn: sequence length 1" \
+        "$TRAIN" "${TINY[@]}" --seq-len 1 --attention cudnn
+fi
+# the emulated device's compute capability (LLMC_EMU_DEVICE_CC): the head size cuDNN's backward takes on an
+# sm_86 (Ada/Ampere: 128), and a GPU the fat binary holds no code for, both refused at start in one line
+if [ "$EMULATED" = 1 ]; then
+    expect_usage_error "--attention cudnn at head size 256 on compute capability 8.6" \
+        "--attention cudnn: head size 256 is over 128, cuDNN [0-9]*'s limit for the attention backward" \
+        env LLMC_EMU_DEVICE_CC=8.6 "$TRAIN" "${TINY[@]}" --n-embd 256 --n-head 1 --attention cudnn
+    expect_usage_error "a GPU of compute capability 7.5, which the binary holds no code for" \
+        "compute capability 7.5 but this program holds device code for sm_80 sm_90.*make CUDA_ARCHS=\"sm_75\"" \
+        env LLMC_EMU_DEVICE_CC=7.5 "$TRAIN" "${TINY[@]}"
 fi
 
 # --- model files cross between the trainers ---

@@ -160,27 +160,37 @@ static void test_stages_single_process(void) {
 // launch_detect under each launcher's variables (set, checked, unset again)
 static void test_launch_env(void) {
     static const char *all[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                                "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS",
-                                "SLURM_LOCALID", "RANK", "WORLD_SIZE", "LOCAL_RANK"};
+                                "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
+                                "MPI_LOCALNRANKS", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "RANK",
+                                "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
     const int nvars = (int)(sizeof(all) / sizeof(all[0]));
     for (int i = 0; i < nvars; i++) unsetenv(all[i]);
     LaunchInfo li = launch_detect();
-    int ok = strcmp(li.launcher, "single") == 0 && li.rank == 0 && li.world == 1 && li.rank_var == NULL;
+    int ok = strcmp(li.launcher, "single") == 0 && li.rank == 0 && li.world == 1 && li.rank_var == NULL &&
+             li.local_world == 1;
     setenv("RANK", "5", 1);
     setenv("WORLD_SIZE", "6", 1);
-    li = launch_detect();  // no LOCAL_RANK: 0
-    ok &= strcmp(li.launcher, "env") == 0 && li.rank == 5 && li.world == 6 && li.local_rank == 0;
+    li = launch_detect();  // no LOCAL_RANK: 0; no LOCAL_WORLD_SIZE: not known
+    ok &= strcmp(li.launcher, "env") == 0 && li.rank == 5 && li.world == 6 && li.local_rank == 0 && li.local_world == 0;
+    setenv("LOCAL_WORLD_SIZE", "3", 1);
+    li = launch_detect();
+    ok &= li.local_world == 3;
     setenv("SLURM_PROCID", "3", 1);
     setenv("SLURM_STEP_NUM_TASKS", "8", 1);
     setenv("SLURM_LOCALID", "1", 1);
-    li = launch_detect();  // srun's variables win over the generic ones
-    ok &= strcmp(li.launcher, "slurm") == 0 && li.rank == 3 && li.world == 8 && li.local_rank == 1;
+    li = launch_detect();  // srun's variables win over the generic ones (srun gives no plain local count)
+    ok &= strcmp(li.launcher, "slurm") == 0 && li.rank == 3 && li.world == 8 && li.local_rank == 1 &&
+          li.local_world == 0;
     setenv("OMPI_COMM_WORLD_RANK", "2", 1);
     setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
     setenv("OMPI_COMM_WORLD_LOCAL_RANK", "2", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
     li = launch_detect();  // mpirun inside a Slurm allocation: mpirun's
     ok &= strcmp(li.launcher, "mpirun") == 0 && li.rank == 2 && li.world == 4 && li.local_rank == 2 &&
-          strcmp(li.rank_var, "OMPI_COMM_WORLD_RANK") == 0;
+          li.local_world == 4 && strcmp(li.rank_var, "OMPI_COMM_WORLD_RANK") == 0;
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+    li = launch_detect();  // a local count that does not cover the local rank is not believed
+    ok &= li.local_world == 0;
     for (int i = 0; i < nvars; i++) unsetenv(all[i]);
     test_result(ok, "launch_detect_reads_each_launchers_variables");
 }

@@ -1,8 +1,12 @@
 // cudnn.h for the emulated builds (tests/cuda_emulator.h; the Makefile puts
 // tests/emu_include first on their include path, so llmc/attention_cudnn.cuh's
 // #include <cudnn.h> lands here): the part of cuDNN's backend API that
-// attention_cudnn.cuh uses, with an engine that runs any operation graph of
-// the operations it knows node by node on the CPU, as the graph declares
+// attention_cudnn.cuh uses, with an engine that takes only what cuDNN's fused
+// attention engines take -- the forward and backward graphs cudnn-frontend
+// builds, within the documented support matrix for the emulated device
+// (LLMC_EMU_DEVICE_CC) -- and refuses anything else as the real heuristic and
+// plan do, saying which rule broke (see "the fused attention engines" below).
+// It runs a graph it takes node by node on the CPU, as the graph declares
 // them, so that the graphs' meaning (strides, transposes, broadcasts, the
 // causal mask, the statistics) is checked against the flash attention and the
 // CPU model; the real cuDNN fuses the same graph into one kernel.
@@ -24,9 +28,9 @@
 //     reshape with swapped strides);
 //   - every write rounds to the tensor's type (bf16 round-to-nearest-even).
 // An operation graph finalizes when every tensor an operation reads is
-// non-virtual or written by another one, with no cycle; the heuristic offers
-// one engine configuration, whose plan wants EMU_CUDNN_WORKSPACE bytes of
-// workspace. cudnnBackendExecute queues the graph on the handle's stream
+// non-virtual or written by another one, with no cycle; for a fused attention
+// graph each heuristic mode (A, B, FALLBACK) offers one engine configuration,
+// whose plan wants EMU_CUDNN_WORKSPACE bytes of workspace. cudnnBackendExecute queues the graph on the handle's stream
 // (tests/cuda_runtime_emulator.h); a device tensor whose extent is not
 // device memory, or a missing pointer, fails the test.
 #ifndef LLMC_CUDNN_EMULATOR_H
@@ -37,6 +41,8 @@
 #endif
 #include <map>
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #define CUDNN_VERSION 91900  // the backend API of cuDNN 9.19, emulated
@@ -131,12 +137,25 @@ typedef enum {
     CUDNN_POINTWISE_BINARY_SELECT = 601,
 } cudnnPointwiseMode_t;
 typedef enum { CUDNN_REDUCE_TENSOR_ADD = 0, CUDNN_REDUCE_TENSOR_MAX = 3 } cudnnReduceTensorOp_t;
-typedef enum { CUDNN_HEUR_MODE_A = 3 } cudnnBackendHeurMode_t;
+typedef enum {
+    CUDNN_HEUR_MODE_INSTANT = 0,
+    CUDNN_HEUR_MODE_B = 1,
+    CUDNN_HEUR_MODE_FALLBACK = 2,
+    CUDNN_HEUR_MODE_A = 3
+} cudnnBackendHeurMode_t;
 
 struct EmuCudnnHandle {
     cudaStream_t stream;
 };
 typedef EmuCudnnHandle *cudnnHandle_t;
+
+static inline size_t cudnnGetVersion(void) { return CUDNN_VERSION; }
+// "the last encountered cuDNN error message in the current thread" (cuDNN API
+// reference, cudnnGetLastErrorString): here, why an engine refused a graph.
+static thread_local std::string emu_cudnn_last_error;
+static inline void cudnnGetLastErrorString(char *message, size_t max_size) {
+    if (max_size) snprintf(message, max_size, "%s", emu_cudnn_last_error.c_str());
+}
 
 static inline const char *cudnnGetErrorString(cudnnStatus_t st) {
     switch (st) {
@@ -198,6 +217,7 @@ struct EmuCudnnGraph {
     std::map<int64_t, EmuCudnnTensor> outer; // the non-virtual tensors, by uid
 };
 
+struct EmuSdpa;  // (the fused attention engines, below)
 struct EmuCudnnAttr {
     cudnnBackendAttributeType_t type;
     std::vector<unsigned char> bytes;
@@ -210,6 +230,8 @@ struct EmuCudnnDesc {
     EmuCudnnTensor tensor;                  // tensor
     EmuCudnnOp op;                          // operations
     std::shared_ptr<EmuCudnnGraph> graph;   // operation graph, engine config, plan
+    std::shared_ptr<const EmuSdpa> sdpa;    // engine config, plan: the fused attention the graph is
+    cudnnBackendHeurMode_t heur_mode = CUDNN_HEUR_MODE_A;  // engine heuristic
     cudnnHandle_t handle = nullptr;         // plan
 };
 typedef EmuCudnnDesc *cudnnBackendDescriptor_t;
@@ -465,6 +487,334 @@ static inline cudnnStatus_t emu_cudnn_finalize_graph(EmuCudnnDesc *d) {
     return CUDNN_STATUS_SUCCESS;
 }
 
+// ---- the fused attention engines: the graphs they take and the shapes they run
+// cuDNN runs these composite operation graphs only as "specialized runtime
+// fusion engines" that recognise the scaled-dot-product-attention pattern
+// (cuDNN Developer Guide, Graph API, "Specialized Runtime Fusion Engines":
+// fused flash attention fprop / bprop); cudnn-frontend builds that pattern
+// node by node (include/cudnn_frontend/node/scaled_dot_product_flash_attention.h,
+// CompositeSDPANode and CompositeSDPABackwardNode, with the causal mask of
+// utils/attn_score_modifiers.h and node/diagonal_band_mask.h for cuDNN < 9.21).
+// So this emulation's engine takes exactly that pattern for a causal, unbiased,
+// dropout-free attention with its operations' operand order, and nothing
+// else: the heuristic offers no engine configuration for any other graph
+// (CUDNN_ATTR_ENGINEHEUR_RESULTS returns a count of 0, the case cudnn-frontend
+// reports as "No valid engine configs"), and cudnnGetLastErrorString says
+// which node of the pattern the graph breaks. The shapes are checked when the
+// plan is finalized, against the support matrix (CUDNN_STATUS_NOT_SUPPORTED
+// and the rule broken): see emu_sdpa_unsupported.
+
+// A node of a graph pattern: an operation (kind, mode, axis) over argument
+// patterns, or (EMU_PAT_INPUT) a tensor from outside the graph. A named node
+// stands for one tensor: met again, it must be the same tensor.
+enum { EMU_PAT_INPUT = 100 };
+struct EmuPat {
+    int kind = EMU_PAT_INPUT;
+    int mode = -1;            // pointwise mode or reduction operator (-1: none)
+    int64_t axis = -1;        // GEN_INDEX's
+    const char *name = nullptr, *what = "";  // what: the node in words, for the message
+    int type = -1;            // the tensor's data type (-1: any)
+    int is_virtual = -1;      // 1 virtual, 0 in memory, -1 either
+    bool by_value = false;    // an input: a host scalar
+    std::vector<EmuPat> args;
+    EmuPat &named(const char *n) { name = n; return *this; }
+    EmuPat &typed(int t, int v) { type = t, is_virtual = v; return *this; }
+};
+static inline EmuPat emu_pat_in(const char *name, const char *what, bool by_value = false) {
+    EmuPat p;
+    p.name = name, p.what = what, p.by_value = by_value;
+    return p;
+}
+static inline EmuPat emu_pat_op(EmuCudnnOpKind kind, int mode, const char *what, std::vector<EmuPat> args,
+                                int64_t axis = -1) {
+    EmuPat p;
+    p.kind = kind, p.mode = mode, p.axis = axis, p.what = what, p.args = std::move(args);
+    return p;
+}
+static inline EmuPat emu_pat_pw(cudnnPointwiseMode_t m, const char *what, std::vector<EmuPat> args, int64_t axis = -1) {
+    return emu_pat_op(EMU_CD_POINTWISE, m, what, std::move(args), axis);
+}
+
+// cudnn-frontend's causal mask of x (CompositeDiagonalBandMaskNode with a right bound of 0):
+// select(x, fill, GEN_INDEX(x, 2) >= GEN_INDEX(x, 3)).
+static inline EmuPat emu_pat_causal(const EmuPat &x, const char *what) {
+    EmuPat row = emu_pat_pw(CUDNN_POINTWISE_GEN_INDEX, "the row index of the masked scores", {x}, 2);
+    EmuPat col = emu_pat_pw(CUDNN_POINTWISE_GEN_INDEX, "the column index of the masked scores", {x}, 3);
+    EmuPat keep = emu_pat_pw(CUDNN_POINTWISE_CMP_GE, "the causal mask's row >= column", {row, col});
+    return emu_pat_pw(CUDNN_POINTWISE_BINARY_SELECT, what,
+                      {x, emu_pat_in("fill", "the mask's fill value (by value)", true), keep});
+}
+static inline EmuPat emu_pat_scaled_scores() {
+    EmuPat s = emu_pat_op(EMU_CD_MATMUL, -1, "the scores Q @ K^T",
+                          {emu_pat_in("Q", "Q"), emu_pat_in("K^T", "K^T (K with its last two dims swapped)")});
+    return emu_pat_pw(CUDNN_POINTWISE_MUL, "the scaled scores (Q @ K^T) * scale",
+                      {s, emu_pat_in("scale", "the scale (by value)", true)})
+        .named("scaled scores");
+}
+// The transpose of x's last two dimensions in the I/O type, as a reshape.
+static inline EmuPat emu_pat_transposed(const EmuPat &x, const char *what) {
+    return emu_pat_op(EMU_CD_RESHAPE, -1, what, {x}).typed(CUDNN_DATA_BFLOAT16, 1);
+}
+
+// The forward: its outputs' patterns, O and Stats.
+static inline std::vector<EmuPat> emu_sdpa_forward_pattern() {
+    const int F = CUDNN_DATA_FLOAT;
+    EmuPat masked = emu_pat_causal(emu_pat_scaled_scores(), "the causal mask of the scaled scores").named("masked");
+    EmuPat mx = emu_pat_op(EMU_CD_REDUCTION, CUDNN_REDUCE_TENSOR_MAX, "the row max of the masked scores", {masked})
+                    .named("max");
+    EmuPat e = emu_pat_pw(CUDNN_POINTWISE_EXP, "exp(scores - max)",
+                          {emu_pat_pw(CUDNN_POINTWISE_SUB, "the masked scores - their row max", {masked, mx})})
+                   .named("exp");
+    EmuPat sum = emu_pat_op(EMU_CD_REDUCTION, CUDNN_REDUCE_TENSOR_ADD, "the row sum of exp", {e}).named("sum");
+    EmuPat stats = emu_pat_pw(CUDNN_POINTWISE_ADD, "the statistics max + log(sum) (fp32, in memory)",
+                              {mx, emu_pat_pw(CUDNN_POINTWISE_LOG, "log(sum)", {sum})})
+                       .named("Stats")
+                       .typed(F, 0);
+    EmuPat p = emu_pat_pw(CUDNN_POINTWISE_DIV, "the probabilities exp / sum, in the I/O type", {e, sum})
+                   .typed(CUDNN_DATA_BFLOAT16, 1);
+    EmuPat o = emu_pat_op(EMU_CD_MATMUL, -1, "the output O = P @ V", {p, emu_pat_in("V", "V")}).named("O");
+    return {o, stats};
+}
+
+// The backward: its outputs' patterns, dV, dK and dQ.
+static inline std::vector<EmuPat> emu_sdpa_backward_pattern() {
+    const int F = CUDNN_DATA_FLOAT;
+    EmuPat dout = emu_pat_in("dO", "dO");
+    EmuPat rowsum = emu_pat_op(EMU_CD_REDUCTION, CUDNN_REDUCE_TENSOR_ADD, "rowsum(dO * O)",
+                               {emu_pat_pw(CUDNN_POINTWISE_MUL, "dO * O", {dout, emu_pat_in("O", "O")})});
+    EmuPat softmax_sum = emu_pat_pw(CUDNN_POINTWISE_MUL, "softmax_sum = rowsum(dO * O) * 1 (fp32, in memory)",
+                                    {rowsum, emu_pat_in("one", "the dropout scale 1 (by value)", true)})
+                             .named("softmax_sum")
+                             .typed(F, 0);
+    EmuPat centred = emu_pat_pw(CUDNN_POINTWISE_SUB, "the scaled scores - the statistics",
+                                {emu_pat_scaled_scores(), emu_pat_in("Stats", "the forward's statistics")})
+                         .named("centred scores");
+    EmuPat p = emu_pat_pw(CUDNN_POINTWISE_EXP, "P = exp(causal mask(scaled scores - statistics))",
+                          {emu_pat_causal(centred, "the causal mask, applied after the statistics are subtracted "
+                                                   "(CompositeSDPABackwardNode: sub_s_m, then the mask, then exp_s)")})
+                   .named("P");
+    EmuPat dv = emu_pat_op(EMU_CD_MATMUL, -1, "dV = P^T @ dO", {emu_pat_transposed(p, "P^T, in the I/O type"), dout})
+                    .named("dV");
+    EmuPat dp = emu_pat_op(EMU_CD_MATMUL, -1, "dP = dO @ V^T", {dout, emu_pat_in("V^T", "V^T")});
+    EmuPat ds = emu_pat_pw(
+                    CUDNN_POINTWISE_MUL, "dS = (dP - softmax_sum) * P * scale",
+                    {emu_pat_pw(CUDNN_POINTWISE_MUL, "(dP - softmax_sum) * P",
+                                {emu_pat_pw(CUDNN_POINTWISE_SUB, "dP - softmax_sum", {dp, softmax_sum}), p}),
+                     emu_pat_in("scale", "the scale (by value)", true)})
+                    .named("dS");
+    EmuPat dk = emu_pat_op(EMU_CD_MATMUL, -1, "dK = dS^T @ Q",
+                           {emu_pat_transposed(ds, "dS^T, in the I/O type"), emu_pat_in("Q", "Q")})
+                    .named("dK");
+    EmuPat k = emu_pat_op(EMU_CD_RESHAPE, -1, "K, read from K^T transposed", {emu_pat_in("K^T", "K^T")});
+    EmuPat accum = emu_pat_op(EMU_CD_MATMUL, -1, "dQ accumulated as dS @ K (fp32, in memory)", {ds, k}).typed(F, 0);
+    EmuPat dq = emu_pat_pw(CUDNN_POINTWISE_IDENTITY, "dQ = identity(its fp32 accumulator)", {accum}).named("dQ");
+    return {dv, dk, dq};
+}
+
+static inline const char *emu_cudnn_mode_name(cudnnPointwiseMode_t m) {
+    switch (m) {
+    case CUDNN_POINTWISE_ADD: return "ADD";
+    case CUDNN_POINTWISE_MUL: return "MUL";
+    case CUDNN_POINTWISE_DIV: return "DIV";
+    case CUDNN_POINTWISE_SUB: return "SUB";
+    case CUDNN_POINTWISE_EXP: return "EXP";
+    case CUDNN_POINTWISE_LOG: return "LOG";
+    case CUDNN_POINTWISE_IDENTITY: return "IDENTITY";
+    case CUDNN_POINTWISE_CMP_GE: return "CMP_GE";
+    case CUDNN_POINTWISE_GEN_INDEX: return "GEN_INDEX";
+    case CUDNN_POINTWISE_BINARY_SELECT: return "BINARY_SELECT";
+    }
+    return "?";
+}
+// An operation (or, op NULL, a tensor from outside the graph) in words.
+static inline std::string emu_cudnn_op_text(const EmuCudnnOp *op) {
+    if (!op) return "a tensor from outside the graph";
+    switch (op->kind) {
+    case EMU_CD_POINTWISE: return std::string("a pointwise ") + emu_cudnn_mode_name(op->mode);
+    case EMU_CD_REDUCTION: return op->reduce == CUDNN_REDUCE_TENSOR_MAX ? "a MAX reduction" : "an ADD reduction";
+    case EMU_CD_MATMUL: return "a matmul";
+    case EMU_CD_RESHAPE: return "a reshape";
+    }
+    return "?";
+}
+
+// Matching a graph against a pattern: the operation writing each tensor, the
+// tensors the pattern's names stand for, the operations matched so far.
+struct EmuMatch {
+    std::map<int64_t, const EmuCudnnOp *> writer;
+    std::map<std::string, EmuCudnnTensor> bound;
+    std::set<const EmuCudnnOp *> used;
+    int depth = 0;     // nodes matched (how far an attempt got)
+    std::string fail;  // why the attempt stopped
+};
+static inline bool emu_match_fail(EmuMatch &m, const EmuPat &p, const EmuCudnnTensor &t, const std::string &why) {
+    char uid[32];
+    snprintf(uid, sizeof(uid), "%lld", (long long)t.uid);
+    m.fail = std::string("expected ") + p.what + ", but tensor " + uid + " is " + why;
+    return false;
+}
+static inline bool emu_match(EmuMatch &m, const EmuPat &p, const EmuCudnnTensor &t) {
+    if (p.name && m.bound.count(p.name)) {
+        if (m.bound.at(p.name).uid == t.uid) return true;
+        return emu_match_fail(m, p, t, std::string("another tensor than the ") + p.name + " used before");
+    }
+    auto w = m.writer.find(t.uid);
+    const EmuCudnnOp *op = w == m.writer.end() ? nullptr : w->second;
+    if (p.kind == EMU_PAT_INPUT) {
+        if (op || t.is_virtual || t.by_value != p.by_value)
+            return emu_match_fail(m, p, t, op ? emu_cudnn_op_text(op) + "'s output"
+                                              : t.by_value ? "a by-value scalar" : "not a by-value scalar");
+    } else {
+        if (!op || (int)op->kind != p.kind || (p.kind == EMU_CD_POINTWISE && (int)op->mode != p.mode) ||
+            (p.kind == EMU_CD_REDUCTION && (int)op->reduce != p.mode) || op->axis != p.axis ||
+            op->in.size() != p.args.size())
+            return emu_match_fail(m, p, t, emu_cudnn_op_text(op) + "'s output");
+        if (p.kind == EMU_CD_RESHAPE) {  // a transpose of the last two dims (strides swapped with them)
+            const EmuCudnnTensor &x = op->in[0];
+            if (t.dims[0] != x.dims[0] || t.dims[1] != x.dims[1] || t.dims[2] != x.dims[3] || t.dims[3] != x.dims[2] ||
+                t.strides[2] != x.strides[3] || t.strides[3] != x.strides[2])
+                return emu_match_fail(m, p, t, "a reshape that is not the transpose of its last two dimensions");
+        }
+        m.used.insert(op);
+    }
+    if ((p.type >= 0 && (int)t.type != p.type) || (p.is_virtual >= 0 && (int)t.is_virtual != p.is_virtual))
+        return emu_match_fail(m, p, t, t.is_virtual ? "virtual or of another type" : "in memory or of another type");
+    m.depth++;
+    if (op)
+        for (size_t i = 0; i < p.args.size(); i++)
+            if (!emu_match(m, p.args[i], op->in[i])) return false;
+    if (p.name) m.bound[p.name] = t;
+    return true;
+}
+
+// A graph the engine takes: which direction, and the tensors of its roles.
+struct EmuSdpa {
+    bool backward;
+    std::map<std::string, EmuCudnnTensor> role;  // Q, K^T, V or V^T, O, dO, Stats, dQ, dK, dV
+};
+
+// The fused attention graph g is, or why it is none (in *why).
+static inline bool emu_sdpa_match(const EmuCudnnGraph &g, EmuSdpa *out, std::string *why) {
+    EmuMatch m;
+    std::set<int64_t> read;
+    int matmuls = 0;
+    for (const EmuCudnnOp &op : g.ops) {
+        m.writer[op.out.uid] = &op;
+        for (const EmuCudnnTensor &t : op.in) read.insert(t.uid);
+        matmuls += op.kind == EMU_CD_MATMUL;
+    }
+    std::vector<EmuCudnnTensor> roots;  // written and read by no operation: the graph's outputs
+    for (const EmuCudnnOp &op : g.ops)
+        if (!read.count(op.out.uid)) roots.push_back(op.out);
+    char text[160];
+    if (matmuls != 2 && matmuls != 5) {
+        snprintf(text, sizeof(text), "a graph of %d matmuls is neither the fused attention forward (2) nor its "
+                 "backward (5)", matmuls);
+        *why = text;
+        return false;
+    }
+    out->backward = matmuls == 5;
+    std::vector<EmuPat> pats = out->backward ? emu_sdpa_backward_pattern() : emu_sdpa_forward_pattern();
+    if (roots.size() != pats.size()) {
+        snprintf(text, sizeof(text), "the fused attention %s writes %zu outputs, the graph %zu",
+                 out->backward ? "backward" : "forward", pats.size(), roots.size());
+        *why = text;
+        return false;
+    }
+    std::vector<bool> taken(roots.size(), false);
+    for (const EmuPat &p : pats) {  // each output pattern against the outputs not yet matched
+        EmuMatch best;
+        best.depth = -1;
+        bool ok = false;
+        for (size_t r = 0; r < roots.size() && !ok; r++) {
+            if (taken[r]) continue;
+            EmuMatch attempt = m;
+            attempt.depth = 0;
+            if (emu_match(attempt, p, roots[r])) {
+                ok = taken[r] = true;
+                m = attempt;
+            } else if (attempt.depth > best.depth) {
+                best = attempt;
+            }
+        }
+        if (!ok) {
+            *why = std::string(out->backward ? "not the fused attention backward: " : "not the fused attention "
+                                                                                        "forward: ") + best.fail;
+            return false;
+        }
+    }
+    if (m.used.size() != g.ops.size()) {
+        for (const EmuCudnnOp &op : g.ops)
+            if (!m.used.count(&op)) {
+                snprintf(text, sizeof(text), "%zu operations outside the fused attention pattern, the first %s "
+                         "writing tensor %lld", g.ops.size() - m.used.size(), emu_cudnn_op_text(&op).c_str(),
+                         (long long)op.out.uid);
+                *why = text;
+                return false;
+            }
+    }
+    out->role = m.bound;
+    return true;
+}
+
+// Why the fused attention engines cannot run a on a device of compute
+// capability sm (major * 10 + minor) with this cuDNN, or "" when they can.
+// The fp16/bf16 rules of cuDNN's SDPA support matrix (cuDNN frontend
+// documentation, "Attention", "Support Matrix": SM80 or newer; head dim <= 256
+// for the forward, for the backward <= 128 on Ampere/Ada and <= 256 on Hopper)
+// and of cudnn-frontend's checks (scaled_dot_product_flash_attention.h,
+// sdpa_support_surface.h): the last stride of Q, K, V, O, dO, dQ, dK, dV and
+// the statistics 1; head dim a multiple of 8; forward head dim <= 128 on
+// sm_8x up to cuDNN 9.9 and on sm_10x before 9.9; backward head dim <= 256 on
+// sm_9x (from cudnn-frontend 1.8, for cuDNN 9.5), <= 128 elsewhere; no
+// backward of s_q = s_kv = 1 (also in cuDNN 9's release notes' known issues);
+// the backward refused on cuDNN 9.10.0 and 9.10.1; heads of Q a multiple of
+// those of K and V.
+static inline std::string emu_sdpa_unsupported(const EmuSdpa &a, int sm, long version) {
+    const EmuCudnnTensor &q = a.role.at("Q"), &kt = a.role.at("K^T");
+    const EmuCudnnTensor &v = a.role.count("V") ? a.role.at("V") : a.role.at("V^T");
+    long long h_q = q.dims[1], s_q = q.dims[2], d = q.dims[3], h_k = kt.dims[1], s_kv = kt.dims[3];
+    int major = sm / 10;
+    char text[200];
+    if (sm < 80) {
+        snprintf(text, sizeof(text), "the fused attention needs compute capability 8.0 or newer, this device has "
+                 "%d.%d", major, sm % 10);
+        return text;
+    }
+    // the head dim's stride: the last dimension of Q, O and the gradients; the third of K^T and V^T
+    for (const auto &kv : a.role) {
+        bool swapped = kv.first == "K^T" || kv.first == "V^T";
+        if (!kv.second.by_value && kv.second.strides[swapped ? 2 : 3] != 1)
+            return "the head dimension of " + kv.first + " has a stride other than 1";
+    }
+    for (const char *io : {"Q", "K^T", "O", "dO", "dQ", "dK", "dV"})
+        if (a.role.count(io) && a.role.at(io).type != CUDNN_DATA_BFLOAT16) return std::string(io) + " is not bf16";
+    if (h_q % h_k != 0 || h_q % v.dims[1] != 0) return "the heads of Q are not a multiple of those of K and V";
+    long long max_d = 256;
+    if (a.backward) max_d = major == 9 && version >= 90500 ? 256 : 128;
+    else if ((major == 8 && version <= 90900) || (major == 10 && version < 90900)) max_d = 128;
+    if (d % 8 != 0 || d > max_d) {
+        snprintf(text, sizeof(text), "head dim %lld: the %s takes a multiple of 8 up to %lld on compute capability "
+                 "%d.%d with cuDNN %ld", d, a.backward ? "backward" : "forward", max_d, major, sm % 10, version);
+        return text;
+    }
+    if (a.backward && s_q == 1 && s_kv == 1) return "the backward of s_q = s_kv = 1 is not supported";
+    if (a.backward && (version == 91000 || version == 91001))
+        return "the bf16 backward is not supported on cuDNN 9.10.0 and 9.10.1 (known bugs)";
+    return "";
+}
+
+// Whether heuristic mode m offers the fused engines: every mode, unless
+// LLMC_EMU_CUDNN_HEUR_MODES lists the ones that do ("A,FALLBACK"; "none"), so
+// that a test sees a caller try the next mode when one finds nothing.
+static inline bool emu_cudnn_mode_offers(cudnnBackendHeurMode_t m) {
+    const char *modes = getenv("LLMC_EMU_CUDNN_HEUR_MODES");
+    if (!modes) return true;
+    const char *name = m == CUDNN_HEUR_MODE_B ? "B" : m == CUDNN_HEUR_MODE_FALLBACK ? "FALLBACK" : "A";
+    std::string list = std::string(",") + modes + ",";
+    return list.find(std::string(",") + name + ",") != std::string::npos;
+}
+
 static inline cudnnStatus_t emu_cudnn_finalize(EmuCudnnDesc *d) {
     switch (d->type) {
     case CUDNN_BACKEND_TENSOR_DESCRIPTOR: return emu_cudnn_finalize_tensor(d);
@@ -491,7 +841,9 @@ static inline cudnnStatus_t emu_cudnn_finalize(EmuCudnnDesc *d) {
     case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR: {
         const EmuCudnnDesc *g = emu_cudnn_ref(d, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
                                               CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-        if (!g || !emu_cudnn_attr(d, CUDNN_ATTR_ENGINEHEUR_MODE)) return CUDNN_STATUS_BAD_PARAM;
+        if (!g || !emu_cudnn_get(d, CUDNN_ATTR_ENGINEHEUR_MODE, &d->heur_mode) || d->heur_mode < CUDNN_HEUR_MODE_INSTANT ||
+            d->heur_mode > CUDNN_HEUR_MODE_A)
+            return CUDNN_STATUS_BAD_PARAM;
         d->graph = g->graph;
         return CUDNN_STATUS_SUCCESS;
     }
@@ -499,9 +851,17 @@ static inline cudnnStatus_t emu_cudnn_finalize(EmuCudnnDesc *d) {
     case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR: {
         const EmuCudnnDesc *cfg = emu_cudnn_ref(d, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
                                                 CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-        if (!cfg || !emu_cudnn_get(d, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, &d->handle) || !d->handle)
+        if (!cfg || !cfg->sdpa || !emu_cudnn_get(d, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, &d->handle) || !d->handle)
             return CUDNN_STATUS_BAD_PARAM;
+        // the engine's limits for this graph on the current device: "CUDNN_STATUS_NOT_SUPPORTED" from
+        // cudnnBackendFinalize, as for an attribute set the library does not support
+        std::string why = emu_sdpa_unsupported(*cfg->sdpa, emu_device_cc(), CUDNN_VERSION);
+        if (!why.empty()) {
+            emu_cudnn_last_error = "emulated cuDNN: the fused attention engine does not support this graph: " + why;
+            return CUDNN_STATUS_NOT_SUPPORTED;
+        }
         d->graph = cfg->graph;
+        d->sdpa = cfg->sdpa;
         return CUDNN_STATUS_SUCCESS;
     }
     case CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR: {
@@ -522,8 +882,10 @@ static inline cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d) {
     return st;
 }
 
-// The heuristic's results (one engine configuration, written into the
-// caller's first ENGINECFG descriptor) and a plan's workspace size.
+// The heuristic's results (for a fused attention graph, one engine
+// configuration, written into the caller's first ENGINECFG descriptor; for
+// any other graph, or a mode LLMC_EMU_CUDNN_HEUR_MODES leaves out, none, with
+// the reason for cudnnGetLastErrorString) and a plan's workspace size.
 static inline cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
                                                      cudnnBackendAttributeType_t type, int64_t requested,
                                                      int64_t *count, void *out) {
@@ -532,9 +894,19 @@ static inline cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t d,
         type == CUDNN_TYPE_BACKEND_DESCRIPTOR && requested >= 1) {
         cudnnBackendDescriptor_t cfg = ((cudnnBackendDescriptor_t *)out)[0];
         if (!cfg || cfg->type != CUDNN_BACKEND_ENGINECFG_DESCRIPTOR) return CUDNN_STATUS_BAD_PARAM;
-        cfg->graph = d->graph;
-        cfg->finalized = true;
-        *count = 1;
+        *count = 0;
+        EmuSdpa sdpa;
+        std::string why;
+        if (!emu_cudnn_mode_offers(d->heur_mode)) {
+            emu_cudnn_last_error = "emulated cuDNN: this heuristic mode offers no engine (LLMC_EMU_CUDNN_HEUR_MODES)";
+        } else if (!emu_sdpa_match(*d->graph, &sdpa, &why)) {
+            emu_cudnn_last_error = "emulated cuDNN: no engine takes the graph, " + why;
+        } else {
+            cfg->graph = d->graph;
+            cfg->sdpa = std::make_shared<const EmuSdpa>(sdpa);
+            cfg->finalized = true;
+            *count = 1;
+        }
         return CUDNN_STATUS_SUCCESS;
     }
     if (d->type == CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR && name == CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE &&
