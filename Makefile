@@ -176,14 +176,15 @@ TEST_BINS += $(NARROW_TEST_BINS)
 TEST_CXX_SRCS := $(wildcard tests/test_*.cpp)
 TEST_BINS += $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_CXX_SRCS))
 CXXFLAGS = $(filter-out -std=c11,$(CFLAGS)) -std=c++17 -pthread -fno-strict-aliasing -Wno-unknown-pragmas
-# The GPU trainer, its model test and the device communication test compiled
-# for tests/cuda_emulator.h (every kernel, cuBLASLt call, stream and copy run
+# The GPU trainer, its model test, the device communication test and the NCCL
+# emulation's own test compiled for tests/cuda_emulator.h (every kernel, cuBLASLt call, stream and copy run
 # on the CPU; NCCL emulated over MPI by tests/emu_include/nccl.h; cuDNN's
 # backend API by tests/emu_include/cudnn.h, which runs the attention graphs
 # node by node; MPI when the build has it): CI runs the GPU code paths end to end.
 # The dev/cuda kernel checkers too (build/emu/dev_<family>): their validation
 # at small shapes, no benchmarks (they need a GPU).
-EMU_BINS := $(BUILD)/emu/train_gptcu $(BUILD)/emu/test_gpt_cu $(BUILD)/emu/test_comm_nccl $(BUILD)/emu/profile_step_gpu
+EMU_BINS := $(BUILD)/emu/train_gptcu $(BUILD)/emu/test_gpt_cu $(BUILD)/emu/test_comm_nccl $(BUILD)/emu/test_nccl_emulator \
+            $(BUILD)/emu/profile_step_gpu
 DEV_EMU_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/emu/dev_%,$(wildcard dev/cuda/*.cu))
 EMU_BINS += $(DEV_EMU_BINS)
 EMU_FLAGS := -x c++ -include tests/cuda_emulator.h -Itests/emu_include -DLLMC_NCCL -DLLMC_CUDNN
@@ -252,6 +253,7 @@ $(BUILD)/tests/%: tests/%.cpp $(FLAGS_STAMP)
 $(BUILD)/emu/train_gptcu: train_gpt.cu
 $(BUILD)/emu/test_gpt_cu: tests/test_gpt.cu
 $(BUILD)/emu/test_comm_nccl: tests/test_comm_nccl.cu
+$(BUILD)/emu/test_nccl_emulator: tests/test_nccl_emulator.cu
 $(BUILD)/emu/profile_step_gpu: dev/perf/profile_step_gpu.cu
 $(DEV_EMU_BINS): $(BUILD)/emu/dev_%: dev/cuda/%.cu
 $(EMU_BINS): $(FLAGS_STAMP)
