@@ -77,7 +77,7 @@ struct EmuNcclRecord {
 struct EmuNcclCommInfo {
     std::atomic<uint64_t> id;    // 0: a free entry
     std::atomic<int32_t> live;   // 0: destroyed (kept for the records that name it, until its entry is needed)
-    int32_t number, size, rank;  // the order in which this rank made it; its ranks; this rank in it
+    int32_t number, size;        // the order in which this rank made it; its ranks
     int32_t world[EMU_NCCL_MAX_MEMBERS];
     std::atomic<uint64_t> colls;  // collectives issued on it
     std::atomic<uint64_t> sent[EMU_NCCL_MAX_MEMBERS], received[EMU_NCCL_MAX_MEMBERS];  // messages, by peer
@@ -150,7 +150,7 @@ static inline EmuNcclRankSlot *emu_nccl_my_slot(EmuNcclShared *sh) { return sh->
 static inline void emu_nccl_changed(EmuNcclShared *sh) { emu_nccl_my_slot(sh)->version.fetch_add(1); }
 
 // A communicator's entry in this rank's table: a free one, else a destroyed one's.
-static EmuNcclCommInfo *emu_nccl_comm_info(EmuNcclShared *sh, uint64_t id, int number, int rank, const std::vector<int> &world) {
+static EmuNcclCommInfo *emu_nccl_comm_info(EmuNcclShared *sh, uint64_t id, int number, const std::vector<int> &world) {
     EmuNcclRankSlot *s = emu_nccl_my_slot(sh);
     for (int pass = 0; pass < 2; pass++)
         for (EmuNcclCommInfo &c : s->comms) {
@@ -158,7 +158,6 @@ static EmuNcclCommInfo *emu_nccl_comm_info(EmuNcclShared *sh, uint64_t id, int n
             c.id.store(0);
             c.number = number;
             c.size = (int)world.size();
-            c.rank = rank;
             for (size_t i = 0; i < world.size() && i < EMU_NCCL_MAX_MEMBERS; i++) c.world[i] = world[i];
             c.colls = 0;
             for (int i = 0; i < EMU_NCCL_MAX_MEMBERS; i++) c.sent[i] = c.received[i] = 0;
@@ -354,12 +353,21 @@ static int emu_nccl_partner_op(const EmuNcclSnapshot &v, const EmuNcclOpView &o,
 // ---------------------------------------------------------------------------
 // graphs and cycles
 
+// An edge of a graph below: from a node to the node `to` it waits for, and why
+// (the report's clause is written from these only for a reported cycle).
+enum EmuNcclWhy {
+    EMU_QUEUED,   // a kernel not started -> the kernel before it on its stream
+    EMU_WAITS,    // op (a call under way) -> the kernel of rank `rank`'s matching call, not started
+    EMU_ISSUE,    // op -> rank `rank`'s host thread, which has not issued the matching call
+    EMU_HOST,     // a host thread -> the kernel it waits for
+    EMU_PREV,     // (order) a kernel -> the one its rank issued before it
+    EMU_PARTNER,  // (order) a kernel -> the one rank `rank` issued before op, its matching call
+};
 struct EmuNcclEdge {
-    int to;            // node
-    std::string why;   // the clause the report prints for this step
-    std::string then;  // the same, after a clause that ended naming this node ("which ..."; empty: none)
+    int to, why, op, rank;
 };
 struct EmuNcclGraph {
+    std::vector<EmuNcclKernelId> ids;       // the nodes' kernels; host threads: (rank, UINT64_MAX)
     std::vector<std::vector<EmuNcclEdge>> out;
     std::vector<std::set<uint64_t>> comms;  // per node: the communicators of its operations
 };
@@ -414,66 +422,62 @@ static int64_t emu_nccl_before(const std::vector<uint64_t> &list, uint64_t kerne
     return it == list.begin() ? -1 : (int64_t) * (it - 1);
 }
 
+// The graph's nodes: the kernels for which keep() holds.
+template <typename Keep>
+static std::map<EmuNcclKernelId, int> emu_nccl_nodes(const EmuNcclSnapshot &v, EmuNcclGraph *g, Keep keep) {
+    std::map<EmuNcclKernelId, int> node;
+    for (const auto &kv : v.kernels)
+        if (keep(kv.second)) {
+            node[kv.first] = (int)g->ids.size();
+            g->ids.push_back(kv.first);
+            g->comms.emplace_back();
+            for (int i : kv.second.ops) g->comms.back().insert(v.ops[i].comm);
+        }
+    g->out.resize(g->ids.size());
+    return node;
+}
+
 // What each kernel under way waits for, as the emulation runs them: the kernel
 // before it on its stream (not started); the partner's kernel not yet started,
 // or the partner's host thread that has not issued the matching call (started).
 // Nodes: kernels under way, then one per rank's host thread.
-static EmuNcclGraph emu_nccl_wait_graph(const EmuNcclSnapshot &v, std::vector<EmuNcclKernelId> *ids) {
+static EmuNcclGraph emu_nccl_wait_graph(const EmuNcclSnapshot &v) {
     EmuNcclOrder ord = emu_nccl_order(v);
-    std::map<EmuNcclKernelId, int> node;
-    for (const auto &kv : v.kernels)
-        if (!kv.second.done) {
-            node[kv.first] = (int)ids->size();
-            ids->push_back(kv.first);
-        }
-    int hosts = (int)ids->size(), ranks = (int)v.host_waits.size();
     EmuNcclGraph g;
-    g.out.resize(hosts + ranks);
-    g.comms.resize(hosts + ranks);
+    std::map<EmuNcclKernelId, int> node = emu_nccl_nodes(v, &g, [](const EmuNcclKernelView &k) { return !k.done; });
+    int hosts = (int)g.ids.size(), ranks = (int)v.host_waits.size();
+    for (int r = 0; r < ranks; r++) {
+        g.ids.push_back(EmuNcclKernelId(r, UINT64_MAX));
+        g.comms.emplace_back();
+    }
+    g.out.resize(g.ids.size());
     for (int u = 0; u < hosts; u++) {
-        const EmuNcclKernelView &k = v.kernels.at((*ids)[u]);
-        int r = (*ids)[u].first;
-        for (int i : k.ops) g.comms[u].insert(v.ops[i].comm);
-        std::string me = "rank " + std::to_string(r) + "'s " + emu_nccl_describe_kernel(v, k);
+        const EmuNcclKernelView &k = v.kernels.at(g.ids[u]);
+        int r = g.ids[u].first;
         if (!k.started) {
             for (int s : k.streams) {
-                int64_t prev = emu_nccl_before(ord.of_stream[{r, s}], (*ids)[u].second);
-                auto it = node.find(EmuNcclKernelId(r, (uint64_t)prev));
-                if (prev >= 0 && it != node.end()) {
-                    std::string behind = "is queued on its stream behind rank " + std::to_string(r) + "'s " +
-                                         emu_nccl_describe_kernel(v, v.kernels.at(it->first));
-                    g.out[u].push_back({it->second, me + " " + behind, "which " + behind});
-                }
+                auto it = node.find(EmuNcclKernelId(r, (uint64_t)emu_nccl_before(ord.of_stream[{r, s}], g.ids[u].second)));
+                if (it != node.end()) g.out[u].push_back({it->second, EMU_QUEUED, -1, r});
             }
             continue;
         }
         for (int i : k.ops) {
-            const EmuNcclOpView &o = v.ops[i];
-            if (o.state == EMU_NCCL_DONE) continue;
-            const char *call = emu_nccl_call_names[o.kind == EMU_SEND ? EMU_RECV : o.kind == EMU_RECV ? EMU_SEND : o.kind];
-            std::string mine = "rank " + std::to_string(r) + "'s " + emu_nccl_describe(v, o);
-            for (int p : emu_nccl_partners(v, o)) {
+            if (v.ops[i].state == EMU_NCCL_DONE) continue;
+            for (int p : emu_nccl_partners(v, v.ops[i])) {
                 bool issued;
-                int m = emu_nccl_partner_op(v, o, p, &issued);
-                std::string waits = "waits for rank " + std::to_string(p) + "'s matching " + call;
+                int m = emu_nccl_partner_op(v, v.ops[i], p, &issued);
                 if (m >= 0 && v.ops[m].state == EMU_NCCL_QUEUED) {
                     auto to = node.find(EmuNcclKernelId(p, v.ops[m].kernel));
-                    if (to != node.end())
-                        g.out[u].push_back({to->second, mine + " " + waits, k.ops.size() == 1 ? "which " + waits : ""});
+                    if (to != node.end()) g.out[u].push_back({to->second, EMU_WAITS, i, p});
                 } else if (m < 0 && !issued && p < ranks) {
-                    waits = "waits for rank " + std::to_string(p) + " to issue its matching " + call;
-                    g.out[u].push_back({hosts + p, mine + " " + waits, k.ops.size() == 1 ? "which " + waits : ""});
+                    g.out[u].push_back({hosts + p, EMU_ISSUE, i, p});
                 }
             }
         }
     }
     for (int r = 0; r < ranks; r++) {
         auto it = node.find(EmuNcclKernelId(r, (uint64_t)v.host_waits[r]));
-        if (v.host_waits[r] >= 0 && it != node.end()) {
-            std::string waits = "rank " + std::to_string(r) + "'s host thread waits for its " +
-                                emu_nccl_describe_kernel(v, v.kernels.at(it->first));
-            g.out[hosts + r].push_back({it->second, waits, "while " + waits});
-        }
+        if (v.host_waits[r] >= 0 && it != node.end()) g.out[hosts + r].push_back({it->second, EMU_HOST, -1, r});
     }
     return g;
 }
@@ -481,49 +485,52 @@ static EmuNcclGraph emu_nccl_wait_graph(const EmuNcclSnapshot &v, std::vector<Em
 // What each completed kernel would wait for if every rank ran its kernels one
 // at a time in the order it issued them: its rank's previous kernel, and each
 // partner's kernel before the partner's matching one. Nodes: completed kernels.
-static EmuNcclGraph emu_nccl_order_graph(const EmuNcclSnapshot &v, std::vector<EmuNcclKernelId> *ids) {
+static EmuNcclGraph emu_nccl_order_graph(const EmuNcclSnapshot &v) {
     EmuNcclOrder ord = emu_nccl_order(v);
-    std::map<EmuNcclKernelId, int> node;
-    for (const auto &kv : v.kernels)
-        if (kv.second.done) {
-            node[kv.first] = (int)ids->size();
-            ids->push_back(kv.first);
-        }
     EmuNcclGraph g;
-    g.out.resize(ids->size());
-    g.comms.resize(ids->size());
-    for (size_t u = 0; u < ids->size(); u++) {
-        const EmuNcclKernelView &k = v.kernels.at((*ids)[u]);
-        int r = (*ids)[u].first;
-        for (int i : k.ops) g.comms[u].insert(v.ops[i].comm);
-        int64_t prev = emu_nccl_before(ord.of_rank[r], (*ids)[u].second);
-        auto it = node.find(EmuNcclKernelId(r, (uint64_t)prev));
-        if (prev >= 0 && it != node.end())
-            g.out[u].push_back({it->second, "rank " + std::to_string(r) + " issued " +
-                                                emu_nccl_describe_kernel(v, v.kernels.at(it->first)) + " before " +
-                                                emu_nccl_describe_kernel(v, k), ""});
+    std::map<EmuNcclKernelId, int> node = emu_nccl_nodes(v, &g, [](const EmuNcclKernelView &k) { return k.done; });
+    for (size_t u = 0; u < g.ids.size(); u++) {
+        const EmuNcclKernelView &k = v.kernels.at(g.ids[u]);
+        int r = g.ids[u].first;
+        auto it = node.find(EmuNcclKernelId(r, (uint64_t)emu_nccl_before(ord.of_rank[r], g.ids[u].second)));
+        if (it != node.end()) g.out[u].push_back({it->second, EMU_PREV, -1, r});
         for (int i : k.ops)
             for (int p : emu_nccl_partners(v, v.ops[i])) {
                 bool issued;
                 int m = emu_nccl_partner_op(v, v.ops[i], p, &issued);
                 if (m < 0) continue;
-                int64_t before = emu_nccl_before(ord.of_rank[p], v.ops[m].kernel);
-                auto at = node.find(EmuNcclKernelId(p, (uint64_t)before));
-                if (before >= 0 && at != node.end())
-                    g.out[u].push_back({at->second, "rank " + std::to_string(p) + " issued " +
-                                                        emu_nccl_describe_kernel(v, v.kernels.at(at->first)) +
-                                                        " before its " + emu_nccl_describe(v, v.ops[m]), ""});
+                auto at = node.find(EmuNcclKernelId(p, (uint64_t)emu_nccl_before(ord.of_rank[p], v.ops[m].kernel)));
+                if (at != node.end()) g.out[u].push_back({at->second, EMU_PARTNER, m, p});
             }
     }
     return g;
 }
 
+// An edge's clause: whole, or continuing a clause that ended naming its node ("which ...").
+static std::string emu_nccl_clause(const EmuNcclSnapshot &v, const EmuNcclGraph &g, int from, const EmuNcclEdge &e,
+                                   bool continues) {
+    auto kernel = [&](int node) { return emu_nccl_describe_kernel(v, v.kernels.at(g.ids[node])); };
+    std::string r = "rank " + std::to_string(g.ids[from].first), p = "rank " + std::to_string(e.rank);
+    if (e.why == EMU_QUEUED)
+        return (continues ? "which" : r + "'s " + kernel(from)) + " is queued on its stream behind " + r + "'s " + kernel(e.to);
+    if (e.why == EMU_HOST) return (continues ? "while " : "") + r + "'s host thread waits for its " + kernel(e.to);
+    if (e.why == EMU_PREV) return r + " issued " + kernel(e.to) + " before " + kernel(from);
+    const EmuNcclOpView &o = v.ops[e.op];
+    if (e.why == EMU_PARTNER) return p + " issued " + kernel(e.to) + " before its " + emu_nccl_describe(v, o);
+    const char *call = emu_nccl_call_names[o.kind == EMU_SEND ? EMU_RECV : o.kind == EMU_RECV ? EMU_SEND : o.kind];
+    bool alone = v.kernels.at(g.ids[from]).ops.size() == 1;
+    return (continues && alone ? "which" : r + "'s " + emu_nccl_describe(v, o)) +
+           (e.why == EMU_WAITS ? " waits for " + p + "'s matching " + call : " waits for " + p + " to issue its matching " + call);
+}
+
 // The cycle's clauses in order, each after the first continuing the one before where it can.
-static std::string emu_nccl_cycle_text(const EmuNcclGraph &g, const std::vector<std::pair<int, int>> &cycle) {
+static std::string emu_nccl_cycle_text(const EmuNcclSnapshot &v, const EmuNcclGraph &g,
+                                       const std::vector<std::pair<int, int>> &cycle) {
     std::string text;
     for (size_t i = 0; i < cycle.size(); i++) {
         const EmuNcclEdge &e = g.out[cycle[i].first][cycle[i].second];
-        text += i == 0 ? e.why : e.then.empty() ? "; " + e.why : ", " + e.then;
+        bool continues = i > 0 && e.why != EMU_PREV && e.why != EMU_PARTNER;
+        text += (i == 0 ? "" : continues ? ", " : "; ") + emu_nccl_clause(v, g, cycle[i].first, e, continues);
     }
     return text;
 }
@@ -545,16 +552,13 @@ struct EmuNcclWatch {
 // Deadlock: a cycle in the wait graph, unchanged (and its ranks' records too)
 // over three looks in a row.
 static void emu_nccl_watch_deadlock(EmuNcclShared *sh, EmuNcclWatch *w, const EmuNcclSnapshot &v) {
-    std::vector<EmuNcclKernelId> ids;
-    EmuNcclGraph g = emu_nccl_wait_graph(v, &ids);
+    EmuNcclGraph g = emu_nccl_wait_graph(v);
     std::vector<std::pair<int, int>> cycle = emu_nccl_find_cycle(g);
     std::vector<EmuNcclKernelId> nodes;
     std::vector<uint64_t> versions;
     for (auto &c : cycle) {
-        bool host = c.first >= (int)ids.size();
-        int r = host ? c.first - (int)ids.size() : ids[c.first].first;
-        nodes.push_back(host ? EmuNcclKernelId(r, UINT64_MAX) : ids[c.first]);
-        versions.push_back(v.versions[r]);
+        nodes.push_back(g.ids[c.first]);
+        versions.push_back(v.versions[g.ids[c.first].first]);
     }
     if (cycle.empty() || nodes != w->cycle || versions != w->versions) {
         w->cycle = nodes;
@@ -563,7 +567,7 @@ static void emu_nccl_watch_deadlock(EmuNcclShared *sh, EmuNcclWatch *w, const Em
         return;
     }
     if (++w->seen >= 3)
-        emu_nccl_report("deadlock, found by the emulator's watchdog: " + emu_nccl_cycle_text(g, cycle) +
+        emu_nccl_report("deadlock, found by the emulator's watchdog: " + emu_nccl_cycle_text(v, g, cycle) +
                         " (NCCL: point-to-point calls block until their partners are reached; calls that must "
                         "progress together belong in one ncclGroupStart/ncclGroupEnd; NCCL_BUFFSIZE=" +
                         std::to_string(sh->buffsize) + ")");
@@ -571,15 +575,14 @@ static void emu_nccl_watch_deadlock(EmuNcclShared *sh, EmuNcclWatch *w, const Em
 
 // Order: a cycle through two or more communicators in the order graph.
 static void emu_nccl_watch_order(const EmuNcclSnapshot &v) {
-    std::vector<EmuNcclKernelId> ids;
-    EmuNcclGraph order = emu_nccl_order_graph(v, &ids);
-    std::vector<std::pair<int, int>> loop = emu_nccl_find_cycle(order);
+    EmuNcclGraph g = emu_nccl_order_graph(v);
+    std::vector<std::pair<int, int>> loop = emu_nccl_find_cycle(g);
     std::set<uint64_t> comms;
-    for (auto &c : loop) comms.insert(order.comms[c.first].begin(), order.comms[c.first].end());
+    for (auto &c : loop) comms.insert(g.comms[c.first].begin(), g.comms[c.first].end());
     if (comms.size() >= 2)
         emu_nccl_report("operations on " + std::to_string(comms.size()) + " communicators issued in different orders "
                         "by their ranks (NCCL requires one order across ranks: its kernels may run one at a time, "
-                        "and then these wait for each other forever): " + emu_nccl_cycle_text(order, loop));
+                        "and then these wait for each other forever): " + emu_nccl_cycle_text(v, g, loop));
 }
 
 // One look at every rank's records (world rank 0's engine thread, twice a

@@ -139,7 +139,7 @@ static inline ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUn
             c->mpi = MPI_COMM_NULL;
         } else if (emu_nccl_engine->shared) {
             pthread_mutex_lock(&emu_nccl_engine->mutex);
-            c->info = emu_nccl_comm_info(emu_nccl_engine->shared, c->id, c->number, rank, c->world);
+            c->info = emu_nccl_comm_info(emu_nccl_engine->shared, c->id, c->number, c->world);
             pthread_mutex_unlock(&emu_nccl_engine->mutex);
         }
     } else if (nranks > 1) {
