@@ -363,8 +363,13 @@ static void nccl_check_async_errors(Comm *c) {
         if (!ng || !ng->owner || !ng->nccl || ncclCommGetAsyncError(ng->nccl, &async) != ncclSuccess ||
             async == ncclSuccess)
             continue;
+        char groups[64] = "";  // the groups that share the communicator
+        for (int j = 0; j < COMM_NUM_GROUPS; j++)
+            if (((NcclGroup *)comm_nccl_groups[j].impl)->nccl == ng->nccl)
+                snprintf(groups + strlen(groups), sizeof(groups) - strlen(groups), "%s%s", groups[0] ? "/" : "",
+                         COMM_GROUP_NAMES[j]);
         fprintf(stderr, "error: rank %d: NCCL on the %s group failed: %s; aborting every communicator and the job\n",
-                c->rank, COMM_GROUP_NAMES[k], ncclGetErrorString(async));
+                c->rank, groups, ncclGetErrorString(async));
         nccl_abort(c, 3);
     }
 }

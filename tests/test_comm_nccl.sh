@@ -105,7 +105,7 @@ if [ "$ngpu" -ge 1 ]; then
             reported emulator_reports_cross_send "deadlock, found by the emulator's watchdog: .*rank [01]'s ncclSend.*rank [01]'s ncclSend" "${emu[@]}" cross-send
             reported emulator_reports_send_wait "deadlock, found by the emulator's watchdog: .*host thread waits" "${emu[@]}" send-wait
             reported emulator_reports_order_across_communicators "communicators issued in different orders by their ranks.*rank [01] issued ncclAllReduce.*rank [01] issued ncclAllReduce" "${emu[@]}" order
-            EMU_NCCL_FAULT=async-error:1 reported async_error_aborts_every_communicator "error: rank 1: NCCL on the [a-z]* group failed: unhandled system error; aborting every communicator" mpirun --allow-run-as-root --oversubscribe -x EMU_NCCL_FAULT -np 2 "$bin"
+            EMU_NCCL_FAULT=async-error:1 reported async_error_aborts_every_communicator "error: rank 1: NCCL on the [a-z/]* group failed: unhandled system error; aborting every communicator" mpirun --allow-run-as-root --oversubscribe -x EMU_NCCL_FAULT -np 2 "$bin"
         fi
     else
         echo "SKIP: device_comm_backends_np2 (built without MPI or no mpirun)"
