@@ -193,16 +193,16 @@ TEST_BINS += $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_CXX_SRCS))
 # (nvcc's __CUDA_ARCH_LIST__ for CUDA_ARCHS: the emulated device code stands for those architectures)
 CXXFLAGS = $(filter-out -std=c11,$(CFLAGS)) -std=c++17 -pthread -fno-strict-aliasing -Wno-unknown-pragmas \
            -D__CUDA_ARCH_LIST__=$(CUDA_ARCH_LIST)
-# The GPU trainer, its model test, the device communication test and the
-# emulated libraries' own test (tests/test_gpu_libs.cu) compiled
-# for tests/cuda_emulator.h (every kernel, cuBLASLt call, stream and copy run
+# The GPU trainer, its model test, the device communication test, the NCCL
+# emulation's own test and the emulated libraries' own test (tests/test_gpu_libs.cu)
+# compiled for tests/cuda_emulator.h (every kernel, cuBLASLt call, stream and copy run
 # on the CPU; NCCL emulated over MPI by tests/emu_include/nccl.h; cuDNN's
 # backend API by tests/emu_include/cudnn.h, which runs the attention graphs
 # node by node; MPI when the build has it): CI runs the GPU code paths end to end.
 # The dev/cuda kernel checkers too (build/emu/dev_<family>): their validation
 # at small shapes, no benchmarks (they need a GPU).
-EMU_BINS := $(BUILD)/emu/train_gptcu $(BUILD)/emu/test_gpt_cu $(BUILD)/emu/test_comm_nccl $(BUILD)/emu/profile_step_gpu \
-            $(BUILD)/emu/test_gpu_libs
+EMU_BINS := $(BUILD)/emu/train_gptcu $(BUILD)/emu/test_gpt_cu $(BUILD)/emu/test_comm_nccl $(BUILD)/emu/test_nccl_emulator \
+            $(BUILD)/emu/profile_step_gpu $(BUILD)/emu/test_gpu_libs
 DEV_EMU_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/emu/dev_%,$(wildcard dev/cuda/*.cu))
 EMU_BINS += $(DEV_EMU_BINS)
 EMU_FLAGS := -x c++ -include tests/cuda_emulator.h -Itests/emu_include -DLLMC_NCCL -DLLMC_CUDNN
@@ -274,6 +274,7 @@ $(BUILD)/emu/train_gptcu: train_gpt.cu
 $(BUILD)/emu/test_gpt_cu: tests/test_gpt.cu
 $(BUILD)/emu/test_comm_nccl: tests/test_comm_nccl.cu
 $(BUILD)/emu/test_gpu_libs: tests/test_gpu_libs.cu
+$(BUILD)/emu/test_nccl_emulator: tests/test_nccl_emulator.cu
 $(BUILD)/emu/profile_step_gpu: dev/perf/profile_step_gpu.cu
 $(DEV_EMU_BINS): $(BUILD)/emu/dev_%: dev/cuda/%.cu
 $(EMU_BINS): $(FLAGS_STAMP)

@@ -353,6 +353,7 @@ int main(int argc, char **argv) {
 #ifdef LLMC_NCCL
     comm_nccl_free();
 #endif
+    comm_staged_free();
     comm_finalize(&comm);
     return 0;
 }

@@ -13,7 +13,9 @@
 //
 // Backends (CommBackend): MPI on host buffers (here), NCCL on device buffers
 // (comm_nccl.cuh, its unique id shared over MPI), MPI on device buffers
-// staged through host memory (comm_staged.cuh). A group carries its backend,
+// staged through host memory (comm_staged.cuh). Operations that must progress
+// together (a pipeline's sends and receives) go in one batch
+// (comm_batch_begin/end: NCCL's group calls). A group carries its backend,
 // so the model code only sees groups and requests; streams and progress
 // belong to the backend. MPI progress: Open MPI moves nonblocking
 // collectives forward only inside MPI calls, so while any is in flight a
@@ -105,6 +107,10 @@ struct CommBackend {
     // device backends that can: the device stream (a cudaStream_t) waits for r
     // without blocking the host; NULL: comm_stream_wait completes r on the host
     void (*stream_wait)(const CommRequest *r, void *stream);
+    // a batch (comm_batch_begin/end): NCCL's group calls; NULL where every
+    // nonblocking operation already progresses on its own (MPI)
+    void (*batch_begin)(void);
+    void (*batch_end)(void);
 };
 
 struct Comm {
@@ -161,7 +167,7 @@ static int self_test(CommRequest *r) { (void)r; return 1; }
 static void self_abort(Comm *c, int code) { (void)c; exit(code); }
 
 static const CommBackend COMM_SELF = {"self", self_all_reduce, self_reduce_scatter, self_all_gather, self_broadcast,
-                                      self_send, self_p2p, self_barrier, self_test, self_abort, NULL};
+                                      self_send, self_p2p, self_barrier, self_test, self_abort, NULL, NULL, NULL};
 
 // ---------------------------------------------------------------------------
 // MPI backend: host buffers, MPI-3 nonblocking calls
@@ -285,7 +291,7 @@ static void mpi_abort(Comm *c, int code) {
 }
 
 static const CommBackend COMM_MPI = {"mpi", mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_broadcast,
-                                     mpi_send, mpi_recv, mpi_barrier, mpi_test, mpi_abort, NULL};
+                                     mpi_send, mpi_recv, mpi_barrier, mpi_test, mpi_abort, NULL, NULL, NULL};
 #endif  // LLMC_MPI
 
 // ---------------------------------------------------------------------------
@@ -410,6 +416,21 @@ static inline CommRequest comm_barrier_start(CommGroup *g) {
     CommRequest r = comm_request(g, "barrier", 0);
     g->be->barrier(g, &r);
     return r;
+}
+
+// A batch: the operations started between comm_batch_begin(g) and
+// comm_batch_end(g) on groups of g's backend progress together, so calls that
+// wait for each other's partners (a send to a rank and a receive from it, when
+// the rank does the same) do not deadlock: NCCL's ncclGroupStart/ncclGroupEnd
+// (its point-to-point calls block until matched, and calls outside a group
+// run one after another on their stream); nothing for MPI, whose nonblocking
+// calls each progress on their own. A request started in a batch may be
+// waited for (comm_wait, comm_test, comm_stream_wait) only after comm_batch_end.
+static inline void comm_batch_begin(CommGroup *g) {
+    if (g->be->batch_begin) g->be->batch_begin();
+}
+static inline void comm_batch_end(CommGroup *g) {
+    if (g->be->batch_end) g->be->batch_end();
 }
 
 // blocking forms

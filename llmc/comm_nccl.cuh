@@ -12,15 +12,28 @@
 // Streams: an operation first makes its communication stream wait for the
 // compute stream (comm_nccl_set_compute_stream: everything queued there before
 // the call is in the buffer), then runs on the communication stream and
-// records an event. comm_wait polls that event against --comm-timeout (on
-// expiry: every NCCL communicator is aborted, then MPI_Abort);
+// records an event. comm_wait polls that event against --comm-timeout;
 // comm_stream_wait makes a stream wait for it without blocking the host.
+// A batch (comm_batch_begin/end) is one ncclGroupStart/ncclGroupEnd: NCCL
+// queues its calls on the streams only at ncclGroupEnd, so the batch's events
+// are recorded after it (an event recorded inside the group would not cover
+// the calls).
+// Order across communicators: NCCL wants every rank to issue its operations
+// on communicators that share ranks in one order (docs/distributed.md, "The
+// order of NCCL operations"): the trainer issues them from one thread, in the
+// order of its step, which is the same on every rank.
 // Watchdog: a stream that waits for a collective on the device can hold the
 // host in a synchronisation on that stream (a loss read back, the gradient
 // norm) before any comm_wait sees the deadline, and a collective a dead or
 // hung rank never joins never completes. So a host thread (with
 // --comm-timeout > 0) keeps every operation in flight with its start time and
-// ends the job, with comm_wait's message, when one outlives the timeout.
+// ends the job, with comm_wait's message, when one outlives the timeout; it
+// also asks every communicator for an asynchronous error (a failed network
+// connection: NCCL's kernels then wait forever).
+// Ending on an error (a timeout, an asynchronous error): every communicator is
+// aborted (ncclCommAbort, NCCL's way: its kernels stop waiting for peers, so
+// the CUDA runtime's teardown does not wait for them), then MPI_Abort or _exit;
+// never exit(), whose teardown would wait.
 //
 // Uneven reduce-scatter / all-gather counts (padded ZeRO shards need none,
 // but a range of the flat buffer does) become grouped ncclReduce /
@@ -70,6 +83,7 @@ typedef struct {
 static NcclWatchdog nccl_watchdog = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, pthread_t(), 0, 0, 0, NULL};
 
 static void nccl_abort(Comm *c, int code);
+static void nccl_check_async_errors(Comm *c);
 
 static void *nccl_watchdog_main(void *arg) {
     NcclWatchdog *w = (NcclWatchdog *)arg;
@@ -91,11 +105,12 @@ static void *nccl_watchdog_main(void *arg) {
             nccl_abort(w->comm, 3);  // does not return
         }
         (void)cudaGetLastError();  // "not ready" is this thread's last error now
+        if (w->num > 0) nccl_check_async_errors(w->comm);
         pthread_mutex_unlock(&w->mutex);
     }
 }
 
-static void nccl_watchdog_add(const CommRequest *r, cudaEvent_t done) {
+static void nccl_watchdog_add(const NcclInFlight *f) {
     NcclWatchdog *w = &nccl_watchdog;
     if (!w->running) return;
     pthread_mutex_lock(&w->mutex);
@@ -104,8 +119,8 @@ static void nccl_watchdog_add(const CommRequest *r, cudaEvent_t done) {
         w->ops = (NcclInFlight *)realloc(w->ops, sizeof(NcclInFlight) * (size_t)w->cap);
         CHECK(w->ops != NULL, "out of memory");
     }
-    NcclInFlight f = {done, r->op, r->bytes, r->group, wall_seconds()};
-    w->ops[w->num++] = f;
+    w->ops[w->num] = *f;
+    w->ops[w->num++].start = wall_seconds();
     pthread_mutex_unlock(&w->mutex);
 }
 
@@ -158,12 +173,50 @@ static inline NcclGroup *nccl_begin(CommGroup *g) {
     return ng;
 }
 
+// The operations of the open batch whose events wait for its end, and its depth.
+typedef struct {
+    NcclInFlight op;
+    cudaStream_t stream;
+} NcclBatched;
+static NcclBatched *nccl_batched;
+static int nccl_num_batched, nccl_cap_batched, nccl_batch_depth;
+
+static inline void nccl_record(const NcclInFlight *f, cudaStream_t stream) {
+    CUDA_CHECK(cudaEventRecord(f->done, stream));
+    nccl_watchdog_add(f);
+}
+
+// r's event, recorded on the communication stream after the call (in a batch: after the batch).
 static inline void nccl_end(NcclGroup *ng, CommRequest *r) {
     cudaEvent_t done;
     CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventRecord(done, ng->stream));
     r->impl = (void *)done;
-    nccl_watchdog_add(r, done);
+    NcclInFlight f = {done, r->op, r->bytes, r->group, 0.0};
+    if (nccl_batch_depth == 0) {
+        nccl_record(&f, ng->stream);
+        return;
+    }
+    if (nccl_num_batched == nccl_cap_batched) {
+        nccl_cap_batched = nccl_cap_batched ? 2 * nccl_cap_batched : 16;
+        nccl_batched = (NcclBatched *)realloc(nccl_batched, sizeof(NcclBatched) * (size_t)nccl_cap_batched);
+        CHECK(nccl_batched != NULL, "out of memory");
+    }
+    NcclBatched *b = &nccl_batched[nccl_num_batched++];
+    b->op = f;
+    b->stream = ng->stream;
+}
+
+static void nccl_batch_begin(void) {
+    NCCL_CHECK(ncclGroupStart());
+    nccl_batch_depth++;
+}
+
+// NCCL queues the group's calls now; then their events.
+static void nccl_batch_end(void) {
+    NCCL_CHECK(ncclGroupEnd());
+    if (--nccl_batch_depth > 0) return;
+    for (int i = 0; i < nccl_num_batched; i++) nccl_record(&nccl_batched[i].op, nccl_batched[i].stream);
+    nccl_num_batched = 0;
 }
 
 static inline int nccl_all_equal(const size_t *counts, int n) {
@@ -258,16 +311,14 @@ static void nccl_barrier(CommGroup *g, CommRequest *r) {
 }
 
 static int nccl_test(CommRequest *r) {
+    CHECK(nccl_batch_depth == 0, "NCCL %s waited for inside its batch (its event is recorded at comm_batch_end)", r->op);
     cudaEvent_t done = (cudaEvent_t)r->impl;
     cudaError_t st = cudaEventQuery(done);
     if (st == cudaErrorNotReady) {
         // the runtime also records "not ready" as the thread's last error; clear it, or the next
         // CUDA_CHECK_LAUNCH (cudaGetLastError) would report it as a failed kernel launch
         (void)cudaGetLastError();
-        ncclComm_t nccl = ((NcclGroup *)r->group->impl)->nccl;
-        ncclResult_t async = ncclSuccess;
-        if (nccl) NCCL_CHECK(ncclCommGetAsyncError(nccl, &async));
-        if (async != ncclSuccess) DIE("NCCL %s failed: %s", r->op, ncclGetErrorString(async));
+        nccl_check_async_errors(r->group->comm);
         return 0;
     }
     CUDA_CHECK(st);
@@ -280,13 +331,21 @@ static int nccl_test(CommRequest *r) {
 // Device groups live in one table per process (they are few and last the run).
 static CommGroup comm_nccl_groups[COMM_NUM_GROUPS];
 
-// Ends every rank of the job at once: MPI_Abort (the launcher ends the other
-// ranks) or, alone, _exit. Neither ncclCommAbort nor exit(): NCCL's tear-down
-// may wait on peers that are gone, and the CUDA runtime's on a kernel that
-// waits for them; the driver frees the GPU with the process either way.
+// Ends every rank of the job at once, NCCL's way ("Error handling and
+// communicator abort", docs.nvidia.com/deeplearning/nccl/user-guide/docs/
+// usage/communicators.html): ncclCommAbort on every communicator, so that no
+// NCCL kernel still waits for a peer, then MPI_Abort (the launcher ends the
+// other ranks) or, alone, _exit. Not exit(): the CUDA runtime's teardown would
+// wait for a kernel that waits for peers that are gone. An abort that itself
+// hangs ends the process 30 s later (SIGALRM).
 static void nccl_abort(Comm *c, int code) {
     fflush(stdout);
     fflush(stderr);
+    alarm(30);
+    for (int k = 0; k < COMM_NUM_GROUPS; k++) {
+        NcclGroup *ng = (NcclGroup *)comm_nccl_groups[k].impl;
+        if (ng && ng->owner && ng->nccl) (void)ncclCommAbort(ng->nccl);
+    }
 #ifdef LLMC_MPI
     if (c->mpi_initialized) MPI_Abort(MPI_COMM_WORLD, code);
 #else
@@ -295,13 +354,35 @@ static void nccl_abort(Comm *c, int code) {
     _exit(code);
 }
 
+// An asynchronous error on any communicator (NCCL's kernels then wait
+// forever): one line, and the job ends (nccl_abort).
+static void nccl_check_async_errors(Comm *c) {
+    for (int k = 0; k < COMM_NUM_GROUPS; k++) {
+        NcclGroup *ng = (NcclGroup *)comm_nccl_groups[k].impl;
+        ncclResult_t async = ncclSuccess;
+        if (!ng || !ng->owner || !ng->nccl || ncclCommGetAsyncError(ng->nccl, &async) != ncclSuccess ||
+            async == ncclSuccess)
+            continue;
+        char groups[64] = "";  // the groups that share the communicator
+        for (int j = 0; j < COMM_NUM_GROUPS; j++)
+            if (((NcclGroup *)comm_nccl_groups[j].impl)->nccl == ng->nccl)
+                snprintf(groups + strlen(groups), sizeof(groups) - strlen(groups), "%s%s", groups[0] ? "/" : "",
+                         COMM_GROUP_NAMES[j]);
+        fprintf(stderr, "error: rank %d: NCCL on the %s group failed: %s; aborting every communicator and the job\n",
+                c->rank, groups, ncclGetErrorString(async));
+        nccl_abort(c, 3);
+    }
+}
+
 // The stream waits for the request's event (the request itself stays active).
 static void nccl_stream_wait(const CommRequest *r, void *stream) {
+    CHECK(nccl_batch_depth == 0, "NCCL %s waited for inside its batch (its event is recorded at comm_batch_end)", r->op);
     if (r->impl) CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)r->impl, 0));
 }
 
 static const CommBackend COMM_NCCL = {"nccl", nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_broadcast,
-                                      nccl_send, nccl_recv, nccl_barrier, nccl_test, nccl_abort, nccl_stream_wait};
+                                      nccl_send, nccl_recv, nccl_barrier, nccl_test, nccl_abort, nccl_stream_wait,
+                                      nccl_batch_begin, nccl_batch_end};
 
 // The earlier group of the same ranks in the same order as group k, or -1.
 static inline int nccl_same_ranks_as(Comm *c, int k) {
@@ -366,6 +447,9 @@ static inline void comm_nccl_set_compute_stream(CommGroup *g, cudaStream_t s) { 
 
 static inline void comm_nccl_free(void) {
     nccl_watchdog_stop();
+    free(nccl_batched);
+    nccl_batched = NULL;
+    nccl_num_batched = nccl_cap_batched = 0;
     for (int k = 0; k < COMM_NUM_GROUPS; k++) {
         NcclGroup *ng = (NcclGroup *)comm_nccl_groups[k].impl;
         if (!ng) continue;

@@ -5,6 +5,10 @@
 // NCCL (two PCIe copies, no overlap of the copies); for machines or debugging
 // without NCCL. Same groups and ranks as the host groups; sums in fp32 and
 // fp64, and bf16 for the operations that only move data (all-gather, ...).
+// The pinned buffers last the run (comm_staged_free frees them): an operation
+// takes a free one large enough and gives it back when it completes, since
+// cudaMallocHost and cudaFreeHost synchronise the whole device. A buffer is
+// reallocated only to grow, while the operations' sizes still do (the first step).
 // A single process without MPI gets the device "self" backend (device copies).
 #ifndef LLMC_COMM_STAGED_CUH
 #define LLMC_COMM_STAGED_CUH
@@ -12,10 +16,57 @@
 #include "comm.h"
 #include "cuda_common.cuh"
 
+// The staging buffers (pinned), each free or lent to one operation in flight.
+typedef struct {
+    void *host;
+    size_t bytes;
+    int lent;
+} StagedBuffer;
+static StagedBuffer *staged_buffers;
+static int staged_num_buffers;
+
+// A free buffer of at least `bytes` (the smallest), else a free one regrown, else a new one.
+static inline int staged_buffer_take(size_t bytes) {
+    int fit = -1, small = -1;
+    for (int i = 0; i < staged_num_buffers; i++) {
+        const StagedBuffer *b = &staged_buffers[i];
+        if (b->lent) continue;
+        if (b->bytes >= bytes && (fit < 0 || b->bytes < staged_buffers[fit].bytes)) fit = i;
+        if (b->bytes < bytes) small = i;
+    }
+    if (fit < 0) {
+        if (small < 0) {
+            staged_buffers = (StagedBuffer *)realloc(staged_buffers, sizeof(StagedBuffer) * (size_t)(staged_num_buffers + 1));
+            CHECK(staged_buffers != NULL, "out of memory");
+            small = staged_num_buffers++;
+            memset(&staged_buffers[small], 0, sizeof(StagedBuffer));
+        }
+        StagedBuffer *b = &staged_buffers[small];
+        CUDA_CHECK(cudaFreeHost(b->host));
+        b->bytes = bytes > 0 ? bytes : 1;
+        CUDA_CHECK(cudaMallocHost(&b->host, b->bytes));
+        fit = small;
+    }
+    staged_buffers[fit].lent = 1;
+    return fit;
+}
+
+// Frees the staging buffers (at the end of the run; no operation in flight).
+static inline void comm_staged_free(void) {
+    for (int i = 0; i < staged_num_buffers; i++) {
+        CHECK(!staged_buffers[i].lent, "staging buffer freed while an operation uses it");
+        CUDA_CHECK(cudaFreeHost(staged_buffers[i].host));
+    }
+    free(staged_buffers);
+    staged_buffers = NULL;
+    staged_num_buffers = 0;
+}
+
 #ifdef LLMC_MPI
 
 typedef struct {
-    void *host;          // pinned staging buffer
+    int buffer;          // the staging buffer lent to it
+    void *host;          // its memory
     void *dev_out;       // where the result goes on completion (NULL: nothing comes back)
     size_t out_offset;   // bytes into host where the result starts
     size_t out_bytes;
@@ -23,7 +74,8 @@ typedef struct {
 
 static inline StagedOp *staged_op(CommRequest *r, size_t host_bytes) {
     StagedOp *op = (StagedOp *)callocCheck(1, sizeof(StagedOp));
-    CUDA_CHECK(cudaMallocHost(&op->host, host_bytes > 0 ? host_bytes : 1));
+    op->buffer = staged_buffer_take(host_bytes);
+    op->host = staged_buffers[op->buffer].host;
     r->impl = op;
     return op;
 }
@@ -97,7 +149,7 @@ static int staged_test(CommRequest *r) {
     if (!op) return 1;  // barrier
     if (op->dev_out && op->out_bytes)
         CUDA_CHECK(cudaMemcpy(op->dev_out, (char *)op->host + op->out_offset, op->out_bytes, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaFreeHost(op->host));
+    staged_buffers[op->buffer].lent = 0;
     free(op);
     r->impl = NULL;
     return 1;
@@ -105,7 +157,7 @@ static int staged_test(CommRequest *r) {
 
 static const CommBackend COMM_STAGED = {"mpi-staged", staged_all_reduce, staged_reduce_scatter, staged_all_gather,
                                         staged_broadcast, staged_send, staged_recv, staged_barrier, staged_test,
-                                        mpi_abort, NULL};
+                                        mpi_abort, NULL, NULL, NULL};
 #endif  // LLMC_MPI
 
 // one process, device buffers: the self backend with device copies
@@ -121,7 +173,7 @@ static void dself_all_gather(CommGroup *g, const void *send, void *recv, const s
 }
 static const CommBackend COMM_DEVICE_SELF = {"device-self", self_all_reduce, dself_reduce_scatter, dself_all_gather,
                                              self_broadcast, self_send, self_p2p, self_barrier, self_test, self_abort,
-                                             NULL};
+                                             NULL, NULL, NULL};
 
 // The GPU this process uses: the local rank's, among the node's devices (set
 // it before any CUDA allocation).

@@ -9,10 +9,12 @@
 // staged MPI backend on the GPU).
 //
 // Communication follows the lists: a group of consecutive SEND/RECV actions is
-// posted together; its sends are waited for at the group (the simulator's
-// blocking sends), its receives by the F or B that reads them. Lists whose
-// receives are fused (pp_schedule_fuse_receives, the GPU trainer's) complete
-// each group as a whole, receives included.
+// posted together, as one batch (comm_batch_begin/end: one NCCL group, so its
+// sends and receives progress together whatever their order); its sends are
+// waited for at the group (the simulator's blocking sends), its receives by
+// the F or B that reads them. Lists whose receives are fused
+// (pp_schedule_fuse_receives, the GPU trainer's) complete each group as a
+// whole, receives included.
 //
 // Activation sets: a pool, one set per (chunk, micro-batch) in flight, taken
 // at its F and given back once its W is done and its gradient sent, so the
@@ -182,7 +184,9 @@ static void pp_run_comm_group(PPRunner *pr, int i, int end) {
     size_t n = (size_t)pr->B * pr->T / (size_t)pr->row_split * pr->C;
     CommRequest reqs[16];
     int sent_b[16];  // the pool entry whose gradient each request sends (-1: none; the pool may move as it grows)
+    int received[16];  // whether each request is a (fused) receive
     int nreq = 0;
+    comm_batch_begin(pr->pipe);
     for (int k = i; k < end; k++) {
         const PPAction *a = &acts[k];
         PPSlot *s = pp_slot(pr, a->chunk, a->mb);
@@ -192,20 +196,25 @@ static void pp_run_comm_group(PPRunner *pr, int i, int end) {
         if (a->op == PP_RECV_F || a->op == PP_RECV_B) {
             CommRequest r = comm_recv_start(pr->pipe, pr->ops.buffer(pr->ops.ctx, s->act, fwd ? PP_BUF_IN : PP_BUF_DOUT),
                                             n, t, a->peer, pp_tag(pr, g, a->mb, !fwd));
-            if (pr->fuse) {  // completed with the group, then read by its consumer's stream
+            if (pr->fuse) {  // completed with the group, and read by its consumer's stream (below)
                 sent_b[nreq] = -1;
+                received[nreq] = 1;
                 reqs[nreq++] = r;
-                if (pr->ops.consume) pr->ops.consume(pr->ops.ctx, &reqs[nreq - 1]);
                 continue;
             }
             *(fwd ? &s->recv_f : &s->recv_b) = r;
             *(fwd ? &s->recv_f_posted : &s->recv_b_posted) = 1;
         } else {
             sent_b[nreq] = fwd ? -1 : (int)(s - pr->pool);
+            received[nreq] = 0;
             reqs[nreq++] = comm_send_start(pr->pipe, pr->ops.buffer(pr->ops.ctx, s->act, fwd ? PP_BUF_OUT : PP_BUF_DIN),
                                            n, t, a->peer, pp_tag(pr, fwd ? g + 1 : g - 1, a->mb, !fwd));
         }
     }
+    comm_batch_end(pr->pipe);
+    if (pr->ops.consume)  // the fused receives' consumer waits for them (a request is ready only after its batch)
+        for (int k = 0; k < nreq; k++)
+            if (received[k]) pr->ops.consume(pr->ops.ctx, &reqs[k]);
     comm_wait_all(reqs, nreq);
     for (int k = 0; k < nreq; k++)
         if (sent_b[k] >= 0) {

@@ -12,11 +12,13 @@
 // Messages go over the device pipeline group: bf16 activations, fp32 gradients.
 // Over NCCL, whose point-to-point calls run in order on one stream and pair
 // by order, the runtime executes the fused lists (pp_schedule.h: each receive
-// in one group with the sends before its consumer); their simulation shows
-// the interleaved schedule's can deadlock, so that pairing is refused. The
-// staged MPI backend runs the lists as the CPU trainer does. A compute that
-// reads a received buffer waits for it on the device. Each action's time is
-// taken after the stream drains (the report's F, B and W times).
+// in one group with the sends before its consumer; each group one NCCL
+// group, pipeline.h's batch, so its sends and receives progress together);
+// their simulation shows the interleaved schedule's can deadlock, so that
+// pairing is refused. The staged MPI backend runs the lists as the CPU trainer
+// does. A compute that reads a received buffer waits for it on the device.
+// Each action's time is taken after the stream drains (the report's F, B and
+// W times).
 #ifndef LLMC_PIPELINE_GPU_CUH
 #define LLMC_PIPELINE_GPU_CUH
 

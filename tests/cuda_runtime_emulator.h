@@ -19,8 +19,11 @@
 // exceptions are kept: cudaMemcpyAsync from pageable host memory takes its
 // source at the call (staged), into pageable host memory it returns once the
 // copy is done. cudaEventQuery on an event not yet reached returns
-// cudaErrorNotReady once and runs the stream up to it (a GPU makes progress
-// while the host polls).
+// cudaErrorNotReady and runs the stream as far as it can without waiting (a
+// GPU makes progress while the host polls): up to the event, or to an NCCL
+// operation still under way (tests/emu_include/nccl.h: its kernels progress
+// on their own, as a GPU's do, and a stream reaches one only when it has
+// completed), so a host that polls an event is never held there.
 //
 // Threads. The thread that started the program drives the emulated device
 // (work runs on it, as described above); another thread (comm_nccl.cuh's
@@ -120,6 +123,10 @@ struct EmuOp {
     EmuStream *wait_on = nullptr;
     uint64_t wait_target = 0;
     bool completion = false;
+    // set for work that waits for something outside the emulated streams (an NCCL
+    // operation under way, tests/emu_include/nccl.h): whether fn would run now
+    // without waiting (fn itself waits when it must)
+    std::function<bool()> ready;
 };
 struct EmuStream {
     std::deque<EmuOp> ops;
@@ -139,23 +146,33 @@ struct EmuEvent {
 typedef EmuEvent *cudaEvent_t;
 static std::vector<std::unique_ptr<EmuStream>> emu_all_streams;  // never freed: events may still name them
 
-static void emu_stream_run(EmuStream *s, uint64_t upto);
+static bool emu_stream_run(EmuStream *s, uint64_t upto, bool wait = true);
 static void emu_run_op(const EmuOp &op) {
     if (op.wait_on) emu_stream_run(op.wait_on, op.wait_target);
     else op.fn();
 }
-// Runs stream s's queue until `upto` operations of it have run.
-static void emu_stream_run(EmuStream *s, uint64_t upto) {
-    if (s->done >= upto) return;
+// Whether op can run now without waiting for anything outside the emulated
+// streams (what a stream waits for is run as far as it can be, without waiting).
+static bool emu_op_ready(const EmuOp &op) {
+    if (op.wait_on) return emu_stream_run(op.wait_on, op.wait_target, false);
+    return !op.ready || op.ready();
+}
+// Runs stream s's queue until `upto` operations of it have run; with wait
+// false, it stops before work that would wait for something outside the
+// emulated streams (an NCCL operation under way). Returns whether s got there.
+static bool emu_stream_run(EmuStream *s, uint64_t upto, bool wait) {
+    if (s->done >= upto) return true;
     if (s->running) emu_fail("streams wait for each other in a cycle");
     s->running = true;
     while (s->done < upto) {
+        if (!wait && !emu_op_ready(s->ops.front())) break;
         EmuOp op = std::move(s->ops.front());
         s->ops.pop_front();
         emu_run_op(op);
         s->done++;
     }
     s->running = false;
+    return s->done >= upto;
 }
 static void emu_stream_drain(EmuStream *s) { emu_stream_run(s, s->queued); }
 // What the legacy default stream waits for: every blocking stream's work.
@@ -166,8 +183,12 @@ static void emu_sync_blocking_streams() {
 static void emu_sync_all_streams() {
     for (auto &s : emu_all_streams) emu_stream_drain(s.get());
 }
+// Work the host thread has queued (tests/nccl_emu_engine.h: a host that polls
+// an NCCL operation twice with nothing queued in between is waiting for it).
+static uint64_t emu_host_activity;
 // Queues op on s; on the legacy default stream it runs now, after every blocking stream's work.
 static void emu_enqueue_op(cudaStream_t s, EmuOp op) {
+    emu_host_activity++;
     if (!s) {
         emu_sync_blocking_streams();
         emu_run_op(op);
@@ -177,7 +198,7 @@ static void emu_enqueue_op(cudaStream_t s, EmuOp op) {
     s->queued++;
 }
 static void emu_enqueue(cudaStream_t s, std::function<void()> fn, bool completion = false) {
-    emu_enqueue_op(s, EmuOp{std::move(fn), nullptr, 0, completion});
+    emu_enqueue_op(s, EmuOp{std::move(fn), nullptr, 0, completion, nullptr});
 }
 // Makes everything queued on s before now that a new operation's start needs
 // have run: the other streams' work s waits for, then s's own work, unless
@@ -254,7 +275,7 @@ static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullpt
         *e->time = emu_clock_seconds();
     } else {
         std::shared_ptr<double> t = e->time;
-        emu_enqueue_op(s, EmuOp{[t] { *t = emu_clock_seconds(); }, nullptr, 0, true});
+        emu_enqueue_op(s, EmuOp{[t] { *t = emu_clock_seconds(); }, nullptr, 0, true, nullptr});
     }
     e->stream = s;
     e->target = s ? s->queued : 0;
@@ -268,7 +289,7 @@ static inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
 static const std::thread::id emu_device_thread = std::this_thread::get_id();  // (static init: the main thread)
 static inline cudaError_t cudaEventQuery(cudaEvent_t e) {
     if (emu_event_done(e)) return cudaSuccess;
-    if (std::this_thread::get_id() == emu_device_thread) emu_stream_run(e->stream, e->target);
+    if (std::this_thread::get_id() == emu_device_thread) emu_stream_run(e->stream, e->target, false);
     return cudaErrorNotReady;
 }
 // The interval between when the streams reached the two events.
@@ -279,7 +300,7 @@ static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEve
 }
 // s waits (on the device) for the work before e's last record.
 static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0) {
-    if (e->stream) emu_enqueue_op(s, EmuOp{nullptr, e->stream, e->target, false});  // (else complete)
+    if (e->stream) emu_enqueue_op(s, EmuOp{nullptr, e->stream, e->target, false, nullptr});  // (else complete)
     return cudaSuccess;
 }
 
@@ -307,7 +328,9 @@ static inline cudaError_t cudaMalloc(void **p, size_t bytes) {
 static inline cudaError_t cudaFree(void *p) {
     return emu_free(emu_device_allocs, p, "cudaFree of a pointer cudaMalloc did not return");
 }
+static uint64_t emu_pinned_allocations;  // cudaMallocHost calls (tests/test_comm_nccl.cu counts the staged backend's)
 static inline cudaError_t cudaMallocHost(void **p, size_t bytes) {
+    emu_pinned_allocations++;
     *p = emu_alloc(emu_pinned_allocs, bytes);
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }

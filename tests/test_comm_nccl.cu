@@ -157,7 +157,30 @@ int main(int argc, char **argv) {
     if (comm.world <= ndev) check_nccl_groups(&comm);
     else if (comm.rank == 0)
         test_skip("nccl backend on %d ranks (%d GPU%s: NCCL needs a GPU per rank)", comm.world, ndev, ndev > 1 ? "s" : "");
-    check_backend(&comm_staged_init(&comm)[COMM_DATA]);
+    CommGroup *staged = &comm_staged_init(&comm)[COMM_DATA];
+    check_backend(staged);
+#ifdef LLMC_CUDA_EMULATION
+    // the staged backend's pinned buffers last the run: operations like those it has done allocate none
+    float *d = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&d, sizeof(float) * 2 * 4099));
+    CUDA_CHECK(cudaMemset(d, 0, sizeof(float) * 2 * 4099));
+    std::vector<size_t> counts(staged->size);
+    comm_even_counts(4099, staged->size, counts.data());
+    double before = 0, again = 0;
+    for (int rep = 0; rep < 3; rep++) {  // (two in flight at once: the first time may add a buffer)
+        if (rep == 1) before = (double)emu_pinned_allocations;
+        CommRequest q[2] = {comm_all_reduce_start(staged, d, 4099, COMM_F32),
+                            comm_all_gather_start(staged, NULL, d + 4099, counts.data(), COMM_F32)};
+        comm_wait_all(q, 2);
+    }
+    CUDA_CHECK(cudaFree(d));
+    again = (double)emu_pinned_allocations - before;
+    comm_all_reduce(comm_group(&comm, COMM_WORLD), &again, 1, COMM_F64);
+    if (comm.rank == 0)
+        test_result(again == 0, "%s_pinned_buffers_kept (%.0f cudaMallocHost calls over the ranks for operations done "
+                    "before)", staged->be->name, again);
+#endif
+    comm_staged_free();
     comm_finalize(&comm);
     return test_exit_code();
 }

@@ -11,7 +11,14 @@
 # build/emu/test_comm_nccl instead (tests/cuda_emulator.h, NCCL emulated over
 # MPI by tests/emu_include/nccl.h, 8 emulated devices), on one process and on
 # 2 and 4 ranks, and on 4 ranks as 2-way tensor x 2-way data parallel (--tp 2),
-# where it also counts the NCCL communicators (one per distinct set of ranks).
+# where it also counts the NCCL communicators (one per distinct set of ranks);
+# then the emulation's own strictness on 2 ranks (build/emu/test_nccl_emulator,
+# NCCL_BUFFSIZE=4096: what NCCL allows completes, and the emulator reports
+# each planted mistake in one line before the timeout: an ungrouped
+# cross-send, the same with each rank waiting for its send, two communicators
+# used in different orders), and an asynchronous NCCL error planted on rank 1
+# (EMU_NCCL_FAULT), which the backend must end by aborting its communicators
+# (not exit(), whose CUDA teardown would wait for the failed kernel).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -72,6 +79,22 @@ run() {  # $1 name; the command after it. Its output, and a FAIL when it ends ba
             echo "FAIL: device_comm_backends_$name (exit $rc$([ $rc -eq 124 ] && echo ', timed out after 180 s'))"
     fi
 }
+# $1 name, $2 the line (a regex) a failing run must print, before the timeout and without the
+# emulator's complaint about exit() (the command after them)
+reported() {
+    local name=$1 want=$2 rc
+    shift 2
+    timeout 120 "$@" >"$out" 2>&1
+    rc=$?
+    local line
+    line=$(grep -a -m1 -E "$want" "$out")
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -n "$line" ] && ! grep -aq 'called exit() while' "$out"; then
+        echo "PASS: emulated_nccl_$name (${line:0:300}...)"
+    else
+        status=1
+        echo "FAIL: emulated_nccl_$name (exit $rc: $(grep -a -m2 'error' "$out" | cut -c1-400 | tr '\n' ' '))"
+    fi
+}
 run one_process "$bin"
 if [ "$ngpu" -ge 1 ]; then
     if [ "${HAVE_MPI:-}" = yes ] && command -v mpirun >/dev/null 2>&1; then
@@ -80,6 +103,12 @@ if [ "$ngpu" -ge 1 ]; then
             run np4 mpirun --allow-run-as-root --oversubscribe -np 4 "$bin"
             # 2-way tensor x 2-way data parallel: world, data and tensor groups of different ranks
             run np4_tp2 mpirun --allow-run-as-root --oversubscribe -np 4 "$bin" --tp 2
+            emu=(mpirun --allow-run-as-root --oversubscribe -x NCCL_BUFFSIZE=4096 -np 2 "$BUILD/emu/test_nccl_emulator")
+            run emulator_allows "${emu[@]}"
+            reported emulator_reports_cross_send "deadlock, found by the emulator's watchdog: .*rank [01]'s ncclSend.*rank [01]'s ncclSend" "${emu[@]}" cross-send
+            reported emulator_reports_send_wait "deadlock, found by the emulator's watchdog: .*host thread waits" "${emu[@]}" send-wait
+            reported emulator_reports_order_across_communicators "communicators issued in different orders by their ranks.*rank [01] issued ncclAllReduce.*rank [01] issued ncclAllReduce" "${emu[@]}" order
+            EMU_NCCL_FAULT=async-error:1 reported async_error_aborts_every_communicator "error: rank 1: NCCL on the [a-z/]* group failed: unhandled system error; aborting every communicator" mpirun --allow-run-as-root --oversubscribe -x EMU_NCCL_FAULT -np 2 "$bin"
         fi
     else
         echo "SKIP: device_comm_backends_np2 (built without MPI or no mpirun)"

@@ -2,9 +2,14 @@
 # test_pipeline_gpu.sh: pipeline parallel on the GPU trainer (llmc/pipeline_gpu.cuh
 # over llmc/pipeline.h's runtime) under mpirun, against the single-process run
 # of the same global batch (4 micro-batches a step): pp 2 with 1f1b over the
-# staged MPI backend, zb1p over NCCL (its fused lists), interleaved over 2
-# chunks over MPI, and data 2 x pipeline 2 at ZeRO-1 and (zb1p) ZeRO-3 over
-# NCCL: the losses, gradient norms and final weights. The runtime executes
+# staged MPI backend, zb1p and 1f1b over NCCL (their fused lists), interleaved
+# over 2 chunks over MPI, and data 2 x pipeline 2 at ZeRO-1 and (zb1p) ZeRO-3
+# over NCCL: the losses, gradient norms and final weights. Emulated, every
+# message is longer than NCCL's buffer (NCCL_BUFFSIZE=4096, which the
+# emulation reads as NCCL does), as a real run's activations are (megabytes):
+# a send completes only once its receive has started, so a communication
+# group whose sends and receives are not one NCCL group deadlocks, and the
+# emulator's watchdog ends the run naming the calls. The runtime executes
 # what --print-schedule prints (fused over NCCL); evaluation and sampling go
 # through the stages; a checkpoint written at pp 2 resumes there bit for bit
 # and on one process to tolerance; interleaved over NCCL, whose fused lists
@@ -33,6 +38,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_rmaps_base_oversubscribe=1
 MPIRUN=(timeout 300 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x ASAN_OPTIONS)
+[ "$EMULATED" = 1 ] && export NCCL_BUFFSIZE=4096 && MPIRUN+=(-x NCCL_BUFFSIZE)
 quick=0
 case "$BUILD" in build-*) [ "$EMULATED" = 1 ] && quick=1 ;; esac
 # NCCL wants a GPU per rank: on a machine with fewer, a layout's NCCL runs go over --comm mpi
@@ -68,6 +74,7 @@ python3 tests/step_times.py "$tmp/pp2_1f1b_mpi.json" "${P}pipeline_pp2_1f1b_mpi"
     --part bwd --part bubble
 [ $quick = 1 ] && exit 0
 layout pp2_zb1p_nccl 2 1e-4 --batch-size 4 --pp 2 --pp-schedule zb1p --comm $nccl2 --pp-trace "$tmp/trace"
+layout pp2_1f1b_nccl 2 1e-4 --batch-size 4 --pp 2 --comm $nccl2
 layout pp2_interleaved_mpi 2 1e-4 --batch-size 4 --pp 2 --pp-schedule interleaved --virtual-stages 2 --comm mpi
 layout dp2_pp2_zero1_nccl 4 1e-4 --batch-size 2 --pp 2 --zero 1 --comm $nccl4
 layout dp2_pp2_zb1p_zero3_nccl 4 1e-4 --batch-size 2 --pp 2 --pp-schedule zb1p --zero 3 --comm $nccl4
