@@ -125,6 +125,12 @@ endif
 CUDA_LAST_ARCH := $(lastword $(CUDA_ARCHS:sm_%=%))
 CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS:sm_%=%),-gencode arch=compute_$(a),code=sm_$(a)) \
                 -gencode arch=compute_$(CUDA_LAST_ARCH),code=compute_$(CUDA_LAST_ARCH)
+# The CUDA test and dev programs (test_gpt_cu, dev/cuda checkers, the step profiler) run only where
+# they are built: one cubin, for this machine's GPU (nvidia-smi), else the last of CUDA_ARCHS (a
+# machine without a GPU only compiles them: a fat binary of each would triple the suite's nvcc time)
+CUDA_DEV_ARCH ?= $(or $(shell command -v nvidia-smi >/dev/null 2>&1 && \
+                   nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d . | sed -n 's/^\([0-9][0-9]*\)$$/\1/p'),$(CUDA_LAST_ARCH))
+CUDA_DEV_GENCODE := -gencode arch=compute_$(CUDA_DEV_ARCH),code=sm_$(CUDA_DEV_ARCH)
 EMPTY :=
 # nvcc's __CUDA_ARCH_LIST__ for these archs (sm_90 -> 900), given to the emulated build (tests/cuda_runtime_emulator.h)
 CUDA_ARCH_LIST := $(subst $(EMPTY) $(EMPTY),$(COMMA),$(strip $(CUDA_ARCHS:sm_%=%0)))
@@ -307,13 +313,13 @@ $(BUILD)/train_gptcu: train_gpt.cu $(FLAGS_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
 $(BUILD)/tests/test_gpt_cu: tests/test_gpt.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(subst $(CUDA_GENCODE),$(CUDA_DEV_GENCODE),$(NVCC_FLAGS)) $< -o $@ $(NVCC_LIBS)
 $(BUILD)/cuda/dev_%: dev/cuda/%.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(subst $(CUDA_GENCODE),$(CUDA_DEV_GENCODE),$(NVCC_FLAGS)) $< -o $@ $(NVCC_LIBS)
 $(BUILD)/cuda/profile_step_gpu: dev/perf/profile_step_gpu.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(subst $(CUDA_GENCODE),$(CUDA_DEV_GENCODE),$(NVCC_FLAGS)) $< -o $@ $(NVCC_LIBS)
 -include $(wildcard $(BUILD)/cuda/*.d)
 endif
 
