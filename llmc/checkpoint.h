@@ -717,8 +717,8 @@ static inline void ckpt_dir_claim(const char *dir, CommGroup *g) {
 }
 
 // Starts the writer (--ckpt-dir given, claimed by ckpt_dir_claim): takes the
-// identity of the training data (rank 0; the ranks wait for it), starts the
-// thread. (The trainer caught SIGTERM and SIGUSR1 at its start:
+// identity of the training data (rank 0, whose thread writes the manifest),
+// starts the thread. (The trainer caught SIGTERM and SIGUSR1 at its start:
 // ckpt_catch_preemption.)
 static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup *dp, const DataLoader *train,
                                     const CkptRanges *ranges, float *staging, void (*wait_staged)(void *), void *ctx) {
@@ -741,7 +741,6 @@ static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup
     w->last_staged = -1;
     w->files = (CkptFileRecord *)callocCheck((size_t)w->world, sizeof(CkptFileRecord));
     if (w->rank == 0) w->data_set = dataloader_identity(train, train->num_shards);
-    comm_barrier(dp);
     CHECK(pthread_mutex_init(&w->mu, NULL) == 0 && pthread_cond_init(&w->cv, NULL) == 0, "pthread init failed");
     CHECK(pthread_create(&w->thread, NULL, ckpt_thread_main, w) == 0, "starting the checkpoint thread failed");
 }
