@@ -109,7 +109,7 @@ static void cpu_read_held(void *ctx, int64_t lo, int64_t hi, float *dst) {
 int main(int argc, char **argv) {
     TrainOptions o;
     train_options_parse(argc, argv, &o, SUMMARY);
-    if (o.ckpt_dir[0]) ckpt_catch_preemption();  // (first: a signal during start-up checkpoints at the first step)
+    if (o.ckpt_dir[0]) ckpt_catch_preemption();  // (first, before MPI: a signal during start-up stops the run cleanly)
     matmul_set_backend(o.matmul);
     if (strcmp(o.comm, "nccl") == 0) die_usage("--comm nccl: the CPU trainer communicates over MPI (--comm mpi)");
     int from_file;
@@ -217,7 +217,7 @@ int main(int argc, char **argv) {
     if (o.ckpt_dir[0]) ckpt_dir_claim(o.ckpt_dir, comm_group(&comm, COMM_WORLD));
     Logger log;
     logger_open(&log, o.log_json, rank == 0);
-    int finished = train_loop(&run, &log);  // 0: preempted, its checkpoint committed
+    int finished = train_loop(&run, &log);  // 0: stopped by a signal (exit CKPT_EXIT_SIGNAL)
     free(ckpt_staging);
 
     if (pipelined) pp_runner_report(&pipeline.run, rank == 0);
@@ -240,5 +240,5 @@ int main(int argc, char **argv) {
     gpt_free(&model);
     tp_free(&tp);
     comm_finalize(&comm);
-    return 0;
+    return finished ? 0 : CKPT_EXIT_SIGNAL;
 }

@@ -155,7 +155,7 @@ static int device_p2p_fused(const char *choice, int world) {
 int main(int argc, char **argv) {
     TrainOptions o;
     train_options_parse(argc, argv, &o, SUMMARY);
-    if (o.ckpt_dir[0]) ckpt_catch_preemption();  // (first: a signal during start-up checkpoints at the first step)
+    if (o.ckpt_dir[0]) ckpt_catch_preemption();  // (first, before MPI: a signal during start-up stops the run cleanly)
     if (o.print_schedule) {  // (the pipeline's plan needs no GPU)
         int from_file;
         GPTConfig cfg = train_build_config(&o, &from_file);
@@ -320,7 +320,7 @@ int main(int argc, char **argv) {
     if (o.ckpt_dir[0]) ckpt_dir_claim(o.ckpt_dir, comm_group(&comm, COMM_WORLD));
     Logger log;
     logger_open(&log, o.log_json, rank == 0);
-    int finished = train_loop(&run, &log);  // 0: preempted, its checkpoint committed
+    int finished = train_loop(&run, &log);  // 0: stopped by a signal (exit CKPT_EXIT_SIGNAL)
     step_event_clock_free(step_events);
     free(step_events);
     if (ckpt_staging) {
@@ -355,5 +355,5 @@ int main(int argc, char **argv) {
 #endif
     comm_staged_free();
     comm_finalize(&comm);
-    return 0;
+    return finished ? 0 : CKPT_EXIT_SIGNAL;
 }

@@ -504,13 +504,31 @@ typedef enum { CKPT_JOB_NONE, CKPT_JOB_WRITE, CKPT_JOB_COMMIT, CKPT_JOB_EXIT } C
 // STAGING: the trainer's copy into the staging buffer is in flight (GPU), the write not yet handed to the thread.
 typedef enum { CKPT_IDLE, CKPT_STAGING, CKPT_WRITING, CKPT_COMMITTING } CkptPhase;
 
-static volatile sig_atomic_t ckpt_signal_received = 0;  // SIGTERM / SIGUSR1: checkpoint and exit
-static inline void ckpt_on_signal(int sig) { ckpt_signal_received = sig; }
+// The exit status of a run that a signal stopped (SIGTERM, SIGUSR1 or SIGINT
+// with --ckpt-dir): its checkpoint is committed, or none was due (the signal
+// came before the first step), and --resume auto continues it. A job script
+// requeues on this status alone (scripts/train_slurm.sbatch). 75: sysexits.h's
+// EX_TEMPFAIL, "try again later".
+#define CKPT_EXIT_SIGNAL 75
 
-// Preemption (--ckpt-dir): SIGTERM and SIGUSR1 are caught from the start of
-// main, so one that comes during start-up (loading, MPI's start-up) is not the
-// default's silent exit 143 but a checkpoint at the first step boundary, then
-// exit 0. SA_RESTART: a read or write that the signal interrupts goes on.
+static volatile sig_atomic_t ckpt_signal_received = 0;  // SIGTERM / SIGUSR1 / SIGINT: checkpoint and exit
+static inline void ckpt_on_signal(int sig) {
+    if (sig == SIGINT && ckpt_signal_received) {  // a second Ctrl-C: exit at once, as without --ckpt-dir
+        static const char line[] = "\ninterrupted again: exiting at once, without a checkpoint\n";
+        if (write(STDERR_FILENO, line, sizeof(line) - 1) < 0) {}
+        signal(SIGINT, SIG_DFL);
+        raise(SIGINT);
+    }
+    ckpt_signal_received = sig;
+}
+
+// Preemption and Ctrl-C (--ckpt-dir): SIGTERM, SIGUSR1 and SIGINT are caught
+// from the start of main, before MPI's start-up and the resume's load, so one
+// that comes during start-up is not the default's silent exit (143, 138, 130):
+// the run stops before its first step (ckpt_stop_before_first_step), later at
+// the next step boundary after a checkpoint, and exits CKPT_EXIT_SIGNAL. A
+// second SIGINT exits at once. SA_RESTART: a read or write that the signal
+// interrupts goes on.
 static inline void ckpt_catch_preemption(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
@@ -519,6 +537,7 @@ static inline void ckpt_catch_preemption(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
 }
 
 typedef struct {
@@ -718,8 +737,8 @@ static inline void ckpt_dir_claim(const char *dir, CommGroup *g) {
 
 // Starts the writer (--ckpt-dir given, claimed by ckpt_dir_claim): takes the
 // identity of the training data (rank 0, whose thread writes the manifest),
-// starts the thread. (The trainer caught SIGTERM and SIGUSR1 at its start:
-// ckpt_catch_preemption.)
+// starts the thread. (The trainer caught SIGTERM, SIGUSR1 and SIGINT at its
+// start: ckpt_catch_preemption.)
 static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup *dp, const DataLoader *train,
                                     const CkptRanges *ranges, float *staging, void (*wait_staged)(void *), void *ctx) {
     CHECK(ckpt_lock_fd >= 0, "ckpt_writer_init: the checkpoint directory was not claimed (ckpt_dir_claim)");
@@ -872,6 +891,26 @@ static inline void ckpt_drain(CkptWriter *w, Logger *log, int64_t at_step) {
     }
 }
 
+// Before the first step (at step `start`, 0 or the resumed checkpoint's): 1
+// when a rank caught a signal during start-up. Nothing has been trained since
+// `start`, so no checkpoint is written: rank 0 says so, and the run stops.
+// Collective over the ranks.
+static inline int ckpt_stop_before_first_step(CkptWriter *w, int64_t start) {
+    double caught = (double)(ckpt_signal_received != 0);
+    comm_all_reduce(w->dp, &caught, 1, COMM_F64);
+    if (caught == 0) return 0;
+    if (w->rank == 0) {
+        if (start > 0)
+            printf("checkpoint: signal received before the first step: no checkpoint written (nothing trained since "
+                   "step_%08lld, which stays the newest); exiting\n", (long long)start);
+        else
+            printf("checkpoint: signal received before the first step: no checkpoint written (none exists yet: "
+                   "--resume auto starts afresh); exiting\n");
+        fflush(stdout);
+    }
+    return 1;
+}
+
 // At the boundary after `steps_done` optimizer steps: progresses the
 // checkpoint in flight, stages a new one when one is due (every --ckpt-every
 // steps, at the end of the run, or after a preemption signal) through
@@ -900,8 +939,9 @@ static inline int ckpt_step_boundary(CkptWriter *w, int64_t steps_done, int fina
     int due = (w->every > 0 && steps_done % w->every == 0) || final || preempt;
     if (!due || steps_done == w->last_staged) return 0;
     if (preempt && w->rank == 0) {
-        printf("checkpoint: preemption signal received: checkpointing at step %lld, then exiting\n",
-               (long long)steps_done);
+        printf("checkpoint: preemption signal received: checkpointing at step %lld, then exiting%s\n",
+               (long long)steps_done, ckpt_signal_received == SIGINT ? " (Ctrl-C again exits at once)" : "");
+        fflush(stdout);
     }
     if (w->phase != CKPT_IDLE) {
         if (w->rank == 0) {

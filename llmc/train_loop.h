@@ -211,9 +211,9 @@ static int train_resume(const TrainRun *r, Rng *sample_rng) {
             printf("resume: continuing at step %lld (epoch %lld, global sample %lld) from %s\n", (long long)p.step,
                    (long long)p.data.epoch, (long long)p.data.sample,
                    strcmp(r->o->resume, "auto") == 0 ? r->o->ckpt_dir : r->o->resume);
-            fflush(stdout);
         }
     }
+    fflush(stdout);  // (the resume: lines at once, also into a launcher's pipe)
     for (int s = 0; s < CKPT_STATES; s++) free(t.dst[s]);
     return resumed ? (int)p.step : 0;
 }
@@ -349,7 +349,8 @@ static void train_summary(const TrainRun *r, Logger *log, const StepHistory *h) 
 // Steps 0..steps-1 (from a checkpoint's step with --resume), with evaluation
 // and sampling where the flags say (and once more after the last step), and
 // checkpoints (--ckpt-dir); logs through log (rank 0 writes). Returns 0 when
-// a preemption signal stopped the run (its checkpoint committed), else 1.
+// a signal stopped the run (its checkpoint committed, or it came before the
+// first step), else 1.
 static int train_loop(const TrainRun *r, Logger *log) {
     const TrainOptions *o = r->o;
     const TrainModel *tm = r->model;
@@ -358,7 +359,7 @@ static int train_loop(const TrainRun *r, Logger *log) {
     int *y = (int *)mallocCheck(sizeof(int) * (size_t)B * T * (size_t)accum);
     LrSchedule sched = train_lr_schedule(o);
     Rng sample_rng = train_sample_rng(o);
-    int start = o->resume[0] ? train_resume(r, &sample_rng) : 0, finished = 1;
+    int start = o->resume[0] ? train_resume(r, &sample_rng) : 0;
     StepHistory history = {0, 0, NULL, NULL};
     int profile_first, profile_last;
     train_profile_range(o, &profile_first, &profile_last);
@@ -368,7 +369,8 @@ static int train_loop(const TrainRun *r, Logger *log) {
         ckpt_writer_init(ckpt, &r->ckpt, r->world, r->train, &r->ckpt_ranges, r->ckpt_staging, tm->ckpt_wait_staged,
                          tm->ctx);
     }
-    for (int step = start; step <= o->steps; step++) {
+    int finished = !(ckpt && ckpt_stop_before_first_step(ckpt, start));
+    for (int step = start; finished && step <= o->steps; step++) {
         if (train_eval_now(o, step)) logger_eval(log, step, train_evaluate(r, x, y));
         if (train_sample_now(o, step)) train_print_sample(r, &sample_rng);
         if (step == o->steps) break;

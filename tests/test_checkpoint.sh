@@ -139,9 +139,10 @@ from=$(grep -ao 'continuing at step [0-9]*' "$tmp/ext2.log")
 check "SIGKILL from outside mid-run ($from): resumes to the same final weights" \
     '[ $rc1 -eq 137 ] && [ -n "$from" ] && cmp -s "$tmp/ext.bin" "$tmp/ext_ref.bin"' "rc1=$rc1 $(grep -a error "$tmp/ext2.log" | head -1)"
 
-# --- preemption: SIGTERM or SIGUSR1 checkpoints at the next step boundary, waits for the commit, exits 0 ---
-for sig in TERM USR1; do
-    rm -rf "$tmp/pre"
+# --- preemption: SIGTERM, SIGUSR1 or SIGINT (Ctrl-C) checkpoints at the next step boundary, waits for the commit,
+# exits 75 (CKPT_EXIT_SIGNAL: what a job script requeues on) ---
+for sig in TERM USR1 INT; do
+    rm -rf "$tmp/pre" "$tmp/pre1.log"  # (the wait below must not read the last round's log)
     "$TRAIN" "${RUN[@]}" --steps 60 --ckpt-dir "$tmp/pre" --ckpt-every 50 >"$tmp/pre1.log" 2>&1 &
     pid=$!
     # the signal only once the handlers are in place (step 5 logged; up to 60 s on a loaded machine)
@@ -152,11 +153,29 @@ for sig in TERM USR1; do
     at=$(grep -ao 'preemption signal received: checkpointing at step [0-9]*' "$tmp/pre1.log" | grep -o '[0-9]*$')
     "$TRAIN" "${RUN[@]}" --steps 60 --ckpt-dir "$tmp/pre" --ckpt-every 50 --resume auto --save-model "$tmp/pre.bin" \
         >"$tmp/pre2.log" 2>&1
-    check "SIG$sig: checkpoints at the next step boundary ($at), commits, exits 0; --resume auto finishes bit-exact" \
-        '[ $rc1 -eq 0 ] && [ -n "$at" ] && grep -q "step_0*$at committed" "$tmp/pre1.log" &&
+    check "SIG$sig: checkpoints at the next step boundary ($at), commits, exits 75; --resume auto finishes bit-exact" \
+        '[ $rc1 -eq 75 ] && [ -n "$at" ] && grep -q "step_0*$at committed" "$tmp/pre1.log" &&
          grep -q "continuing at step $at " "$tmp/pre2.log" && cmp -s "$tmp/pre.bin" "$tmp/ext_ref.bin"' \
         "rc1=$rc1 at=$at $(grep -a error "$tmp/pre1.log" "$tmp/pre2.log" | head -1)"
 done
+
+# --- a second Ctrl-C while the first one's checkpoint is written (the writer made slow) exits at once: the
+# default SIGINT death (status 130), a line on stderr, no checkpoint claimed ---
+rm -rf "$tmp/int2"
+LLMC_TEST_CKPT_FAULT=slow-20000:1 "$TRAIN" "${RUN[@]}" --steps 60 --ckpt-dir "$tmp/int2" --ckpt-every 50 \
+    >"$tmp/int2.log" 2>"$tmp/int2.err" &
+pid=$!
+for _ in $(seq 3000); do grep -q '^step    *5/60' "$tmp/int2.log" 2>/dev/null && break; sleep 0.02; done
+kill -INT $pid 2>/dev/null
+for _ in $(seq 3000); do grep -q 'staged' "$tmp/int2.log" 2>/dev/null && break; sleep 0.02; done
+start=$SECONDS
+kill -INT $pid 2>/dev/null
+wait $pid
+rc1=$?
+check "a second SIGINT during the first one's checkpoint exits at once (status $rc1 after $((SECONDS - start)) s)" \
+    '[ $rc1 -eq 130 ] && [ $((SECONDS - start)) -lt 10 ] && grep -q "interrupted again: exiting at once" "$tmp/int2.err" &&
+     grep -q "Ctrl-C again exits at once" "$tmp/int2.log" && ! grep -q committed "$tmp/int2.log"' \
+    "$(tail -c 300 "$tmp/int2.err")"
 
 # --- a write that fails: one line naming the file, the .tmp removed, the previous checkpoint kept, exit != 0 ---
 rm -rf "$tmp/full_disk"

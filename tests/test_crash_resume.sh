@@ -123,7 +123,8 @@ fi
 
 # --- a preemption signal during start-up, before the training loop (here while the rank is stopped in MPI's
 # start-up: LLMC_TEST_FAULT=stop-start, then SIGTERM, then SIGCONT): with --ckpt-dir it is caught from the start of
-# main, so the run checkpoints at its first step boundary and exits 0; --resume auto then finishes the same model ---
+# main, so the run stops before its first step, says that it wrote no checkpoint (and writes none), and exits 75
+# (CKPT_EXIT_SIGNAL); --resume auto then starts afresh and finishes the same model ---
 if [ $mpi = 1 ]; then
     LLMC_TEST_FAULT=stop-start:0 mpirun --allow-run-as-root -np 1 -x OMP_NUM_THREADS -x ASAN_OPTIONS "$TRAIN" \
         "${RUN[@]}" --ckpt-dir "$tmp/early.ck" >"$tmp/early1.log" 2>&1 &
@@ -137,10 +138,12 @@ if [ $mpi = 1 ]; then
     [ -n "$rank" ] && kill -TERM "$rank" && kill -CONT "$rank"
     wait $job 2>/dev/null
     rc1=$?
+    left=$(ls "$tmp/early.ck" 2>/dev/null | tr '\n' ' ')
     "$TRAIN" "${RUN[@]}" --ckpt-dir "$tmp/early.ck" --resume auto --save-model "$tmp/early.bin" >"$tmp/early2.log" 2>&1
     rc2=$?
-    check "SIGTERM during start-up: a checkpoint at step 1, exit 0; --resume auto finishes with the uninterrupted run's model" \
-        '[ -n "$rank" ] && [ $rc1 -eq 0 ] && grep -q "preemption signal received: checkpointing at step 1," "$tmp/early1.log" &&
-         [ $rc2 -eq 0 ] && grep -q "continuing at step 1 " "$tmp/early2.log" && cmp -s "$tmp/early.bin" "$tmp/one_process.ref.bin"' \
-        "rank ${rank:-not found stopped}, exit $rc1 then $rc2: $(grep -a -m1 'error\|exited\|signal' "$tmp/early1.log" "$tmp/early2.log")"
+    check "SIGTERM during start-up: stops before the first step, no checkpoint written or claimed, exit 75; --resume auto finishes with the uninterrupted run's model" \
+        '[ -n "$rank" ] && [ $rc1 -eq 75 ] && grep -q "signal received before the first step: no checkpoint written" "$tmp/early1.log" &&
+         ! grep -q "^step \|staged\|committed" "$tmp/early1.log" && [ "$left" = "lock " ] &&
+         [ $rc2 -eq 0 ] && grep -q "no checkpoint in .*: starting fresh" "$tmp/early2.log" && cmp -s "$tmp/early.bin" "$tmp/one_process.ref.bin"' \
+        "rank ${rank:-not found stopped}, exit $rc1 then $rc2, left in the directory: $left: $(grep -a -m1 'error\|exited\|signal' "$tmp/early1.log" "$tmp/early2.log")"
 fi
