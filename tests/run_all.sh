@@ -21,9 +21,11 @@ for cfg in "" "SANITIZER=address" "SANITIZER=undefined"; do
     # sanitizers in test_checkpoint_gpu_emulated (one process and 2 ranks), the quick pipeline and tensor
     # parallel GPU runs, test_hostile_input.sh's GPU cases and test_comm_nccl_emulated. test_bench.sh: the
     # benchmark scripts are the same in every build, and the trainer they drive runs under the sanitizers in
-    # every other test. So every product source file still runs in every build (tests/README.md)
+    # every other test. test_slurm.sh: a Slurm cluster's start-up and its jobs' waits, for launch paths whose
+    # trainer code the mpirun tests run under the sanitizers. So every product source file still runs in every
+    # build (tests/README.md)
     exclude=
-    [ -n "$cfg" ] && exclude='^test_((train|distributed)_gpu_emulated|gpt_cu_emulated|bench\.sh)$'
+    [ -n "$cfg" ] && exclude='^test_((train|distributed)_gpu_emulated|gpt_cu_emulated|bench\.sh|slurm\.sh)$'
     TESTS_EXCLUDE=$exclude ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
         make --no-print-directory -j"$(nproc)" test $cfg 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
