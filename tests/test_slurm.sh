@@ -101,6 +101,9 @@ for _ in $(seq 200); do [ "$(sinfo -h -o %t -p low 2>/dev/null)" = idle ] && bre
 head -c 20000 train_gpt.c >"$tmp/corpus.txt"
 "$BUILD/tokenize" --bytes 1 --out-dir "$tmp/data" --name src --val-tokens 2000 "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
     { fail "tokenize test corpus" "$(tail -1 "$tmp/tok.log")"; exit 1; }
+cat llmc/*.h | head -c 120000 >"$tmp/val.txt"  # (a validation set whose evaluation takes seconds)
+"$BUILD/tokenize" --bytes 1 --out-dir "$tmp/val" --name v --val-tokens 100000 "$tmp/val.txt" >"$tmp/tok.log" 2>&1 ||
+    { fail "tokenize validation corpus" "$(tail -1 "$tmp/tok.log")"; exit 1; }
 TINY=(--data-train "$tmp/data/src_train_*.bin" --n-layer 2 --n-embd 32 --n-head 2 --vocab-size 257 --max-seq-len 32
       --seq-len 16 --batch-size 2 --total-batch-tokens 64 --lr 1e-3 --peak-tflops 0.1 --seed 3)
 LONG=("${TINY[@]}" --steps 1000000 --log-every 1000)  # runs until a signal stops it
@@ -117,11 +120,11 @@ SBATCH=(env TRAINER="$TRAIN" CKPT_EVERY=100000 sbatch --parsable --nodes 1 --nta
 
 # --- the time limit: submitted first (slurmctld looks at time limits every 30 s), with the docs' sbatch line, a
 # one-minute limit and the signal due at once; its step 0 evaluation is slow, to see the resume: line in the
-# job's output before it ---
+# job's output before it (2000 batches: seconds) ---
 tl=$("${SBATCH[@]}" --time 1 --signal USR1@59 --output "$tmp/tl.out" scripts/train_slurm.sbatch "${LONG[@]}" \
-     --ckpt-dir "$tmp/tl.ck" --data-val "$tmp/data/src_val_*.bin" --eval-every 1000000 --eval-batches 1000 2>&1)
+     --ckpt-dir "$tmp/tl.ck" --data-val "$tmp/val/v_val_*.bin" --eval-every 1000000 --eval-batches 2000 2>&1)
 early_resume=no
-wait_for 30 'grep -q "^resume: " "$tmp/tl.out" 2>/dev/null || ended "$tl"' "$tl" && ! grep -q 'val loss\|^step ' "$tmp/tl.out" && early_resume=yes
+wait_for 30 'grep -q "^resume: " "$tmp/tl.out" 2>/dev/null' "$tl" && ! grep -q 'val loss\|^step ' "$tmp/tl.out" && early_resume=yes
 
 # --- srun --mpi=pmix: data, pipeline and tensor parallel, each with mpirun's losses ---
 for layout in "dp:--zero 1" "pp:--pp 2" "tp:--tp 2"; do
