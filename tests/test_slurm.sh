@@ -8,7 +8,7 @@
 # job's shape from sbatch's flags, --comm mpi for ./train_gpt) completes with
 # mpirun's losses; the time limit's SIGUSR1 (--signal) makes the trainer exit 75
 # and the script requeue the job, which resumes from the checkpoint; a plain
-# scancel then cancels it at once (no requeue); preemption under
+# scancel cancels a running job at once (no requeue); preemption under
 # PreemptMode=REQUEUE (Slurm requeues) and PreemptMode=CANCEL (Slurm signals
 # the step; the script requeues on exit 75) leaves a checkpoint and a pending
 # job. SKIPs without MPI, without the packages, when not root (slurmd runs
@@ -174,12 +174,16 @@ check "the requeued job resumes where the signal stopped it (${at:-before step 1
     "grep -q 'resume: continuing at step ${at:-0} \|resume: no checkpoint' '$tmp/tl.out' && [ -n '$how' ]" \
     "$(grep -a '^resume' "$tmp/tl.out" | tr '\n' ' ')"
 scancel "$tl"
+
+# --- a plain scancel of a running job cancels it at once: no requeue ---
+job=$("${SBATCH[@]}" --output "$tmp/sc.out" scripts/train_slurm.sbatch "${LONG[@]}" --ckpt-dir "$tmp/sc.ck" 2>&1)
+wait_for 30 'grep -q "^step " "$tmp/sc.out" 2>/dev/null || ended "$job"' "$job"
+scancel "$job"
 start=$SECONDS
-wait_for 30 '[ "$(job_field "$tl" JobState)" = CANCELLED ] && [ -z "$(squeue -h -j "$tl" 2>/dev/null)" ]' "$tl"
-check "a plain scancel cancels the job ($(job_field "$tl" JobState) after $((SECONDS - start)) s, not requeued)" \
-    '[ "$(job_field "$tl" JobState)" = CANCELLED ] && [ "$(job_field "$tl" Restarts)" = 1 ] &&
-     [ "$(grep -c "requeueing job" "$tmp/tl.out")" -eq 1 ]' \
-    "job $tl $(job_field "$tl" JobState) restarts $(job_field "$tl" Restarts)"
+wait_for 30 '[ -z "$(squeue -h -j "$job" -t RUNNING,COMPLETING 2>/dev/null)" ]' "$job"
+check "a plain scancel cancels the job ($(job_field "$job" JobState) after $((SECONDS - start)) s, restarts $(job_field "$job" Restarts))" \
+    '[ "$(job_field "$job" JobState)" = CANCELLED ] && [ "$(job_field "$job" Restarts)" = 0 ] && ! grep -q "requeueing job" "$tmp/sc.out"' \
+    "job $job: $(grep -a 'train_slurm\|srun' "$tmp/sc.out" | tail -2 | tr '\n' ' ')"
 
 # --- preemption: a job in partition high takes the node's 8 CPUs from a running job of low (PreemptMode=REQUEUE:
 # Slurm signals and requeues it) or of lowc (PreemptMode=CANCEL: Slurm signals the step; the script requeues on
