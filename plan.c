@@ -375,6 +375,8 @@ static PlanLayout parse_layout(const char *spec, const PlanProblem *pb) {
     if (cp != 1) die_usage("--layout: cp=%d: the trainers have no context parallel yet (cp=1 only)", cp);
     if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.B < 1 || l.zero > 3 || l.sp > 1 || l.v < 1)
         die_usage("--layout: want dp, tp, pp, mb >= 1, zero 0-3, sp 0|1, v >= 1");
+    if ((long long)l.dp * l.tp * l.pp > CLUSTER_MAX_RANKS)
+        die_usage("--layout: dp x tp x pp = %lld ranks, more than %d", (long long)l.dp * l.tp * l.pp, CLUSTER_MAX_RANKS);
     if (l.pp == 1) l.v = 1;
     long long micro = (long long)l.B * pb->T * l.dp;
     l.accum = pb->total_tokens % micro ? 0 : (int)(pb->total_tokens / micro);

@@ -104,6 +104,8 @@ check layout_takes_any_micro_batch_and_sets_the_nodes "grep -q '^cluster dgx-a10
     grep -q -- '-npernode 8 --hostfile HOSTS' '$tmp/nodes.log'" "$(head -12 "$tmp/nodes.log")"
 expect_usage_error "context parallel" "no context parallel yet" "$PLAN" "${D12[@]}" --cluster dgx-h100 --layout dp=4,cp=2
 expect_usage_error "an unknown layout key" "unknown key 'ep'" "$PLAN" "${D12[@]}" --cluster dgx-h100 --layout dp=8,ep=2
+expect_usage_error "a layout of 2^40 ranks" "more than 16777216" "$PLAN" "${D12[@]}" --cluster dgx-h100 \
+    --layout dp=1048576,tp=1048576
 "$PLAN" "${D12[@]}" --cluster dgx-h100 --top 3 >"$tmp/list.log" 2>&1
 python3 - "$tmp/list.log" <<'EOF'
 import re, sys
