@@ -44,12 +44,44 @@ typedef struct {
     double fwd, bwd, comm, bubble, opt, total;
 } PlanTime;
 
+// NCCL's algorithms (the tuner picks the fastest for the size: nccl/src/graph/tuning.cc).
+typedef enum { PLAN_RING, PLAN_TREE, PLAN_NVLS, PLAN_NVLS_TREE, PLAN_ALGOS } PlanAlgo;
+static const char *const plan_algo_names[PLAN_ALGOS] = {"ring", "tree", "nvls", "nvls+tree"};
+
+// A collective group: p ranks over `nodes` nodes (p / nodes a node). The local cluster: one node.
+typedef struct { int p, nodes; } PlanGroup;
+
+// Why the trainers refuse a layout, or why it does not fit: the kinds the rejected list is grouped by.
+typedef enum {
+    PLAN_OK, PLAN_REJ_TP_NODES, PLAN_REJ_TP_SPLIT, PLAN_REJ_SP_SEQ, PLAN_REJ_BATCH, PLAN_REJ_STAGES, PLAN_REJ_SCHEDULE,
+    PLAN_REJ_MEMORY, PLAN_REJECTS
+} PlanReject;
+static const char *const plan_reject_names[PLAN_REJECTS] = {
+    "", "tensor parallel would span nodes", "tp does not divide the heads, channels or vocabulary",
+    "sequence parallel: seq-len not a multiple of tp", "the batch is not a multiple of B x T x dp",
+    "more pipeline stages (or chunks) than layers", "the schedule cannot run that many micro-batches",
+    "does not fit in memory"};
+
+// Where a step's communication goes (--layout's breakdown): the data-parallel reduction and gather of
+// one step (every call, before overlap, and what the step waits for), their algorithms and bytes a call.
+typedef struct {
+    double reduce_s, reduce_exposed_s, gather_s, gather_exposed_s;
+    double reduce_bytes, gather_bytes;  // the rank's whole gradient (fp32) and weights, a pass
+    int reduce_calls, gather_calls;     // a step
+    PlanAlgo reduce_algo, gather_algo;
+    PlanGroup dp_group;
+    double tp_s;                        // tensor parallel's collectives a step (inside F and B)
+    double xfer_s;                      // one pipeline transfer
+} PlanComm;
+
 typedef struct {
     PlanLayout l;
     char why_not[200];  // "" when the layout is valid
+    int why_kind;       // PlanReject: the reason's kind
     RankMemory mem0;    // rank 0's memory (the trainers' printed line)
     double mem_max;     // the largest rank's total, bytes
     PlanTime t;
+    PlanComm comm;
     double tokens_per_s;
 } PlanResult;
 
@@ -66,72 +98,219 @@ typedef struct {
     double adamw_s_per_elem;  // the optimizer's time per element of the shard
 } PlanProblem;
 
-// A GPU kernel's seconds on the roofline (Williams et al. 2009): its FLOPs at the tensor cores' peak x
-// the cluster's matmul efficiency or its bytes at the memory bandwidth, whichever is longer, and never
-// less than the gap between two launches (the trainers launch every kernel on one stream, no graphs).
-#define PLAN_GPU_LAUNCH_S 4e-6
-static double plan_gpu_kernel(const Cluster *c, double flops, double bytes) {
-    double t = flops / (c->peak_tflops * 1e12 * c->matmul_eff), m = bytes / (c->hbm_gbs * 1e9);
-    t = t > m ? t : m;
-    return t > PLAN_GPU_LAUNCH_S ? t : PLAN_GPU_LAUNCH_S;
-}
-// A bf16 GEMM (M x K) @ (K x N).
-static double plan_gpu_gemm(const Cluster *c, double M, double K, double N) {
-    return plan_gpu_kernel(c, 2 * M * K * N, 2 * (M * K + K * N + M * N));
+// --- the GPU model (docs/planner.md has each formula's source) ---
+
+// The kernel families a step's compute is split into (--layout's breakdown).
+typedef enum {
+    PLAN_FAM_GEMM, PLAN_FAM_ATTENTION, PLAN_FAM_LAYERNORM, PLAN_FAM_GELU, PLAN_FAM_BIAS, PLAN_FAM_EMBEDDING,
+    PLAN_FAM_CLASSIFIER, PLAN_FAMILIES
+} PlanFamily;
+static const char *const plan_family_names[PLAN_FAMILIES] = {
+    "GEMMs (cuBLASLt)", "flash attention", "LayerNorm + residual", "GELU", "bias gradients", "embedding",
+    "classifier + loss"};
+// The parts of StageKernelTimes, in its order.
+enum { PLAN_KP_LAYER_F, PLAN_KP_LAYER_B, PLAN_KP_LAYER_W, PLAN_KP_EMBED_F, PLAN_KP_EMBED_B, PLAN_KP_HEAD_F,
+       PLAN_KP_HEAD_B, PLAN_KPARTS };
+// Seconds of each family in each part, and the kernels launched.
+typedef struct {
+    double s[PLAN_KPARTS][PLAN_FAMILIES];
+    int launches[PLAN_KPARTS];
+} PlanKernelBook;
+
+// A memory-bound kernel: its bytes at the achievable HBM bandwidth, plus the gap before the next kernel
+// (the trainers launch every kernel on one stream, no CUDA graphs).
+static double plan_gpu_mem_s(const Cluster *c, double bytes) {
+    return bytes / (c->hbm_gbs * 1e9 * c->hbm_eff) + c->launch_us * 1e-6;
 }
 
-// Modeled kernels of a GPU cluster at a rank's shape: the layer's GEMMs (qkv, attention projection, fc
-// with its GELU epilogue, fc projection; backward: the input's and the weights' of each), causal flash
-// attention (half the square; backward 2.5x) at half the GEMMs' efficiency (FlashAttention-2, Dao 2023:
-// 50-70% of the peak forward at head size 64-128, less backward), the element-wise kernels (LayerNorms, residuals:
-// bf16 reads and writes), and recomputation's extra forward kernels in the backward.
-static StageKernelTimes plan_gpu_kernels(const Cluster *c, const GPTConfig *cfg, int B, int T, int tp, int sp,
-                                         int recompute) {
+// A bf16 GEMM (M x K) @ (K x N) with extra_bytes beyond its operands (an epilogue's second output): the
+// longer of its FLOPs at the achievable tensor-core rate and its bytes at the achievable HBM bandwidth
+// (the roofline), plus the launch gap. The FLOPs are counted by output tile: ceil(M/tm) x ceil(N/tn) tiles
+// run in waves of one tile per SM, each wave as long as a full one (tile and wave quantization); with
+// fewer tiles than SMs the K dimension is split over the idle SMs (split-K, at least 256 of K a split).
+static double plan_gpu_gemm_s(const Cluster *c, double M, double K, double N, double extra_bytes) {
+    double rate = c->peak_tflops * 1e12 * c->matmul_eff, flops_s;
+    if (c->sms > 0) {
+        double tiles = ceil(M / c->tile_m) * ceil(N / c->tile_n);
+        double split = floor(c->sms / tiles), kmax = floor(K / 256);
+        split = split < 1 ? 1 : split > kmax ? (kmax < 1 ? 1 : kmax) : split;
+        double waves = ceil(tiles * split / c->sms);
+        flops_s = waves * 2.0 * c->tile_m * c->tile_n * (K / split) / (rate / c->sms);
+    } else {
+        flops_s = 2.0 * M * K * N / rate;
+    }
+    double bytes_s = (2.0 * (M * K + K * N + M * N) + extra_bytes) / (c->hbm_gbs * 1e9 * c->hbm_eff);
+    return (flops_s > bytes_s ? flops_s : bytes_s) + c->launch_us * 1e-6;
+}
+
+// Causal flash attention over B x T tokens of Cl channels: 2 B T^2 Cl FLOPs forward (half of QK^T and
+// PV), 2.5x that backward (Dao, FlashAttention-2, 2023), at the attention kernels' fraction of the peak,
+// or its q, k, v, out (and their gradients) at the HBM bandwidth.
+static double plan_gpu_attention_s(const Cluster *c, double B, double T, double Cl, int backward) {
+    double flops = 2.0 * B * T * T * Cl * (backward ? 2.5 : 1.0), bytes = 2.0 * B * T * Cl * (backward ? 8 : 4);
+    double f = flops / (c->peak_tflops * 1e12 * c->attention_eff), m = bytes / (c->hbm_gbs * 1e9 * c->hbm_eff);
+    return (f > m ? f : m) + c->launch_us * 1e-6 * (backward ? 2 : 1);  // (backward: its preprocessing kernel)
+}
+
+static void plan_book(PlanKernelBook *bk, int part, PlanFamily fam, double s, int launches) {
+    bk->s[part][fam] += s;
+    bk->launches[part] += launches;
+}
+
+// The GPU trainer's kernels (llmc/gpt_gpu.cuh) at a rank's shape, per micro-batch, by family: a layer's
+// forward is the qkv GEMM (bias epilogue), attention, the projection GEMM, a fused residual + LayerNorm,
+// the fc GEMM with its GELU epilogue (a second output, the pre-GELU values), the fc projection GEMM and
+// the next fused residual + LayerNorm; its backward the input's GEMM of each, GELU's backward, attention's
+// backward and the two LayerNorms' backward (B), the weights' GEMM of each and the bias gradients (W);
+// recompute 1 runs GELU again, 2 also the LayerNorms. The embedding and the classifier (the logits GEMM,
+// the fused softmax + loss + gradient kernel) on the first and last stage. Bytes are bf16 activations,
+// fp32 LayerNorm statistics; with sequence parallel the LayerNorms and residuals see N / tp rows.
+static StageKernelTimes plan_gpu_kernels_book(const Cluster *c, const GPTConfig *cfg, int B, int T, int tp, int sp,
+                                              int recompute, PlanKernelBook *bk) {
     double C = cfg->channels, Cl = C / tp, N = (double)B * T, Nl = sp ? N / tp : N, V = cfg->padded_vocab_size / tp;
-    double att = 2.0 * 2.0 * B * (double)T * T * Cl, att_bytes = 2.0 * 4 * N * Cl;
-    double ln = plan_gpu_kernel(c, 0, 2.0 * 2 * Nl * C), add = plan_gpu_kernel(c, 0, 2.0 * 3 * Nl * C);
-    double gelu = plan_gpu_kernel(c, 0, 2.0 * 2 * N * 4 * Cl);
-    StageKernelTimes t;  // (att: the FLOPs counted twice, for half the efficiency)
-    t.layer_f = 2 * ln + 2 * add + plan_gpu_gemm(c, N, C, 3 * Cl) + plan_gpu_kernel(c, att, att_bytes) +
-                plan_gpu_gemm(c, N, Cl, C) + plan_gpu_gemm(c, N, C, 4 * Cl) + plan_gpu_gemm(c, N, 4 * Cl, C);
-    t.layer_b_input = 2 * 2 * ln + 2 * add + gelu + plan_gpu_gemm(c, N, 3 * Cl, C) +
-                      plan_gpu_kernel(c, 2.5 * att, 2 * att_bytes) + plan_gpu_gemm(c, N, C, Cl) +
-                      plan_gpu_gemm(c, N, 4 * Cl, C) + plan_gpu_gemm(c, N, C, 4 * Cl) +
-                      (recompute >= 1 ? gelu : 0) + (recompute >= 2 ? 2 * ln : 0);
-    t.layer_b_weight = plan_gpu_gemm(c, C, N, 3 * Cl) + plan_gpu_gemm(c, Cl, N, C) + plan_gpu_gemm(c, C, N, 4 * Cl) +
-                       plan_gpu_gemm(c, 4 * Cl, N, C);
-    t.embed_f = plan_gpu_kernel(c, 0, 2.0 * 3 * Nl * C), t.embed_b = plan_gpu_kernel(c, 0, 4.0 * 3 * Nl * C);
-    t.head_f = ln + plan_gpu_gemm(c, N, C, V) + plan_gpu_kernel(c, 0, 2.0 * 2 * N * V);
-    t.head_b = ln + plan_gpu_gemm(c, N, V, C) + plan_gpu_gemm(c, V, N, C);
+    double ln_fwd = plan_gpu_mem_s(c, 2.0 * 4 * Nl * C + 8 * Nl);  // residual + x in, residual + ln out
+    double ln_bwd = plan_gpu_mem_s(c, 2.0 * 5 * Nl * C + 8 * Nl);  // dres, x, dln in; dres, dx out
+    PlanKernelBook local;
+    if (!bk) bk = &local;
+    memset(bk, 0, sizeof(*bk));
+    // a layer forward
+    plan_book(bk, PLAN_KP_LAYER_F, PLAN_FAM_GEMM,
+              plan_gpu_gemm_s(c, N, C, 3 * Cl, 0) + plan_gpu_gemm_s(c, N, Cl, C, 0) +
+                  plan_gpu_gemm_s(c, N, C, 4 * Cl, 2.0 * N * 4 * Cl) + plan_gpu_gemm_s(c, N, 4 * Cl, C, 0), 4);
+    plan_book(bk, PLAN_KP_LAYER_F, PLAN_FAM_ATTENTION, plan_gpu_attention_s(c, B, T, Cl, 0), 1);
+    plan_book(bk, PLAN_KP_LAYER_F, PLAN_FAM_LAYERNORM, 2 * ln_fwd, 2);
+    // its backward to the input
+    plan_book(bk, PLAN_KP_LAYER_B, PLAN_FAM_GEMM,
+              plan_gpu_gemm_s(c, N, C, 4 * Cl, 0) + plan_gpu_gemm_s(c, N, 4 * Cl, C, 0) +
+                  plan_gpu_gemm_s(c, N, C, Cl, 0) + plan_gpu_gemm_s(c, N, 3 * Cl, C, 0), 4);
+    plan_book(bk, PLAN_KP_LAYER_B, PLAN_FAM_GELU,
+              plan_gpu_mem_s(c, 2.0 * 3 * N * 4 * Cl) + (recompute >= 1 ? plan_gpu_mem_s(c, 2.0 * 2 * N * 4 * Cl) : 0),
+              1 + (recompute >= 1));
+    plan_book(bk, PLAN_KP_LAYER_B, PLAN_FAM_ATTENTION, plan_gpu_attention_s(c, B, T, Cl, 1), 2);
+    plan_book(bk, PLAN_KP_LAYER_B, PLAN_FAM_LAYERNORM, 2 * ln_bwd + (recompute >= 2 ? 2 * ln_fwd : 0),
+              2 + 2 * (recompute >= 2));
+    if (recompute >= 3) {  // full recomputation: the layer's forward again before its backward
+        for (int f = 0; f < PLAN_FAMILIES; f++) bk->s[PLAN_KP_LAYER_B][f] += bk->s[PLAN_KP_LAYER_F][f];
+        bk->launches[PLAN_KP_LAYER_B] += bk->launches[PLAN_KP_LAYER_F];
+    }
+    // its weight gradients (fp32 accumulation: the gradient read and written) and bias gradients
+    plan_book(bk, PLAN_KP_LAYER_W, PLAN_FAM_GEMM,
+              plan_gpu_gemm_s(c, C, N, 3 * Cl, 8.0 * C * 3 * Cl) + plan_gpu_gemm_s(c, Cl, N, C, 8.0 * Cl * C) +
+                  plan_gpu_gemm_s(c, C, N, 4 * Cl, 8.0 * C * 4 * Cl) + plan_gpu_gemm_s(c, 4 * Cl, N, C, 8.0 * Cl * 4 * C),
+              4);
+    plan_book(bk, PLAN_KP_LAYER_W, PLAN_FAM_BIAS, 4 * c->launch_us * 1e-6 + 2.0 * N * (3 * Cl + C + 4 * Cl + C) /
+                                                                            (c->hbm_gbs * 1e9 * c->hbm_eff), 4);
+    // the embedding (token + position rows in, the residual out; backward: fp32 gradient rows)
+    plan_book(bk, PLAN_KP_EMBED_F, PLAN_FAM_EMBEDDING, plan_gpu_mem_s(c, 2.0 * 3 * Nl * C), 1);
+    plan_book(bk, PLAN_KP_EMBED_B, PLAN_FAM_EMBEDDING, plan_gpu_mem_s(c, 4.0 * 3 * Nl * C), 2);
+    // the classifier: the logits GEMM and the fused softmax / loss / gradient (logits read, gradient written in place)
+    plan_book(bk, PLAN_KP_HEAD_F, PLAN_FAM_GEMM, plan_gpu_gemm_s(c, N, C, V, 0), 1);
+    plan_book(bk, PLAN_KP_HEAD_F, PLAN_FAM_CLASSIFIER, plan_gpu_mem_s(c, 2.0 * 2 * N * V), 1);
+    plan_book(bk, PLAN_KP_HEAD_B, PLAN_FAM_GEMM,
+              plan_gpu_gemm_s(c, N, V, C, 0) + plan_gpu_gemm_s(c, V, N, C, 8.0 * V * C), 2);
+    plan_book(bk, PLAN_KP_HEAD_B, PLAN_FAM_LAYERNORM, ln_bwd, 1);
+    double part[PLAN_KPARTS] = {0};
+    for (int p = 0; p < PLAN_KPARTS; p++)
+        for (int f = 0; f < PLAN_FAMILIES; f++) part[p] += bk->s[p][f];
+    StageKernelTimes t = {part[PLAN_KP_LAYER_F], part[PLAN_KP_LAYER_B], part[PLAN_KP_LAYER_W], part[PLAN_KP_EMBED_F],
+                          part[PLAN_KP_EMBED_B], part[PLAN_KP_HEAD_F], part[PLAN_KP_HEAD_B]};
     return t;
 }
-
-// Ring-model seconds of collective op moving n bytes among p ranks over a link of gbs GB/s and us
-// latency (the local cluster: the op's own measured figures): k = 2 for all-reduce, 1 for reduce-scatter
-// and all-gather.
-static double plan_collective(const Cluster *c, PlanOp op, double n, int p, double gbs, double us) {
-    if (p <= 1) return 0.0;
-    if (c->local && c->op_gbs[op] > 0) gbs = c->op_gbs[op], us = c->op_us[op];
-    double k = op == PLAN_ALL_REDUCE ? 2.0 : 1.0;
-    return k * (p - 1) * us * 1e-6 + k * (double)(p - 1) / p * n / (gbs * 1e9);
+static StageKernelTimes plan_gpu_kernels(const Cluster *c, const GPTConfig *cfg, int B, int T, int tp, int sp,
+                                         int recompute) {
+    return plan_gpu_kernels_book(c, cfg, B, T, tp, sp, recompute, NULL);
 }
-// A point-to-point transfer: alpha + n / bw.
-static double plan_transfer(double n, double gbs, double us) { return us * 1e-6 + n / (gbs * 1e9); }
 
-// The link a group crosses: the grid is data outermost, then pipeline, then tensor (comm.h's
-// comm_grid_coords); a group whose ranks lie stride apart spans nodes when stride * size exceeds a node.
-static void plan_link(const Cluster *c, int stride, int size, double *gbs, double *us) {
-    int spans = c->nodes > 1 && (long long)stride * size > c->devices_per_node;
-    *gbs = spans ? c->inter_gbs : c->intra_gbs;
-    *us = spans ? c->inter_us : c->intra_us;
+// The optimizer a parameter element on a GPU: AdamW reads the fp32 master, gradient, m and v and writes the
+// master, m, v and the bf16 weight (30 bytes), the gradient norm reads the gradient (4) and the next step's
+// zeroing writes it (4); three kernels.
+#define PLAN_GPU_OPT_BYTES 38.0
+static double plan_gpu_optimizer_s(const Cluster *c, double elems) {
+    return plan_gpu_mem_s(c, PLAN_GPU_OPT_BYTES * elems) + 2 * c->launch_us * 1e-6;
+}
+
+// The group of size ranks lying stride apart in the grid (comm.h's comm_grid_coords: data outermost, then
+// pipeline, then tensor): the nodes it crosses.
+static PlanGroup plan_group(const Cluster *c, int stride, int size) {
+    PlanGroup g = {size, 1};
+    long long span = (long long)stride * size;
+    if (c->nodes > 1 && span > c->devices_per_node) {
+        int per_node = stride >= c->devices_per_node ? 1 : c->devices_per_node / stride;
+        g.nodes = size / (per_node < 1 ? 1 : per_node);
+        if (g.nodes < 1) g.nodes = 1;
+    }
+    return g;
+}
+
+// Seconds of collective op of n bytes over group g by algorithm a (a negative time: a does not apply).
+// Bus-bandwidth form (nccl-tests' PERFORMANCE.md): an all-reduce moves 2 (p-1)/p n bytes over each rank's
+// bottleneck link, a reduce-scatter or all-gather (p-1)/p n; the latency is a step's times the steps.
+//   ring: 2 (p-1) steps (all-reduce) or p-1, each at the slowest hop's latency (the network's across
+//     nodes); bandwidth the node's ring bus bandwidth or, across nodes, the network links of the group's
+//     ranks in a node (each rank's ring channel leaves the node on its own NIC), whichever is less;
+//   tree (all-reduce across nodes): a chain in each node and a double binary tree across nodes
+//     (Jeaugey, NCCL 2.4, 2019): 2 ((p/nodes - 1) + ceil(log2 nodes)) steps, the ring's bandwidth x tree_eff;
+//   nvls (all-reduce in a node of NVSwitch with SHARP, H100 on): the switch reduces: a few steps, nvls_gbs;
+//   nvls+tree (across nodes): NVLS in each node and the tree across them.
+// The local cluster: the ring with the op's own measured bandwidth and step latency.
+static double plan_collective_algo(const Cluster *c, PlanOp op, double n, PlanGroup g, PlanAlgo a) {
+    int p = g.p;
+    if (p <= 1) return a == PLAN_RING ? 0.0 : -1.0;
+    double k = op == PLAN_ALL_REDUCE ? 2.0 : 1.0, per_node = (double)p / g.nodes;
+    double volume = k * (p - 1) / p * n;
+    if (c->local) {
+        if (a != PLAN_RING) return -1.0;
+        double gbs = c->op_gbs[op] > 0 ? c->op_gbs[op] : c->intra_gbs, us = c->op_gbs[op] > 0 ? c->op_us[op] : c->intra_us;
+        return k * (p - 1) * us * 1e-6 + volume / (gbs * 1e9);
+    }
+    double net = per_node * c->inter_gbs, ring_bw = g.nodes > 1 && net < c->intra_gbs ? net : c->intra_gbs;
+    double log_nodes = ceil(log2((double)g.nodes));
+    switch (a) {
+    case PLAN_RING:
+        return k * (p - 1) * (g.nodes > 1 ? c->inter_us : c->intra_us) * 1e-6 + volume / (ring_bw * 1e9);
+    case PLAN_TREE:
+        if (op != PLAN_ALL_REDUCE || g.nodes < 2 || c->tree_eff <= 0) return -1.0;
+        return 2 * ((per_node - 1) * c->intra_us + log_nodes * c->inter_us) * 1e-6 + volume / (ring_bw * c->tree_eff * 1e9);
+    case PLAN_NVLS:
+        if (op != PLAN_ALL_REDUCE || g.nodes > 1 || c->nvls_gbs <= 0 || p < 2) return -1.0;
+        return 4 * c->intra_us * 1e-6 + volume / (c->nvls_gbs * 1e9);
+    case PLAN_NVLS_TREE: {
+        if (op != PLAN_ALL_REDUCE || g.nodes < 2 || c->nvls_gbs <= 0 || c->tree_eff <= 0) return -1.0;
+        double bw = net * c->tree_eff < c->nvls_gbs ? net * c->tree_eff : c->nvls_gbs;
+        return 2 * (2 * c->intra_us + log_nodes * c->inter_us) * 1e-6 + volume / (bw * 1e9);
+    }
+    default:
+        return -1.0;
+    }
+}
+// The fastest algorithm's seconds (which one into *algo when not NULL).
+static double plan_collective(const Cluster *c, PlanOp op, double n, PlanGroup g, PlanAlgo *algo) {
+    double best = plan_collective_algo(c, op, n, g, PLAN_RING);
+    PlanAlgo which = PLAN_RING;
+    for (int a = PLAN_TREE; a < PLAN_ALGOS; a++) {
+        double t = plan_collective_algo(c, op, n, g, (PlanAlgo)a);
+        if (t >= 0 && t < best) best = t, which = (PlanAlgo)a;
+    }
+    if (algo) *algo = which;
+    return best;
+}
+// A point-to-point transfer between neighbouring pipeline ranks: alpha + n / bw over NVLink or one NIC.
+static double plan_transfer(const Cluster *c, double n, PlanGroup g) {
+    double gbs = g.nodes > 1 ? c->inter_gbs : c->intra_gbs, us = g.nodes > 1 ? c->inter_us : c->intra_us;
+    return us * 1e-6 + n / (gbs * 1e9);
 }
 
 // Why the trainers refuse the layout (NULL: they take it), into why.
 static const char *plan_check_layout(const PlanProblem *pb, const PlanLayout *l, PPLayout *ppl, char *why,
-                                     size_t len) {
+                                     size_t len, int *kind) {
     const GPTConfig *cfg = pb->cfg;
     const char *tp_why = l->tp > 1 ? param_tp_problem(cfg, l->tp) : NULL;
     long long micro = (long long)l->B * pb->T * l->dp;
+    *kind = l->tp > pb->cluster->devices_per_node ? PLAN_REJ_TP_NODES
+            : tp_why                               ? PLAN_REJ_TP_SPLIT
+            : l->sp && pb->T % l->tp != 0          ? PLAN_REJ_SP_SEQ
+            : pb->total_tokens % micro != 0        ? PLAN_REJ_BATCH
+                                                   : PLAN_OK;
     if (l->tp > pb->cluster->devices_per_node)
         snprintf(why, len, "tensor parallel %d spans nodes of %d devices (the trainers keep it in one)", l->tp,
                  pb->cluster->devices_per_node);
@@ -148,11 +327,13 @@ static const char *plan_check_layout(const PlanProblem *pb, const PlanLayout *l,
         char err[160];
         if (pp_layout_init(ppl, cfg->num_layers, l->pp, l->v, "", err, sizeof(err))) {
             snprintf(why, len, "%s", err);
+            *kind = PLAN_REJ_STAGES;
             return why;
         }
         const char *s = pp_schedule_unusable(l->schedule, l->pp, l->v, l->accum);
         if (s) {
             snprintf(why, len, "%s with %d micro-batches: %s", pp_kind_names[l->schedule], l->accum, s);
+            *kind = PLAN_REJ_SCHEDULE;
             pp_layout_free(ppl);
             return why;
         }
@@ -184,26 +365,34 @@ static RankMemory plan_rank_memory(const PlanProblem *pb, const PlanLayout *l, c
         double dropped = (l->recompute >= 1 ? N * 4 * Cl : 0) + (l->recompute >= 2 ? 2 * N * C : 0);
         m.activations = (m.activations / 4 - sets * layers * (att + dropped) + dropped) * 2;
         if (m.activations < 0) m.activations = 0;
+        if (l->recompute >= 3)  // full recomputation: each layer's input kept, one layer's buffers shared
+            m.activations = (sets * layers * N * C + m.activations / 2 / (sets * layers)) * 2;
         m.transient = PLAN_GPU_WORKSPACE_BYTES;  // (its ZeRO-2/3 segment buffers: small next to the rest)
     }
     return m;
+}
+
+// Seconds of a layer's tensor-parallel collectives in one direction (2 all-reduces of the partial sums, or
+// with sequence parallel 2 all-gathers and 2 reduce-scatters), and the vocabulary-parallel loss's into *head.
+static double plan_tp_layer_s(const PlanProblem *pb, const PlanLayout *l, double *head) {
+    const Cluster *c = pb->cluster;
+    PlanGroup tg = plan_group(c, 1, l->tp);
+    // the partial sums reduce in fp32, sequence parallel's rows gather in the activations' type (gpt_gpu.cuh)
+    double N = (double)l->B * pb->T, act = N * pb->cfg->channels * (c->cpu_trainer ? 4 : 2), sums = N * pb->cfg->channels * 4;
+    *head = 0.0;
+    if (l->tp <= 1) return 0.0;
+    *head = plan_collective(c, PLAN_ALL_REDUCE, N * 4 * 3, tg, NULL);  // the loss's row statistics
+    return l->sp ? 2 * (plan_collective(c, PLAN_ALL_GATHER, act, tg, NULL) +
+                        plan_collective(c, PLAN_REDUCE_SCATTER, sums, tg, NULL))
+                 : 2 * plan_collective(c, PLAN_ALL_REDUCE, sums, tg, NULL);
 }
 
 // Seconds of rank r's F, B and W per micro-batch, its tensor-parallel collectives included.
 static PPTimes plan_rank_times(const PlanProblem *pb, const PlanLayout *l, const PPLayout *ppl, int pipe_rank,
                                const StageKernelTimes *k) {
     const Cluster *c = pb->cluster;
-    double gbs, us;
-    plan_link(c, 1, l->tp, &gbs, &us);
-    double N = (double)l->B * pb->T, act = N * pb->cfg->channels * (c->cpu_trainer ? 4 : 2);
-    double tp_layer = 0.0, tp_head = 0.0;  // one direction of one layer
-    if (l->tp > 1) {
-        tp_layer = l->sp ? 2 * (plan_collective(c, PLAN_ALL_GATHER, act, l->tp, gbs, us) +
-                                plan_collective(c, PLAN_REDUCE_SCATTER, act, l->tp, gbs, us))
-                         : 2 * plan_collective(c, PLAN_ALL_REDUCE, act, l->tp, gbs, us);
-        // the vocabulary-parallel loss's row statistics
-        tp_head = plan_collective(c, PLAN_ALL_REDUCE, N * 4 * 3, l->tp, gbs, us);
-    }
+    double tp_head, tp_layer = plan_tp_layer_s(pb, l, &tp_head);  // one direction of one layer
+    double act = (double)l->B * pb->T * pb->cfg->channels * (c->cpu_trainer ? 4 : 2);
     int layers = pb->cfg->num_layers, first = 1, last = 1;
     if (l->pp > 1) {
         layers = 0, first = 0, last = 0;
@@ -216,11 +405,10 @@ static PPTimes plan_rank_times(const PlanProblem *pb, const PlanLayout *l, const
     double chunks = l->pp > 1 ? ppl->v : 1;  // (the simulator's F is one chunk's)
     PPTimes t;
     t.f = (layers * (k->layer_f + tp_layer) + first * k->embed_f + last * (k->head_f + tp_head)) / chunks;
-    t.b = (layers * (k->layer_b_input + tp_layer) + last * (k->head_b + tp_layer / 2)) / chunks;
+    t.b = (layers * (k->layer_b_input + tp_layer * (l->recompute >= 3 ? 2 : 1)) + last * (k->head_b + tp_layer / 2)) /
+          chunks;
     t.w = (layers * k->layer_b_weight + first * k->embed_b) / chunks;
-    double pgbs, pus;
-    plan_link(c, l->tp, l->pp, &pgbs, &pus);
-    t.xfer = plan_transfer(l->sp ? act / l->tp : act, pgbs, pus);
+    t.xfer = plan_transfer(c, l->sp ? act / l->tp : act, plan_group(c, l->tp, l->pp));
     return t;
 }
 
@@ -300,31 +488,50 @@ static void plan_predict(const PlanProblem *pb, PlanResult *r, const PPLayout *p
     RankMemory m0 = r->mem0;
     double elems = m0.grads / 4 * (l->zero >= 2 ? l->dp : 1);  // the rank's parameters (a shard's x dp)
     double segments = (double)pb->cfg->num_layers / l->pp + 1, last_share = 1.0 / segments;
-    double gbs, us;
-    plan_link(c, l->tp * l->pp, l->dp, &gbs, &us);
+    PlanGroup dg = plan_group(c, l->tp * l->pp, l->dp);
     double wbytes = c->cpu_trainer ? 4 : 2, comm = 0.0, zero_fwd = 0.0, zero_bwd = 0.0;
+    PlanComm *pc = &r->comm;
+    memset(pc, 0, sizeof(*pc));
+    pc->dp_group = dg;
+    double tp_head, tp_layer = plan_tp_layer_s(pb, l, &tp_head);
+    pc->tp_s = l->accum * ((double)pb->cfg->num_layers / l->pp * tp_layer * (l->recompute >= 3 ? 3 : 2) + tp_head * 2.5);
+    pc->xfer_s = l->pp > 1 ? plan_transfer(c, (double)l->B * pb->T * pb->cfg->channels * wbytes / (l->sp ? l->tp : 1),
+                                           plan_group(c, l->tp, l->pp))
+                           : 0.0;
+    pc->reduce_bytes = 4 * elems, pc->gather_bytes = wbytes * elems;
+    // a collective a segment (a layer's tensors, the embeddings): the whole as segments calls
+    PlanOp rop = l->zero == 0 ? PLAN_ALL_REDUCE : PLAN_REDUCE_SCATTER;
+    double reduce = l->dp > 1 ? segments * plan_collective(c, rop, 4 * elems / segments, dg, &pc->reduce_algo) : 0;
+    double gather = l->dp > 1 && l->zero >= 1
+                        ? segments * plan_collective(c, PLAN_ALL_GATHER, wbytes * elems / segments, dg, &pc->gather_algo)
+                        : 0;
+    int passes = l->zero >= 2 ? l->accum : 1;
     if (l->dp > 1 && c->local && l->zero >= 2) {
         double at = world > 2 ? (double)(l->dp - 2) / (world - 2) : 1.0;
         zero_bwd = l->accum * 4 * elems * (c->zero_s[0][0] + at * (c->zero_s[0][1] - c->zero_s[0][0]));
         if (l->zero == 3)
             zero_fwd = l->accum * 2 * 4 * elems * (c->zero_s[1][0] + at * (c->zero_s[1][1] - c->zero_s[1][0]));
         else
-            comm += plan_collective(c, PLAN_ALL_GATHER, wbytes * elems, l->dp, gbs, us);  // the updated shards
+            comm += pc->gather_exposed_s = pc->gather_s = gather;  // the updated shards
+        pc->reduce_s = pc->reduce_exposed_s = zero_bwd, pc->reduce_calls = (int)(passes * segments);
     } else if (l->dp > 1) {
         double window = c->local ? 0.0 : b * (1 - last_share);
-        double reduce = plan_collective(c, l->zero == 0 ? PLAN_ALL_REDUCE : PLAN_REDUCE_SCATTER, 4 * elems, l->dp,
-                                        gbs, us);
         double per_pass = reduce - window > reduce * last_share ? reduce - window : reduce * last_share;
-        comm += (l->zero >= 2 ? l->accum : 1) * (c->local ? reduce : per_pass);
+        pc->reduce_s = passes * reduce, pc->reduce_exposed_s = passes * (c->local ? reduce : per_pass);
+        pc->reduce_calls = (int)(passes * segments);
         if (l->zero == 3) {  // the weights gathered before each forward and backward
-            double gather = plan_collective(c, PLAN_ALL_GATHER, wbytes * elems, l->dp, gbs, us);
             double ahead = f * (1 - last_share);
-            comm += l->accum * 2 * (gather - ahead > gather * last_share ? gather - ahead : gather * last_share);
+            pc->gather_s = l->accum * 2 * gather;
+            pc->gather_exposed_s = l->accum * 2 * (gather - ahead > gather * last_share ? gather - ahead : gather * last_share);
+            pc->gather_calls = (int)(l->accum * 2 * segments);
         } else if (l->zero >= 1) {
-            comm += plan_collective(c, PLAN_ALL_GATHER, wbytes * elems, l->dp, gbs, us);  // the updated shards
+            pc->gather_s = pc->gather_exposed_s = gather;  // the updated shards
+            pc->gather_calls = (int)segments;
         }
+        comm += pc->reduce_exposed_s + pc->gather_exposed_s;
     }
-    double opt = m0.optimizer / 8 * pb->adamw_s_per_elem;  // AdamW over the state's elements
+    double opt = c->local || c->cpu_trainer ? m0.optimizer / 8 * pb->adamw_s_per_elem  // AdamW over the state's elements
+                                            : plan_gpu_optimizer_s(c, m0.optimizer / 8);
     PlanTime t;
     t.fwd = l->accum * f * (l->pp > 1 ? ppl->v : 1);
     t.bwd = l->accum * b * (l->pp > 1 ? ppl->v : 1);

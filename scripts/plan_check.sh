@@ -8,6 +8,7 @@
 #
 #   bash scripts/plan_check.sh                 # every valid layout (about 6 minutes on 2 cores)
 #   bash scripts/plan_check.sh --limit 20      # 20 of them, spread over the list
+#   bash scripts/plan_check.sh --tiny          # 2 layers on 2 ranks, 4 layouts: both taus in about a minute
 #   OUT=DIR (default /tmp/llmc_plan_check); any plan_check.py flag after the script.
 # The data is this repository's source as byte tokens (no download), or DATA='glob'.
 set -euo pipefail
