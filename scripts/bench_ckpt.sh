@@ -19,7 +19,7 @@
 #   MB/s       the writer's (its log line), zstd3 the data's zstd ratio
 # and the trainer's line on the cores it leaves the writer. Every figure is
 # the machine's at the time: run it on a quiet one.
-# Env: MODEL STEPS (30) EVERY (10) BATCH (1) SEQ (64); TRAIN=path: that trainer
+# Env: MODEL STEPS (30, a multiple of EVERY) EVERY (10) BATCH (1) SEQ (64); TRAIN=path: that trainer
 # binary only (another build's, e.g. an older commit's, against this script);
 # TINY=1: a 2-layer model, 12 steps, every 4 (the tests' plumbing check).
 # Run from anywhere: bash scripts/bench_ckpt.sh
@@ -33,8 +33,8 @@ if [ "${TINY:-0}" = 1 ]; then
     steps=${STEPS:-12}
     every=${EVERY:-4}
 fi
-if [ "$steps" -lt $((2 * every + 2)) ]; then
-    echo "bench_ckpt.sh: STEPS ($steps) must be at least 2 x EVERY + 2 ($((2 * every + 2))): a checkpoint and its writer's steps, then the last" >&2
+if [ "$every" -lt 1 ] || [ "$steps" -lt $((2 * every)) ] || [ $((steps % every)) -ne 0 ]; then
+    echo "bench_ckpt.sh: STEPS ($steps) must be a multiple of EVERY ($every), at least 2 x EVERY: each checkpoint counted gets EVERY steps for its writer, the last is the run's final one" >&2
     exit 2
 fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench_ckpt.XXXXXX")
