@@ -200,13 +200,15 @@ int main(int argc, char **argv) {
 
     CpuTrainer trainer = {&model, &zero, pipelined ? &pipeline : NULL, plan.dloss, comm_group(&comm, COMM_WORLD)};
     TrainModel tm = {&trainer, cpu_train_step, cpu_forward, cpu_sample, cpu_finish_grads, cpu_optimizer_step,
-                     cpu_profile, NULL, NULL, cpu_ckpt_stage, NULL, cpu_ckpt_load};
+                     cpu_profile, NULL, NULL, cpu_ckpt_stage, NULL, cpu_ckpt_load, omp_threads()};
     // checkpoints: each rank's ZeRO shard of its buffer (ranges of it; the manifest maps them)
     CkptRanges ranges = ckpt_ranges(&zero.map, o.zero, 3, &model.layout);
     float *ckpt_staging = NULL;  // what this rank writes of each checkpoint
-    if (o.ckpt_dir[0])
-        ckpt_staging = (float *)alignedMallocCheck(sizeof(float) * CKPT_STATES *
-                                                   (size_t)(ckpt_pieces_elems(&ranges.write) + 1));
+    if (o.ckpt_dir[0]) {  // (touched now, once: no checkpoint pays the first-touch page faults)
+        size_t bytes = sizeof(float) * CKPT_STATES * (size_t)(ckpt_pieces_elems(&ranges.write) + 1);
+        ckpt_staging = (float *)alignedMallocCheck(bytes);
+        memset(ckpt_staging, 0, bytes);
+    }
     TrainRun run = {&o, &cfg, plan, &tm, &train_loader, have_val ? &val_loader : NULL,
                     have_tokenizer ? &tokenizer : NULL, dp, comm_group(&comm, COMM_WORLD), rank,
                     flops_per_step, peak_gflops * 1e9 * comm.world, peak_rss_bytes, "host RSS",

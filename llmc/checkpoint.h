@@ -37,13 +37,16 @@
 // removed through a symbolic link or unless the writer wrote it.
 //
 // Asynchronous: at a checkpoint step every rank copies what it writes into a
-// host staging buffer (the trainer's ckpt_stage) and training goes on: on the
-// CPU the writer thread makes the copy (a memcpy) while the next step's
-// forward and backward run, and that step's optimizer update waits for it
-// (ckpt_before_update); on the GPU a device-to-host copy into pinned memory is
-// queued on a side stream, the next update waits for it on the device, and
-// the loop hands the buffer to the thread at the next step boundary. The
-// thread then (compresses,) writes and fsyncs. At each later step boundary the ranks
+// host staging buffer (the trainer's ckpt_stage, allocated and pre-faulted
+// once) and training goes on: on the CPU the training threads make the copy
+// at the step boundary (they are idle there anyway); on the GPU a
+// device-to-host copy into pinned memory is queued on a side stream, the next
+// update waits for it on the device, and the loop hands the buffer to the
+// thread at the next step boundary. The thread then (compresses,) writes and
+// fsyncs; where the node has no core beside the training threads it runs at
+// the lowest priority (nice 19), on the time they leave idle. What each
+// checkpoint cost the run (the steps it overlapped, against the steps before
+// it) goes to the JSON log (ckpt_step_cost). At each later step boundary the ranks
 // sum three flags (writes finished, writes failed, preemption signal): once
 // every rank's file is durable, the files' records are gathered to rank 0,
 // whose thread commits (manifest, renames, `latest`, deleting checkpoints
@@ -62,10 +65,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #ifdef LLMC_ZSTD
 #include <zstd.h>
@@ -540,6 +546,22 @@ static inline void ckpt_catch_preemption(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
+// What a checkpoint cost the run: the steps from the one that staged it to
+// the one at whose end it was committed (on rank 0), against the median
+// (nearest rank: the lower middle of an even count) of the last
+// CKPT_BASELINE_STEPS steps before it that overlapped no checkpoint (the
+// loop's first step, the warm-up, left out).
+#define CKPT_BASELINE_STEPS 5
+typedef struct {
+    int open;          // its steps are still being counted
+    int ends;          // it was committed in the step now running: that step is its last
+    int64_t step;      // the checkpoint (steps done when staged)
+    int first, steps;  // its steps: first (0-based), how many so far
+    double step_ms;    // their wall time
+    double stall_ms;   // the loop's stall in the staging (and the wait for the copy)
+    double baseline_ms;  // the median step before it (-1: no step overlapped no checkpoint)
+} CkptCost;
+
 typedef struct {
     CkptRun run;
     const char *dir;
@@ -548,11 +570,16 @@ typedef struct {
     int rank, world;
     CkptRanges ranges;
     float *staging;             // (3 x write's elements, the file's order): what this rank writes, from the trainer
-    void (*wait_staged)(void *ctx);  // the trainer's: waits for its queued staging copy (NULL: the thread copies)
+    void (*wait_staged)(void *ctx);  // the trainer's: waits for its queued staging copy (NULL: stage copies at once)
     void (*stage)(void *ctx, float *staging, int64_t lo, int64_t hi);  // the trainer's copy into staging
-    int copy_pending;           // the thread's copy of the checkpoint staged last is not done yet (under mu)
     double stall_ms;            // what the checkpoint in flight has cost the loop so far
     int stall_open;             // its copy is not known done yet: its JSON record is still to come
+    int low_priority;           // no core spare beside the training threads: the thread runs at nice 19
+    CkptCost cost;              // the checkpoint in flight's cost
+    CkptCost ended[2];          // those committed in the step now running (the one before and one staged in it)
+    double clean_ms[CKPT_BASELINE_STEPS];  // the last steps that overlapped no checkpoint (a ring)
+    int clean_n;                // steps put in the ring
+    int warm;                   // a step has run (the first, the warm-up, is no baseline)
     Logger *log;
     void *ctx;
     const char *kill_spec;      // LLMC_TEST_CKPT_FAULT
@@ -597,13 +624,6 @@ static inline int ckpt_do_write(CkptWriter *w, CkptIO *io) {
     char tmp_dir[CKPT_PATH_MAX], path[CKPT_FILE_MAX];
     ckpt_step_dir(tmp_dir, sizeof(tmp_dir), w->dir, w->point.step, ".tmp");
     double t0 = wall_seconds();
-    if (!w->wait_staged) {  // the copy, while the training thread runs the next forward and backward (first:
-        ckpt_stage_pieces(w);  // the next update waits for it, even when the write then fails)
-        pthread_mutex_lock(&w->mu);
-        w->copy_pending = 0;
-        pthread_cond_broadcast(&w->cv);
-        pthread_mutex_unlock(&w->mu);
-    }
     int err = ckpt_make_tmp_dir(tmp_dir);
     if (err) return ckpt_io_fail(io, "creating", tmp_dir, err);
     w->mine.pieces = w->ranges.write;  // (the record borrows the writer's ranges)
@@ -662,6 +682,8 @@ static inline int ckpt_do_commit(CkptWriter *w, CkptIO *io) {
 
 static inline void *ckpt_thread_main(void *arg) {
     CkptWriter *w = (CkptWriter *)arg;
+    // (no spare core: the training threads' idle time only; lowering its own priority never needs a privilege)
+    if (w->low_priority) setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (w->job == CKPT_JOB_NONE || w->job_done) pthread_cond_wait(&w->cv, &w->mu);
@@ -690,9 +712,15 @@ static inline void ckpt_submit(CkptWriter *w, CkptJob job) {
     pthread_mutex_unlock(&w->mu);
 }
 
-// Whether the thread's job is done (block: wait for it); *failed: whether it failed.
+// Whether the thread's job is done (block: wait for it); *failed: whether it
+// failed. Not blocking, it does not wait for the lock either: a thread at
+// nice 19 that holds it may not run again for a while (it is then not done).
 static inline int ckpt_job_done(CkptWriter *w, int block, int *failed) {
-    pthread_mutex_lock(&w->mu);
+    *failed = 0;
+    if (block)
+        pthread_mutex_lock(&w->mu);
+    else if (pthread_mutex_trylock(&w->mu) != 0)
+        return 0;
     while (block && !w->job_done) pthread_cond_wait(&w->cv, &w->mu);
     int done = w->job_done;
     *failed = w->job_failed;
@@ -735,12 +763,26 @@ static inline void ckpt_dir_claim(const char *dir, CommGroup *g) {
     ckpt_claim_agree(g, ok, err);
 }
 
+// The cores this process may run on less the training threads on them:
+// train_threads per rank, times the node's ranks when every rank may run on
+// every core (a rank bound to its own cores counts its own threads).
+static inline int ckpt_spare_cores(int train_threads, int *cores) {
+    cpu_set_t set;
+    int online = (int)sysconf(_SC_NPROCESSORS_ONLN), ranks = 1;
+    *cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : online;
+    LaunchInfo li = launch_detect();
+    if (*cores >= online && li.local_world > 1) ranks = li.local_world;
+    return *cores - train_threads * ranks;
+}
+
 // Starts the writer (--ckpt-dir given, claimed by ckpt_dir_claim): takes the
 // identity of the training data (rank 0, whose thread writes the manifest),
-// starts the thread. (The trainer caught SIGTERM, SIGUSR1 and SIGINT at its
-// start: ckpt_catch_preemption.)
+// starts the thread, at the lowest priority when no core is spare beside the
+// train_threads a step keeps busy, and says which. (The trainer caught
+// SIGTERM, SIGUSR1 and SIGINT at its start: ckpt_catch_preemption.)
 static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup *dp, const DataLoader *train,
-                                    const CkptRanges *ranges, float *staging, void (*wait_staged)(void *), void *ctx) {
+                                    const CkptRanges *ranges, float *staging, void (*wait_staged)(void *), void *ctx,
+                                    int train_threads) {
     CHECK(ckpt_lock_fd >= 0, "ckpt_writer_init: the checkpoint directory was not claimed (ckpt_dir_claim)");
     memset(w, 0, sizeof(*w));
     const TrainOptions *o = run->o;
@@ -760,6 +802,17 @@ static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup
     w->last_staged = -1;
     w->files = (CkptFileRecord *)callocCheck((size_t)w->world, sizeof(CkptFileRecord));
     if (w->rank == 0) w->data_set = dataloader_identity(train, train->num_shards);
+    int cores, spare = ckpt_spare_cores(train_threads, &cores);
+    w->low_priority = spare < 1;
+    if (w->rank == 0) {
+        if (spare >= 1)
+            printf("checkpoint: the writer has %d core%s beside %d training thread%s a rank (%d cores)\n", spare,
+                   spare > 1 ? "s" : "", train_threads, train_threads > 1 ? "s" : "", cores);
+        else
+            printf("checkpoint: no core spare beside %d training thread%s a rank (%d cores): the writer runs at "
+                   "nice 19, on their idle time\n", train_threads, train_threads > 1 ? "s" : "", cores);
+        fflush(stdout);
+    }
     CHECK(pthread_mutex_init(&w->mu, NULL) == 0 && pthread_cond_init(&w->cv, NULL) == 0, "pthread init failed");
     CHECK(pthread_create(&w->thread, NULL, ckpt_thread_main, w) == 0, "starting the checkpoint thread failed");
 }
@@ -846,6 +899,10 @@ static inline void ckpt_log_commit(CkptWriter *w, Logger *log, int64_t at_step) 
     fflush(stdout);
     logger_ckpt(log, w->point.step, "committed", 0.0, total, secs);
     w->phase = CKPT_IDLE;
+    CkptCost *slot = w->ended[0].open ? &w->ended[1] : &w->ended[0];
+    *slot = w->cost;  // (its record follows the step's line: ckpt_step_cost)
+    slot->ends = 1;
+    w->cost.open = 0;
 }
 
 // The copy of the checkpoint in flight is done: its stall (staging, plus
@@ -854,6 +911,7 @@ static inline void ckpt_stall_close(CkptWriter *w, double extra_ms) {
     if (!w->stall_open) return;
     w->stall_ms += extra_ms;
     w->stall_open = 0;
+    w->cost.stall_ms = w->stall_ms;
     logger_ckpt(w->log, w->point.step, "staged", w->stall_ms, 0.0, 0.0);
 }
 
@@ -957,12 +1015,8 @@ static inline int ckpt_step_boundary(CkptWriter *w, int64_t steps_done, int fina
     w->log = log;
     w->last_staged = steps_done;
     w->phase = CKPT_STAGING;
-    if (w->wait_staged) {
-        ckpt_stage_pieces(w);  // queued
-    } else {
-        w->copy_pending = 1;  // (the thread is idle: no lock needed before the submit)
-        ckpt_hand_to_thread(w);
-    }
+    ckpt_stage_pieces(w);  // (GPU: queued)
+    if (!w->wait_staged) ckpt_hand_to_thread(w);
     w->staged_at = wall_seconds();
     double stall_ms = (w->staged_at - t0) * 1e3;
     if (w->rank == 0) {
@@ -972,20 +1026,43 @@ static inline int ckpt_step_boundary(CkptWriter *w, int64_t steps_done, int fina
     }
     w->stall_ms = stall_ms;
     w->stall_open = 1;
+    CkptCost c = {1, 0, steps_done, (int)(steps_done - 1), 0, 0.0, stall_ms, -1.0};
+    if (w->clean_n > 0) {
+        int n = w->clean_n < CKPT_BASELINE_STEPS ? w->clean_n : CKPT_BASELINE_STEPS;
+        double v[CKPT_BASELINE_STEPS];
+        memcpy(v, w->clean_ms, sizeof(double) * (size_t)n);
+        c.baseline_ms = quantile(v, n, 0.5);
+    }
+    w->cost = c;
+    if (!w->wait_staged) ckpt_stall_close(w, 0.0);  // (the copy is done)
     if (final || preempt) ckpt_drain(w, log, steps_done);
     return preempt;
 }
 
-// Before an optimizer update (which rewrites the weights and moments): waits
-// until the thread's copy of a staged checkpoint is done, and logs the
-// checkpoint's stall (CPU trainer; the GPU trainer's update waits on the device).
-static inline void ckpt_before_update(CkptWriter *w) {
-    if (!w->stall_open || w->wait_staged) return;
-    double t0 = wall_seconds();
-    pthread_mutex_lock(&w->mu);
-    while (w->copy_pending) pthread_cond_wait(&w->cv, &w->mu);
-    pthread_mutex_unlock(&w->mu);
-    ckpt_stall_close(w, (wall_seconds() - t0) * 1e3);
+// After step `step` (0-based) took ms (this rank's wall time, its line
+// logged): counts it to the checkpoints it overlapped (the one committed in
+// it, the one in flight), else to the baseline; logs a checkpoint's cost once
+// its last step is done:
+//   {"step":N,"ckpt":"cost","stall_ms":x,"first_step":F,"steps":n,"step_ms":x,"baseline_ms":x,"lost_ms":x}
+// step_ms: the wall time of steps F..F+n-1 (the step lines' "ms"; F is the
+// step that staged it, the last the one it was committed in); lost_ms:
+// step_ms - n x baseline_ms, what it took from the run (null, with
+// baseline_ms, when no step but the first before it overlapped no checkpoint).
+static inline void ckpt_step_cost(CkptWriter *w, int step, double ms) {
+    int counted = 0;
+    CkptCost *all[3] = {&w->ended[0], &w->ended[1], &w->cost};
+    for (int k = 0; k < 3; k++) {
+        CkptCost *c = all[k];
+        if (!c->open || step < c->first) continue;
+        c->steps++;
+        c->step_ms += ms;
+        counted = 1;
+        if (!c->ends) continue;
+        logger_ckpt_cost(w->log, c->step, c->stall_ms, c->first, c->steps, c->step_ms, c->baseline_ms);
+        c->open = 0;
+    }
+    if (!counted && w->warm) w->clean_ms[w->clean_n++ % CKPT_BASELINE_STEPS] = ms;
+    w->warm = 1;
 }
 
 static inline void ckpt_writer_free(CkptWriter *w) {

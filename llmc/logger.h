@@ -7,6 +7,8 @@
 //   {"step":N,"val_loss":x}
 //   {"step":N,"ckpt":"staged","stall_ms":x}       (checkpoint.h: the training loop's stall)
 //   {"step":N,"ckpt":"committed","bytes":N,"seconds":x}  (durable; seconds since staged)
+//   {"step":N,"ckpt":"cost","stall_ms":x,"first_step":F,"steps":n,"step_ms":x,"baseline_ms":x,"lost_ms":x}
+//      (after the line of the step it was committed in: checkpoint.h's ckpt_step_cost)
 // Keep the keys stable. Only rank 0 logs (the caller passes enabled = rank == 0).
 // The JSON log is streamed to its path as the run goes (so it can be followed
 // live); every write is checked, and a failed one (a full disk) stops the run
@@ -102,6 +104,21 @@ static void logger_ckpt(Logger *lg, int64_t step, const char *event, double stal
     else
         fprintf(lg->json, "{\"step\":%lld,\"ckpt\":\"%s\",\"bytes\":%.0f,\"seconds\":%.3f}\n", (long long)step,
                 event, bytes, seconds);
+    logger_flush_checked(lg);
+}
+
+// What a checkpoint cost the run (checkpoint.h's ckpt_step_cost): its
+// stall, its steps (first, how many, their wall time), the median step
+// before it and the difference (null, with the baseline, when baseline_ms < 0).
+static void logger_ckpt_cost(Logger *lg, int64_t step, double stall_ms, int first, int steps, double step_ms,
+                             double baseline_ms) {
+    if (!lg->enabled || !lg->json) return;
+    fprintf(lg->json, "{\"step\":%lld,\"ckpt\":\"cost\",\"stall_ms\":%.3f,\"first_step\":%d,\"steps\":%d,"
+            "\"step_ms\":%.3f,", (long long)step, stall_ms, first, steps, step_ms);
+    if (baseline_ms < 0)
+        fprintf(lg->json, "\"baseline_ms\":null,\"lost_ms\":null}\n");
+    else
+        fprintf(lg->json, "\"baseline_ms\":%.3f,\"lost_ms\":%.3f}\n", baseline_ms, step_ms - steps * baseline_ms);
     logger_flush_checked(lg);
 }
 

@@ -6,7 +6,7 @@
 //   comm    waiting for a collective that compute did not hide
 //   bubble  a pipeline stage waiting for its neighbour (the pipeline group's waits)
 //   opt     the gradient norm, clipping, AdamW, the weights' gathering
-//   ckpt    the checkpoint's stall (staging, the update's wait for the copy)
+//   ckpt    the checkpoint's stall at the step boundary (staging, a wait for the one before)
 // The code says which part it enters (step_time_enter, which returns the part
 // it left, so a wait can go back to it); comm.h's waits charge their time to
 // comm or bubble. Every instant of the step belongs to exactly one part, so
@@ -26,6 +26,18 @@
 #include <string.h>
 
 #include "utils.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// The q-quantile (0..1, nearest rank) of v[0..n) (n > 0; v is reordered): of step times.
+static double quantile(double *v, int n, double q) {
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    int k = (int)(q * n + 0.999999) - 1;
+    return v[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
 
 typedef enum { STEP_DATA, STEP_FWD, STEP_BWD, STEP_COMM, STEP_BUBBLE, STEP_OPT, STEP_CKPT, STEP_PARTS } StepPart;
 static const char *const step_part_names[STEP_PARTS] = {"data", "fwd", "bwd", "comm", "bubble", "opt", "ckpt"};

@@ -50,12 +50,13 @@ typedef struct {
     // Checkpoints (checkpoint.h). stage: copies [lo, hi) of the global order
     // (held by this rank) of the fp32 master weights, AdamW m and v into
     // staging (CKPT_STATES, hi - lo), or queues that copy; wait_staged: waits
-    // for a queued copy (NULL: stage copies at once, and the writer thread
-    // calls it); load: installs the states over ranges->hold from host arrays
+    // for a queued copy (NULL: stage copies at once, on the training threads,
+    // at the step boundary); load: installs the states over ranges->hold from host arrays
     // (states[s]: hold[s]'s pieces one after the other), as they were after `step` steps.
     void (*ckpt_stage)(void *ctx, float *staging, int64_t lo, int64_t hi);
     void (*ckpt_wait_staged)(void *ctx);
     void (*ckpt_load)(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step);
+    int host_threads;  // the CPU threads a step keeps busy on this rank (the checkpoint writer gets the other cores)
 } TrainModel;
 
 static inline void train_range_push(const TrainModel *tm, const char *name) {
@@ -280,18 +281,6 @@ static void train_log_step(const TrainRun *r, Logger *log, int step, float loss,
     free(counts);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-// The q-quantile (0..1, nearest rank) of v[0..n) (n > 0; v is reordered).
-static double quantile(double *v, int n, double q) {
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    int k = (int)(q * n + 0.999999) - 1;
-    return v[k < 0 ? 0 : k >= n ? n - 1 : k];
-}
-
 // At the end (every rank calls it; rank 0 prints): each part's mean, p50 and
 // p90 over the steps after the first (the warm-up: allocation, first touch),
 // tokens/s, MFU and every rank's peak memory; also as a {"summary":...} record.
@@ -367,7 +356,7 @@ static int train_loop(const TrainRun *r, Logger *log) {
     if (o->ckpt_dir[0]) {  // (the trainer claimed the directory at start-up: ckpt_dir_claim)
         ckpt = &writer;
         ckpt_writer_init(ckpt, &r->ckpt, r->world, r->train, &r->ckpt_ranges, r->ckpt_staging, tm->ckpt_wait_staged,
-                         tm->ctx);
+                         tm->ctx, tm->host_threads);
     }
     int finished = !(ckpt && ckpt_stop_before_first_step(ckpt, start));
     for (int step = start; finished && step <= o->steps; step++) {
@@ -389,11 +378,6 @@ static int train_loop(const TrainRun *r, Logger *log) {
         float norm = tm->finish_grads(tm->ctx);
         float lr = lr_at_step(&sched, step);
         AdamWConfig ac = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, step + 1};
-        if (ckpt) {  // a checkpoint's copy of the weights and moments is done
-            step_time_enter(STEP_CKPT);
-            ckpt_before_update(ckpt);
-            step_time_enter(STEP_OPT);
-        }
         tm->optimizer_step(tm->ctx, &ac, grad_clip_scale(norm, o->grad_clip), step);
         step_time_enter(STEP_CKPT);
         int stop = ckpt && ckpt_step_boundary(ckpt, step + 1, step + 1 == o->steps, r->train, &sample_rng,
@@ -403,6 +387,7 @@ static int train_loop(const TrainRun *r, Logger *log) {
         train_range_pop(tm);
         step_history_add(&history, ms, parts);
         train_log_step(r, log, step, (float)loss, lr, norm, ms, parts);
+        if (ckpt) ckpt_step_cost(ckpt, step, ms);
         if (step + 1 == profile_last) train_profile(r, 0, profile_first, step + 1);
         if (stop) {
             finished = 0;

@@ -378,12 +378,19 @@ static inline void zero_state_views(Zero *z, float *views[3]) {
     views[2] = z->stage >= 1 ? z->v - z->map.begin : z->v;
 }
 
-// Copies [lo, hi) of the weights, m and v, one after the other, into staging.
+// Copies [lo, hi) of the weights, m and v, one after the other, into
+// staging: 1 MB chunks split over the training threads (at the step
+// boundary, where they are idle).
 static inline void zero_ckpt_stage(Zero *z, float *staging, int64_t lo, int64_t hi) {
     float *views[3];
     zero_state_views(z, views);
-    for (int s = 0; s < 3; s++)
-        memcpy(staging + (size_t)s * (size_t)(hi - lo), views[s] + lo, sizeof(float) * (size_t)(hi - lo));
+    const int64_t n = hi - lo, chunk = (int64_t)1 << 18, chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < 3 * chunks; k++) {
+        int s = (int)(k / chunks);
+        int64_t at = (k % chunks) * chunk, len = n - at < chunk ? n - at : chunk;
+        memcpy(staging + (size_t)s * (size_t)n + (size_t)at, views[s] + lo + at, sizeof(float) * (size_t)len);
+    }
 }
 
 // Installs the states over holds[s] (what this rank holds, a range of its

@@ -1,41 +1,84 @@
 #!/usr/bin/env bash
-# bench_ckpt.sh: what an asynchronous checkpoint costs the training loop.
-# Trains d12 (MODEL=...) for STEPS steps (default 6) with a checkpoint every
-# EVERY steps (default 3: the writer finishes between two), on the CPU trainer (and on the GPU trainer when a GPU is there), and
-# prints per trainer: the loop's stall per checkpoint (median of the JSON
-# log's stall_ms: the staging, and the next update's wait for the copy), the time a synchronous write of the same bytes takes (dd
-# of the checkpoint's data file with fsync, the page cache dropped from the
-# comparison by writing a new file), the stall as a % of that (the issue's
-# target: under 5%), the writer thread's MB/s, the median step time with and
-# without checkpoints, and the zstd ratio of the data at level 3.
+# bench_ckpt.sh: what an asynchronous checkpoint costs a run, as the training
+# time it takes away. Trains MODEL (default d12) for STEPS steps twice, with a
+# checkpoint every EVERY steps and without, and prints per trainer:
+#   lost_ms    (the with-run's wall time of steps 2..STEPS-1 - the same steps
+#              without) / the checkpoints staged in them: what one costs the run
+#              (the first step, the warm-up, and the last, whose final
+#              checkpoint the run waits for, are left out of both; so each
+#              checkpoint counted has EVERY steps after it for its writer)
+#   log_lost   the median of the JSON log's own figure ("ckpt":"cost" records'
+#              lost_ms: its steps' time less as many median steps before it)
+#   stall_ms   the median hand-over (the loop's stall at the step boundary)
+#   sync_ms    a synchronous write of the same bytes (dd with fsync of the
+#              checkpoint's data file into a new file)
+#   lost%      lost_ms / sync_ms
+#   step_none  the median step time without checkpoints
+#   after_ms   the median time of the first step after each checkpoint's
+#              commit (it should be step_none's)
+#   MB/s       the writer's (its log line), zstd3 the data's zstd ratio
+# and the trainer's line on the cores it leaves the writer. Every figure is
+# the machine's at the time: run it on a quiet one.
+# Env: MODEL STEPS (30, a multiple of EVERY) EVERY (10) BATCH (1) SEQ (64); TRAIN=path: that trainer
+# binary only (another build's, e.g. an older commit's, against this script);
+# TINY=1: a 2-layer model, 12 steps, every 4 (the tests' plumbing check).
 # Run from anywhere: bash scripts/bench_ckpt.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model=${MODEL:-d12}
-steps=${STEPS:-6}
-every=${EVERY:-3}
+model=(--model "${MODEL:-d12}")
+steps=${STEPS:-30}
+every=${EVERY:-10}
+if [ "${TINY:-0}" = 1 ]; then
+    model=(--n-layer 2 --n-embd 32 --n-head 2 --vocab-size 257 --max-seq-len 64)
+    steps=${STEPS:-12}
+    every=${EVERY:-4}
+fi
+if [ "$every" -lt 1 ] || [ "$steps" -lt $((2 * every)) ] || [ $((steps % every)) -ne 0 ]; then
+    echo "bench_ckpt.sh: STEPS ($steps) must be a multiple of EVERY ($every), at least 2 x EVERY: each checkpoint counted gets EVERY steps for its writer, the last is the run's final one" >&2
+    exit 2
+fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench_ckpt.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-make --no-print-directory -s train_gpt tokenize >/dev/null
-cat llmc/*.h train_gpt.c >"$tmp/corpus.txt"
-./tokenize --bytes 1 --out-dir "$tmp" --name bench "$tmp/corpus.txt" >/dev/null
-median() { sort -g | awk '{a[NR]=$1} END{if (NR == 0) print "nan"; else print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-
-trainers=(./train_gpt)
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU' && [ -x ./train_gptcu ]; then
-    trainers+=(./train_gptcu)
+tokenize=${TOKENIZE:-./tokenize}
+if [ -n "${TRAIN:-}" ]; then
+    trainers=("$TRAIN")
+else
+    make --no-print-directory -s train_gpt >/dev/null
+    trainers=(./train_gpt)
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU' && [ -x ./train_gptcu ]; then
+        trainers+=(./train_gptcu)
+    fi
 fi
-printf '%-12s %10s %12s %8s %10s %12s %12s %8s\n' trainer stall_ms sync_write_ms "stall%" writer_MB/s \
-    step_ms_ckpt step_ms_none zstd3
+[ -n "${TOKENIZE:-}" ] || make --no-print-directory -s tokenize >/dev/null
+cat llmc/*.h train_gpt.c >"$tmp/corpus.txt"
+"$tokenize" --bytes 1 --out-dir "$tmp" --name bench "$tmp/corpus.txt" >/dev/null
+median() { sort -g | awk '{a[NR]=$1} END{if (NR == 0) print "nan"; else print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+# "step ms" of each step line of a JSON log
+step_ms() { grep '"loss"' "$1" | sed 's/^{"step":\([0-9]*\),.*"ms":\([0-9.]*\),.*/\1 \2/'; }
+
+printf '%-12s %10s %10s %10s %10s %8s %10s %10s %7s %7s\n' trainer lost_ms log_lost stall_ms sync_ms "lost%" \
+    step_none after_ms MB/s zstd3
 for trainer in "${trainers[@]}"; do
     name=$(basename "$trainer")
-    common=(--data-train "$tmp/bench_train_*.bin" --model "$model" --batch-size "${BATCH:-1}" --seq-len 64
+    common=(--data-train "$tmp/bench_train_*.bin" "${model[@]}" --batch-size "${BATCH:-1}" --seq-len "${SEQ:-64}"
             --steps "$steps" --peak-tflops 1)
     "$trainer" "${common[@]}" --log-json "$tmp/none.json" >"$tmp/none.log" 2>&1 ||
         { echo "$name: $(tail -1 "$tmp/none.log")"; continue; }
     "$trainer" "${common[@]}" --ckpt-dir "$tmp/ck" --ckpt-every "$every" --ckpt-keep 1 --log-json "$tmp/ck.json" \
         >"$tmp/ck.log" 2>&1 || { echo "$name: $(tail -1 "$tmp/ck.log")"; continue; }
+    # steps 1..steps-2 (0-based) of each run; the checkpoints staged in them
+    none_ms=$(step_ms "$tmp/none.json" | awk -v n="$steps" '$1 >= 1 && $1 <= n - 2 {s += $2} END {print s}')
+    ck_ms=$(step_ms "$tmp/ck.json" | awk -v n="$steps" '$1 >= 1 && $1 <= n - 2 {s += $2} END {print s}')
+    taken=$(grep -o '"step":[0-9]*,"ckpt":"staged"' "$tmp/ck.json" | grep -o '[0-9]*' |
+            awk -v n="$steps" '$1 >= 2 && $1 <= n - 1' | wc -l)
+    log_lost=$({ grep -o '"ckpt":"cost".*"lost_ms":[-0-9.]*' "$tmp/ck.json" || true; } | # (none: an older trainer)
+               { grep -o '"lost_ms":[-0-9.]*' || true; } | cut -d: -f2 | median)
     stall=$(grep -o '"stall_ms":[0-9.]*' "$tmp/ck.json" | cut -d: -f2 | median)
+    step_none=$(step_ms "$tmp/none.json" | awk -v n="$steps" '$1 >= 1 && $1 <= n - 2 {print $2}' | median)
+    # the step after each commit: the first step line after a "committed" record (before the last step)
+    after=$(awk -v n="$steps" '/"ckpt":"committed"/ {want = 1; next}
+            want && /"loss"/ {split($0, a, /[:,]/); if (a[2] <= n - 2) {sub(/.*"ms":/, ""); sub(/,.*/, ""); print}; want = 0}' \
+            "$tmp/ck.json" | median)
     data=$(ls "$tmp"/ck/step_*/rank_00000.bin | tail -1)
     bytes=$(stat -c %s "$data")
     t0=$(date +%s.%N)
@@ -43,15 +86,20 @@ for trainer in "${trainers[@]}"; do
     t1=$(date +%s.%N)
     sync_ms=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", (b - a) * 1e3}')
     writer=$(grep -ao 'rank 0 wrote at [0-9]* MB/s' "$tmp/ck.log" | grep -o '[0-9]* MB' | cut -d' ' -f1 | median)
-    step_ck=$(tail -n +2 "$tmp/ck.json" | grep -o '"ms":[0-9.]*' | cut -d: -f2 | median)
-    step_none=$(tail -n +2 "$tmp/none.json" | grep -o '"ms":[0-9.]*' | cut -d: -f2 | median)
     ratio=nan
     if command -v zstd >/dev/null 2>&1; then
         zbytes=$(zstd -3 -c -q "$data" | wc -c)
         ratio=$(awk -v a="$bytes" -v b="$zbytes" 'BEGIN{printf "%.3f", a / b}')
     fi
-    awk -v n="$name" -v s="$stall" -v w="$sync_ms" -v mb="$writer" -v a="$step_ck" -v b="$step_none" -v z="$ratio" 'BEGIN{
-        printf "%-12s %10.2f %12.1f %7.2f%% %10s %12.1f %12.1f %8s\n", n, s, w, 100 * s / w, mb, a, b, z}'
-    echo "  ($name: $model, $((bytes / 1000000)) MB per checkpoint on rank 0, $steps steps, a checkpoint every $every steps)"
+    awk -v n="$name" -v c="$ck_ms" -v z0="$none_ms" -v k="$taken" -v l="$log_lost" -v s="$stall" -v w="$sync_ms" \
+        -v b="$step_none" -v a="$after" -v mb="$writer" -v zr="$ratio" 'BEGIN{
+        lost = k > 0 ? (c - z0) / k : 0
+        printf "%-12s %10.1f %10s %10.2f %10.1f %7.1f%% %10.1f %10s %7s %7s\n", n, lost, l, s, w, 100 * lost / w, b, a, mb, zr}'
+    echo "  ($name: ${model[*]}, $((bytes / 1000000)) MB per checkpoint on rank 0, $steps steps, a checkpoint every" \
+         "$every steps, $taken counted)"
+    grep -a '^checkpoint: .*core' "$tmp/ck.log" | sed 's/^/  /' || true
+    if grep -aq 'waits for step_' "$tmp/ck.log"; then
+        echo "  note: a checkpoint waited for the one before: its writer needs more than $every steps here (raise EVERY)"
+    fi
     rm -rf "$tmp/ck" "$tmp/sync.bin"
 done

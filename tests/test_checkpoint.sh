@@ -4,7 +4,8 @@
 # the last bit (losses, gradient norms, validation losses, samples, final
 # weights), with --shuffle, gradient accumulation, an epoch boundary inside the
 # resumed part and one before it, evaluation and sampling; --ckpt-keep; the
-# JSON log's stall records; bad checkpoints (a checksum, a missing or truncated
+# JSON log's stall records and each checkpoint's cost record against the step
+# lines; scripts/bench_ckpt.sh at its tiny size; bad checkpoints (a checksum, a missing or truncated
 # file, another model or version, a conflicting flag) are one line and exit 2; --resume auto skips a damaged newest one; the
 # writer killed at each write boundary, or the whole run killed from outside,
 # resumes to the same final weights; a failed write stops the run and leaves
@@ -45,6 +46,34 @@ staged_at=$(grep -an 'checkpoint step_00000004 staged' "$tmp/full.log" | cut -d:
 committed_at=$(grep -an 'checkpoint .*step_00000004 committed' "$tmp/full.log" | cut -d: -f1)
 check "'staged' is logged before 'committed', and nothing says 'saved' before then" \
     '[ -n "$staged_at" ] && [ -n "$committed_at" ] && [ "$staged_at" -lt "$committed_at" ] && ! grep -aqi "checkpoint.*saved" "$tmp/full.log"'
+
+# each checkpoint's cost record adds up to the step lines: its steps run from the one that staged it (step
+# lines are 0-based: "first_step" = N - 1) to the step line just before the record (the one it was committed
+# in); step_ms is their "ms" summed; baseline_ms the median (nearest rank) of the last 5 steps before it, the
+# first left out, that are in no checkpoint's steps; lost_ms = step_ms - steps x baseline_ms; stall_ms the
+# "staged" record's, within the first step's "ckpt" time
+check "the JSON log's cost record of each checkpoint adds up to the step lines" "python3 - '$tmp/full.json' <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+ms = {r['step']: r['ms'] for r in lines if 'loss' in r}
+ckpt_part = {r['step']: r['time']['ckpt'] for r in lines if 'loss' in r}
+staged = {r['step']: r['stall_ms'] for r in lines if r.get('ckpt') == 'staged'}
+costs = [(i, r) for i, r in enumerate(lines) if r.get('ckpt') == 'cost']
+busy = set(s for _, c in costs for s in range(c['first_step'], c['first_step'] + c['steps']))
+bad = []
+for i, c in costs:
+    f, n = c['first_step'], c['steps']
+    last = [r['step'] for r in lines[:i] if 'loss' in r][-1]
+    clean = [s for s in sorted(ms) if 0 < s < f and s not in busy][-5:]
+    base = sorted(ms[s] for s in clean)[(len(clean) + 1) // 2 - 1] if clean else None
+    ok = (f == c['step'] - 1 and n >= 1 and f + n - 1 == last and abs(sum(ms[s] for s in range(f, f + n)) - c['step_ms']) < 0.01
+          and c['stall_ms'] == staged[c['step']] and c['stall_ms'] <= ckpt_part[f] + 0.002
+          and (base is None and c['baseline_ms'] is None and c['lost_ms'] is None
+               or base is not None and abs(base - c['baseline_ms']) < 0.002 and abs(c['step_ms'] - n * c['baseline_ms'] - c['lost_ms']) < 0.01))
+    if not ok: bad.append((c, 'base', base, 'last', last))
+if bad: print(bad)
+sys.exit(0 if [c['step'] for _, c in costs] == [4, 8, 12, 16] and not bad else 1)
+PY" "cost records: $(grep -a '"ckpt":"cost"' "$tmp/full.json" | tr '\n' ' ')"
 
 # --- stopped at step k and resumed: bit-exact ---
 for k in 4 8 12; do
@@ -208,6 +237,17 @@ check "a slow writer (800 ms): steps 11-19 run while it writes, as fast as witho
      [ "$staged" -lt "$last_in_flight" ] && [ "$last_in_flight" -lt "$committed" ] &&
      awk -v s="$slow_max" -v x="$base_max" "BEGIN {exit !(s < 2 * x + 300)}"' \
     "rc=$rc staged line ${staged:-none}, step 19 line ${last_in_flight:-none}, committed line ${committed:-none}"
+
+# --- scripts/bench_ckpt.sh at its tiny size: a row with the lost time per checkpoint, the synchronous write
+# and their ratio, the log's own figure, and the cores left to the writer (plumbing: no speed asserted) ---
+TINY=1 TRAIN=$TRAIN TOKENIZE=$BUILD/tokenize TMPDIR=$tmp bash scripts/bench_ckpt.sh >"$tmp/bench.log" 2>&1
+rc=$?
+check "bench_ckpt.sh (TINY=1): lost time per checkpoint beside the synchronous write, 2 checkpoints counted" \
+    "[ $rc -eq 0 ] && grep -q '^trainer  *lost_ms  *log_lost  *stall_ms  *sync_ms  *lost%' '$tmp/bench.log' &&
+     grep -Eq '^train_gpt +-?[0-9.]+ +-?[0-9.]+ +[0-9.]+ +[0-9.]+ +-?[0-9.]+% ' '$tmp/bench.log' &&
+     grep -q '12 steps, a checkpoint every 4 steps, 2 counted' '$tmp/bench.log' &&
+     grep -Eq '^  checkpoint: (the writer has [0-9]+ cores? beside|no core spare beside) 1 training thread a rank' '$tmp/bench.log'" \
+    "rc=$rc: $(tr '\n' '|' <"$tmp/bench.log")"
 
 # --- 2 ranks under mpirun: every ZeRO stage resumes bit-exact on its own layout; a ZeRO-1 checkpoint of 2 ranks
 # continues on 1 and 4 ranks and at ZeRO 0 and 3 (the same global batch) to 1e-5 of the uninterrupted run ---
