@@ -9,7 +9,8 @@
 #   MPI      mpicc --showme               (NO_MPI=1 to disable)
 #   zstd     libzstd                      (NO_ZSTD=1 to disable)
 #   CUDA     nvcc, cuBLASLt, cuDNN, NCCL  (NO_CUDA=1; CUDNN_HOME=..., NCCL_HOME=... to locate)
-# Other knobs: SANITIZER=address|undefined, DEBUG=1 (make debug), CUDA_ARCHS="sm_80 sm_90",
+# Other knobs: SANITIZER=address|undefined, COVERAGE=1 (gcov counts in build-coverage/, for
+# tests/coverage.sh), DEBUG=1 (make debug), CUDA_ARCHS="sm_80 sm_90",
 # CPU_ISA=avx2|portable (x86-64: build for a narrower instruction set than
 # this machine's, AVX2 + FMA without AVX-512 or SSE2 only, in build-$(CPU_ISA)/;
 # the native CPU kernels' vector width and register tile follow it).
@@ -32,6 +33,11 @@ ifneq ($(SANITIZER),)
   OPT := -O1 -g -march=native -fno-omit-frame-pointer -fsanitize=$(SANITIZER) -fno-sanitize-recover=all
   LDFLAGS += -fsanitize=$(SANITIZER)
   BUILD := build-$(SANITIZER)
+endif
+ifeq ($(COVERAGE),1)
+  OPT := -O1 -g -march=native --coverage -Wno-maybe-uninitialized  # (gcc -O1 --coverage: false positives)
+  LDFLAGS += --coverage
+  BUILD := build-coverage
 endif
 
 # Narrower instruction sets than -march=native's, for CPU_ISA and the kernel tests below (x86-64 only)
@@ -101,13 +107,13 @@ endif
 # (A100; its cubin also runs on sm_86 and sm_89) and sm_90 (H100, H200), and
 # sm_100 (B200) where this nvcc has it (nvcc --list-gpu-code). train_gptcu
 # checks at start-up that it holds code for its GPU (llmc/device_check.cuh).
-# Sanitizer builds leave the CUDA programs out (host sanitizers do not cover them).
+# Sanitizer and coverage builds leave the CUDA programs out (host sanitizers and gcov do not cover them).
 CUDA_HOME ?= /usr/local/cuda
 ifeq ($(origin CUDA_ARCH),command line)
   $(error CUDA_ARCH is CUDA_ARCHS, a list: make CUDA_ARCHS="$(CUDA_ARCH)")
 endif
 ifneq ($(NO_CUDA),1)
-ifeq ($(SANITIZER),)
+ifeq ($(SANITIZER)$(COVERAGE),)
   NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nvcc))
   ifneq ($(NVCC),)
     ifneq ($(wildcard $(CUDA_HOME)/include/cublasLt.h),)
@@ -221,7 +227,7 @@ TEST_BINS += $(EMU_BINS)
 FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(filter-out tests/fuzz/fuzz_replay_main.c,$(wildcard tests/fuzz/fuzz_*.c)))
 FUZZ_WRAP := -Wl,--wrap=exit,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=free,--wrap=strdup,--wrap=fopen,--wrap=fdopen,--wrap=fclose
 FUZZ_BINS := $(patsubst %,$(BUILD)/fuzz/replay_%,$(FUZZ_NAMES))
-ifeq ($(SANITIZER),)
+ifeq ($(SANITIZER)$(COVERAGE),)
   FUZZ_CC ?= clang
   HAVE_LIBFUZZER := $(shell printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return d && n; }' | \
                       $(FUZZ_CC) -x c - -fsanitize=fuzzer -o /dev/null >/dev/null 2>&1 && echo yes)

@@ -14,23 +14,9 @@
 #include <omp.h>
 #endif
 
-#include "cpu_matmul.h"
-#include "cpu_vec.h"
-
-static inline int omp_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-static inline int omp_thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
+#include "cpu_matmul.h"  // defines: matmul
+#include "cpu_vec.h"     // defines: vec_max, vec_exp_sum, vec_dot, vf_*
+#include "utils.h"       // defines: omp_threads, omp_thread_id
 
 // ---------------------------------------------------------------------------
 // embeddings

@@ -21,11 +21,12 @@
 
 #include <string.h>
 
-#include "cpu_layers.h"
-#include "model.h"
-#include "model_init.h"
-#include "sampler.h"
-#include "tensor_parallel.h"
+#include "cpu_layers.h"            // defines: the layers (encoder_*, layernorm_*, attention_*, ...)
+#include "gpt_activation_sizes.h"  // defines: gpt_activation_sizes, GPT_ACT_PER_LAYER, GPT_ACT_SINGLES
+#include "model.h"                 // defines: GPTConfig, ParamLayout, LayerTensors, GPTHooks
+#include "model_init.h"            // defines: gpt2_init_params (for the trainers)
+#include "rand.h"                  // defines: Rng
+#include "tensor_parallel.h"       // defines: TPContext, tp_all_reduce, tp_*_rows, tp_sample_token
 
 // One micro-batch's activations for a stage: layers [l0, l1) of the model
 // (all of them for one process), with the embeddings when l0 == 0 and ln_f,
@@ -117,44 +118,6 @@ static void gpt_activations_free(GPTActivations *a) {
     free(a->memory);
     free(a->ln1);  // the per-layer pointer arrays share one allocation
     memset(a, 0, sizeof(*a));
-}
-
-// The activation buffers: GPT_ACT_PER_LAYER per layer of the stage (the last
-// GPT_ACT_SPLIT of them only with a split backward), then GPT_ACT_SINGLES once
-// (the ends' only on the first or last stage), in the order of the slots in
-// gpt_activations_alloc. With B * T < 2^31 (train_setup.h) each fits in
-// size_t; their sum over the layers need not (gpt_activation_floats).
-#define GPT_ACT_PER_LAYER 17
-#define GPT_ACT_SPLIT 4
-#define GPT_ACT_SINGLES 13
-static void gpt_activation_sizes(const GPTConfig *c, int B, int T, int split, int last, int tp, int sp,
-                                 size_t per_layer[GPT_ACT_PER_LAYER], size_t single[GPT_ACT_SINGLES]) {
-    size_t C = c->channels, Cl = C / tp, NH = c->num_heads / tp;
-    size_t V = tp > 1 ? (size_t)c->padded_vocab_size / tp : (size_t)c->vocab_size;  // (a slice's real ids: at most)
-    size_t N = (size_t)B * T, Nl = sp ? N / tp : N, S = split ? 1 : 0, E = last ? 1 : 0, P = tp > 1 ? 1 : 0;
-    size_t layer[GPT_ACT_PER_LAYER] = {N * C, Nl, Nl, N * 3 * Cl, N * Cl, (size_t)B * NH * T * T, Nl * C,
-                                       N * C, Nl, Nl, N * 4 * Cl, N * 4 * Cl, Nl * C,
-                                       S * N * C, S * N * 4 * Cl, S * N * C, S * N * 3 * Cl};
-    size_t once[GPT_ACT_SINGLES] = {Nl * C, E * N * C, E * Nl, E * Nl, E * N * V, E * N, E * N * C, Nl * C,
-                                    N * C, N * 4 * Cl, N * 3 * Cl, N * Cl, P * N * C};
-    memcpy(per_layer, layer, sizeof(layer));
-    memcpy(single, once, sizeof(once));
-}
-
-// Activation floats of a stage of `layers` layers at B x T, in double so that a
-// shape far too big for memory is measured, not wrapped (the memory check
-// before any allocation); the attention rows' scratch not included.
-static double gpt_stage_activation_floats(const GPTConfig *c, int B, int T, int layers, int split, int last, int tp,
-                                          int sp) {
-    size_t per_layer[GPT_ACT_PER_LAYER], single[GPT_ACT_SINGLES];
-    gpt_activation_sizes(c, B, T, split, last, tp, sp, per_layer, single);
-    double total = 0.0;
-    for (int s = 0; s < GPT_ACT_PER_LAYER; s++) total += (double)per_layer[s] * layers;
-    for (int s = 0; s < GPT_ACT_SINGLES; s++) total += (double)single[s];
-    return total;
-}
-static double gpt_activation_floats(const GPTConfig *c, int B, int T, int tp, int sp) {
-    return gpt_stage_activation_floats(c, B, T, c->num_layers, 0, 1, tp, sp) + (double)omp_threads() * T * T;
 }
 
 // Buffers for layers [l0, l1) of model m at micro-batch B x T (split: keeps

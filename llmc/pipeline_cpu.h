@@ -26,16 +26,14 @@
 #ifndef LLMC_PIPELINE_CPU_H
 #define LLMC_PIPELINE_CPU_H
 
-#include "checkpoint.h"
-#include "comm.h"
-#include "gpt_cpu.h"
-#include "optimizer.h"
-#include "param_map.h"
-#include "pipeline.h"
-#include "pp_layout.h"
-#include "pp_schedule.h"
-#include "zero_cpu.h"
-#include "zero_shard.h"
+#include "comm.h"         // defines: Comm, CommGroup, CommRequest, comm_* operations
+#include "gpt_cpu.h"      // defines: GPT, GPTActivations, gpt_stage_* (forward, backward, weight gradients)
+#include "optimizer.h"    // defines: AdamWConfig
+#include "pipeline.h"     // defines: PPRunner, PPStageOps, PPBuffer, pp_runner_*
+#include "pp_layout.h"    // defines: PPLayout, pp_holding
+#include "pp_schedule.h"  // defines: PPKind
+#include "zero_cpu.h"     // defines: Zero, zero_* (the data-parallel reduction and sharded AdamW)
+#include "zero_shard.h"   // defines: ShardMap, shard_map_init, shard_piece, shard_counts
 
 #define PP_TAG_WTE 101
 
@@ -170,21 +168,6 @@ static void pipeline_free(Pipeline *pp) {
     free(pp->wte_piece);
     free(pp->counts);
     memset(pp, 0, sizeof(*pp));
-}
-
-// Activation floats pipeline rank `rank`'s micro-batches in flight need at
-// the schedule's peak of m micro-batches (the memory check and line; the
-// allocation grows to it as it runs): that many sets of its average chunk,
-// each with the ends' buffers (an over-estimate for a middle stage).
-static double pipeline_rank_activation_floats(const GPTConfig *cfg, const PPLayout *layout, PPKind kind, int rank,
-                                              int m, int B, int T, int tp, int sp) {
-    int peak = pp_peak_alive_theory(kind, layout->pp, layout->v, m, rank), layers = 0;
-    for (int c = 0; c < layout->v; c++) {
-        int g = pp_stage_of(layout->pp, rank, c);
-        layers += layout->first_layer[g + 1] - layout->first_layer[g];
-    }
-    return (double)peak * gpt_stage_activation_floats(cfg, B, T, (layers + layout->v - 1) / layout->v,
-                                                      kind == PP_ZB1P, 1, tp, sp);
 }
 
 // ---------------------------------------------------------------------------

@@ -26,7 +26,7 @@
 #include "gpt_gpu.cuh"
 #include "pipeline.h"
 #include "pp_layout.h"
-#include "sampler.h"
+#include "rand.h"  // defines: Rng
 #include "zero_gpu.cuh"
 
 #define PP_TAG_WTE 101

@@ -2,16 +2,19 @@
 // layout, before anything is allocated: its weights, gradients and AdamW state
 // (zero_shard.h's formula over the ZeRO shard of what the rank holds), the
 // last pipeline stage's copy of the tied wte and its gradient, and the
-// activations (gpt_cpu.h's buffers; a pipeline rank's at its schedule's peak,
-// pipeline_cpu.h). train_gpt.c checks it against the memory available and the
-// planner (plan.c) predicts with it, so the two are the same formula.
+// activations (gpt_activation_sizes.h: gpt_cpu.h's buffers; a pipeline rank's at
+// its schedule's peak). train_gpt.c checks it against the memory available and
+// the planner (plan.c) predicts with it, so the two are the same formula. Only
+// formulas: it includes no trainer runtime.
 #ifndef LLMC_RANK_MEMORY_H
 #define LLMC_RANK_MEMORY_H
 
-#include "gpt_cpu.h"
-#include "pipeline_cpu.h"
-#include "pp_layout.h"
-#include "zero_shard.h"
+#include "gpt_activation_sizes.h"  // defines: gpt_activation_floats, pipeline_rank_activation_floats
+#include "model.h"                 // defines: GPTConfig, ParamHolding, ParamLayout, param_layout_init_held
+#include "pp_layout.h"             // defines: PPLayout, pp_holding
+#include "pp_schedule.h"           // defines: PPKind
+#include "utils.h"                 // defines: mallocCheck
+#include "zero_shard.h"            // defines: ShardMap, shard_map_init, zero_memory
 
 // One rank's place in the layout and its micro-batch.
 typedef struct {

@@ -1,7 +1,7 @@
-// sampler.h: drawing the next token from logits (softmax with temperature),
-// the sliding context window of a sample, and printing tokens as text: through
-// a tokenizer when one is given, else as bytes for a byte-level vocabulary
-// (ids < 256), else as ids. Shared by both trainers.
+// sampler.h: drawing the next token from logits (softmax with temperature)
+// and the sliding context window of a sample: the sampling math, which the
+// models and tensor_parallel.h's vocabulary-parallel draw use. Printing the
+// tokens as text (through the tokenizer) is train_loop.h's.
 #ifndef LLMC_SAMPLER_H
 #define LLMC_SAMPLER_H
 
@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "rand.h"
-#include "tokenizer.h"
+#include "rand.h"   // defines: Rng, rng_uniform
+#include "utils.h"  // defines: callocCheck
 
 // logits (V); returns a token id drawn from softmax(logits / temperature).
 static int sample_token(const float *logits, int V, float temperature, Rng *rng) {
@@ -49,22 +49,5 @@ static void sample_window_push(SampleWindow *w, int token) {
 }
 
 static void sample_window_free(SampleWindow *w) { free(w->tokens); }
-
-// The token the sample starts from: the tokenizer's end-of-text, else the last id.
-static inline int sample_start_token(const Tokenizer *tok, int V) { return tok ? (int)tokenizer_eot(tok) : V - 1; }
-
-// Prints one token: decoded by the tokenizer when there is one, as a byte for a
-// byte-level vocabulary (V <= 257), else as <id>.
-static void sample_print_token(FILE *out, const Tokenizer *tok, int id, int V) {
-    size_t nbytes;
-    if (tok && id < (int)tokenizer_vocab_size(tok)) {
-        const char *bytes = tokenizer_decode(tok, (uint32_t)id, &nbytes);
-        fwrite(bytes, 1, nbytes, out);
-    } else if (id < 256 && V <= 257) {
-        fputc(id, out);
-    } else {
-        fprintf(out, "<%d>", id);
-    }
-}
 
 #endif  // LLMC_SAMPLER_H

@@ -27,10 +27,10 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "comm.h"
-#include "model.h"
-#include "sampler.h"
-#include "utils.h"
+#include "comm.h"     // defines: CommGroup, CommRequest, CommDType, comm_*_start
+#include "model.h"    // defines: GPTConfig
+#include "sampler.h"  // defines: sample_token
+#include "utils.h"    // defines: mallocCheck, callocCheck
 
 typedef struct {
     int size, rank;    // the tensor group's size and this rank in it (1, 0: no tensor parallelism)

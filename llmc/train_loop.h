@@ -168,6 +168,23 @@ static float train_evaluate(const TrainRun *r, int *x, int *y) {
     return (float)comm_mean(r->dp, total / r->o->eval_batches);
 }
 
+// The token the sample starts from: the tokenizer's end-of-text, else the last id.
+static inline int sample_start_token(const Tokenizer *tok, int V) { return tok ? (int)tokenizer_eot(tok) : V - 1; }
+
+// Prints one token: decoded by the tokenizer when there is one, as a byte for a
+// byte-level vocabulary (V <= 257), else as <id>.
+static void sample_print_token(FILE *out, const Tokenizer *tok, int id, int V) {
+    size_t nbytes;
+    if (tok && id < (int)tokenizer_vocab_size(tok)) {
+        const char *bytes = tokenizer_decode(tok, (uint32_t)id, &nbytes);
+        fwrite(bytes, 1, nbytes, out);
+    } else if (id < 256 && V <= 257) {
+        fputc(id, out);
+    } else {
+        fprintf(out, "<%d>", id);
+    }
+}
+
 // Generates --sample-tokens tokens after the end-of-text token and prints them
 // (sample_print_token). Every rank runs it (ZeRO-3 gathers weights
 // collectively, in step); only rank 0 prints.

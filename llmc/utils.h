@@ -1,6 +1,7 @@
 // utils.h: error handling shared by every host program: fatal errors that name
 // file:line (each line one write(2)), checked allocation (and zeroed buffers
-// mapped a page at a time), checked file I/O, and a monotonic clock.
+// mapped a page at a time), checked file I/O, a monotonic clock, and the OpenMP
+// thread count and index (1 and 0 in a build without OpenMP).
 // Convention: a user error (bad flag, bad file) exits with status 2 and one line
 // on stderr; an internal error (allocation, I/O failure) exits with status 1.
 #ifndef LLMC_UTILS_H
@@ -16,6 +17,9 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define EXIT_USAGE 2  // bad flag, bad value, bad input file
 
@@ -238,5 +242,20 @@ static inline int64_t round_up_checked(int64_t a, int64_t b, const char *what) {
 }
 // For sizes already known to be in range (set up from checked values).
 static inline int64_t round_up_i64(int64_t a, int64_t b) { return ceil_div_i64(a, b) * b; }
+
+static inline int omp_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+static inline int omp_thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
 
 #endif  // LLMC_UTILS_H

@@ -1,4 +1,4 @@
-# checks.sh (sourced by the test scripts): the PASS:/FAIL: lines tests/run_tests.sh
+# checks.sh (sourced by tests/lib.sh): the PASS:/FAIL: lines tests/run_tests.sh
 # counts. P (optional) prefixes every check name; expect_usage_error writes its
 # scratch files under $tmp.
 P=${P:-}
@@ -33,16 +33,17 @@ expect_job_ends() {
 }
 # the GPUs nvidia-smi lists (0 without a driver)
 gpu_count() { nvidia-smi -L 2>/dev/null | grep -c '^GPU'; }
-# tokenize_sources OUT_DIR FILE...: the files (this repository's sources) as
-# byte-level shards OUT_DIR/src_train_*.bin and src_val_*.bin (20000
-# validation tokens) through $BUILD/tokenize, via $tmp/corpus.txt; on failure
-# a FAIL line and exit
-tokenize_sources() {
-    local out=$1; shift
+# byte_corpus OUT_DIR NAME VAL_TOKENS FILE...: the files (this repository's sources) as byte-level shards
+# OUT_DIR/NAME_val_*.bin (the first VAL_TOKENS tokens; 0: none) and NAME_train_*.bin, through
+# $BUILD/tokenize via $tmp/corpus.txt; on failure a FAIL line and exit
+byte_corpus() {
+    local out=$1 name=$2 val=$3; shift 3
     cat "$@" >"$tmp/corpus.txt"
-    "$BUILD/tokenize" --bytes 1 --out-dir "$out" --name src --val-tokens 20000 "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
-        { fail "tokenize test corpus" "$(tail -1 "$tmp/tok.log")"; exit 1; }
+    "$BUILD/tokenize" --bytes 1 --out-dir "$out" --name "$name" --val-tokens "$val" "$tmp/corpus.txt" \
+        >"$tmp/tok.log" 2>&1 || { fail "tokenize test corpus" "$(tail -1 "$tmp/tok.log")"; exit 1; }
 }
+# tokenize_sources OUT_DIR FILE...: byte_corpus OUT_DIR src 20000 FILE...
+tokenize_sources() { local out=$1; shift; byte_corpus "$out" src 20000 "$@"; }
 # records_from LOG K: a JSON log's step and validation records of steps >= K, without timings, checkpoint or summary records
 records_from() { grep -v '^{"step":[0-9]*,"ckpt"\|^{"summary"' "$1" | sed 's/,"ms".*/}/' | awk -v k="$2" -F'[:,]' '$2 >= k'; }
 # samples_from LOG K: the samples a trainer's output printed at steps >= K (the loop's step numbers)

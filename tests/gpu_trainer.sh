@@ -4,10 +4,13 @@
 #               tests/cuda_emulator.h (kernels, cuBLASLt, streams and copies on
 #               the CPU; no GPU needed); check names start with "emulated_".
 #   otherwise:  $BUILD/train_gptcu on the machine's GPU.
-# Sets TRAIN and P; takes the suite's name ($1) for the SKIP lines. Sources
-# tests/checks.sh (its helpers prefix their names with P).
-. tests/checks.sh
+# Sets TRAIN, P (the helpers of tests/checks.sh prefix their names with it) and
+# quick; takes the suite's name ($1) for the SKIP lines. Sourced after tests/lib.sh.
 EMULATED=${EMULATED:-0}
+# quick: the emulated trainer in a sanitizer build (tests/lib.sh's sanitizer_build), where scripts run
+# their first layouts only (CI's time)
+quick=0
+[ "$EMULATED" = 1 ] && [ "${sanitizer_build:-0}" = 1 ] && quick=1
 if [ "$EMULATED" = 1 ]; then
     TRAIN=$BUILD/emu/train_gptcu P=emulated_
 else

@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
-# run_tests.sh: runs every test program (build/tests/test_*), test script
-# (tests/test_*.sh) and emulated GPU program (build/emu/), tallies their PASS:/FAIL:/SKIP: lines, and prints the
-# closing line "N passed, N failed, N skipped", after the list of the slowest tests. A test that exits non-zero
-# without printing FAIL counts as one failure. Exit status 1 on any failure.
+# run_tests.sh: runs every test program (build/tests/test_*), test script (tests/test_*.sh) and emulated GPU
+# program (build/emu/), tallies their PASS:/FAIL:/SKIP: lines, prints each test's CPU time (user + sys of it and
+# of every process it started: what a loaded machine does not inflate) and wall time, and closes with the ten
+# slowest by CPU time and the line "N passed, N failed, N skipped". A test that exits non-zero without printing
+# FAIL counts as one failure. Exit status 1 on any failure.
 set -u
 BUILD=${BUILD:-build}
 export BUILD
 cd "$(dirname "$0")/.."
 passed=0; failed=0; skipped=0
-times=()  # "SECONDS NAME" per test, for the closing list of the slowest
+times=()  # "CPU_SECONDS NAME (WALL s wall)" per test, for the closing list of the slowest
 log=$(mktemp)
+cpu_log=$(mktemp)
+# children_cpu: the CPU seconds (user + sys) of every finished child of this shell so far, from bash's `times`
+# (called directly, not in $(...), whose subshell would count its own children)
+children_cpu() {
+    times >"$cpu_log"
+    children_cpu=$(awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, a, "m"); s += a[1] * 60 + a[2] } printf "%.2f", s }' "$cpu_log")
+}
 run_one() {
     local name=$1; shift
     echo "== $name"
-    local start=$SECONDS
+    local start=$SECONDS cpu0 cpu
+    children_cpu; cpu0=$children_cpu
     "$@" >"$log" 2>&1
     local rc=$?
+    children_cpu; cpu=$(awk -v a="$cpu0" -v b="$children_cpu" 'BEGIN { printf "%.1f", b - a }')
     cat "$log"
-    times+=("$((SECONDS - start)) $name")
+    echo "== $name: $cpu s CPU (user+sys), $((SECONDS - start)) s wall"
+    times+=("$cpu $name ($((SECONDS - start)) s wall)")
     local p f s
     p=$(grep -c '^PASS: ' "$log"); f=$(grep -c '^FAIL: ' "$log"); s=$(grep -c '^SKIP: ' "$log")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
@@ -27,11 +38,11 @@ run_one() {
     passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
 }
 only=${TESTS:-}
-# TESTS_EXCLUDE=REGEX: tests not run here, each listed as a SKIP (run_all.sh's sanitizer builds leave out the
-# longest emulated runs; the normal build runs them)
-exclude=${TESTS_EXCLUDE:-}
+# TESTS_ONLY=REGEX: the tests that do not match it are not run, each listed as a SKIP (run_all.sh's sanitizer
+# builds: the subset tests/sanitizer_tests.txt names)
+subset=${TESTS_ONLY:-}
 excluded() {
-    [ -n "$exclude" ] && [[ "$1" =~ $exclude ]] && { echo "SKIP: $1 (TESTS_EXCLUDE: run in the normal build)"; skipped=$((skipped + 1)); }
+    [ -n "$subset" ] && ! [[ "$1" =~ $subset ]] && { echo "SKIP: $1 (not in tests/sanitizer_tests.txt: normal build only)"; skipped=$((skipped + 1)); }
 }
 for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
@@ -83,9 +94,10 @@ for f in dev/cuda/*.cu; do
     t=$BUILD/emu/dev_$(basename "$f" .cu)
     [ -x "$t" ] && emulated "$(basename "$t")_emulated" "$t"
 done
-rm -f "$log"
+rm -f "$log" "$cpu_log"
 echo
-echo "slowest tests (s):"
-printf '%s\n' "${times[@]}" | sort -rn | head -12 | sed 's/^/  /'
+echo "the ten slowest tests, CPU seconds (user+sys):"
+printf '%s\n' "${times[@]}" | sort -rn | head -10 | sed 's/^/  /'
+printf '%s\n' "${times[@]}" | awk 'NF { s += $1; n++ } END { printf "all %d tests: %.0f s CPU\n", n, s }'
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

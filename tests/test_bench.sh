@@ -9,16 +9,9 @@
 # SKIPs without MPI.
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
-. tests/checks.sh
+. tests/lib.sh
 P=bench_
-if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
-    echo "SKIP: bench (built without MPI or no mpirun)"
-    exit 0
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export ASAN_OPTIONS=detect_leaks=0  # (the multi-rank runs: MPI's own allocations are not ours)
+need_mpi bench
 TRAINER=$BUILD/train_gpt TOKENIZE=$BUILD/tokenize OUT="$tmp/out" bash scripts/bench.sh --steps 3 --models 2:64:2 \
     --batches 2,4 --seqs '' --zeros 1 --layouts 1x1x2:1f1b --cores 2 >"$tmp/bench.log" 2>&1
 rc=$?

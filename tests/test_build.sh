@@ -5,9 +5,7 @@
 # (no fallback to make's built-in rules). A dry run (make -n) into a scratch build directory: nothing compiles.
 set -u
 cd "$(dirname "$0")/.."
-. tests/checks.sh
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/lib.sh
 
 variants=("SANITIZER=address" "SANITIZER=undefined")
 case "$(${CC:-gcc} -dumpmachine 2>/dev/null)" in x86_64*) variants+=("CPU_ISA=avx2");; esac

@@ -12,17 +12,12 @@
 # the previous checkpoint. The corpus is this repository's own source.
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
+. tests/lib.sh
 TRAIN="$BUILD/train_gpt"
-. tests/checks.sh
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0
 
 # 3000 training tokens: 93 samples of 32, 23 batches of 4, so an epoch ends inside step 12 (2 micro-steps a step)
-head -c 5000 train_gpt.c >"$tmp/corpus.txt"
-"$BUILD/tokenize" --bytes 1 --out-dir "$tmp/data" --name src --val-tokens 2000 "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
-    { fail "tokenize test corpus" "$(tail -1 "$tmp/tok.log")"; exit 1; }
+byte_corpus "$tmp/data" src 2000 <(head -c 5000 train_gpt.c)
 RUN=(--data-train "$tmp/data/src_train_*.bin" --data-val "$tmp/data/src_val_*.bin" --n-layer 2 --n-embd 64 --n-head 4
      --vocab-size 257 --max-seq-len 64 --seq-len 32 --batch-size 4 --total-batch-tokens 256 --peak-tflops 0.1
      --steps 16 --lr 1e-3 --weight-decay 0.1 --shuffle 1 --eval-every 3 --eval-batches 2 --sample-every 5
@@ -251,12 +246,7 @@ check "bench_ckpt.sh (TINY=1): lost time per checkpoint beside the synchronous w
 
 # --- 2 ranks under mpirun: every ZeRO stage resumes bit-exact on its own layout; a ZeRO-1 checkpoint of 2 ranks
 # continues on 1 and 4 ranks and at ZeRO 0 and 3 (the same global batch) to 1e-5 of the uninterrupted run ---
-if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
-    echo "SKIP: checkpoints on several ranks (built without MPI or no mpirun)"
-    exit 0
-fi
-export OMPI_MCA_rmaps_base_oversubscribe=1
-MPIRUN=(timeout 120 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x ASAN_OPTIONS)
+need_mpi "checkpoints on several ranks" 120
 DIST=("${RUN[@]}" --bucket-mb 0.02 --comm-timeout 60)
 for zero in 0 1 2 3; do
     "${MPIRUN[@]}" -np 2 "$TRAIN" "${DIST[@]}" --batch-size 2 --zero $zero --ckpt-dir "$tmp/z$zero" --ckpt-every 4 \
@@ -271,7 +261,6 @@ for zero in 0 1 2 3; do
          cmp -s <(records_from "$tmp/z$zero.json" 8) <(records_from "$tmp/z${zero}r.json" 0)' \
         "rc1=$rc1 rc2=$rc2 files=$nfiles $(grep -ah error "$tmp/z$zero.log" "$tmp/z${zero}r.log" | head -1)"
 done
-CMP=$BUILD/tests/test_zero
 records_from "$tmp/z1.json" 8 >"$tmp/z1_tail.json"
 for layout in "1 4 1" "4 1 1" "2 2 0" "2 2 3"; do
     read -r np B zero <<<"$layout"

@@ -9,17 +9,11 @@
 # round, following the other trainer's uninterrupted run to bf16 tolerance.
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
+. tests/lib.sh
 . tests/gpu_trainer.sh checkpoint_gpu
-CPU="$BUILD/train_gpt"
-CMP="$BUILD/tests/test_zero"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
 
-head -c 5000 train_gpt.c >"$tmp/corpus.txt"
-"$BUILD/tokenize" --bytes 1 --out-dir "$tmp/data" --name src --val-tokens 2000 "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
-    { fail "tokenize test corpus" "$(tail -1 "$tmp/tok.log")"; exit 1; }
+byte_corpus "$tmp/data" src 2000 <(head -c 5000 train_gpt.c)
 # head size 32 (the flash kernels take 32 and 64); 2 micro-steps a step
 RUN=(--data-train "$tmp/data/src_train_*.bin" --data-val "$tmp/data/src_val_*.bin" --n-layer 2 --n-embd 64 --n-head 2
      --vocab-size 257 --max-seq-len 64 --seq-len 32 --batch-size 4 --total-batch-tokens 256 --peak-tflops 0.1
@@ -61,12 +55,8 @@ else
 fi
 
 # --- 2 ranks (MPI staged through host memory): ZeRO-1 resumes bit-exact, and continues at ZeRO-3 and on 1 rank ---
-if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
-    echo "SKIP: ${P}checkpoints on 2 ranks (built without MPI or no mpirun)"
-    exit 0
-fi
-export ASAN_OPTIONS=detect_leaks=0  # LeakSanitizer: MPI's and OpenBLAS's own allocations under mpirun are not ours
-MPIRUN=(timeout 300 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x ASAN_OPTIONS -np 2)
+need_mpi "${P}checkpoints on 2 ranks" 300
+MPIRUN+=(-np 2)
 DIST=("${RUN[@]}" --steps 4 --eval-every 0 --sample-every 0 --comm mpi)
 "${MPIRUN[@]}" "$TRAIN" "${DIST[@]}" --batch-size 2 --zero 1 --ckpt-dir "$tmp/d" --ckpt-every 2 \
     --log-json "$tmp/d.json" --save-model "$tmp/d.bin" >"$tmp/d.log" 2>&1

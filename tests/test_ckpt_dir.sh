@@ -9,8 +9,8 @@
 # training. CPU trainer, a tiny model.
 set -u
 cd "$(dirname "$0")/.."
-. tests/checks.sh
-BUILD=${BUILD:-build} TRAIN=$BUILD/train_gpt tmp=$(mktemp -d) pids=()
+. tests/lib.sh
+TRAIN=$BUILD/train_gpt pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done  # (a trainer checkpoints and exits; mpirun passes it on)
     chattr -R -i "$tmp" 2>/dev/null
@@ -181,12 +181,8 @@ else
 fi
 
 # --- under mpirun: rank 0 holds the lock for its job; a second 2-rank job is refused ---
-if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
-    echo "SKIP: the lock under mpirun (built without MPI or no mpirun)"
-    exit 0
-fi
-export OMPI_MCA_rmaps_base_oversubscribe=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x ASAN_OPTIONS -np 2)
+need_mpi "the lock under mpirun"
+MPIRUN+=(-np 2)
 rm -rf "$tmp/mk"
 "${MPIRUN[@]}" "$TRAIN" "${RUN[@]}" --batch-size 1 --steps 20000 --ckpt-every 0 --ckpt-dir "$tmp/mk" --comm-timeout 30 \
     >"$tmp/mk1.out" 2>&1 &

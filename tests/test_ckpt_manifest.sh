@@ -13,11 +13,8 @@
 # directory, an unchanged checkpoint and a version-2 one (read with a note) resume bit-exact.
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
+. tests/lib.sh
 TRAIN="$BUILD/train_gpt"
-. tests/checks.sh
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0
 
 # 1400 training tokens: 43 samples of 32, 8 (2 micro-batches of 4) a step; epoch 1 begins in step 6 (3 dropped)

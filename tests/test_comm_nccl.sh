@@ -21,15 +21,14 @@
 # (not exit(), whose CUDA teardown would wait for the failed kernel).
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
-. tests/checks.sh  # gpu_count
+. tests/lib.sh
 build_with_nvcc() {  # sets bin; SKIPs or FAILs (and exits) when it cannot
     CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
     NCCL_HOME=${NCCL_HOME:-$CUDA_HOME}
     NVCC=$(command -v nvcc || echo "$CUDA_HOME/bin/nvcc")
     NCCL_LIB=$NCCL_HOME/lib
     [ -d "$NCCL_LIB" ] || NCCL_LIB=$NCCL_HOME/lib64
-    case "$BUILD" in build-*) echo "SKIP: device_comm_backends_build (sanitizer build)"; exit 0;; esac
+    [ $sanitizer_build = 1 ] && { echo "SKIP: device_comm_backends_build (sanitizer build)"; exit 0; }
     if [ ! -x "$NVCC" ] || [ ! -f "$NCCL_HOME/include/nccl.h" ]; then
         echo "SKIP: device_comm_backends_build (no nvcc or nccl.h)"
         exit 0
@@ -97,7 +96,7 @@ reported() {
 }
 run one_process "$bin"
 if [ "$ngpu" -ge 1 ]; then
-    if [ "${HAVE_MPI:-}" = yes ] && command -v mpirun >/dev/null 2>&1; then
+    if have_mpi; then
         run np2 mpirun --allow-run-as-root --oversubscribe -np 2 "$bin"
         if [ "${EMULATED:-0}" = 1 ]; then
             run np4 mpirun --allow-run-as-root --oversubscribe -np 4 "$bin"

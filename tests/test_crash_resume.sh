@@ -9,18 +9,16 @@
 # moment in the run they hit still depends on the machine's speed).
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
+. tests/lib.sh
 TRAIN="$BUILD/train_gpt"
-. tests/checks.sh
 export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_rmaps_base_oversubscribe=1  # (MPI's own allocations are not ours)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 SEED=${CRASH_SEED:-$(( $(date +%s%N) % 1000000 ))}
 RANDOM=$SEED
 echo "crash schedule seed $SEED (replay: CRASH_SEED=$SEED bash tests/test_crash_resume.sh)"
 # kills per layout: one process, 2 ranks ZeRO-1, --pp 2
-case "$BUILD" in build-*) kills=(2 1 1);; *) kills=(4 3 3);; esac
+kills=(4 3 3)
+[ $sanitizer_build = 1 ] && kills=(2 1 1)
 
 tokenize_sources "$tmp/data" llmc/model.h llmc/utils.h llmc/args.h
 RUN=(--data-train "$tmp/data/src_train_*.bin" --n-layer 2 --n-embd 32 --n-head 2 --vocab-size 257 --max-seq-len 32
@@ -28,7 +26,7 @@ RUN=(--data-train "$tmp/data/src_train_*.bin" --n-layer 2 --n-embd 32 --n-head 2
      --comm-timeout 60 --ckpt-every 1 --ckpt-keep 2)
 
 mpi=0
-[ "${HAVE_MPI:-}" = yes ] && command -v mpirun >/dev/null 2>&1 && mpi=1
+have_mpi && mpi=1
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS -x ASAN_OPTIONS)
 
 # start NAME LAUNCH... : runs the trainer (LAUNCH: nothing or mpirun's words) in the background on $tmp/NAME.ck,

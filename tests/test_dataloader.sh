@@ -4,9 +4,9 @@
 # by build/tests/test_dataloader --write-bad; --load reads one epoch.
 set -u
 cd "$(dirname "$0")/.."
-BIN=${BUILD:-build}/tests/test_dataloader
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+. tests/lib.sh
+BIN=$BUILD/tests/test_dataloader
+dir=$tmp
 "$BIN" --write-bad "$dir" || { echo "FAIL: dataloader_write_bad (exit $?)"; exit 1; }
 
 # expect_exit2 NAME PATTERN T WANT: loading PATTERN exits 2, one stderr line containing WANT

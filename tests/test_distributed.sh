@@ -7,23 +7,12 @@
 # that dies ends it too. SKIPs without MPI (build or mpirun).
 set -u
 cd "$(dirname "$0")/.."
+. tests/lib.sh
 . tests/zero_memory_check.sh
-. tests/checks.sh
-BUILD=${BUILD:-build}
 TRAIN=$BUILD/train_gpt
-CMP=$BUILD/tests/test_zero
-if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
-    echo "SKIP: distributed (built without MPI or no mpirun)"
-    exit 0
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_rmaps_base_oversubscribe=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x ASAN_OPTIONS)
+need_mpi distributed
 
-cat llmc/*.h > "$tmp/corpus.txt"
-"$BUILD/tokenize" --bytes 1 --out-dir "$tmp" --name d "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
-    { echo "FAIL: distributed_data ($(tail -1 "$tmp/tok.log"))"; exit 1; }
+byte_corpus "$tmp" d 0 llmc/*.h
 # global batch 4 x 32 tokens x 2 accumulation steps; small buckets: many per segment
 COMMON=(--data-train "$tmp/d_train_*.bin" --n-layer 2 --n-embd 64 --n-head 4 --vocab-size 257 --max-seq-len 64
         --seq-len 32 --total-batch-tokens 256 --steps 10 --lr 3e-4 --weight-decay 0.1 --seed 5 --peak-tflops 1

@@ -30,27 +30,23 @@
 # a weight by under 1e-2 lr a step.
 set -u
 cd "$(dirname "$0")/.."
+. tests/lib.sh
 . tests/zero_memory_check.sh
-BUILD=${BUILD:-build}
 . tests/gpu_trainer.sh distributed_gpu
-CMP=$BUILD/tests/test_zero
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
-cat llmc/*.h > "$tmp/corpus.txt"
-"$BUILD/tokenize" --bytes 1 --out-dir "$tmp" --name d "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
-    { echo "FAIL: ${P}distributed_gpu_data ($(tail -1 "$tmp/tok.log"))"; exit 1; }
-# global batch 4 x 64 tokens x 2 accumulation steps (np 2: 2 x 64 a rank); small buckets: many, the last one
-# uneven; 3 layers: the layers take turns in the slots (2 for gradients, 3 for weights)
+byte_corpus "$tmp" d 0 llmc/*.h
+# global batch 2 x 64 tokens x 2 accumulation steps (np 2: 1 x 64 a rank; the emulated trainer's time goes
+# with the tokens); small buckets: many, the last one uneven; 3 layers: the layers take turns in the slots
+# (2 for gradients, 3 for weights)
 COMMON=(--data-train "$tmp/d_train_*.bin" --n-layer 3 --n-embd 128 --n-head 2 --vocab-size 257 --max-seq-len 64
-        --seq-len 64 --total-batch-tokens 512 --steps 10 --lr 3e-4 --eps 1e-4 --weight-decay 0.1 --seed 5
+        --seq-len 64 --total-batch-tokens 256 --steps 10 --lr 3e-4 --eps 1e-4 --weight-decay 0.1 --seed 5
         --peak-tflops 1 --bucket-mb 0.05 --comm-timeout 120)
 
-timeout 300 "$TRAIN" "${COMMON[@]}" --batch-size 4 --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" \
+timeout 300 "$TRAIN" "${COMMON[@]}" --batch-size 2 --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" \
     >"$tmp/ref.log" 2>&1 || { echo "FAIL: ${P}distributed_gpu_reference_run (exit $?: $(tail -2 "$tmp/ref.log"))"; exit 1; }
 for zero in 1 2 3; do
     name="${P}gpu_zero${zero}_one_process"
-    if timeout 300 "$TRAIN" "${COMMON[@]}" --batch-size 4 --zero "$zero" --log-json "$tmp/$name.json" \
+    if timeout 300 "$TRAIN" "${COMMON[@]}" --batch-size 2 --zero "$zero" --log-json "$tmp/$name.json" \
             --save-model "$tmp/$name.bin" >"$tmp/$name.log" 2>&1; then
         "$CMP" --compare-logs "$tmp/ref.json" "$tmp/$name.json" 1e-4 "${name}_loss_and_norm_match_zero0"
         "$CMP" --compare-models "$tmp/ref.bin" "$tmp/$name.bin" 1e-4 "${name}_weights_match_zero0"
@@ -59,31 +55,23 @@ for zero in 1 2 3; do
     fi
 done
 
-if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
-    echo "SKIP: ${P}distributed_gpu_np2 (built without MPI or no mpirun)"
-    exit 0
-fi
-export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_rmaps_base_oversubscribe=1  # MPI's own allocations
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS)
+need_mpi "${P}distributed_gpu_np2"
+MPIRUN+=(-np 2)
 # NCCL wants a GPU per rank: two GPUs, or the emulator's (whose NCCL is MPI underneath)
 COMMS=(mpi)
-if [ "$EMULATED" = 1 ] || { [ "$(gpu_count)" -ge 2 ] &&
-        grep -q -- '-DLLMC_NCCL' "$BUILD/flags.stamp"; }; then
-    COMMS+=(nccl)
-fi
-# the emulated sanitizer builds (CI's time): the NCCL set alone, at ZeRO 0 and 3 (the whole buffer's
-# all-reduce; sharded weights gathered into slots and gradients reduce-scattered out of them, which
-# covers stage 2's path too); the normal build runs every stage over both backends
+[ "$(comm_for 2)" = nccl ] && COMMS+=(nccl)
+# quick (the emulated trainer in a sanitizer build, run by hand: CI's sanitizer builds leave this script to
+# the normal build): the NCCL set alone, at ZeRO 0 and 3 (the whole buffer's all-reduce; sharded weights
+# gathered into slots and gradients reduce-scattered out of them, which covers stage 2's path too); the
+# normal build runs every stage over both backends
 ZEROS=(0 1 2 3)
-emulated_sanitizer=0
-case "$BUILD" in build-*) [ "$EMULATED" = 1 ] && emulated_sanitizer=1 ;; esac
-[ $emulated_sanitizer = 1 ] && COMMS=(nccl) && ZEROS=(0 3)
+[ $quick = 1 ] && COMMS=(nccl) && ZEROS=(0 3)
 for comm in "${COMMS[@]}"; do
 sfx=$([ "$comm" = nccl ] && echo _nccl)
 for zero in "${ZEROS[@]}"; do
     name="${P}gpu_zero${zero}_np2$sfx"
     out=$tmp/$name
-    timeout 300 "${MPIRUN[@]}" "$TRAIN" "${COMMON[@]}" --batch-size 2 --zero "$zero" --comm "$comm" \
+    timeout 300 "${MPIRUN[@]}" "$TRAIN" "${COMMON[@]}" --batch-size 1 --zero "$zero" --comm "$comm" \
         --log-json "$out.json" --save-model "$out.bin" >"$out.log" 2>&1
     rc=$?
     if [ $rc -ne 0 ]; then
@@ -119,18 +107,18 @@ done
 if [[ " ${COMMS[*]} " == *" nccl "* ]]; then
     expect_job_ends gpu_zero3_np2_nccl_rank_that_hangs_ends_job \
         'rank 0: all-gather of [0-9]* bytes on the data group (2 ranks) did not complete within 3 s' \
-        env LLMC_TEST_FAULT=hang:1 "${MPIRUN[@]}" -x LLMC_TEST_FAULT "$TRAIN" "${COMMON[@]}" --batch-size 2 --zero 3 \
+        env LLMC_TEST_FAULT=hang:1 "${MPIRUN[@]}" -x LLMC_TEST_FAULT "$TRAIN" "${COMMON[@]}" --batch-size 1 --zero 3 \
         --comm nccl --comm-timeout 3
     expect_job_ends gpu_zero3_np2_nccl_rank_that_dies_ends_job '' \
-        env LLMC_TEST_FAULT=die:1 "${MPIRUN[@]}" -x LLMC_TEST_FAULT "$TRAIN" "${COMMON[@]}" --batch-size 2 --zero 3 \
+        env LLMC_TEST_FAULT=die:1 "${MPIRUN[@]}" -x LLMC_TEST_FAULT "$TRAIN" "${COMMON[@]}" --batch-size 1 --zero 3 \
         --comm nccl --comm-timeout 3
 fi
 
 # More ranks on the node than GPUs (the emulator's LLMC_EMU_DEVICES=1): NCCL takes a GPU a rank, so its
 # set-up is refused at start, every rank in one line naming both counts (--comm mpi shares the GPU: the
 # runs above over MPI on one GPU)
-if [ "$EMULATED" = 1 ] && [ $emulated_sanitizer = 0 ]; then
-    LLMC_EMU_DEVICES=1 timeout 60 "${MPIRUN[@]}" -x LLMC_EMU_DEVICES "$TRAIN" "${COMMON[@]}" --batch-size 2 \
+if [ "$EMULATED" = 1 ] && [ $quick = 0 ]; then
+    LLMC_EMU_DEVICES=1 timeout 60 "${MPIRUN[@]}" -x LLMC_EMU_DEVICES "$TRAIN" "${COMMON[@]}" --batch-size 1 \
         --comm nccl >"$tmp/ranks.log" 2>&1
     rc=$?
     said=$(grep -o 'rank [01]: 2 ranks on this node but 1 GPU: NCCL needs a GPU for each rank' "$tmp/ranks.log" |
@@ -143,7 +131,7 @@ fi
 # GPU, NCCL) and scripts/train_slurm.sbatch (its srun line, through an srun that starts the ranks with
 # mpirun: the flags it passes and its environment, not Slurm)
 if [ "$EMULATED" = 1 ] || [ "$(gpu_count)" -ge 2 ]; then
-    [ $emulated_sanitizer = 1 ] && exit 0  # (CI's time: the normal build runs them)
+    [ $quick = 1 ] && exit 0  # (CI's time: the normal build runs them)
     mkdir -p "$tmp/bin"
     printf '#!/bin/sh\necho "$*" >"%s/srun.args"\nwhile [ "${1#--}" != "$1" ]; do shift; done\nexec mpirun --allow-run-as-root --oversubscribe -np 2 "$@"\n' \
         "$tmp" >"$tmp/bin/srun"
@@ -151,11 +139,11 @@ if [ "$EMULATED" = 1 ] || [ "$(gpu_count)" -ge 2 ]; then
     for script in run_multi_gpu train_slurm; do
         name="${P}${script}_script_np2"
         if [ $script = run_multi_gpu ]; then
-            TRAINER=$TRAIN ZERO=1 THREADS=1 TIME_LIMIT=280 timeout 300 scripts/run_multi_gpu.sh 2 -- "${COMMON[@]}" --batch-size 2 \
+            TRAINER=$TRAIN ZERO=1 THREADS=1 TIME_LIMIT=280 timeout 300 scripts/run_multi_gpu.sh 2 -- "${COMMON[@]}" --batch-size 1 \
                 --log-json "$tmp/$name.json" >"$tmp/$name.log" 2>&1
         else
             PATH="$tmp/bin:$PATH" TRAINER=$TRAIN ZERO=1 SLURM_CPUS_PER_TASK=1 CKPT_DIR="$tmp/ckpt" timeout 300 bash scripts/train_slurm.sbatch \
-                "${COMMON[@]}" --batch-size 2 --log-json "$tmp/$name.json" >"$tmp/$name.log" 2>&1
+                "${COMMON[@]}" --batch-size 1 --log-json "$tmp/$name.json" >"$tmp/$name.log" 2>&1
         fi
         rc=$?
         if [ $rc -eq 0 ] && grep -q '^ranks: 2 (mpirun launch, MPI on) | data parallel 2 x tensor 1 x pipeline 1 | ZeRO-1 | comm nccl' "$tmp/$name.log"; then

@@ -7,6 +7,7 @@
 # (at most 200 lines) and the two commands it gives first are make targets.
 set -u
 cd "$(dirname "$0")/.."
+. tests/lib.sh
 status=0
 fail() { echo "FAIL: $1"; status=1; }
 

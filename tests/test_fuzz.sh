@@ -6,10 +6,7 @@
 # executions and coverage are printed. A finding fails with the input saved next to the log.
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
-. tests/checks.sh
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/lib.sh
 seconds=${FUZZ_SECONDS:-5}
 for src in tests/fuzz/fuzz_*.c; do
     name=$(basename "$src" .c); name=${name#fuzz_}

@@ -11,8 +11,7 @@
 # normal build only (the script is the same in the sanitizer builds).
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
-. tests/checks.sh
+. tests/lib.sh
 if [ "$BUILD" != build ]; then
     echo "SKIP: gpu_check_emulated (runs in the normal build only)"
     exit 0
@@ -21,8 +20,6 @@ if [ ! -x build/emu/train_gptcu ] || ! python3 -c "import numpy" 2>/dev/null; th
     echo "SKIP: gpu_check_emulated (needs build/emu programs and numpy)"
     exit 0
 fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 # every dev check but one, test_gpt_cu and the test scripts are run elsewhere in the suite
 skip='test_gpt_cu|dev_(adamw|attention|classifier|encoder|global_norm|layernorm|matmul|tensor_parallel)|test_train_gpu|test_distributed_gpu|test_comm_nccl|test_pipeline_gpu|test_tensor_parallel_gpu|bench_sweep'

@@ -7,14 +7,12 @@
 # SKIP where the test cannot mount one (not root, or no mount namespace).
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
+. tests/lib.sh
 TRAIN="$BUILD/train_gpt"
 TOKENIZE="$BUILD/tokenize"
 PLAN="$BUILD/plan"
 GPU="$BUILD/emu/train_gptcu"
-. tests/checks.sh
 
-tmp=$(mktemp -d)
 mnt=""
 cleanup() {
     [ -n "$mnt" ] && umount "$mnt" 2>/dev/null
@@ -292,7 +290,7 @@ expect_usage_error "an encoder.json with a trailing comma" "expected a string af
 expect_usage_error "an encoder.json with data after the object" "unexpected data after the JSON object" in10 "$TOKENIZE" --gpt2 "$tmp/j2" --raw "$tmp/keep.txt" "$tmp/j.u16"
 
 # --- hangs past --comm-timeout: a rank stopped at start-up or at shut-down ---
-if [ "${HAVE_MPI:-}" = yes ] && command -v mpirun >/dev/null 2>&1; then
+if have_mpi; then
     MPIRUN=(mpirun --oversubscribe -np 2)
     [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
     expect_job_ends "a rank stopped before MPI start-up ends the job within --comm-timeout" "start-up (MPI_Init_thread" \

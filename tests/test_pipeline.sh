@@ -15,23 +15,12 @@
 # SKIPs without MPI.
 set -u
 cd "$(dirname "$0")/.."
-. tests/checks.sh
-BUILD=${BUILD:-build}
+. tests/lib.sh
 TRAIN=$BUILD/train_gpt
-CMP=$BUILD/tests/test_zero
 P=pipeline_
-if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
-    echo "SKIP: pipeline (built without MPI or no mpirun)"
-    exit 0
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_rmaps_base_oversubscribe=1
-MPIRUN=(timeout 120 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x ASAN_OPTIONS)
+need_mpi pipeline 120
 
-cat llmc/*.h > "$tmp/corpus.txt"
-"$BUILD/tokenize" --bytes 1 --out-dir "$tmp" --name d --val-tokens 20000 "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
-    { fail data "$(tail -1 "$tmp/tok.log")"; exit 1; }
+byte_corpus "$tmp" d 20000 llmc/*.h
 # 4 layers; global batch 4 x 32 tokens x 8 micro-batches
 COMMON=(--data-train "$tmp/d_train_*.bin" --n-layer 4 --n-embd 64 --n-head 4 --vocab-size 257 --max-seq-len 64
         --seq-len 32 --total-batch-tokens 1024 --steps 10 --lr 3e-4 --weight-decay 0.1 --seed 5 --peak-tflops 1
@@ -41,26 +30,16 @@ EVAL=(--data-val "$tmp/d_val_*.bin" --eval-every 5 --eval-batches 2 --sample-eve
 "$TRAIN" "${COMMON[@]}" --batch-size 4 --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" >"$tmp/ref.log" 2>&1 ||
     { fail reference_run "$(tail -2 "$tmp/ref.log")"; exit 1; }
 
-# NAME RANKS FLAGS...: trains, and compares with the single process
-layout() {
-    local name=$1 np=$2 rc; shift 2
-    "${MPIRUN[@]}" -np "$np" "$TRAIN" "${COMMON[@]}" "$@" --log-json "$tmp/$name.json" --save-model "$tmp/$name.bin" \
-        >"$tmp/$name.log" 2>&1
-    rc=$?
-    if [ $rc -ne 0 ]; then fail "${name}_runs" "exit $rc: $(grep -a -m2 -i 'error' "$tmp/$name.log" | tr '\n' ' ')"; return; fi
-    "$CMP" --compare-logs "$tmp/ref.json" "$tmp/$name.json" 1e-5 "${P}${name}_loss_and_norm_match_one_process"
-    "$CMP" --compare-models "$tmp/ref.bin" "$tmp/$name.bin" 1e-5 "${P}${name}_weights_match_one_process"
-}
-for schedule in 1f1b gpipe zb1p; do layout "pp2_$schedule" 2 --batch-size 4 --pp 2 --pp-schedule $schedule; done
-layout pp4_1f1b 4 --batch-size 4 --pp 4
-layout pp4_zb1p 4 --batch-size 4 --pp 4 --pp-schedule zb1p
-layout pp2_interleaved_v2 2 --batch-size 4 --pp 2 --pp-schedule interleaved --virtual-stages 2
-layout pp2_layers_1_3 2 --batch-size 4 --pp 2 --pp-layers 1,3
-layout dp2_pp2 4 --batch-size 2 --pp 2
-layout dp2_pp2_zero1 4 --batch-size 2 --pp 2 --zero 1
-layout dp2_pp2_interleaved_zero1 4 --batch-size 2 --pp 2 --pp-schedule interleaved --virtual-stages 2 --zero 1
-layout dp2_pp2_zero2 4 --batch-size 2 --pp 2 --zero 2
-layout dp2_pp2_zb1p_zero3 4 --batch-size 2 --pp 2 --pp-schedule zb1p --zero 3
+for schedule in 1f1b gpipe zb1p; do compare_layout "pp2_$schedule" 2 1e-5 --batch-size 4 --pp 2 --pp-schedule $schedule; done
+compare_layout pp4_1f1b 4 1e-5 --batch-size 4 --pp 4
+compare_layout pp4_zb1p 4 1e-5 --batch-size 4 --pp 4 --pp-schedule zb1p
+compare_layout pp2_interleaved_v2 2 1e-5 --batch-size 4 --pp 2 --pp-schedule interleaved --virtual-stages 2
+compare_layout pp2_layers_1_3 2 1e-5 --batch-size 4 --pp 2 --pp-layers 1,3
+compare_layout dp2_pp2 4 1e-5 --batch-size 2 --pp 2
+compare_layout dp2_pp2_zero1 4 1e-5 --batch-size 2 --pp 2 --zero 1
+compare_layout dp2_pp2_interleaved_zero1 4 1e-5 --batch-size 2 --pp 2 --pp-schedule interleaved --virtual-stages 2 --zero 1
+compare_layout dp2_pp2_zero2 4 1e-5 --batch-size 2 --pp 2 --zero 2
+compare_layout dp2_pp2_zb1p_zero3 4 1e-5 --batch-size 2 --pp 2 --pp-schedule zb1p --zero 3
 check dp2_pp2_says_its_layout "grep -aq '^ranks: 4 (mpirun launch, MPI on) | data parallel 2 x tensor 1 x pipeline 2' '$tmp/dp2_pp2.log'"
 # where the steps' time goes: waiting for the neighbouring stage is bubble, the data group's reductions comm
 python3 tests/step_times.py "$tmp/dp2_pp2_zero2.json" "${P}dp2_pp2_zero2" --steps 10 --ranks 4 --part fwd --part bwd \
@@ -90,22 +69,6 @@ check print_schedule_bubble "grep -q 'bubble 0.0588 (theory 0.0588)' '$tmp/sched
 
 # checkpoints: written at one layout, resumed at step 5 on the same layout (bit for bit against the
 # uninterrupted run) and on another (to 1e-5 against the single process)
-# NAME RANKS FLAGS...: 10 steps checkpointing every 5 steps into $tmp/NAME.ck
-ckpt_run() {
-    local name=$1 np=$2; shift 2
-    "${MPIRUN[@]}" -np "$np" "$TRAIN" "${COMMON[@]}" "$@" --ckpt-dir "$tmp/$name.ck" --ckpt-every 5 \
-        --log-json "$tmp/$name.json" --save-model "$tmp/$name.bin" >"$tmp/$name.log" 2>&1 ||
-        fail "${name}_runs" "$(grep -a -m2 -i error "$tmp/$name.log" | tr '\n' ' ')"
-}
-# NAME FROM RANKS FLAGS...: resumes FROM's step 5 checkpoint
-resume_run() {
-    local name=$1 from=$2 np=$3; shift 3
-    mkdir -p "$tmp/$name.ck" && cp -r "$tmp/$from.ck/step_00000005" "$tmp/$name.ck/"
-    "${MPIRUN[@]}" -np "$np" "$TRAIN" "${COMMON[@]}" "$@" --ckpt-dir "$tmp/$name.ck" --resume auto \
-        --log-json "$tmp/$name.json" --save-model "$tmp/$name.bin" >"$tmp/$name.log" 2>&1
-    check "${name}_resumes_at_step_5" "grep -aq 'resume: continuing at step 5' '$tmp/$name.log'" \
-        "$(grep -a -m2 -i 'error\|resume' "$tmp/$name.log" | tr '\n' ' ')"
-}
 ckpt_run ck_pp2 2 --batch-size 4 --pp 2 --pp-schedule zb1p
 resume_run ck_pp2_again ck_pp2 2 --batch-size 4 --pp 2 --pp-schedule zb1p
 check ckpt_pp2_resumes_at_pp2_bit_for_bit "cmp -s '$tmp/ck_pp2.bin' '$tmp/ck_pp2_again.bin'"

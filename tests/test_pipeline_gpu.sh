@@ -5,7 +5,7 @@
 # staged MPI backend, zb1p and 1f1b over NCCL (their fused lists), interleaved
 # over 2 chunks over MPI, and data 2 x pipeline 2 at ZeRO-1 and (zb1p) ZeRO-3
 # over NCCL: the losses, gradient norms and final weights. Emulated, every
-# message is longer than NCCL's buffer (NCCL_BUFFSIZE=4096, which the
+# message is longer than NCCL's buffer (NCCL_BUFFSIZE=2048, which the
 # emulation reads as NCCL does), as a real run's activations are (megabytes):
 # a send completes only once its receive has started, so a communication
 # group whose sends and receives are not one NCCL group deadlocks, and the
@@ -27,74 +27,52 @@
 # time). SKIPs without train_gptcu, a GPU, or MPI.
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
+. tests/lib.sh
 . tests/gpu_trainer.sh pipeline_gpu
-CMP=$BUILD/tests/test_zero
-if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
-    echo "SKIP: ${P}pipeline_gpu (built without MPI or no mpirun)"
-    exit 0
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_rmaps_base_oversubscribe=1
-MPIRUN=(timeout 300 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x ASAN_OPTIONS)
-[ "$EMULATED" = 1 ] && export NCCL_BUFFSIZE=4096 && MPIRUN+=(-x NCCL_BUFFSIZE)
-quick=0
-case "$BUILD" in build-*) [ "$EMULATED" = 1 ] && quick=1 ;; esac
+need_mpi "${P}pipeline_gpu" 300
+[ "$EMULATED" = 1 ] && export NCCL_BUFFSIZE=2048 && MPIRUN+=(-x NCCL_BUFFSIZE)
 # NCCL wants a GPU per rank: on a machine with fewer, a layout's NCCL runs go over --comm mpi
-nccl2=nccl nccl4=nccl
-if [ "$EMULATED" != 1 ]; then
-    [ "$(gpu_count)" -lt 2 ] && nccl2=mpi
-    [ "$(gpu_count)" -lt 4 ] && nccl4=mpi
-fi
+nccl2=$(comm_for 2) nccl4=$(comm_for 4)
 
-cat llmc/*.h > "$tmp/corpus.txt"
-"$BUILD/tokenize" --bytes 1 --out-dir "$tmp" --name d --val-tokens 20000 "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
-    { fail data "$(tail -1 "$tmp/tok.log")"; exit 1; }
-# 4 layers (head size 32); global batch 4 x 32 tokens x 4 micro-batches
+byte_corpus "$tmp" d 20000 llmc/*.h
+# 4 layers (head size 32); global batch 2 x 32 tokens x 4 micro-batches (as many as a 2-stage schedule needs
+# to fill and drain, and the emulated trainer's time goes with the tokens); 4 steps: a checkpoint at step 3
+# resumed for the last one
 COMMON=(--data-train "$tmp/d_train_*.bin" --n-layer 4 --n-embd 64 --n-head 2 --vocab-size 257 --max-seq-len 64
-        --seq-len 32 --total-batch-tokens 512 --steps 6 --lr 1e-3 --eps 1e-4 --weight-decay 0.1 --seed 5
+        --seq-len 32 --total-batch-tokens 256 --steps 4 --lr 1e-3 --eps 1e-4 --weight-decay 0.1 --seed 5
         --peak-tflops 1 --comm-timeout 120)
 
-timeout 300 "$TRAIN" "${COMMON[@]}" --batch-size 4 --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" \
+timeout 300 "$TRAIN" "${COMMON[@]}" --batch-size 2 --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" \
     >"$tmp/ref.log" 2>&1 || { fail reference_run "$(tail -2 "$tmp/ref.log")"; exit 1; }
 
-# NAME RANKS TOL FLAGS...: trains, and compares with the single process
-layout() {
-    local name=$1 np=$2 tol=$3 rc; shift 3
-    "${MPIRUN[@]}" -np "$np" "$TRAIN" "${COMMON[@]}" "$@" --log-json "$tmp/$name.json" --save-model "$tmp/$name.bin" \
-        >"$tmp/$name.log" 2>&1
-    rc=$?
-    if [ $rc -ne 0 ]; then fail "${name}_runs" "exit $rc: $(grep -a -m2 -i 'error' "$tmp/$name.log" | tr '\n' ' ')"; return; fi
-    "$CMP" --compare-logs "$tmp/ref.json" "$tmp/$name.json" "$tol" "${P}pipeline_${name}_loss_and_norm_match_one_process"
-    "$CMP" --compare-models "$tmp/ref.bin" "$tmp/$name.bin" "$tol" "${P}pipeline_${name}_weights_match_one_process"
-}
-layout pp2_1f1b_mpi 2 1e-4 --batch-size 4 --pp 2 --comm mpi
-python3 tests/step_times.py "$tmp/pp2_1f1b_mpi.json" "${P}pipeline_pp2_1f1b_mpi" --steps 6 --ranks 2 --part fwd \
+# (compare_layout: the checks are named pipeline_NAME_..._match_one_process)
+LAYOUT_PREFIX=pipeline_
+compare_layout pp2_1f1b_mpi 2 1e-4 --batch-size 2 --pp 2 --comm mpi
+python3 tests/step_times.py "$tmp/pp2_1f1b_mpi.json" "${P}pipeline_pp2_1f1b_mpi" --steps 4 --ranks 2 --part fwd \
     --part bwd --part bubble
 [ $quick = 1 ] && exit 0
-layout pp2_zb1p_nccl 2 1e-4 --batch-size 4 --pp 2 --pp-schedule zb1p --comm $nccl2 --pp-trace "$tmp/trace"
-layout pp2_1f1b_nccl 2 1e-4 --batch-size 4 --pp 2 --comm $nccl2
-layout pp2_interleaved_mpi 2 1e-4 --batch-size 4 --pp 2 --pp-schedule interleaved --virtual-stages 2 --comm mpi
-layout dp2_pp2_zero1_nccl 4 1e-4 --batch-size 2 --pp 2 --zero 1 --comm $nccl4
-layout dp2_pp2_zb1p_zero3_nccl 4 1e-4 --batch-size 2 --pp 2 --pp-schedule zb1p --zero 3 --comm $nccl4
+compare_layout pp2_zb1p_nccl 2 1e-4 --batch-size 2 --pp 2 --pp-schedule zb1p --comm $nccl2 --pp-trace "$tmp/trace"
+compare_layout pp2_1f1b_nccl 2 1e-4 --batch-size 2 --pp 2 --comm $nccl2
+compare_layout pp2_interleaved_mpi 2 1e-4 --batch-size 2 --pp 2 --pp-schedule interleaved --virtual-stages 2 --comm mpi
+compare_layout dp2_pp2_zero1_nccl 4 1e-4 --batch-size 1 --pp 2 --zero 1 --comm $nccl4
+compare_layout dp2_pp2_zb1p_zero3_nccl 4 1e-4 --batch-size 1 --pp 2 --pp-schedule zb1p --zero 3 --comm $nccl4
 [ $nccl2 = nccl ] &&
     check pipeline_says_its_schedule "grep -aq '^pipeline: 2 stages over 2 ranks | schedule zb1p (receives fused: NCCL)' '$tmp/pp2_zb1p_nccl.log'"
 
 # the runtime executed the fused lists --print-schedule prints for NCCL, every step
-"$TRAIN" "${COMMON[@]}" --batch-size 4 --pp 2 --pp-schedule zb1p --comm $nccl2 --print-schedule 1 >"$tmp/schedule.txt" 2>&1
+"$TRAIN" "${COMMON[@]}" --batch-size 2 --pp 2 --pp-schedule zb1p --comm $nccl2 --print-schedule 1 >"$tmp/schedule.txt" 2>&1
 for r in 0 1; do
     want=$(sed -n "s/^  actions rank $r://p" "$tmp/schedule.txt")
     steps=$(sed "s/^step [0-9]* rank $r://" "$tmp/trace.rank$r" 2>/dev/null | sort -u)
     check "pipeline_trace_of_rank_${r}_is_its_fused_list" \
-        "[ -n \"\$want\" ] && [ \"\$steps\" = \"\$want\" ] && [ \$(wc -l <'$tmp/trace.rank$r') = 6 ]" \
+        "[ -n \"\$want\" ] && [ \"\$steps\" = \"\$want\" ] && [ \$(wc -l <'$tmp/trace.rank$r') = 4 ]" \
         "the executed actions differ from --print-schedule's: $(head -c 200 <<<"$steps")"
 done
 
 # evaluation and sampling through the stages: the single process's losses and text
-EVAL=(--data-val "$tmp/d_val_*.bin" --eval-every 3 --eval-batches 2 --sample-every 3 --sample-tokens 16)
-"$TRAIN" "${COMMON[@]}" "${EVAL[@]}" --batch-size 4 --log-json "$tmp/eval_ref.json" >"$tmp/eval_ref.log" 2>&1
-"${MPIRUN[@]}" -np 2 "$TRAIN" "${COMMON[@]}" "${EVAL[@]}" --batch-size 4 --pp 2 --comm $nccl2 \
+EVAL=(--data-val "$tmp/d_val_*.bin" --eval-every 2 --eval-batches 2 --sample-every 2 --sample-tokens 16)
+"$TRAIN" "${COMMON[@]}" "${EVAL[@]}" --batch-size 2 --log-json "$tmp/eval_ref.json" >"$tmp/eval_ref.log" 2>&1
+"${MPIRUN[@]}" -np 2 "$TRAIN" "${COMMON[@]}" "${EVAL[@]}" --batch-size 2 --pp 2 --comm $nccl2 \
     --log-json "$tmp/eval_pp.json" >"$tmp/eval_pp.log" 2>&1
 val_losses() { grep -o '"val_loss":[0-9.]*' "$1" | cut -d: -f2; }
 check "pipeline_eval_losses_match_one_process" \
@@ -104,16 +82,16 @@ check "pipeline_samples_match_one_process" \
 
 # checkpoints: written at pp 2 every 3 steps, resumed at step 3 there (bit for bit against the
 # uninterrupted run) and on one process (to the single process's weights)
-"${MPIRUN[@]}" -np 2 "$TRAIN" "${COMMON[@]}" --batch-size 4 --pp 2 --pp-schedule zb1p --comm $nccl2 \
+"${MPIRUN[@]}" -np 2 "$TRAIN" "${COMMON[@]}" --batch-size 2 --pp 2 --pp-schedule zb1p --comm $nccl2 \
     --ckpt-dir "$tmp/ck.ck" --ckpt-every 3 --save-model "$tmp/ck.bin" --log-json "$tmp/ck.json" >"$tmp/ck.log" 2>&1 ||
     fail ckpt_pp2_runs "$(grep -a -m2 -i error "$tmp/ck.log" | tr '\n' ' ')"
 for to in pp2 pp1; do
     mkdir -p "$tmp/$to.ck" && cp -r "$tmp/ck.ck/step_00000003" "$tmp/$to.ck/" 2>/dev/null
     if [ $to = pp2 ]; then
-        "${MPIRUN[@]}" -np 2 "$TRAIN" "${COMMON[@]}" --batch-size 4 --pp 2 --pp-schedule zb1p --comm $nccl2 \
+        "${MPIRUN[@]}" -np 2 "$TRAIN" "${COMMON[@]}" --batch-size 2 --pp 2 --pp-schedule zb1p --comm $nccl2 \
             --ckpt-dir "$tmp/$to.ck" --resume auto --save-model "$tmp/$to.bin" --log-json "$tmp/$to.json" >"$tmp/$to.log" 2>&1
     else
-        "$TRAIN" "${COMMON[@]}" --batch-size 4 --ckpt-dir "$tmp/$to.ck" --resume auto --save-model "$tmp/$to.bin" \
+        "$TRAIN" "${COMMON[@]}" --batch-size 2 --ckpt-dir "$tmp/$to.ck" --resume auto --save-model "$tmp/$to.bin" \
             --log-json "$tmp/$to.json" >"$tmp/$to.log" 2>&1
     fi
     check "pipeline_ckpt_${to}_resumes_at_step_3" "grep -aq 'resume: continuing at step 3' '$tmp/$to.log'" \
@@ -123,7 +101,7 @@ check "pipeline_ckpt_pp2_resumes_at_pp2_bit_for_bit" "cmp -s '$tmp/ck.bin' '$tmp
 "$CMP" --compare-models "$tmp/ref.bin" "$tmp/pp1.bin" 1e-4 "${P}pipeline_ckpt_pp2_resumed_on_one_process_matches"
 
 # interleaved over NCCL: its fused lists deadlock; refused in one line a rank
-"${MPIRUN[@]}" -np 2 "$TRAIN" "${COMMON[@]}" --batch-size 4 --pp 2 --pp-schedule interleaved --virtual-stages 2 \
+"${MPIRUN[@]}" -np 2 "$TRAIN" "${COMMON[@]}" --batch-size 2 --pp 2 --pp-schedule interleaved --virtual-stages 2 \
     --comm nccl >"$tmp/inl.log" 2>&1
 rc=$?
 check "pipeline_refuses_interleaved_over_nccl" \

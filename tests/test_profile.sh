@@ -7,11 +7,8 @@
 # the usage text and exit 2.
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
-. tests/checks.sh
+. tests/lib.sh
 P=profile_
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 bash scripts/profile.sh >"$tmp/usage" 2>&1
 rc=$?

@@ -7,9 +7,9 @@
 # llm.c token files) and rejects bad input with exit status 2.
 set -u
 cd "$(dirname "$0")/.."
+. tests/lib.sh
 ref=dev/reference/gpt_reference.py
 fix=tests/fixtures
-. tests/checks.sh
 
 if ! python3 -c "import numpy" 2>/dev/null; then
     echo "SKIP: reference fixtures (python3 with numpy not found)"
@@ -21,8 +21,6 @@ if ! python3 -c "import torch" 2>/dev/null; then
     exit 0
 fi
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 if python3 "$ref" --out "$tmp" >"$tmp/log" 2>&1; then
     if cmp -s "$tmp/tiny_model.bin" "$fix/tiny_model.bin"; then pass "reference regenerates tiny_model.bin"

@@ -17,23 +17,12 @@
 # that do not fit end with one line and exit 2. SKIPs without MPI.
 set -u
 cd "$(dirname "$0")/.."
-. tests/checks.sh
-BUILD=${BUILD:-build}
+. tests/lib.sh
 TRAIN=$BUILD/train_gpt
-CMP=$BUILD/tests/test_zero
 P=tp_
-if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
-    echo "SKIP: tensor parallel (built without MPI or no mpirun)"
-    exit 0
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_rmaps_base_oversubscribe=1
-MPIRUN=(timeout 120 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x ASAN_OPTIONS)
+need_mpi "tensor parallel" 120
 
-cat llmc/*.h > "$tmp/corpus.txt"
-"$BUILD/tokenize" --bytes 1 --out-dir "$tmp" --name d --val-tokens 20000 "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
-    { fail data "$(tail -1 "$tmp/tok.log")"; exit 1; }
+byte_corpus "$tmp" d 20000 llmc/*.h
 # 4 layers of 4 heads; global batch 4 x 32 tokens x 4 micro-batches
 COMMON=(--data-train "$tmp/d_train_*.bin" --n-layer 4 --n-embd 64 --n-head 4 --vocab-size 257 --max-seq-len 64
         --seq-len 32 --total-batch-tokens 512 --steps 10 --lr 1e-3 --eps 1e-4 --weight-decay 0.1 --seed 5
@@ -52,16 +41,6 @@ EVAL=(--data-val "$tmp/d_val_*.bin" --eval-every 5 --eval-batches 2 --sample-eve
 "$TRAIN" "${COMMON[@]}" "${EVAL[@]}" --batch-size 4 --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" >"$tmp/ref.log" 2>&1 ||
     { fail reference_run "$(tail -2 "$tmp/ref.log")"; exit 1; }
 
-# NAME RANKS FLAGS...: trains, and compares with the single process
-layout() {
-    local name=$1 np=$2 rc; shift 2
-    "${MPIRUN[@]}" -np "$np" "$TRAIN" "${COMMON[@]}" "$@" --log-json "$tmp/$name.json" --save-model "$tmp/$name.bin" \
-        >"$tmp/$name.log" 2>&1
-    rc=$?
-    if [ $rc -ne 0 ]; then fail "${name}_runs" "exit $rc: $(grep -a -m2 -i 'error' "$tmp/$name.log" | tr '\n' ' ')"; return; fi
-    "$CMP" --compare-logs "$tmp/ref.json" "$tmp/$name.json" 1e-5 "${P}${name}_loss_and_norm_match_one_process"
-    "$CMP" --compare-models "$tmp/ref.bin" "$tmp/$name.bin" 1e-5 "${P}${name}_weights_match_one_process"
-}
 # NAME: its evaluation losses and samples are the single process's
 val_losses() { grep -o '"val_loss":[0-9.]*' "$1" | cut -d: -f2; }
 eval_matches() {
@@ -70,14 +49,14 @@ eval_matches() {
     check "${1}_samples_match_one_process" \
         "[ \$(grep -ac -- '---- sample' '$tmp/$1.log') = 3 ] && diff <(grep -a -A2 -- '---- sample' '$tmp/ref.log') <(grep -a -A2 -- '---- sample' '$tmp/$1.log') >/dev/null"
 }
-layout tp2 2 --batch-size 4 --tp 2
-layout tp4 4 --batch-size 4 --tp 4 "${EVAL[@]}"
+compare_layout tp2 2 1e-5 --batch-size 4 --tp 2
+compare_layout tp4 4 1e-5 --batch-size 4 --tp 4 "${EVAL[@]}"
 eval_matches tp4
-layout tp2_sp 2 --batch-size 4 --tp 2 --sequence-parallel 1
-layout tp2_pp2 4 --batch-size 4 --tp 2 --pp 2 "${EVAL[@]}"
+compare_layout tp2_sp 2 1e-5 --batch-size 4 --tp 2 --sequence-parallel 1
+compare_layout tp2_pp2 4 1e-5 --batch-size 4 --tp 2 --pp 2 "${EVAL[@]}"
 eval_matches tp2_pp2
-layout dp2_tp2_pp2_zero1 8 --batch-size 2 --tp 2 --pp 2 --zero 1
-layout dp2_tp2_pp2_zero3_sp_zb1p 8 --batch-size 2 --tp 2 --pp 2 --zero 3 --sequence-parallel 1 --pp-schedule zb1p
+compare_layout dp2_tp2_pp2_zero1 8 1e-5 --batch-size 2 --tp 2 --pp 2 --zero 1
+compare_layout dp2_tp2_pp2_zero3_sp_zb1p 8 1e-5 --batch-size 2 --tp 2 --pp 2 --zero 3 --sequence-parallel 1 --pp-schedule zb1p
 python3 tests/step_times.py "$tmp/tp2.json" "${P}tp2" --steps 10 --ranks 2 --part fwd --part bwd --part comm
 check says_its_layout "grep -aq '^ranks: 8 (mpirun launch, MPI on) | data parallel 2 x tensor 2 x pipeline 2' '$tmp/dp2_tp2_pp2_zero1.log'"
 
@@ -99,33 +78,22 @@ for run in "tp2 2 0" "tp2_sp 2 1" "tp4 4 0"; do
         "printed $(act_mb "$tmp/$1.log") MB, the formula $(formula_mb $2 $3) MB"
 done
 
-# checkpoints across layouts: NAME RANKS FLAGS...: 10 steps checkpointing every 5 into $tmp/NAME.ck
-ckpt_run() {
-    local name=$1 np=$2; shift 2
-    "${MPIRUN[@]}" -np "$np" "$TRAIN" "${COMMON[@]}" "$@" --ckpt-dir "$tmp/$name.ck" --ckpt-every 5 \
-        --log-json "$tmp/$name.json" --save-model "$tmp/$name.bin" >"$tmp/$name.log" 2>&1 ||
-        fail "${name}_runs" "$(grep -a -m2 -i error "$tmp/$name.log" | tr '\n' ' ')"
-}
-# NAME FROM RANKS FLAGS...: resumes FROM's step 5 checkpoint
-resume_run() {
-    local name=$1 from=$2 np=$3; shift 3
-    mkdir -p "$tmp/$name.ck" && cp -r "$tmp/$from.ck/step_00000005" "$tmp/$name.ck/"
-    "${MPIRUN[@]}" -np "$np" "$TRAIN" "${COMMON[@]}" "$@" --ckpt-dir "$tmp/$name.ck" --resume auto \
-        --log-json "$tmp/$name.json" --save-model "$tmp/$name.bin" >"$tmp/$name.log" 2>&1
-    check "${name}_resumes_at_step_5" "grep -aq 'resume: continuing at step 5' '$tmp/$name.log'" \
-        "$(grep -a -m2 -i 'error\|resume' "$tmp/$name.log" | tr '\n' ' ')"
+# checkpoints across layouts (tests/lib.sh's ckpt_run and resume_run); resumed runs follow the single process:
+# NAME FROM RANKS FLAGS...: resume_run, then its losses from step 5 and its final weights against the reference's
+resume_follows() {
+    resume_run "$@"
     grep '"loss"' "$tmp/ref.json" | awk -F'[:,]' '$2 >= 5' >"$tmp/ref_from_5.json"
-    "$CMP" --compare-logs "$tmp/ref_from_5.json" "$tmp/$name.json" 1e-5 "${P}${name}_losses_follow"
-    "$CMP" --compare-models "$tmp/ref.bin" "$tmp/$name.bin" 1e-5 "${P}${name}_weights_match"
+    "$CMP" --compare-logs "$tmp/ref_from_5.json" "$tmp/$1.json" 1e-5 "${P}$1_losses_follow"
+    "$CMP" --compare-models "$tmp/ref.bin" "$tmp/$1.bin" 1e-5 "${P}$1_weights_match"
 }
 ckpt_run ck_tp2 2 --batch-size 4 --tp 2
-resume_run ck_tp2_again ck_tp2 2 --batch-size 4 --tp 2
+resume_follows ck_tp2_again ck_tp2 2 --batch-size 4 --tp 2
 check ckpt_tp2_resumes_at_tp2_bit_for_bit "cmp -s '$tmp/ck_tp2.bin' '$tmp/ck_tp2_again.bin'"
-resume_run ck_tp2_to_tp1 ck_tp2 1 --batch-size 4
+resume_follows ck_tp2_to_tp1 ck_tp2 1 --batch-size 4
 ckpt_run ck_tp1 1 --batch-size 4
-resume_run ck_tp1_to_tp2 ck_tp1 2 --batch-size 4 --tp 2 --sequence-parallel 1
+resume_follows ck_tp1_to_tp2 ck_tp1 2 --batch-size 4 --tp 2 --sequence-parallel 1
 ckpt_run ck_tp2_pp2 4 --batch-size 4 --tp 2 --pp 2 --zero 1
-resume_run ck_tp2_pp2_to_dp4 ck_tp2_pp2 4 --batch-size 1 --zero 3
+resume_follows ck_tp2_pp2_to_dp4 ck_tp2_pp2 4 --batch-size 1 --zero 3
 # a manifest whose file layout does not split this model: one line, exit 2
 mkdir -p "$tmp/bad.ck" && cp -r "$tmp/ck_tp2.ck/step_00000005" "$tmp/bad.ck/"
 python3 tests/ckpt_edit.py "$tmp/bad.ck/step_00000005" '"tp": 2, "tp_rank": 1' '"tp": 3, "tp_rank": 1'

@@ -18,27 +18,13 @@
 # (CI's time). SKIPs without train_gptcu, a GPU, or MPI.
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
+. tests/lib.sh
 . tests/gpu_trainer.sh tensor_parallel_gpu
-CMP=$BUILD/tests/test_zero
-if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
-    echo "SKIP: ${P}tensor_parallel_gpu (built without MPI or no mpirun)"
-    exit 0
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_rmaps_base_oversubscribe=1
-MPIRUN=(timeout 300 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x ASAN_OPTIONS)
-quick=0
-case "$BUILD" in build-*) [ "$EMULATED" = 1 ] && quick=1 ;; esac
+need_mpi "${P}tensor_parallel_gpu" 300
 # NCCL wants a GPU per rank: with fewer, those runs go over --comm mpi
-nccl2=nccl nccl4=nccl
-[ "$EMULATED" != 1 ] && [ "$(gpu_count)" -lt 2 ] && nccl2=mpi
-[ "$EMULATED" != 1 ] && [ "$(gpu_count)" -lt 4 ] && nccl4=mpi
+nccl2=$(comm_for 2) nccl4=$(comm_for 4)
 
-cat llmc/*.h > "$tmp/corpus.txt"
-"$BUILD/tokenize" --bytes 1 --out-dir "$tmp" --name d --val-tokens 20000 "$tmp/corpus.txt" >"$tmp/tok.log" 2>&1 ||
-    { fail data "$(tail -1 "$tmp/tok.log")"; exit 1; }
+byte_corpus "$tmp" d 20000 llmc/*.h
 # 2 layers of 2 heads of 32 (the flash kernels' head size); global batch 4 x 32 tokens x 2 micro-batches
 COMMON=(--data-train "$tmp/d_train_*.bin" --n-layer 2 --n-embd 64 --n-head 2 --vocab-size 257 --max-seq-len 64
         --seq-len 32 --total-batch-tokens 256 --steps 4 --lr 1e-3 --eps 1e-4 --weight-decay 0.1 --seed 5
@@ -49,16 +35,8 @@ EVAL=(--data-val "$tmp/d_val_*.bin" --eval-every 2 --eval-batches 1 --sample-eve
 timeout 300 "$TRAIN" "${COMMON[@]}" "${EVAL[@]}" --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" >"$tmp/ref.log" 2>&1 ||
     { fail reference_run "$(tail -2 "$tmp/ref.log")"; exit 1; }
 
-# NAME RANKS FLAGS...: trains, and compares with the one-GPU run
-layout() {
-    local name=$1 np=$2 rc; shift 2
-    "${MPIRUN[@]}" -np "$np" "$TRAIN" "${COMMON[@]}" "$@" --log-json "$tmp/$name.json" --save-model "$tmp/$name.bin" \
-        >"$tmp/$name.log" 2>&1
-    rc=$?
-    if [ $rc -ne 0 ]; then fail "${name}_runs" "exit $rc: $(grep -a -m2 -i 'error' "$tmp/$name.log" | tr '\n' ' ')"; return; fi
-    "$CMP" --compare-logs "$tmp/ref.json" "$tmp/$name.json" 1e-3 "${P}tp_${name}_loss_and_norm_match_one_gpu"
-    "$CMP" --compare-models "$tmp/ref.bin" "$tmp/$name.bin" 1e-3 "${P}tp_${name}_weights_match_one_gpu"
-}
+# (compare_layout: the checks are named tp_NAME_..._match_one_gpu)
+LAYOUT_PREFIX=tp_ LAYOUT_REF=one_gpu
 # layouts that do not fit: one line, exit 2
 expect_usage_error tp_n_head_not_divisible 'n-head is not a multiple of the tensor-parallel size' \
     "$TRAIN" "${COMMON[@]}" --tp 3
@@ -73,17 +51,17 @@ eval_matches() {
     check "tp_${1}_samples_match_one_gpu" \
         "[ \$(grep -ac -- '---- sample' '$tmp/$1.log') = 2 ] && diff <(grep -a -A2 -- '---- sample' '$tmp/ref.log') <(grep -a -A2 -- '---- sample' '$tmp/$1.log') >/dev/null"
 }
-layout tp2_mpi 2 --tp 2 --comm mpi "${EVAL[@]}"
+compare_layout tp2_mpi 2 1e-3 --tp 2 --comm mpi "${EVAL[@]}"
 eval_matches tp2_mpi
 [ $quick = 1 ] && exit 0
-layout tp2_nccl 2 --tp 2 --comm $nccl2
-layout tp2_sp_mpi 2 --tp 2 --sequence-parallel 1 --comm mpi
-layout tp2_sp_nccl 2 --tp 2 --sequence-parallel 1 --comm $nccl2 --ckpt-dir "$tmp/ck" --ckpt-every 2
-layout tp2_sp_recompute2 2 --tp 2 --sequence-parallel 1 --recompute 2 --comm $nccl2
-layout dp2_tp2_zero3 4 --tp 2 --zero 3 --batch-size 2 --comm $nccl4
-layout tp2_pp2_zb1p 4 --tp 2 --pp 2 --pp-schedule zb1p --comm $nccl4 "${EVAL[@]}"
+compare_layout tp2_nccl 2 1e-3 --tp 2 --comm $nccl2
+compare_layout tp2_sp_mpi 2 1e-3 --tp 2 --sequence-parallel 1 --comm mpi
+compare_layout tp2_sp_nccl 2 1e-3 --tp 2 --sequence-parallel 1 --comm $nccl2 --ckpt-dir "$tmp/ck" --ckpt-every 2
+compare_layout tp2_sp_recompute2 2 1e-3 --tp 2 --sequence-parallel 1 --recompute 2 --comm $nccl2
+compare_layout dp2_tp2_zero3 4 1e-3 --tp 2 --zero 3 --batch-size 2 --comm $nccl4
+compare_layout tp2_pp2_zb1p 4 1e-3 --tp 2 --pp 2 --pp-schedule zb1p --comm $nccl4 "${EVAL[@]}"
 eval_matches tp2_pp2_zb1p
-layout dp2_tp2_sp_zero1_mpi 4 --tp 2 --sequence-parallel 1 --zero 1 --batch-size 2 --comm mpi
+compare_layout dp2_tp2_sp_zero1_mpi 4 1e-3 --tp 2 --sequence-parallel 1 --zero 1 --batch-size 2 --comm mpi
 # the memory line's activations of a layer (what gpu_gpt_init lays out) are the formula of
 # docs/distributed.md: 2 bytes x (ln1, ln2: N C each unless --recompute 2; qkv 3 N C/tp; atty N C/tp;
 # residual2, residual3: Nl C each; fch 4 N C/tp; fch_gelu 4 N C/tp unless --recompute 1) + 4 bytes x

@@ -7,13 +7,12 @@
 # stderr line naming the file or flag.
 set -u
 cd "$(dirname "$0")/.."
-BIN=${BUILD:-build}/tokenize
+. tests/lib.sh
+BIN=$BUILD/tokenize
 DATA=${REPO:-.}/../shared/data
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+dir=$tmp
 
 P=tokenize_
-. tests/checks.sh
 # header_ints FILE: the first three int32 of a shard header
 header_ints() { od -A n -t d4 -N 12 "$1" | tr -s ' ' | sed 's/^ //'; }
 

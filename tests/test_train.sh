@@ -6,13 +6,9 @@
 # The corpus is this repository's own source (no ../shared needed).
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
+. tests/lib.sh
 TRAIN="$BUILD/train_gpt"
 TOKENIZE="$BUILD/tokenize"
-. tests/checks.sh
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 tokenize_sources "$tmp/data" llmc/*.h train_gpt.c
 TINY=(--data-train "$tmp/data/src_train_*.bin" --data-val "$tmp/data/src_val_*.bin" --n-layer 2 --n-embd 64 --n-head 4

@@ -11,13 +11,9 @@
 # on the emulated trainer: see tests/gpu_trainer.sh.
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
+. tests/lib.sh
 . tests/gpu_trainer.sh train_gpu
-CPU="$BUILD/train_gpt"
-CMP="$BUILD/tests/test_zero"
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 tokenize_sources "$tmp/data" llmc/*.h train_gpt.cu
 # head size 32 (the flash kernels take 32 and 64)
 TINY=(--data-train "$tmp/data/src_train_*.bin" --data-val "$tmp/data/src_val_*.bin" --n-layer 2 --n-embd 64 --n-head 2
