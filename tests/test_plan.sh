@@ -14,13 +14,10 @@
 # SKIPs the trainer runs without MPI.
 set -u
 cd "$(dirname "$0")/.."
-. tests/checks.sh
-BUILD=${BUILD:-build}
+. tests/lib.sh
 PLAN=$BUILD/plan
 TRAIN=$BUILD/train_gpt
 P=plan_
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
 MODEL=(--n-layer 2 --n-embd 32 --n-head 2 --vocab-size 257 --max-seq-len 32 --seq-len 32 --total-batch-tokens 64)
@@ -135,7 +132,7 @@ rc=$?
 check validates_against_published_runs "[ $rc -eq 0 ] && grep -qE '^(1[0-9]|[2-9][0-9]) published runs on dgx-a100, dgx-h100 \([1-9][0-9]* on several nodes\): mean absolute error' '$tmp/validate.log' &&
     ! grep -q 'NO REASON' '$tmp/validate.log'" "exit $rc: $(tail -3 "$tmp/validate.log")"
 
-if [ "${HAVE_MPI:-}" != yes ] || ! command -v mpirun >/dev/null 2>&1; then
+if ! have_mpi; then
     echo "SKIP: ${P}the trainer on each layout, the local cluster (built without MPI or no mpirun)"
     exit 0
 fi
@@ -195,7 +192,7 @@ print("PASS: plan_memory_equals_the_trainers_memory_line" if not bad_memory else
 EOF
 
 # --- the GPU trainer's memory (the emulated train_gptcu's start line, head size 32 for the flash kernel;
-# normal build only: 35 s a run) ---
+# --peak-tflops: no emulated 8192-wide peak probe; normal build only) ---
 if [ -x "$BUILD/emu/train_gptcu" ] && [ "$BUILD" = build ]; then
     sed 's/^trainer = cpu$/trainer = gpu/; s/^devices_per_node = 4$/devices_per_node = 1/' "$tmp/four.cluster" \
         >"$tmp/gpu.cluster"
@@ -204,7 +201,7 @@ if [ -x "$BUILD/emu/train_gptcu" ] && [ "$BUILD" = build ]; then
     for run in "2 2"; do  # (B 2, recompute 2: every buffer the recomputation shares)
         set -- $run
         "$BUILD/emu/train_gptcu" --data-train "$tmp/data/src_train_*.bin" "${GMODEL[@]}" --batch-size "$1" \
-            --recompute "$2" --steps 0 >"$tmp/gpu_$1_$2.log" 2>&1
+            --recompute "$2" --steps 0 --peak-tflops 1 >"$tmp/gpu_$1_$2.log" 2>&1
         python3 - "$tmp/gpu.csv" "$tmp/gpu_$1_$2.log" "$1" "$2" <<'EOF'
 import csv, re, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["B"] == sys.argv[3] and r["recompute"] == sys.argv[4]]

@@ -17,17 +17,15 @@
 # mpirun tests.
 set -u
 cd "$(dirname "$0")/.."
-. tests/checks.sh
-BUILD=${BUILD:-build}
+. tests/lib.sh
 TRAIN=$BUILD/train_gpt
 skip() { echo "SKIP: slurm ($1)"; exit 0; }
-[ "${HAVE_MPI:-}" = yes ] && command -v mpirun >/dev/null 2>&1 || skip "built without MPI or no mpirun"
+have_mpi || skip "built without MPI or no mpirun"
 for p in munged slurmctld slurmd srun sbatch salloc scontrol squeue; do
     command -v $p >/dev/null 2>&1 || skip "$p is not installed (.ci/run installs munge, slurmctld, slurmd, slurm-client)"
 done
 [ "$(id -u)" -eq 0 ] || skip "not root: slurmd must run as root"
 
-tmp=$(mktemp -d)
 sl=$tmp/slurm
 mkdir -p "$sl/state" "$sl/spool"
 export SLURM_CONF=$sl/slurm.conf OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0
