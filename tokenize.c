@@ -39,24 +39,24 @@ typedef struct {
 
 static const FlagSpec FLAGS[] = {
     {"gpt2", FLAG_STRING, offsetof(Options, gpt2), "", NULL, 0, 0,
-     "tokenizer: DIR holding encoder.json + vocab.bpe (GPT-2's, or one written by --train-vocab)"},
+     "tokenizer: DIR holding encoder.json + vocab.bpe (GPT-2's, or one written by --train-vocab)", "tokenizer"},
     {"bytes", FLAG_BOOL, offsetof(Options, bytes), "0", NULL, 0, 1,
-     "tokenizer: bytes (ids 0..255, EOT 256, vocab 257), no files needed; bare --bytes means 1"},
+     "tokenizer: bytes (ids 0..255, EOT 256, vocab 257), no files needed; bare --bytes means 1", "tokenizer"},
     {"raw", FLAG_STRING, offsetof(Options, raw), "", NULL, 0, 0,
-     "IN OUT (two values): write the ids of text file IN to OUT as raw little-endian uint16 (uint32 if the vocab needs it), nothing added"},
+     "IN OUT (two values): write the ids of text file IN to OUT as raw little-endian uint16 (uint32 if the vocab needs it), nothing added", "input and output"},
     {"out-dir", FLAG_STRING, offsetof(Options, out_dir), "", NULL, 0, 0,
-     "directory for the shards (or, with --train-vocab, for encoder.json, vocab.bpe, tokenizer.bin); created if missing"},
-    {"name", FLAG_STRING, offsetof(Options, name), "data", NULL, 0, 0, "shard name prefix: OUTDIR/NAME_val_000000.bin, OUTDIR/NAME_train_000001.bin, ..."},
+     "directory for the shards (or, with --train-vocab, for encoder.json, vocab.bpe, tokenizer.bin); created if missing", "input and output"},
+    {"name", FLAG_STRING, offsetof(Options, name), "data", NULL, 0, 0, "shard name prefix: OUTDIR/NAME_val_000000.bin, OUTDIR/NAME_train_000001.bin, ...", "input and output"},
     {"val-tokens", FLAG_INT64, offsetof(Options, val_tokens), "0", NULL, 0, 1e15,
-     "the first N tokens go to the val shard (0: no val shard)"},
-    {"shard-tokens", FLAG_INT64, offsetof(Options, shard_tokens), "100000000", NULL, 1, 1e15, "tokens per train shard"},
-    {"zstd", FLAG_INT, offsetof(Options, zstd), "0", NULL, 0, 22, "zstd level of the shards (0: plain llm.c format)"},
+     "the first N tokens go to the val shard (0: no val shard)", "input and output"},
+    {"shard-tokens", FLAG_INT64, offsetof(Options, shard_tokens), "100000000", NULL, 1, 1e15, "tokens per train shard", "input and output"},
+    {"zstd", FLAG_INT, offsetof(Options, zstd), "0", NULL, 0, 22, "zstd level of the shards (0: plain llm.c format)", "input and output"},
     {"doc-sep", FLAG_STRING, offsetof(Options, doc_sep), "", NULL, 0, 0,
-     "a line equal to S separates documents (default: each file is one document)"},
-    {"threads", FLAG_INT, offsetof(Options, threads), "1", NULL, 1, 256, "encoding threads (output is the same for any count)"},
+     "a line equal to S separates documents (default: each file is one document)", "input and output"},
+    {"threads", FLAG_INT, offsetof(Options, threads), "1", NULL, 1, 256, "encoding threads (output is the same for any count)", "performance"},
     {"train-vocab", FLAG_INT, offsetof(Options, train_vocab), "0", NULL, 0, 1 << 24,
-     "learn a BPE vocabulary of N tokens (256 bytes + merges + EOT) from the input, write it to --out-dir"},
-    {"bench", FLAG_BOOL, offsetof(Options, bench), "0", NULL, 0, 1, "print the encoding speed (MB/s) of --raw; bare --bench means 1"},
+     "learn a BPE vocabulary of N tokens (256 bytes + merges + EOT) from the input, write it to --out-dir", "tokenizer"},
+    {"bench", FLAG_BOOL, offsetof(Options, bench), "0", NULL, 0, 1, "print the encoding speed (MB/s) of --raw; bare --bench means 1", "performance"},
 };
 
 static const char *SUMMARY =
@@ -83,12 +83,11 @@ static int split_args(int argc, char **argv, char **flag_argv, const char **inpu
         const FlagSpec *f = NULL;
         for (int i = 0; i < FLAGS_COUNT(FLAGS); i++)
             if (strcmp(FLAGS[i].name, name) == 0) f = &FLAGS[i];
-        if (f == NULL) continue;  // --help, or an unknown flag flags_parse reports
         int has_next = a + 1 < argc;
+        if (strcmp(name, "config") == 0 && has_next) flag_argv[nf++] = argv[++a];  // (flags_parse reads the file)
+        if (f == NULL) continue;  // --help, --config, or an unknown flag flags_parse reports
         if (f->type == FLAG_BOOL) {
-            const char *v = has_next ? argv[a + 1] : "";
-            int explicit_value = !strcmp(v, "0") || !strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "false");
-            flag_argv[nf++] = explicit_value ? argv[++a] : (char *)"1";
+            flag_argv[nf++] = has_next && flag_bool_value(argv[a + 1]) >= 0 ? argv[++a] : (char *)"1";
         } else if (strcmp(f->name, "raw") == 0) {
             if (a + 2 >= argc) die_usage("--raw needs two values: IN OUT");
             flag_argv[nf++] = argv[++a];
