@@ -113,6 +113,15 @@ echo 'not json' >"$tmp/bad.jsonl"
 expect_usage_error "plot_log.py on a file that is not a JSON log" "bad.jsonl:1: not a JSON record" \
     python3 scripts/plot_log.py "$tmp/bad.jsonl" -o "$tmp/bad.png"
 
+# --- MFU against the measured CPU peak (the best of sgemm probes of several sizes): named on the compute line,
+# every step's within (0, 100%] ---
+"$TRAIN" "${TINY[@]}" --peak-tflops 0 --steps 3 --log-json "$tmp/mfu.jsonl" >"$tmp/mfu.log" 2>&1
+mfus=$(grep '"loss"' "$tmp/mfu.jsonl" | grep -o '"mfu":[-0-9.e+]*' | cut -d: -f2 | tr '\n' ' ')
+check "MFU against the measured peak (the best of sgemm probes) is within (0, 100%] ($mfus)" \
+    'grep -q "^compute: .*, peak [0-9.]* GFLOP/s (measured: the best of [a-z]* sgemm probes)" "$tmp/mfu.log" &&
+     [ "$(echo $mfus | wc -w)" -eq 3 ] && awk "BEGIN { split(\"$mfus\", m, \" \"); for (i in m) if (!(m[i] > 0 && m[i] <= 1)) exit 1 }"' \
+    "$(grep "^compute" "$tmp/mfu.log")"
+
 # --- --tensorboard DIR: an event file whose records (framing, CRCs) read back to the JSON log's values; and
 # TensorBoard's own reader reads the same, where the tensorboard package is installed ---
 python3 tests/tb_events.py "$tmp/tb" >"$tmp/tb.txt" 2>&1
