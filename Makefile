@@ -266,9 +266,12 @@ else
 $(PROGRAMS): %: $(BUILD)/% ;
 endif
 
+# The programs record the tree they were built from (train_loop.h's run record); outside the flags
+# stamp, so a commit does not rebuild everything.
+VERSION_DEF := -DLLMC_VERSION='"$(shell git describe --always --dirty 2>/dev/null || echo unknown)"'
 $(BUILD)/%: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(VERSION_DEF) $< -o $@ $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
@@ -316,7 +319,7 @@ train_gptcu: $(BUILD)/train_gptcu ;
 endif
 $(BUILD)/train_gptcu: train_gpt.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_FLAGS) $(VERSION_DEF) $< -o $@ $(NVCC_LIBS)
 $(BUILD)/tests/test_gpt_cu: tests/test_gpt.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(subst $(CUDA_GENCODE),$(CUDA_DEV_GENCODE),$(NVCC_FLAGS)) $< -o $@ $(NVCC_LIBS)

@@ -39,24 +39,24 @@ typedef struct {
 
 static const FlagSpec FLAGS[] = {
     {"gpt2", FLAG_STRING, offsetof(Options, gpt2), "", NULL, 0, 0,
-     "tokenizer: DIR holding encoder.json + vocab.bpe (GPT-2's, or one written by --train-vocab)"},
+     "tokenizer: DIR holding encoder.json + vocab.bpe (GPT-2's, or one written by --train-vocab)", "tokenizer"},
     {"bytes", FLAG_BOOL, offsetof(Options, bytes), "0", NULL, 0, 1,
-     "tokenizer: bytes (ids 0..255, EOT 256, vocab 257), no files needed; bare --bytes means 1"},
+     "tokenizer: bytes (ids 0..255, EOT 256, vocab 257), no files needed; bare --bytes means 1", "tokenizer"},
     {"raw", FLAG_STRING, offsetof(Options, raw), "", NULL, 0, 0,
-     "IN OUT (two values): write the ids of text file IN to OUT as raw little-endian uint16 (uint32 if the vocab needs it), nothing added"},
+     "IN OUT (two values): write the ids of text file IN to OUT as raw little-endian uint16 (uint32 if the vocab needs it), nothing added", "input and output"},
     {"out-dir", FLAG_STRING, offsetof(Options, out_dir), "", NULL, 0, 0,
-     "directory for the shards (or, with --train-vocab, for encoder.json, vocab.bpe, tokenizer.bin); created if missing"},
-    {"name", FLAG_STRING, offsetof(Options, name), "data", NULL, 0, 0, "shard name prefix: OUTDIR/NAME_val_000000.bin, OUTDIR/NAME_train_000001.bin, ..."},
+     "directory for the shards (or, with --train-vocab, for encoder.json, vocab.bpe, tokenizer.bin); created if missing", "input and output"},
+    {"name", FLAG_STRING, offsetof(Options, name), "data", NULL, 0, 0, "shard name prefix: OUTDIR/NAME_val_000000.bin, OUTDIR/NAME_train_000001.bin, ...", "input and output"},
     {"val-tokens", FLAG_INT64, offsetof(Options, val_tokens), "0", NULL, 0, 1e15,
-     "the first N tokens go to the val shard (0: no val shard)"},
-    {"shard-tokens", FLAG_INT64, offsetof(Options, shard_tokens), "100000000", NULL, 1, 1e15, "tokens per train shard"},
-    {"zstd", FLAG_INT, offsetof(Options, zstd), "0", NULL, 0, 22, "zstd level of the shards (0: plain llm.c format)"},
+     "the first N tokens go to the val shard (0: no val shard)", "input and output"},
+    {"shard-tokens", FLAG_INT64, offsetof(Options, shard_tokens), "100000000", NULL, 1, 1e15, "tokens per train shard", "input and output"},
+    {"zstd", FLAG_INT, offsetof(Options, zstd), "0", NULL, 0, 22, "zstd level of the shards (0: plain llm.c format)", "input and output"},
     {"doc-sep", FLAG_STRING, offsetof(Options, doc_sep), "", NULL, 0, 0,
-     "a line equal to S separates documents (default: each file is one document)"},
-    {"threads", FLAG_INT, offsetof(Options, threads), "1", NULL, 1, 256, "encoding threads (output is the same for any count)"},
+     "a line equal to S separates documents (default: each file is one document)", "input and output"},
+    {"threads", FLAG_INT, offsetof(Options, threads), "1", NULL, 1, 256, "encoding threads (output is the same for any count)", "performance"},
     {"train-vocab", FLAG_INT, offsetof(Options, train_vocab), "0", NULL, 0, 1 << 24,
-     "learn a BPE vocabulary of N tokens (256 bytes + merges + EOT) from the input, write it to --out-dir"},
-    {"bench", FLAG_BOOL, offsetof(Options, bench), "0", NULL, 0, 1, "print the encoding speed (MB/s) of --raw; bare --bench means 1"},
+     "learn a BPE vocabulary of N tokens (256 bytes + merges + EOT) from the input, write it to --out-dir", "tokenizer"},
+    {"bench", FLAG_BOOL, offsetof(Options, bench), "0", NULL, 0, 1, "print the encoding speed (MB/s) of --raw; bare --bench means 1", "performance"},
 };
 
 static const char *SUMMARY =
@@ -83,12 +83,11 @@ static int split_args(int argc, char **argv, char **flag_argv, const char **inpu
         const FlagSpec *f = NULL;
         for (int i = 0; i < FLAGS_COUNT(FLAGS); i++)
             if (strcmp(FLAGS[i].name, name) == 0) f = &FLAGS[i];
-        if (f == NULL) continue;  // --help, or an unknown flag flags_parse reports
         int has_next = a + 1 < argc;
+        if (strcmp(name, "config") == 0 && has_next) flag_argv[nf++] = argv[++a];  // (flags_parse reads the file)
+        if (f == NULL) continue;  // --help, --config, or an unknown flag flags_parse reports
         if (f->type == FLAG_BOOL) {
-            const char *v = has_next ? argv[a + 1] : "";
-            int explicit_value = !strcmp(v, "0") || !strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "false");
-            flag_argv[nf++] = explicit_value ? argv[++a] : (char *)"1";
+            flag_argv[nf++] = has_next && flag_bool_value(argv[a + 1]) >= 0 ? argv[++a] : (char *)"1";
         } else if (strcmp(f->name, "raw") == 0) {
             if (a + 2 >= argc) die_usage("--raw needs two values: IN OUT");
             flag_argv[nf++] = argv[++a];
@@ -182,33 +181,67 @@ static void sink_put(Sink *s, const uint32_t *tok, size_t n) {
     }
 }
 
-// Encodes the documents in d (each preceded by EOT) and hands the ids to sink.
-static void encode_docs(const Tokenizer *t, const Docs *d, int threads, Sink *sink) {
-    const size_t piece_bytes = 1 << 18;
-    size_t max_per_doc = threads > 1 ? (size_t)threads * 4 : 1;
-    Docs pieces = {0};
-    size_t *first = (size_t *)mallocCheck((d->n + 1) * sizeof(size_t));  // doc i = pieces first[i]..first[i+1]
-    size_t *starts = (size_t *)mallocCheck((max_per_doc + 1) * sizeof(size_t));
-    for (size_t i = 0; i < d->n; i++) {
-        first[i] = pieces.n;
-        size_t want = 1 + d->len[i] / piece_bytes;
-        size_t k = tokenizer_split(d->text[i], d->len[i], want < max_per_doc ? want : max_per_doc, starts);
-        for (size_t p = 0; p < k; p++) docs_add(&pieces, d->text[i] + starts[p], starts[p + 1] - starts[p]);
+// Progress on long inputs, one line on stderr redrawn in place when stderr is
+// a terminal: bytes encoded of all inputs, MB/s and an ETA (total 0: unknown, stdin).
+typedef struct {
+    int on;
+    size_t done, total;
+    double start, shown;
+} Progress;
+
+static void progress_add(Progress *p, size_t bytes, int last) {
+    p->done += bytes;
+    double now = wall_seconds();
+    if (!p->on || (!last && now - p->shown < 0.5)) return;
+    p->shown = now;
+    double mb_s = (double)p->done / 1e6 / (now > p->start ? now - p->start : 1e-9);
+    char eta[32] = "";
+    if (p->total && !last && mb_s > 0) {
+        memcpy(eta, " | ETA ", 8);
+        duration_text(eta + 7, sizeof(eta) - 7, (double)(p->total - p->done) / 1e6 / mb_s);
     }
-    first[d->n] = pieces.n;
-    U32Vec *outs = (U32Vec *)callocCheck(pieces.n, sizeof(U32Vec));
-    tokenizer_encode_many(t, pieces.text, pieces.len, pieces.n, threads, outs);
-    uint32_t eot = tokenizer_eot(t);
+    if (p->total)
+        fprintf(stderr, "\rtokenize: %.1f of %.1f MB (%.0f%%) | %.1f MB/s%s   %s", p->done / 1e6, p->total / 1e6,
+                100.0 * (double)p->done / (double)p->total, mb_s, eta, last ? "\n" : "");
+    else
+        fprintf(stderr, "\rtokenize: %.1f MB | %.1f MB/s   %s", p->done / 1e6, mb_s, last ? "\n" : "");
+    fflush(stderr);
+}
+
+// Encodes the documents in d (each preceded by EOT) and hands the ids to sink,
+// some MB of pieces at a time (progress after each).
+static void encode_docs(const Tokenizer *t, const Docs *d, int threads, Sink *sink, Progress *progress) {
+    // pieces of about piece_bytes (cut at safe boundaries: the ids are the same), for the threads and the progress
+    const size_t piece_bytes = 1 << 18, batch_bytes = (size_t)16 << 20;
+    Docs pieces = {0};
+    unsigned char *starts_doc = NULL;  // (per piece) whether it is a document's first
+    size_t *starts = NULL;
     for (size_t i = 0; i < d->n; i++) {
-        sink_put(sink, &eot, 1);
-        for (size_t p = first[i]; p < first[i + 1]; p++) {
+        size_t want = 1 + d->len[i] / piece_bytes;
+        starts = (size_t *)reallocCheck(starts, (want + 1) * sizeof(size_t));
+        size_t k = tokenizer_split(d->text[i], d->len[i], want, starts);
+        for (size_t p = 0; p < k; p++) {
+            docs_add(&pieces, d->text[i] + starts[p], starts[p + 1] - starts[p]);
+            starts_doc = (unsigned char *)reallocCheck(starts_doc, pieces.n);
+            starts_doc[pieces.n - 1] = p == 0;
+        }
+    }
+    U32Vec *outs = (U32Vec *)callocCheck(pieces.n, sizeof(U32Vec));
+    uint32_t eot = tokenizer_eot(t);
+    for (size_t lo = 0, hi; lo < pieces.n; lo = hi) {
+        size_t bytes = 0;
+        for (hi = lo; hi < pieces.n && (hi == lo || bytes < batch_bytes); hi++) bytes += pieces.len[hi];
+        tokenizer_encode_many(t, pieces.text + lo, pieces.len + lo, hi - lo, threads, outs + lo);
+        for (size_t p = lo; p < hi; p++) {
+            if (starts_doc[p]) sink_put(sink, &eot, 1);
             sink_put(sink, outs[p].data, outs[p].len);
             u32vec_free(&outs[p]);
         }
+        progress_add(progress, bytes, 0);
     }
     free(outs);
     free(starts);
-    free(first);
+    free(starts_doc);
     free(pieces.text);
     free(pieces.len);
 }
@@ -288,12 +321,24 @@ static void run_shards(const Options *o, const Tokenizer *t, const char **inputs
     Sink sink = {.o = o, .inputs = inputs, .n_inputs = n_inputs, .token_bytes = tokenizer_vocab_size(t) <= 65536 ? 2 : 4, .val_left = o->val_tokens, .next_train = 1};
     double t0 = wall_seconds();
     size_t bytes = 0, docs = 0;
+    Progress progress = {isatty(STDERR_FILENO), 0, 0, t0, 0.0};  // (the first batch shows at once)
+    for (int i = 0; i < n_inputs; i++) {
+        struct stat st;
+        if (strcmp(inputs[i], "-") == 0 || stat(inputs[i], &st) != 0 || !S_ISREG(st.st_mode)) {
+            progress.total = 0;  // (a stream: no ETA)
+            break;
+        }
+        progress.total += (size_t)st.st_size;
+    }
     for (int i = 0; i < n_inputs; i++) {
         size_t n;
         uint8_t *text = read_input(inputs[i], &n);
         Docs d = {0};
         split_docs(text, n, o->doc_sep, &d);
-        encode_docs(t, &d, o->threads, &sink);
+        size_t before = progress.done;
+        encode_docs(t, &d, o->threads, &sink, &progress);
+        progress.done = before + n;  // (with the separator lines)
+        progress_add(&progress, 0, i + 1 == n_inputs);
         bytes += n;
         docs += d.n;
         free(d.text);

@@ -118,7 +118,7 @@ int main(int argc, char **argv) {
         LaunchInfo li = launch_detect();
         train_print_schedule_and_exit(&o, &cfg, li.rank, li.world, 0);
     }
-    train_tensor_plan(&o, &cfg);
+    train_check_layout(&o, &cfg, launch_detect().world);
     const int pipelined = o.pp > 1;
     Comm comm;
     comm_init(&comm, &argc, &argv, o.tp, o.pp, o.comm_timeout);
@@ -172,12 +172,14 @@ int main(int argc, char **argv) {
                                                                             tp.sp)
                                         : model.acts.num_floats);
 
-    double peak_gflops = o.peak_tflops > 0 ? o.peak_tflops * 1e3 : matmul_measure_peak_gflops(1024, 10);
+    // a rank's peak: every rank probes at once (they share the cores), the mean of their probes; measured once
+    double peak_gflops = o.peak_tflops > 0 ? o.peak_tflops * 1e3
+                                           : comm_mean(comm_group(&comm, COMM_WORLD), matmul_measure_peak_gflops(1024, 5));
     if (!(peak_gflops > 0 && isfinite(peak_gflops))) peak_gflops = 0;  // (MFU then not given)
     double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)plan.total_tokens;
     ZeroMemory zm = zero_cpu_memory(&zero);
     if (rank == 0) {
-        train_print_header(&o, &cfg, model.layout.num_params, from_file, &plan, world, &train_loader, have_val);
+        train_print_header(&o, &cfg, global.num_params, model.layout.num_params, from_file, &plan, world, &train_loader, have_val);
         printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d | ZeRO-%d | bucket %.1f MB | "
                "comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp, comm.tp,
                comm.pp, o.zero, zero.bucket_elems * 4 / 1e6, o.comm_timeout);
@@ -218,7 +220,7 @@ int main(int argc, char **argv) {
     if (rank == 0) train_check_outputs(&o, from_file, &train_loader, have_val ? &val_loader : NULL);
     if (o.ckpt_dir[0]) ckpt_dir_claim(o.ckpt_dir, comm_group(&comm, COMM_WORLD));
     Logger log;
-    logger_open(&log, o.log_json, rank == 0);
+    logger_open(&log, o.log_json, o.tensorboard, rank == 0);
     int finished = train_loop(&run, &log);  // 0: stopped by a signal (exit CKPT_EXIT_SIGNAL)
     free(ckpt_staging);
 
@@ -229,7 +231,6 @@ int main(int argc, char **argv) {
         train_save_model_files(&o, &global, rank == 0, param_gather_fetch, &pg);
         param_gather_free(&pg);
     }
-    if (rank == 0) printf("peak memory of rank 0: %.1f MB (RSS)\n", peak_rss_bytes() / 1e6);
     logger_close(&log);
     if (have_tokenizer) tokenizer_free(&tokenizer);
     dataloader_free(&train_loader);

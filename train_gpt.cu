@@ -162,13 +162,13 @@ int main(int argc, char **argv) {
         LaunchInfo li = launch_detect();
         train_print_schedule_and_exit(&o, &cfg, li.rank, li.world, device_p2p_fused(o.comm, li.world));
     }
-    if (!cuda_device_present()) die_usage("no CUDA device found (train_gptcu needs one GPU; ./train_gpt runs on the CPU)");
-    const int pipelined = o.pp > 1;
     {
         int from_file;
         GPTConfig cfg = train_build_config(&o, &from_file);
-        train_tensor_plan(&o, &cfg);
+        train_check_layout(&o, &cfg, launch_detect().world);
     }
+    if (!cuda_device_present()) die_usage("no CUDA device found (train_gptcu needs one GPU; ./train_gpt runs on the CPU)");
+    const int pipelined = o.pp > 1;
     Comm comm;
     comm_init(&comm, &argc, &argv, o.tp, o.pp, o.comm_timeout);
     device_check_ranks(comm.rank, comm.local_rank, launch_detect().local_world, device_p2p_fused(o.comm, comm.world));
@@ -259,7 +259,7 @@ int main(int argc, char **argv) {
     const GPUMemory *mem = &model.mem;
     ZeroMemory zm = zero_gpu_memory(&zero);
     if (rank == 0) {
-        train_print_header(&o, &cfg, model.layout.num_params, from_file, &plan, world, &train_loader, have_val);
+        train_print_header(&o, &cfg, global.num_params, model.layout.num_params, from_file, &plan, world, &train_loader, have_val);
         printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d | ZeRO-%d | comm %s | bucket "
                "%.1f MB | comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp,
                comm.tp, comm.pp, o.zero, dp->be->name, zero.bucket_elems * sizeof(float) / 1e6, o.comm_timeout);
@@ -320,7 +320,7 @@ int main(int argc, char **argv) {
     if (rank == 0) train_check_outputs(&o, from_file, &train_loader, have_val ? &val_loader : NULL);
     if (o.ckpt_dir[0]) ckpt_dir_claim(o.ckpt_dir, comm_group(&comm, COMM_WORLD));
     Logger log;
-    logger_open(&log, o.log_json, rank == 0);
+    logger_open(&log, o.log_json, o.tensorboard, rank == 0);
     int finished = train_loop(&run, &log);  // 0: stopped by a signal (exit CKPT_EXIT_SIGNAL)
     step_event_clock_free(step_events);
     free(step_events);

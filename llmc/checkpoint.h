@@ -260,17 +260,6 @@ static inline const FlagSpec *ckpt_flag_spec(const char *name) {
     DIE("checkpoint flag '%s' is not in TRAIN_FLAGS", name);
 }
 
-// A kept flag's value as the manifest writes it (a JSON literal).
-static inline void ckpt_flag_json(const TrainOptions *o, const FlagSpec *f, char *out, size_t n) {
-    const char *field = (const char *)o + f->offset;
-    switch (f->type) {
-        case FLAG_INT: case FLAG_BOOL: snprintf(out, n, "%d", *(const int *)field); return;
-        case FLAG_INT64: snprintf(out, n, "%lld", *(const long long *)field); return;
-        case FLAG_FLOAT: snprintf(out, n, "%.9g", (double)*(const float *)field); return;  // exact for a float
-        case FLAG_STRING: case FLAG_CHOICE: snprintf(out, n, "\"%s\"", field); return;  // (choices: no quoting needed)
-    }
-}
-
 // A growing string for the manifest.
 typedef struct { char *s; size_t len, cap; } CkptText;
 
@@ -319,7 +308,7 @@ static inline char *ckpt_manifest_json(const CkptRun *run, const CkptPoint *p, c
     ckpt_text(&t, "  \"flags\": {");
     for (int i = 0; i < CKPT_NUM_KEPT_FLAGS; i++) {
         char v[FLAG_STR_MAX + 8];
-        ckpt_flag_json(run->o, ckpt_flag_spec(CKPT_KEPT_FLAGS[i]), v, sizeof(v));
+        flag_value_json(ckpt_flag_spec(CKPT_KEPT_FLAGS[i]), run->o, v, sizeof(v));
         ckpt_text(&t, "%s\"%s\": %s", i ? ", " : "", CKPT_KEPT_FLAGS[i], v);
     }
     ckpt_text(&t, "},\n  \"batch\": {\"total_tokens\": %lld, \"B\": %d, \"T\": %d, \"accum\": %d},\n",
@@ -1195,8 +1184,9 @@ static inline int ckpt_check_model_tables(CkptReader *r, const char *path, const
     int64_t total = 0, B = 0, T = 0, accum = 0, dp = 0, tokens;
     if (!ckpt_get_int(r, batch, "total_tokens", 1, INT64_MAX, &total)) return 0;
     if (total != run->plan->total_tokens)
-        return ckpt_reader_fail(r, 0, "%s: written with a total batch of %lld tokens, this run has %lld", path,
-                                (long long)total, run->plan->total_tokens);
+        return ckpt_reader_fail(r, 0, "%s: written with a total batch of %lld tokens, this run has %lld: resume "
+                                "with --total-batch-tokens %lld (a multiple of batch-size x seq-len x ranks)", path,
+                                (long long)total, run->plan->total_tokens, (long long)total);
     if (!ckpt_get_int(r, batch, "B", 1, INT32_MAX, &B) || !ckpt_get_int(r, batch, "T", 1, INT32_MAX, &T) ||
         !ckpt_get_int(r, batch, "accum", 1, INT32_MAX, &accum) ||
         !ckpt_get_int(r, json_get(root, "layout"), "dp", 1, INT32_MAX, &dp))
@@ -1328,14 +1318,14 @@ static inline int ckpt_reader_open(CkptReader *r, const char *dir, const CkptRun
         const FlagSpec *f = ckpt_flag_spec(CKPT_KEPT_FLAGS[i]);
         const JsonValue *v = json_get(flags, f->name);
         char want[FLAG_STR_MAX + 8], got[FLAG_STR_MAX + 8];
-        ckpt_flag_json(run->o, f, want, sizeof(want));
+        flag_value_json(f, run->o, want, sizeof(want));
         if (!v || (v->type != JSON_NUMBER && v->type != JSON_STRING))
             return ckpt_reader_fail(r, 1, "%s: flag '%s' is missing", path, f->name);
         if (v->type == JSON_STRING) snprintf(got, sizeof(got), "\"%s\"", v->text);
         else snprintf(got, sizeof(got), "%s", v->text);
         if (strcmp(want, got) != 0)
-            return ckpt_reader_fail(r, 0, "%s: written with --%s %s, this run has --%s %s (a resume keeps it)", path,
-                                    f->name, got, f->name, want);
+            return ckpt_reader_fail(r, 0, "%s: written with --%s %s, this run has --%s %s (a resume keeps it: "
+                                    "resume with --%s %s)", path, f->name, got, f->name, want, f->name, got);
     }
     int64_t plan[3] = {0, 0, 0};
     return ckpt_check_model_tables(r, path, run, plan) && ckpt_read_position(r, path, plan);

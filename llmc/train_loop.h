@@ -142,11 +142,16 @@ static void train_check_outputs(const TrainOptions *o, int model_from_file, cons
 }
 
 // The model, batch and data lines every run starts with (rank 0).
-static void train_print_header(const TrainOptions *o, const GPTConfig *cfg, int64_t num_params, int from_file,
-                               const BatchPlan *plan, int world, const DataLoader *train, int have_val) {
-    printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d | %.2fM parameters%s%s\n", cfg->num_layers,
+// model_params: the whole model's; rank_params: what rank 0 holds of them (its tensor and pipeline share).
+static void train_print_header(const TrainOptions *o, const GPTConfig *cfg, int64_t model_params,
+                               int64_t rank_params, int from_file, const BatchPlan *plan, int world,
+                               const DataLoader *train, int have_val) {
+    char share[64] = "";
+    if (rank_params != model_params)
+        snprintf(share, sizeof(share), " (rank 0 holds %.2fM of them)", rank_params / 1e6);
+    printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d | %.2fM parameters%s%s%s\n", cfg->num_layers,
            cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len,
-           num_params / 1e6, from_file ? " | from " : "", from_file ? o->model : "");
+           model_params / 1e6, share, from_file ? " | from " : "", from_file ? o->model : "");
     printf("batch: B=%d T=%d x %d ranks x %d accumulation = %lld tokens/step | %d steps\n", plan->B, plan->T, world,
            plan->accum, plan->total_tokens, o->steps);
     printf("data: %lld train tokens in %d shards%s\n", (long long)train->num_tokens, train->num_shards,
@@ -236,6 +241,32 @@ static int train_resume(const TrainRun *r, Rng *sample_rng) {
     return resumed ? (int)p.step : 0;
 }
 
+// The program's version in the run record: the Makefile passes `git describe` of the tree it built.
+#ifndef LLMC_VERSION
+#define LLMC_VERSION "unknown"
+#endif
+
+// The JSON log's first record: every setting (so the run can be repeated:
+// --config takes them back), the program and its version, the layout, model
+// and batch (rank 0 writes it).
+static void train_log_run(const TrainRun *r, Logger *log, int start) {
+    if (!log->json) return;
+    const Comm *c = r->ckpt.comm;
+    const GPTConfig *m = r->cfg;
+    fprintf(log->json, "{\"run\":{\"program\":\"%s\",\"version\":\"%s\",\"start_step\":%d,\"settings\":",
+            r->ckpt.trainer, LLMC_VERSION, start);
+    flags_write_json(log->json, TRAIN_FLAGS, FLAGS_COUNT(TRAIN_FLAGS), r->o);
+    fprintf(log->json, ",\"layout\":{\"ranks\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"zero\":%d}", c->world, c->dp, c->tp,
+            c->pp, r->o->zero);
+    fprintf(log->json, ",\"model\":{\"num_layers\":%d,\"channels\":%d,\"num_heads\":%d,\"vocab_size\":%d,"
+            "\"padded_vocab_size\":%d,\"max_seq_len\":%d,\"parameters\":%lld}", m->num_layers, m->channels,
+            m->num_heads, m->vocab_size, m->padded_vocab_size, m->max_seq_len, (long long)r->ckpt.pl->num_params);
+    fprintf(log->json, ",\"batch\":{\"B\":%d,\"T\":%d,\"accum\":%d,\"total_tokens\":%lld},\"flops_per_step\":%.6g,"
+            "\"peak_flops\":%.6g}}\n", r->plan.B, r->plan.T, r->plan.accum, r->plan.total_tokens, r->flops_per_step,
+            r->peak_flops);
+    logger_flush_checked(log);
+}
+
 // --profile-steps: the capture on (before step first) or off (after step last).
 static void train_profile(const TrainRun *r, int on, int first, int last) {
     int attached = r->model->profile(r->model->ctx, on);
@@ -269,13 +300,13 @@ static void step_history_free(StepHistory *h) {
     free(h->parts);
 }
 
-// Logs optimizer step `step` (0-based) when --log-every says so (every rank
-// calls it: at those steps the parts' minimum and maximum over the ranks are
-// gathered); rank 0's logger writes.
-static void train_log_step(const TrainRun *r, Logger *log, int step, float loss, float lr, float norm, double ms,
-                           const double parts[STEP_PARTS]) {
+// Logs optimizer step `step` (0-based; this process started at step `start`):
+// every rank calls it, the parts' minimum and maximum over the ranks are
+// gathered, and rank 0's logger writes the JSON record, and the human line
+// when --log-every says so.
+static void train_log_step(const TrainRun *r, Logger *log, int step, int start, float loss, float lr, float norm,
+                           double ms, const double parts[STEP_PARTS]) {
     const TrainOptions *o = r->o;
-    if ((step + 1) % o->log_every != 0 && step + 1 != o->steps) return;
     int n = r->world->size;
     double *all = (double *)mallocCheck(sizeof(double) * STEP_PARTS * (size_t)n), lo[STEP_PARTS], hi[STEP_PARTS];
     size_t *counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)n);
@@ -290,7 +321,9 @@ static void train_log_step(const TrainRun *r, Logger *log, int step, float loss,
             hi[p] = v > hi[p] ? v : hi[p];
         }
     }
-    StepRecord rec = {step, o->steps, loss, lr, norm, r->plan.total_tokens, ms,
+    double elapsed = wall_seconds() - log->start_s;
+    StepRecord rec = {step + 1, o->steps, (step + 1) % o->log_every == 0 || step + 1 == o->steps,
+                      elapsed / (step + 1 - start) * (o->steps - step - 1), loss, lr, norm, r->plan.total_tokens, ms,
                       r->peak_flops > 0 ? r->flops_per_step / (ms * 1e-3) / r->peak_flops : -1.0, parts,
                       n > 1 ? lo : NULL, n > 1 ? hi : NULL};
     logger_step(log, &rec);
@@ -326,15 +359,16 @@ static void train_summary(const TrainRun *r, Logger *log, const StepHistory *h) 
     for (int i = 0; i < m; i++) total_ms += h->ms[warm + i];
     double tok_s = (double)r->plan.total_tokens * m / (total_ms * 1e-3);
     double mfu = r->peak_flops > 0 ? r->flops_per_step * m / (total_ms * 1e-3) / r->peak_flops : -1.0;
-    if (warm) printf("summary over steps 2-%d (step 1 is warm-up): ms a step\n", h->n);
-    else printf("summary of the one step: ms\n");
+    if (warm) printf("summary: rank 0's ms a step over steps 2-%d (step 1 is warm-up)%s\n", h->n, n > 1 ? "; the JSON "
+                     "log has each step's min and max over the ranks" : "");
+    else printf("summary: rank 0's ms of the one step\n");
     printf("  %-7s %10s %10s %10s %7s\n", "part", "mean", "p50", "p90", "share");
     for (int p = 0; p <= STEP_PARTS; p++)
         printf("  %-7s %10.2f %10.2f %10.2f %6.1f%%\n", p < STEP_PARTS ? step_part_names[p] : "step", stats[p][0],
                stats[p][1], stats[p][2], 100.0 * stats[p][0] / stats[STEP_PARTS][0]);
     char mfu_text[32] = "unknown";
     if (mfu >= 0) snprintf(mfu_text, sizeof(mfu_text), "%.1f%%", 100.0 * mfu);
-    printf("  %.0f tokens/s | MFU %s | peak memory (%s), MB by rank:", tok_s, mfu_text, r->memory_kind);
+    printf("  %.0f tokens/s (all ranks) | MFU %s | peak memory (%s), MB by rank:", tok_s, mfu_text, r->memory_kind);
     for (int k = 0; k < n; k++) printf(" %.1f", mem[k] / 1e6);
     printf("\n");
     fflush(stdout);
@@ -366,6 +400,8 @@ static int train_loop(const TrainRun *r, Logger *log) {
     LrSchedule sched = train_lr_schedule(o);
     Rng sample_rng = train_sample_rng(o);
     int start = o->resume[0] ? train_resume(r, &sample_rng) : 0;
+    if (r->rank == 0) train_log_run(r, log, start);
+    logger_start(log, r->plan.total_tokens);
     StepHistory history = {0, 0, NULL, NULL};
     int profile_first, profile_last;
     train_profile_range(o, &profile_first, &profile_last);
@@ -403,7 +439,7 @@ static int train_loop(const TrainRun *r, Logger *log) {
         double ms = (wall_seconds() - t0) * 1e3;
         train_range_pop(tm);
         step_history_add(&history, ms, parts);
-        train_log_step(r, log, step, (float)loss, lr, norm, ms, parts);
+        train_log_step(r, log, step, start, (float)loss, lr, norm, ms, parts);
         if (ckpt) ckpt_step_cost(ckpt, step, ms);
         if (step + 1 == profile_last) train_profile(r, 0, profile_first, step + 1);
         if (stop) {

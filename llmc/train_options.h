@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "args.h"
+#include "launcher_env.h"
 #include "model.h"
 
 typedef struct {
@@ -30,6 +31,7 @@ typedef struct {
     float temperature;
     char tokenizer[FLAG_STR_MAX];
     char log_json[FLAG_STR_MAX];
+    char tensorboard[FLAG_STR_MAX];  // TensorBoard event files' directory (tensorboard.h)
     char out_dir[FLAG_STR_MAX];
     char save_model[FLAG_STR_MAX];
     int log_every;
@@ -58,100 +60,102 @@ typedef struct {
 // The model and batch rows the planner (plan.c) shares: TO(field) is the options struct's offset of
 // a TrainOptions field.
 #define TRAIN_MODEL_FLAGS(TO) \
-    {"model", FLAG_STRING, TO(model), "d12", NULL, 0, 0, "preset d12|d24|d36|d48, or an llm.c model file to start from"}, \
-    {"n-layer", FLAG_INT, TO(n_layer), "0", NULL, 0, GPT_MAX_LAYERS, "layers (0: from --model)"}, \
-    {"n-embd", FLAG_INT, TO(n_embd), "0", NULL, 0, GPT_MAX_CHANNELS, "channels (0: from --model)"}, \
-    {"n-head", FLAG_INT, TO(n_head), "0", NULL, 0, GPT_MAX_HEADS, "attention heads (0: from --model)"}, \
-    {"vocab-size", FLAG_INT, TO(vocab_size), "0", NULL, 0, GPT_MAX_VOCAB, "vocabulary size (0: from --model)"}, \
-    {"max-seq-len", FLAG_INT, TO(max_seq_len), "0", NULL, 0, GPT_MAX_SEQ_LEN, "maximum sequence length (0: from --model)"}
+    {"model", FLAG_STRING, TO(model), "d12", NULL, 0, 0, "preset d12|d24|d36|d48, or an llm.c model file to start from", "model"}, \
+    {"n-layer", FLAG_INT, TO(n_layer), "0", NULL, 0, GPT_MAX_LAYERS, "layers (0: from --model)", "model"}, \
+    {"n-embd", FLAG_INT, TO(n_embd), "0", NULL, 0, GPT_MAX_CHANNELS, "channels (0: from --model)", "model"}, \
+    {"n-head", FLAG_INT, TO(n_head), "0", NULL, 0, GPT_MAX_HEADS, "attention heads (0: from --model)", "model"}, \
+    {"vocab-size", FLAG_INT, TO(vocab_size), "0", NULL, 0, GPT_MAX_VOCAB, "vocabulary size (0: from --model)", "model"}, \
+    {"max-seq-len", FLAG_INT, TO(max_seq_len), "0", NULL, 0, GPT_MAX_SEQ_LEN, "maximum sequence length (0: from --model)", "model"}
 #define TRAIN_BATCH_FLAGS(TO) \
-    {"seq-len", FLAG_INT, TO(seq_len), "64", NULL, 1, GPT_MAX_SEQ_LEN, "sequence length T"}, \
+    {"seq-len", FLAG_INT, TO(seq_len), "64", NULL, 1, GPT_MAX_SEQ_LEN, "sequence length T", "data and batch"}, \
     {"total-batch-tokens", FLAG_INT64, TO(total_batch_tokens), "0", NULL, 0, 1e15, \
-     "tokens per optimizer step over all ranks; a multiple of B*T*ranks (0: B*T*ranks)"}
+     "tokens per optimizer step over all ranks; a multiple of B*T*ranks (0: B*T*ranks)", "data and batch"}
 
 #define TO(field) offsetof(TrainOptions, field)
 static const FlagSpec TRAIN_FLAGS[] = {
-    {"data-train", FLAG_STRING, TO(data_train), "", NULL, 0, 0, "glob of training token shards (llm.c format)"},
-    {"data-val", FLAG_STRING, TO(data_val), "", NULL, 0, 0, "glob of validation token shards"},
     TRAIN_MODEL_FLAGS(TO),
-    {"batch-size", FLAG_INT, TO(batch_size), "4", NULL, 1, 1 << 20, "micro-batch size B (sequences per rank per micro-step)"},
+    {"data-train", FLAG_STRING, TO(data_train), "", NULL, 0, 0, "glob of training token shards (llm.c format)", "data and batch"},
+    {"data-val", FLAG_STRING, TO(data_val), "", NULL, 0, 0, "glob of validation token shards", "data and batch"},
+    {"batch-size", FLAG_INT, TO(batch_size), "4", NULL, 1, 1 << 20, "micro-batch size B (sequences per rank per micro-step)", "data and batch"},
     TRAIN_BATCH_FLAGS(TO),
-    {"steps", FLAG_INT, TO(steps), "20", NULL, 0, 1e9, "optimizer steps"},
-    {"lr", FLAG_FLOAT, TO(lr), "3e-4", NULL, 0, 10, "peak learning rate"},
-    {"min-lr-frac", FLAG_FLOAT, TO(min_lr_frac), "0", NULL, 0, 1, "final learning rate as a fraction of --lr"},
-    {"warmup-steps", FLAG_INT, TO(warmup_steps), "0", NULL, 0, 1e9, "linear warmup steps"},
-    {"lr-schedule", FLAG_CHOICE, TO(lr_schedule), "cosine", "constant|cosine|linear|wsd", 0, 0, "learning-rate schedule after warmup"},
-    {"decay-frac", FLAG_FLOAT, TO(decay_frac), "0.2", NULL, 0, 1, "wsd: fraction of the steps spent decaying"},
-    {"weight-decay", FLAG_FLOAT, TO(weight_decay), "0", NULL, 0, 10, "AdamW decoupled weight decay (2-D weights only)"},
-    {"grad-clip", FLAG_FLOAT, TO(grad_clip), "1.0", NULL, 0, 1e9, "clip the global gradient norm to this (0: off)"},
-    {"beta1", FLAG_FLOAT, TO(beta1), "0.9", NULL, 0, 0.999999, "AdamW beta1"},
-    {"beta2", FLAG_FLOAT, TO(beta2), "0.95", NULL, 0, 0.999999, "AdamW beta2"},
-    {"eps", FLAG_FLOAT, TO(eps), "1e-8", NULL, 0, 1, "AdamW epsilon"},
-    {"seed", FLAG_INT64, TO(seed), "1337", NULL, 0, 9.2e18, "random seed (weights init, sampling, data order)"},
+    {"steps", FLAG_INT, TO(steps), "20", NULL, 0, 1e9, "optimizer steps", "schedule"},
+    {"lr", FLAG_FLOAT, TO(lr), "3e-4", NULL, 0, 10, "peak learning rate", "schedule"},
+    {"min-lr-frac", FLAG_FLOAT, TO(min_lr_frac), "0", NULL, 0, 1, "final learning rate as a fraction of --lr", "schedule"},
+    {"warmup-steps", FLAG_INT, TO(warmup_steps), "0", NULL, 0, 1e9, "linear warmup steps", "schedule"},
+    {"lr-schedule", FLAG_CHOICE, TO(lr_schedule), "cosine", "constant|cosine|linear|wsd", 0, 0, "learning-rate schedule after warmup", "schedule"},
+    {"decay-frac", FLAG_FLOAT, TO(decay_frac), "0.2", NULL, 0, 1, "wsd: fraction of the steps spent decaying", "schedule"},
+    {"weight-decay", FLAG_FLOAT, TO(weight_decay), "0", NULL, 0, 10, "AdamW decoupled weight decay (2-D weights only)", "optimizer"},
+    {"grad-clip", FLAG_FLOAT, TO(grad_clip), "1.0", NULL, 0, 1e9, "clip the global gradient norm to this (0: off)", "optimizer"},
+    {"beta1", FLAG_FLOAT, TO(beta1), "0.9", NULL, 0, 0.999999, "AdamW beta1", "optimizer"},
+    {"beta2", FLAG_FLOAT, TO(beta2), "0.95", NULL, 0, 0.999999, "AdamW beta2", "optimizer"},
+    {"eps", FLAG_FLOAT, TO(eps), "1e-8", NULL, 0, 1, "AdamW epsilon", "optimizer"},
+    {"seed", FLAG_INT64, TO(seed), "1337", NULL, 0, 9.2e18, "random seed (weights init, sampling, data order)", "model"},
     {"shuffle", FLAG_BOOL, TO(shuffle), "0", NULL, 0, 1,
-     "shuffle the training data: shards and samples in a permutation drawn from --seed and the epoch"},
-    {"eval-every", FLAG_INT, TO(eval_every), "0", NULL, 0, 1e9, "validation loss every N steps (0: off)"},
-    {"eval-batches", FLAG_INT, TO(eval_batches), "8", NULL, 1, 1e9, "micro-batches per validation"},
-    {"sample-every", FLAG_INT, TO(sample_every), "0", NULL, 0, 1e9, "print a text sample every N steps (0: off)"},
-    {"sample-tokens", FLAG_INT, TO(sample_tokens), "64", NULL, 1, 1 << 20, "tokens per sample"},
-    {"temperature", FLAG_FLOAT, TO(temperature), "1.0", NULL, 0.01, 100, "sampling temperature"},
-    {"tokenizer", FLAG_STRING, TO(tokenizer), "", NULL, 0, 0, "tokenizer file for decoding samples (none: byte-level)"},
-    {"log-json", FLAG_STRING, TO(log_json), "", NULL, 0, 0, "write one JSON object per step/eval to this file"},
-    {"out-dir", FLAG_STRING, TO(out_dir), "", NULL, 0, 0, "directory for the final model (model_final.bin)"},
-    {"save-model", FLAG_STRING, TO(save_model), "", NULL, 0, 0, "write the final weights to this llm.c model file"},
-    {"log-every", FLAG_INT, TO(log_every), "1", NULL, 1, 1e9, "print a step line every N steps"},
-    {"matmul", FLAG_CHOICE, TO(matmul), "auto", "auto|blas|native", 0, 0, "CPU matmul backend (auto: BLAS if built with it)"},
+     "shuffle the training data: shards and samples in a permutation drawn from --seed and the epoch", "data and batch"},
+    {"eval-every", FLAG_INT, TO(eval_every), "0", NULL, 0, 1e9, "validation loss every N steps (0: off)", "evaluation and sampling"},
+    {"eval-batches", FLAG_INT, TO(eval_batches), "8", NULL, 1, 1e9, "micro-batches per validation", "evaluation and sampling"},
+    {"sample-every", FLAG_INT, TO(sample_every), "0", NULL, 0, 1e9, "print a text sample every N steps (0: off)", "evaluation and sampling"},
+    {"sample-tokens", FLAG_INT, TO(sample_tokens), "64", NULL, 1, 1 << 20, "tokens per sample", "evaluation and sampling"},
+    {"temperature", FLAG_FLOAT, TO(temperature), "1.0", NULL, 0.01, 100, "sampling temperature", "evaluation and sampling"},
+    {"tokenizer", FLAG_STRING, TO(tokenizer), "", NULL, 0, 0, "tokenizer file for decoding samples (none: byte-level)", "evaluation and sampling"},
+    {"log-json", FLAG_STRING, TO(log_json), "", NULL, 0, 0, "write the log to this file as JSON lines: the run's settings first, then every step and evaluation", "logging"},
+    {"tensorboard", FLAG_STRING, TO(tensorboard), "", NULL, 0, 0,
+     "write TensorBoard event files into DIR (loss, validation loss, lr, gradient norm, tokens/s, MFU)", "logging"},
+    {"out-dir", FLAG_STRING, TO(out_dir), "", NULL, 0, 0, "directory for the final model (model_final.bin)", "checkpoints and model files"},
+    {"save-model", FLAG_STRING, TO(save_model), "", NULL, 0, 0, "write the final weights to this llm.c model file", "checkpoints and model files"},
+    {"log-every", FLAG_INT, TO(log_every), "1", NULL, 1, 1e9, "print a step line every N steps (the JSON log and TensorBoard get every step)", "logging"},
+    {"matmul", FLAG_CHOICE, TO(matmul), "auto", "auto|blas|native", 0, 0, "CPU matmul backend (auto: BLAS if built with it)", "compute and memory"},
     {"profile-steps", FLAG_STRING, TO(profile_steps), "", NULL, 0, 0,
      "A:B: bracket steps A..B (1-based) for a profiler: cudaProfilerStart/Stop on the GPU (nsys "
      "--capture-range=cudaProfilerApi, ncu --profile-from-start off); on the CPU perf's control FIFO "
-     "$LLMC_PERF_CTL (scripts/profile.sh)"},
+     "$LLMC_PERF_CTL (scripts/profile.sh)", "logging"},
     {"peak-tflops", FLAG_FLOAT, TO(peak_tflops), "0", NULL, 0, 1e6,
-     "peak FLOP/s for MFU, in TFLOP/s (0: measured: sgemm on the CPU, a cuBLASLt bf16 matmul on the GPU)"},
+     "peak FLOP/s for MFU, in TFLOP/s (0: measured: sgemm on the CPU, a cuBLASLt bf16 matmul on the GPU)", "logging"},
     {"attention", FLAG_CHOICE, TO(attention), "flash", "flash|cudnn", 0, 0,
-     "GPU attention: our flash kernel or cuDNN's fused attention (the CPU trainer ignores it)"},
+     "GPU attention: our flash kernel or cuDNN's fused attention (the CPU trainer ignores it)", "GPU only (train_gpt.cu: the CPU trainer accepts and ignores these)"},
     {"recompute", FLAG_INT, TO(recompute), "0", NULL, 0, 2,
-     "GPU activation recomputation: 0 none, 1 GELU, 2 GELU and LayerNorm (the CPU trainer ignores it)"},
+     "GPU activation recomputation: 0 none, 1 GELU, 2 GELU and LayerNorm (the CPU trainer ignores it)", "GPU only (train_gpt.cu: the CPU trainer accepts and ignores these)"},
     {"zero", FLAG_INT, TO(zero), "0", NULL, 0, 3,
-     "ZeRO stage over the data-parallel ranks: 0 all-reduce, 1 shard AdamW state, 2 + gradients, 3 + parameters"},
+     "ZeRO stage over the data-parallel ranks: 0 all-reduce, 1 shard AdamW state, 2 + gradients, 3 + parameters", "parallelism"},
     {"comm", FLAG_CHOICE, TO(comm), "auto", "auto|mpi|nccl", 0, 0,
-     "communication backend (auto: NCCL on the GPU when built with it, else MPI; the CPU trainer uses MPI)"},
+     "communication backend (auto: NCCL on the GPU when built with it, else MPI; the CPU trainer uses MPI)", "parallelism"},
     {"comm-timeout", FLAG_FLOAT, TO(comm_timeout), "300", NULL, 0, 1e7,
-     "seconds a collective may wait before every rank is aborted (0: forever)"},
-    {"bucket-mb", FLAG_FLOAT, TO(bucket_mb), "25", NULL, 0.001, 1e5, "MB of gradients per reduction bucket"},
+     "seconds a collective may wait before every rank is aborted (0: forever)", "parallelism"},
+    {"bucket-mb", FLAG_FLOAT, TO(bucket_mb), "25", NULL, 0.001, 1e5, "MB of gradients per reduction bucket", "parallelism"},
     {"mem-limit-mb", FLAG_FLOAT, TO(mem_limit_mb), "0", NULL, 0, 1e12,
      "memory budget of each rank in MB (host memory on the CPU trainer, device memory on the GPU trainer): a run "
      "whose ranks need more (weights, gradients, AdamW state, activations) is refused before allocating, as one "
-     "that needs more than is available is (0: only what is available)"},
+     "that needs more than is available is (0: only what is available)", "compute and memory"},
     {"ckpt-dir", FLAG_STRING, TO(ckpt_dir), "", NULL, 0, 0,
-     "checkpoint directory: step_N/ per checkpoint (written in the background), 'latest' names the newest"},
+     "checkpoint directory: step_N/ per checkpoint (written in the background), 'latest' names the newest", "checkpoints and model files"},
     {"ckpt-every", FLAG_INT, TO(ckpt_every), "0", NULL, 0, 1e9,
-     "checkpoint every N steps (0: only at the end of the run); needs --ckpt-dir"},
+     "checkpoint every N steps (0: only at the end of the run); needs --ckpt-dir", "checkpoints and model files"},
     {"ckpt-keep", FLAG_INT, TO(ckpt_keep), "3", NULL, 0, 1e9,
-     "keep the newest K checkpoints, delete older ones once a newer one is complete (0: keep all)"},
-    {"ckpt-compress", FLAG_INT, TO(ckpt_compress), "0", NULL, 0, 19, "zstd level for checkpoint data (0: raw)"},
+     "keep the newest K checkpoints, delete older ones once a newer one is complete (0: keep all)", "checkpoints and model files"},
+    {"ckpt-compress", FLAG_INT, TO(ckpt_compress), "0", NULL, 0, 19, "zstd level for checkpoint data (0: raw)", "checkpoints and model files"},
     {"resume", FLAG_STRING, TO(resume), "", NULL, 0, 0,
-     "continue from a checkpoint: auto (the newest complete one in --ckpt-dir; none: start fresh) or a step_N directory"},
+     "continue from a checkpoint: auto (the newest complete one in --ckpt-dir; none: start fresh) or a step_N directory", "checkpoints and model files"},
     {"resume-data-changed", FLAG_BOOL, TO(resume_data_changed), "0", NULL, 0, 1,
      "with --resume: continue although the training data is not the checkpoint's (other shards, sizes or sampled "
-     "contents; a warning says how), at the same global sample of the new data's order"},
+     "contents; a warning says how), at the same global sample of the new data's order", "checkpoints and model files"},
     {"tp", FLAG_INT, TO(tp), "1", NULL, 1, 4096,
      "tensor-parallel ranks: each layer's heads and MLP columns split over them (ranks = data x tensor x pipeline; "
-     "one node)"},
+     "one node)", "parallelism"},
     {"sequence-parallel", FLAG_BOOL, TO(sequence_parallel), "0", NULL, 0, 1,
      "with --tp: LayerNorms and residual adds on each rank's slice of the positions (B*T), all-gathered and "
-     "reduce-scattered around the tensor-parallel regions"},
+     "reduce-scattered around the tensor-parallel regions", "parallelism"},
     {"pp", FLAG_INT, TO(pp), "1", NULL, 1, 32767,
-     "pipeline-parallel stages: the layers split over this many ranks (ranks = data x pipeline)"},
+     "pipeline-parallel stages: the layers split over this many ranks (ranks = data x pipeline)", "parallelism"},
     {"pp-layers", FLAG_STRING, TO(pp_layers), "", NULL, 0, 0,
-     "layers of each stage, comma-separated, --pp x --virtual-stages counts (default: as even as they go)"},
+     "layers of each stage, comma-separated, --pp x --virtual-stages counts (default: as even as they go)", "parallelism"},
     {"pp-schedule", FLAG_CHOICE, TO(pp_schedule), "1f1b", "gpipe|1f1b|interleaved|zb1p", 0, 0,
-     "pipeline schedule: GPipe, 1F1B, interleaved 1F1B (--virtual-stages), zero-bubble ZB-H1"},
+     "pipeline schedule: GPipe, 1F1B, interleaved 1F1B (--virtual-stages), zero-bubble ZB-H1", "parallelism"},
     {"virtual-stages", FLAG_INT, TO(virtual_stages), "1", NULL, 1, 127,
-     "chunks of layers per pipeline rank (the interleaved schedule: 2 or more)"},
+     "chunks of layers per pipeline rank (the interleaved schedule: 2 or more)", "parallelism"},
     {"print-schedule", FLAG_BOOL, TO(print_schedule), "0", NULL, 0, 1,
-     "print the pipeline's stages, each rank's actions as a timeline and the predicted bubble, then exit"},
+     "print the pipeline's stages, each rank's actions as a timeline and the predicted bubble, then exit", "parallelism"},
     {"pp-trace", FLAG_STRING, TO(pp_trace), "", NULL, 0, 0,
-     "debug: each rank writes the pipeline actions it executes, a line per step, to FILE.rankN"},
+     "debug: each rank writes the pipeline actions it executes, a line per step, to FILE.rankN", "parallelism"},
 };
 #undef TO
 
@@ -165,7 +169,12 @@ static void train_profile_range(const TrainOptions *o, int *first, int *last) {
         die_usage("--profile-steps '%s': want A:B with 1 <= A <= B <= --steps (%d)", o->profile_steps, o->steps);
 }
 
+// The flags (defaults, --config FILE, the command line) into *o, checked.
+// Every rank of a job parses the same flags, so from here until the trainer's
+// train_flags_checked (after the checks that need only flags and the model
+// shape) a usage error is printed by rank 0 alone (utils.h's die_usage_quiet).
 static inline void train_options_parse(int argc, char **argv, TrainOptions *o, const char *summary) {
+    die_usage_quiet = launch_detect().rank != 0;
     memset(o, 0, sizeof(*o));
     flags_parse(argc, argv, TRAIN_FLAGS, FLAGS_COUNT(TRAIN_FLAGS), o, summary);
     if (o->data_train[0] == '\0') die_usage("--data-train is required (see --help)");
@@ -183,5 +192,9 @@ static inline void train_options_parse(int argc, char **argv, TrainOptions *o, c
     if (o->ckpt_compress > 0) die_usage("--ckpt-compress %d: this program was built without zstd", o->ckpt_compress);
 #endif
 }
+
+// The end of the checks every rank makes alike: usage errors from here on
+// (files, memory: they may differ between ranks) are printed by each rank.
+static inline void train_flags_checked(void) { die_usage_quiet = 0; }
 
 #endif  // LLMC_TRAIN_OPTIONS_H

@@ -26,10 +26,13 @@
 static GPTConfig train_build_config(const TrainOptions *o, int *from_file) {
     GPTConfig cfg;
     *from_file = !gpt_config_preset(o->model, &cfg);
-    if (*from_file) {
+    if (*from_file) {  // (a file may differ between nodes: each rank reports its own errors)
+        int quiet = die_usage_quiet;
+        die_usage_quiet = 0;
         if (access(o->model, R_OK) != 0)
             die_usage("--model: '%s' is neither a preset (d12|d24|d36|d48) nor a readable file", o->model);
         modelfile_read_config(o->model, &cfg);
+        die_usage_quiet = quiet;
     }
     struct { int value; int *field; const char *flag; } overrides[] = {
         {o->n_layer, &cfg.num_layers, "--n-layer"}, {o->n_embd, &cfg.channels, "--n-embd"},
@@ -119,6 +122,28 @@ static void train_tensor_plan(const TrainOptions *o, const GPTConfig *cfg) {
     if (o->sequence_parallel && o->seq_len % o->tp != 0)
         die_usage("--sequence-parallel: --seq-len %d is not a multiple of --tp %d (each rank holds T/tp positions of "
                   "every sequence)", o->seq_len, o->tp);
+}
+
+// Before any rank connects: the checks every rank makes alike from the flags,
+// the model shape and the launcher's world (so rank 0 alone reports a failure:
+// train_options.h): the tensor split, the ranks split into data x --tp x --pp,
+// the batch plan and the pipeline's stages; then usage errors are each rank's again.
+static void train_check_layout(const TrainOptions *o, const GPTConfig *cfg, int launcher_world) {
+    train_tensor_plan(o, cfg);
+    int group = o->tp * o->pp;
+    if (launcher_world == 1 && group > 1)
+        die_usage("--tp %d x --pp %d needs %d processes (or a multiple of %d) and this is one: launch it with mpirun "
+                  "-np %d (or srun -n %d)", o->tp, o->pp, group, group, group, group);
+    if (launcher_world % group != 0)
+        die_usage("%d ranks do not split into tensor-parallel %d x pipeline-parallel %d: launch a multiple of %d ranks",
+                  launcher_world, o->tp, o->pp, group);
+    BatchPlan plan = train_batch_plan(o, cfg, launcher_world / group);
+    if (o->pp > 1) {
+        PPLayout layout;
+        train_pipeline_plan(o, cfg, &plan, &layout);
+        pp_layout_free(&layout);
+    }
+    train_flags_checked();
 }
 
 // --print-schedule: each stage's layers and parameters, then the schedule as

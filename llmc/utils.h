@@ -58,6 +58,11 @@ static inline void stderr_line_v(const char *prefix, const char *fmt, va_list ap
     }
 }
 
+// Set while every rank of a job checks the same flags alike (the trainers'
+// start-up: train_options.h): a usage error is then every rank's, and only
+// the launcher's rank 0 prints it; the others exit with the same status silently.
+static int die_usage_quiet = 0;
+
 // die_usage: a one-line user-facing error (no file:line, the message names the
 // flag or file), exit status 2.
 static inline void die_usage(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
@@ -65,7 +70,7 @@ static inline void die_usage(const char *fmt, ...) {
     die_claim();
     va_list ap;
     va_start(ap, fmt);
-    stderr_line_v("error: ", fmt, ap);
+    if (!die_usage_quiet) stderr_line_v("error: ", fmt, ap);
     va_end(ap);
     exit(EXIT_USAGE);
 }
@@ -211,6 +216,13 @@ static inline double wall_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// A duration for people: "42.0s", "3m05s" or "2h07m".
+static inline void duration_text(char *out, size_t n, double s) {
+    if (s < 60) snprintf(out, n, "%.1fs", s);
+    else if (s < 3600) snprintf(out, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else snprintf(out, n, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
 }
 
 // ---------------------------------------------------------------------------

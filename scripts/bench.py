@@ -8,12 +8,15 @@ stage (on 2 data ranks) and dp x tp x pp layouts with their pipeline
 schedules. On the CPU trainer every run gets the same cores (--cores: a run
 of R ranks gets cores/R OpenMP threads a rank), so the layouts compare on the
 same hardware; on GPUs a run's ranks are its GPUs. A data rank trains batch x
-seq x accum tokens a step. Each run trains a few steps; its --log-json summary
-gives tokens/s, MFU, the mean step and its parts (llmc/step_time.h) and each
-rank's peak memory. Writes OUT/bench.csv (one row a run, with its ranks and
-threads) and OUT/<variable>.png (tokens/s and MFU against each swept
-variable) and OUT/breakdown.png (the step's parts per layout, stacked),
-unless matplotlib is missing (then it says so).
+seq x accum tokens a step. Each point is --repeats runs of a few steps; each
+run's --log-json summary gives tokens/s, MFU, the mean step and its parts
+(llmc/step_time.h) and each rank's peak memory, and the point takes the
+median run (by tokens/s) with the spread over the runs (min and max).
+Writes OUT/bench.csv (one row a point, with its ranks and threads) and
+OUT/<variable>.png (tokens/s and MFU against each swept variable, the bars
+the medians, the whiskers the spread; the title names the base model and
+batch) and OUT/breakdown.png (the step's parts per layout, stacked), unless
+matplotlib is missing (then it says so).
 
 Layouts are DxTxP[:schedule][:sp][:zeroN], e.g. 1x2x1:sp, 1x1x2:zb1p, 2x1x2:zero1.
 """
@@ -33,6 +36,7 @@ def parse_args():
     a.add_argument("--data", required=True, help="glob of training shards")
     a.add_argument("--out", default="/tmp/llmc_bench")
     a.add_argument("--steps", type=int, default=6)
+    a.add_argument("--repeats", type=int, default=3, help="runs a point (its median and spread)")
     a.add_argument("--model", default="4:128:4", help="base shape L:C:NH (or a preset name: d12, ...)")
     a.add_argument("--vocab", type=int, default=257)
     a.add_argument("--batch", type=int, default=4)
@@ -73,7 +77,7 @@ def layout_flags(spec):
     return d * t * p, d, flags
 
 
-def run(args, name, value, model, batch, seq, layout="1x1x1", extra=()):
+def run_once(args, name, value, model, batch, seq, layout, extra):
     ranks, dp, lflags = layout_flags(layout)
     tag = f"{name}_{value}".replace(":", "-").replace("/", "-")
     log_json = os.path.join(args.out, tag + ".json")
@@ -100,13 +104,27 @@ def run(args, name, value, model, batch, seq, layout="1x1x1", extra=()):
         row.update(tok_per_s=summary["tok_per_s"], mfu=summary["mfu"], step_ms=summary["time"]["step"]["mean"],
                    peak_mem_mb=max(summary["peak_memory_mb"]))
         row.update({p + "_ms": summary["time"][p]["mean"] for p in PARTS})
-    print(f"BENCH {name:10s} {value:14s} ranks {ranks} x {threads} threads  " +
-          (f"{row['tok_per_s']:10.0f} tok/s  {row['step_ms']:9.1f} ms  MFU {100 * row['mfu']:5.1f}%"
-           if summary else f"failed (exit {rc}; {tag}.log)"), flush=True)
     return row
 
 
-def plots(rows, out):
+def run(args, name, value, model, batch, seq, layout="1x1x1", extra=()):
+    """A point: the median of --repeats runs (by tokens/s), with min and max of tokens/s and MFU."""
+    runs = [run_once(args, name, value, model, batch, seq, layout, extra) for _ in range(args.repeats)]
+    failed = [r for r in runs if "tok_per_s" not in r]
+    row = failed[0] if failed else sorted(runs, key=lambda r: r["tok_per_s"])[(len(runs) - 1) // 2]
+    row["repeats"] = len(runs)
+    if not failed:
+        for k in ("tok_per_s", "mfu"):
+            row[k + "_min"] = min(r[k] for r in runs)
+            row[k + "_max"] = max(r[k] for r in runs)
+    print(f"BENCH {name:10s} {value:14s} ranks {row['ranks']} x {row['threads']} threads  " +
+          (f"{row['tok_per_s']:10.0f} tok/s ({row['tok_per_s_min']:.0f}-{row['tok_per_s_max']:.0f})  "
+           f"{row['step_ms']:9.1f} ms  MFU {100 * row['mfu']:5.1f}%  median of {len(runs)}"
+           if not failed else f"failed (exit {row['status']}; see its .log in {args.out})"), flush=True)
+    return row
+
+
+def plots(rows, out, args):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -120,19 +138,25 @@ def plots(rows, out):
         rs = [r for r in ok if r["sweep"] == sweep]
         fig, ax = plt.subplots(1, 2, figsize=(9, 3.2))
         xs = [r["value"] for r in rs]
-        ax[0].bar(xs, [r["tok_per_s"] for r in rs], color="#4477aa")
-        ax[0].set_ylabel("tokens/s")
-        ax[1].bar(xs, [100 * r["mfu"] for r in rs], color="#ee6677")
-        ax[1].set_ylabel("MFU %")
-        for a in ax:
+        for a, key, scale, color, label in ((ax[0], "tok_per_s", 1, "#4477aa", "tokens/s"),
+                                            (ax[1], "mfu", 100, "#ee6677", "MFU %")):
+            mid = [scale * r[key] for r in rs]
+            spread = [[m - scale * r[key + "_min"] for m, r in zip(mid, rs)],
+                      [scale * r[key + "_max"] - m for m, r in zip(mid, rs)]]
+            a.bar(xs, mid, yerr=spread, capsize=3, color=color)
+            a.set_ylabel(label)
             a.set_xlabel(sweep)
             a.tick_params(axis="x", labelrotation=30)
-        fig.suptitle(f"{sweep} sweep")
+        base = {"model": f"model {args.model}", "batch": f"batch {args.batch}", "seq": f"seq {args.seq}"}
+        base.pop(sweep, None)
+        title = (f"{sweep} sweep | {', '.join(base.values())}, accum {args.accum} | "
+                 f"median of {args.repeats} runs, whiskers min-max")
+        fig.suptitle(title, fontsize=9)
         fig.tight_layout()
         path = os.path.join(out, f"{sweep}.png")
         fig.savefig(path, dpi=90)
         plt.close(fig)
-        made.append(path)
+        made.append(f"{path}: {title}")
     rs = [r for r in ok if r["sweep"] == "layout"]
     if rs:
         fig, ax = plt.subplots(figsize=(8, 3.6))
@@ -146,12 +170,14 @@ def plots(rows, out):
         ax.set_xlabel("layout dp x tp x pp[:options]")
         ax.tick_params(axis="x", labelrotation=30)
         ax.legend(ncol=4, fontsize=8)
-        ax.set_title("where the step goes, per layout")
+        title = (f"where the step goes, per layout | model {args.model}, batch {args.batch}, seq {args.seq}, "
+                 f"accum {args.accum} | the median run of {args.repeats}")
+        ax.set_title(title, fontsize=9)
         fig.tight_layout()
         path = os.path.join(out, "breakdown.png")
         fig.savefig(path, dpi=90)
         plt.close(fig)
-        made.append(path)
+        made.append(f"{path}: {title}")
     return made
 
 
@@ -173,7 +199,8 @@ def main():
         rows.append(run(args, "zero", z, *base, layout=f"2x1x1:zero{z}"))
     for spec in lists(args.layouts):
         rows.append(run(args, "layout", spec, *base, layout=spec))
-    cols = ["sweep", "value", "ranks", "threads", "layout", "model", "batch", "seq", "status", "tok_per_s", "mfu", "step_ms",
+    cols = ["sweep", "value", "ranks", "threads", "layout", "model", "batch", "seq", "status", "repeats", "tok_per_s",
+            "tok_per_s_min", "tok_per_s_max", "mfu", "mfu_min", "mfu_max", "step_ms",
             *[p + "_ms" for p in PARTS], "peak_mem_mb", "flags"]
     path = os.path.join(args.out, "bench.csv")
     with open(path, "w", newline="") as f:
@@ -181,7 +208,7 @@ def main():
         w.writeheader()
         w.writerows(rows)
     print(f"csv: {path}")
-    for p in plots(rows, args.out):
+    for p in plots(rows, args.out, args):
         print(f"plot: {p}")
     sys.exit(0 if all(r["status"] == 0 for r in rows) else 1)
 

@@ -9,7 +9,7 @@
 # layouts compare on the same hardware. matplotlib is installed with pip when
 # missing (without it: the CSV only).
 #
-#   bash scripts/bench.sh                          # the CPU trainer, the default sweep (12 s on 2 cores)
+#   bash scripts/bench.sh                          # the CPU trainer, the default sweep, each point 3 runs
 #   TRAINER=./train_gptcu bash scripts/bench.sh --model d12 --batch 8 --seq 1024 --models d12,d24 \
 #       --batches 4,8,16 --seqs 256,1024 --recomputes 0,1,2 --zeros 0,1 --layouts 1x1x1,1x1x2:zb1p
 #   OUT=DIR (default /tmp/llmc_bench); any bench.py flag (python3 scripts/bench.py --help) after the script.

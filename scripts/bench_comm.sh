@@ -32,8 +32,9 @@ for zero in 0 1 2 3; do
     "${MPIRUN[@]}" -np "$NP" build/train_gpt --data-train "$tmp/d_train_*.bin" --model d12 --batch-size 1 \
         --seq-len 64 --steps "$STEPS" --zero "$zero" --peak-tflops 1 --log-json "$tmp/z$zero.json" >"$tmp/z$zero.log" 2>&1 ||
         { echo "zero $zero failed:"; tail -5 "$tmp/z$zero.log"; exit 1; }
-    ms=$(awk -F'"ms":' 'NR > 1 && /"loss"/ { split($2, a, ","); s += a[1]; n++ } END { printf "%.1f", s / n }' "$tmp/z$zero.json")
-    rss=$(sed -n 's/^peak memory of rank 0: \([0-9.]*\) MB.*/\1/p' "$tmp/z$zero.log")
+    ms=$(awk -F'"ms":' '/"loss"/ && !/^{"step":1,/ { split($2, a, ","); s += a[1]; n++ } END { printf "%.1f", s / n }' \
+        "$tmp/z$zero.json")  # (step 1: the warm-up)
+    rss=$(grep -o '"peak_memory_mb":\[[0-9.]*' "$tmp/z$zero.json" | cut -d'[' -f2)
     [ -z "$base" ] && base=$ms
     printf "%-6s %14s %11sx %22s\n" "$zero" "$ms" "$(awk -v a="$ms" -v b="$base" 'BEGIN { printf "%.3f", a / b }')" "$rss"
 done

@@ -49,7 +49,7 @@ run() {
     gflop=$(sed -n 's/.*, \([0-9.]*\) GFLOP\/step.*/\1/p' <<<"$line")
     kernel=$(sed -n 's/.*matmul \(.*\), peak.*/\1/p' <<<"$line")
     tokens=$(( $(sed -n 's/.*--batch-size \([0-9]*\).*/\1/p' <<<"$*") * $(sed -n 's/.*--seq-len \([0-9]*\).*/\1/p' <<<"$*") ))
-    ms=$(tail -n +2 "$tmp/run.jsonl" | grep -o '"ms":[0-9.]*' | cut -d: -f2 | sort -g |
+    ms=$(grep -v '^{"step":1,\|^{"run"' "$tmp/run.jsonl" | grep -o '"ms":[0-9.]*' | cut -d: -f2 | sort -g |
         awk '{a[NR]=$1} END{print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}')
     echo "$name $backend $ms" >>"$tmp/ms"
     awk -v n="$name" -v k="$kernel" -v ms="$ms" -v gf="$gflop" -v peak="$peak" -v tok="$tokens" 'BEGIN{

@@ -44,7 +44,9 @@ byte_corpus() {
 }
 # tokenize_sources OUT_DIR FILE...: byte_corpus OUT_DIR src 20000 FILE...
 tokenize_sources() { local out=$1; shift; byte_corpus "$out" src 20000 "$@"; }
-# records_from LOG K: a JSON log's step and validation records of steps >= K, without timings, checkpoint or summary records
-records_from() { grep -v '^{"step":[0-9]*,"ckpt"\|^{"summary"' "$1" | sed 's/,"ms".*/}/' | awk -v k="$2" -F'[:,]' '$2 >= k'; }
+# records_from LOG K: what a run resumed at step K logs: a JSON log's step records after K steps (steps done)
+# and its validation records from K on, without timings, elapsed time, the run, checkpoint or summary records
+records_from() { grep -v '^{"step":[0-9]*,"ckpt"\|^{"summary"\|^{"run"' "$1" | sed 's/,"ms".*/}/; s/,"elapsed_s".*/}/' |
+    awk -v k="$2" -F'[:,]' '$3 == "\"val_loss\"" ? $2 >= k : $2 > k'; }
 # samples_from LOG K: the samples a trainer's output printed at steps >= K (the loop's step numbers)
 samples_from() { awk -v k="$2" '/^step +[0-9]+\/[0-9]+ /{split($2, a, "/"); s = a[1] + 0} /^---- sample/{p = s >= k} p; /^----------------$/{p = 0}' "$1"; }

@@ -82,7 +82,7 @@ done
 # NAME FROM RANKS FLAGS...: resume_run, then its losses from step 5 and its final weights against the reference's
 resume_follows() {
     resume_run "$@"
-    grep '"loss"' "$tmp/ref.json" | awk -F'[:,]' '$2 >= 5' >"$tmp/ref_from_5.json"
+    grep '"loss"' "$tmp/ref.json" | awk -F'[:,]' '$2 > 5' >"$tmp/ref_from_5.json"  # (steps done: 6..)
     "$CMP" --compare-logs "$tmp/ref_from_5.json" "$tmp/$1.json" 1e-5 "${P}$1_losses_follow"
     "$CMP" --compare-models "$tmp/ref.bin" "$tmp/$1.bin" 1e-5 "${P}$1_weights_match"
 }

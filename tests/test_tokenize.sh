@@ -159,4 +159,30 @@ expect_exit2 train_vocab_too_small "--train-vocab" --train-vocab 100 --out-dir "
 expect_exit2 bad_threads "--threads" --bytes --threads 0 --out-dir "$dir/o" "$dir/fort.txt"
 expect_exit2 unknown_flag "--frobnicate" --bytes --frobnicate 1
 
+# --- progress on a terminal: bytes done, MB/s, an ETA while it runs; nothing when stderr is a file ---
+if command -v script >/dev/null 2>&1; then
+    head -c 24000000 /dev/zero | tr '\0' 'a' >"$dir/long.txt"
+    script -qec "'$BIN' --bytes --out-dir '$dir/long' '$dir/long.txt'" /dev/null 2>&1 | tr '\r' '\n' >"$dir/tty.out"
+    "$BIN" --bytes --out-dir "$dir/long2" "$dir/long.txt" >/dev/null 2>"$dir/notty.err"
+    check progress_on_a_terminal \
+        'grep -Eq "^tokenize: [0-9.]+ of 24.0 MB \([0-9]+%\) \| [0-9.]+ MB/s \| ETA [0-9.ms]+ *$" "$dir/tty.out" &&
+         grep -Eq "^tokenize: 24.0 of 24.0 MB \(100%\) \| [0-9.]+ MB/s *$" "$dir/tty.out" && [ ! -s "$dir/notty.err" ] &&
+         cmp -s "$dir/long/data_train_000001.bin" "$dir/long2/data_train_000001.bin"' "$(head -c 300 "$dir/tty.out")"
+    rm -rf "$dir/long" "$dir/long2" "$dir/long.txt"
+else
+    echo "SKIP: tokenize progress (no script(1) for a terminal)"
+fi
+
+# --- the README's data patterns match the shards of the download script and of ./tokenize by hand ---
+pats=$(grep -o "'dev/data/tinyshakespeare/[^']*'" README.md | tr -d "'" | tr '\n' ' ')
+printf 'First Citizen:\nBefore we proceed any further, hear me speak.\n' >"$dir/input.txt"
+"$BIN" --bytes --out-dir "$dir/by_hand/dev/data/tinyshakespeare" --name tiny_shakespeare --val-tokens 10 "$dir/input.txt" \
+    >/dev/null 2>&1
+mkdir -p "$dir/script/dev/data/tinyshakespeare"
+touch "$dir/script/dev/data/tinyshakespeare/tiny_shakespeare_train.bin" "$dir/script/dev/data/tinyshakespeare/tiny_shakespeare_val.bin"
+matches() { (cd "$1" && for p in $pats; do compgen -G "$p" >/dev/null || echo "$p"; done); }
+check readme_data_patterns_match_both_layouts \
+    '[ -n "$pats" ] && [ -z "$(matches "$dir/by_hand")" ] && [ -z "$(matches "$dir/script")" ]' \
+    "patterns '$pats': unmatched by hand: $(matches "$dir/by_hand"), by the script: $(matches "$dir/script")"
+
 "$BIN" --help >"$dir/out" 2>&1 && grep -q -- '--train-vocab' "$dir/out" && grep -q -- '--doc-sep' "$dir/out" && pass help || fail help "$(head -c 200 "$dir/out")"

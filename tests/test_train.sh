@@ -14,6 +14,9 @@ tokenize_sources "$tmp/data" llmc/*.h train_gpt.c
 TINY=(--data-train "$tmp/data/src_train_*.bin" --data-val "$tmp/data/src_val_*.bin" --n-layer 2 --n-embd 64 --n-head 4
       --vocab-size 257 --max-seq-len 64 --seq-len 32 --batch-size 4 --peak-tflops 0.1)
 
+# a JSON log's records without the run record, timings, elapsed time or the summary
+strip() { grep -v '^{"summary"\|^{"run"' "$1" | sed 's/,"ms".*//; s/,"elapsed_s".*//'; }
+
 # --- help and bad input ---
 "$TRAIN" --help >"$tmp/help" 2>&1; rc=$?
 missing=$(for f in data-train data-val model batch-size seq-len total-batch-tokens steps lr min-lr-frac warmup-steps \
@@ -21,7 +24,22 @@ missing=$(for f in data-train data-val model batch-size seq-len total-batch-toke
     grep -q -- "--$f " "$tmp/help" || echo "$f"; done)
 check "--help exits 0 and lists every flag" '[ $rc -eq 0 ] && [ -z "$missing" ]' "rc=$rc missing: $missing"
 
+sections=$(grep -E '^[A-Za-z].*:$' "$tmp/help" | tr '\n' ',')
+check "--help groups the flags by section and marks the GPU-only ones" \
+    '[ "$sections" = "model:,data and batch:,schedule:,optimizer:,evaluation and sampling:,logging:,checkpoints and model files:,compute and memory:,GPU only (train_gpt.cu: the CPU trainer accepts and ignores these):,parallelism:," ]' \
+    "sections: $sections"
+
 expect_usage_error "an unknown flag" "--bogus" "$TRAIN" "${TINY[@]}" --bogus 1
+expect_usage_error "a misspelt flag, with the one meant" "unknown flag '--batch_size' (did you mean --batch-size?)" \
+    "$TRAIN" "${TINY[@]}" --batch_size 4
+expect_usage_error "a short flag, with the long ones it may mean" \
+    "unknown flag '-b': flags are long, --name VALUE (did you mean --batch-size, --beta1, --beta2 or --bucket-mb?)" \
+    "$TRAIN" "${TINY[@]}" -b 4
+expect_usage_error "--tp 2 on one process, with how to launch it" "launch it with mpirun -np 2" \
+    "$TRAIN" "${TINY[@]}" --tp 2
+"$TRAIN" "${TINY[@]}" --steps 2 --shuffle --eval-every 2 --eval-batches 1 >"$tmp/bare.log" 2>&1; rc=$?
+check "a bare boolean flag means 1 and the next flag is read as a flag" \
+    '[ $rc -eq 0 ] && grep -q "^step     2 | val loss" "$tmp/bare.log"' "rc=$rc: $(tail -2 "$tmp/bare.log")"
 expect_usage_error "a non-integer value" "--steps" "$TRAIN" "${TINY[@]}" --steps ten
 expect_usage_error "an out-of-range value" "--batch-size" "$TRAIN" "${TINY[@]}" --batch-size 0
 expect_usage_error "a flag without its value" "--lr" "$TRAIN" "${TINY[@]}" --lr
@@ -50,13 +68,116 @@ last=$(grep '"loss"' "$tmp/run.jsonl" | tail -1 | sed 's/.*"loss":\([0-9.]*\).*/
 check "training loss falls by > 1.5 nats in 40 steps ($first -> $last)" \
     "awk -v a=$first -v b=$last 'BEGIN{exit !(a - b > 1.5)}'"
 keys_ok=$(grep '"loss"' "$tmp/run.jsonl" | grep -c \
-    '^{"step":[0-9]*,"loss":[-0-9.e+]*,"lr":[-0-9.e+]*,"grad_norm":[-0-9.e+]*,"tokens":128,"ms":[-0-9.e+]*,"tok_per_s":[-0-9.e+]*,"mfu":[-0-9.e+]*,"time":{"data":[0-9.]*,"fwd":[0-9.]*,"bwd":[0-9.]*,"comm":[0-9.]*,"bubble":[0-9.]*,"opt":[0-9.]*,"ckpt":[0-9.]*}}$')
+    '^{"step":[0-9]*,"loss":[-0-9.e+]*,"lr":[-0-9.e+]*,"grad_norm":[-0-9.e+]*,"tokens":128,"ms":[-0-9.e+]*,"elapsed_s":[0-9.]*,"tokens_seen":[0-9]*,"tok_per_s":[-0-9.e+]*,"mfu":[-0-9.e+]*,"time":{"data":[0-9.]*,"fwd":[0-9.]*,"bwd":[0-9.]*,"comm":[0-9.]*,"bubble":[0-9.]*,"opt":[0-9.]*,"ckpt":[0-9.]*}}$')
 check "JSON log has one well-formed step record per step" '[ "$keys_ok" -eq 40 ]' "$keys_ok of 40 records match"
 # where each step's time goes (llmc/step_time.h): the parts add up, the summary at the end
 python3 tests/step_times.py "$tmp/run.jsonl" cpu_run --steps 40 --part fwd --part bwd --part opt
-check "the run ends with the summary table" "grep -q '^summary over steps 2-40 (step 1 is warm-up)' '$tmp/run.log' && grep -q '^  step ' '$tmp/run.log'"
-nval=$(grep -c '^{"step":[0-9]*,"val_loss":[0-9.]*}$' "$tmp/run.jsonl")
+check "the run ends with the summary table, rank 0's, peak memory once" \
+    "grep -q \"^summary: rank 0's ms a step over steps 2-40 (step 1 is warm-up)\" '$tmp/run.log' && grep -q '^  step ' '$tmp/run.log' &&
+     [ \$(grep -c 'peak memory' '$tmp/run.log') -eq 1 ]"
+nval=$(grep -c '^{"step":[0-9]*,"val_loss":[0-9.]*,"elapsed_s":[0-9.]*,"tokens_seen":[0-9]*}$' "$tmp/run.jsonl")
 check "JSON log has val_loss records at steps 0, 20, 40" '[ "$nval" -eq 3 ]' "$nval val records"
+
+# --- the JSON log: a first record with every setting, a record for every step whatever --log-every says,
+# steps counted as steps done, elapsed seconds and tokens seen; step lines with elapsed time and ETA ---
+"$TRAIN" "${TINY[@]}" --steps 4 --log-every 2 --eval-every 2 --eval-batches 1 --log-json "$tmp/every.jsonl" \
+    --tensorboard "$tmp/tb" >"$tmp/every.log" 2>&1
+steps=$(grep -o '^{"step":[0-9]*,"loss"' "$tmp/every.jsonl" | grep -o '[0-9]*' | tr '\n' ' ')
+check "JSON log: a record per step (steps done 1..4) with --log-every 2, and a step line every 2 steps" \
+    '[ "$steps" = "1 2 3 4 " ] && [ "$(grep -c "^step  *[0-9]*/4 " "$tmp/every.log")" -eq 2 ]' "steps: $steps"
+check "JSON log: every record has elapsed_s and tokens_seen (steps done x 128)" \
+    '[ "$(grep -c "\"elapsed_s\":[0-9.]*,\"tokens_seen\":" "$tmp/every.jsonl")" -eq 7 ] &&
+     grep -q "^{\"step\":3,\"loss\".*\"tokens_seen\":384," "$tmp/every.jsonl" &&
+     grep -q "^{\"step\":2,\"val_loss\":[0-9.]*,\"elapsed_s\":[0-9.]*,\"tokens_seen\":256}" "$tmp/every.jsonl"'
+check "JSON log: the first record holds the program, version, layout and every setting" \
+    'head -1 "$tmp/every.jsonl" | grep -q "^{\"run\":{\"program\":\"train_gpt\",\"version\":\"[^\"]*\",\"start_step\":0,\"settings\":{\"model\":\"d12\",\"n-layer\":2,.*\"log-every\":2,.*},\"layout\":{\"ranks\":1,\"dp\":1,\"tp\":1,\"pp\":1,\"zero\":0}"' \
+    "$(head -c 300 "$tmp/every.jsonl")"
+check "step lines show the elapsed time and an ETA; the model line its parameters" \
+    'grep -q "^step     2/4 | .* | [0-9.]*s, ETA [0-9.]*s$" "$tmp/every.log" && grep -q "^step     4/4 | .* | [0-9.]*s$" "$tmp/every.log" &&
+     grep -q "^model: .* | 0.13M parameters$" "$tmp/every.log"' "$(grep -m3 "^step\|^model" "$tmp/every.log")"
+
+# --- scripts/plot_log.py: two runs' logs on one PNG; a log that is not one: one line, exit 2 ---
+if python3 -c 'import matplotlib' 2>/dev/null; then
+    python3 scripts/plot_log.py "$tmp/run.jsonl" "$tmp/every.jsonl" -o "$tmp/runs.png" >"$tmp/plot.log" 2>&1; rc=$?
+    check "plot_log.py draws two runs to a PNG" \
+        '[ $rc -eq 0 ] && [ "$(head -c 8 "$tmp/runs.png" | od -A n -t x1 | tr -d " ")" = 89504e470d0a1a0a ]' \
+        "rc=$rc: $(tail -2 "$tmp/plot.log")"
+else
+    echo "SKIP: plot_log.py draws two runs to a PNG (no matplotlib)"
+fi
+echo 'not json' >"$tmp/bad.jsonl"
+expect_usage_error "plot_log.py on a file that is not a JSON log" "bad.jsonl:1: not a JSON record" \
+    python3 scripts/plot_log.py "$tmp/bad.jsonl" -o "$tmp/bad.png"
+
+# --- MFU against the measured CPU peak (the best of sgemm probes of several sizes): named on the compute line,
+# every step's within (0, 100%] ---
+"$TRAIN" "${TINY[@]}" --peak-tflops 0 --steps 3 --log-json "$tmp/mfu.jsonl" >"$tmp/mfu.log" 2>&1
+mfus=$(grep '"loss"' "$tmp/mfu.jsonl" | grep -o '"mfu":[-0-9.e+]*' | cut -d: -f2 | tr '\n' ' ')
+check "MFU against the measured peak (the best of sgemm probes) is within (0, 100%] ($mfus)" \
+    'grep -q "^compute: .*, peak [0-9.]* GFLOP/s (measured: the best of [a-z]* sgemm probes)" "$tmp/mfu.log" &&
+     [ "$(echo $mfus | wc -w)" -eq 3 ] && awk "BEGIN { split(\"$mfus\", m, \" \"); for (i in m) if (!(m[i] > 0 && m[i] <= 1)) exit 1 }"' \
+    "$(grep "^compute" "$tmp/mfu.log")"
+
+# --- --tensorboard DIR: an event file whose records (framing, CRCs) read back to the JSON log's values; and
+# TensorBoard's own reader reads the same, where the tensorboard package is installed ---
+python3 tests/tb_events.py "$tmp/tb" >"$tmp/tb.txt" 2>&1
+python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "loss" in r: print("train/loss %d %.6g" % (r["step"], r["loss"]))
+    if "val_loss" in r: print("val/loss %d %.6g" % (r["step"], r["val_loss"]))' "$tmp/every.jsonl" | sort >"$tmp/tb_want.txt"
+check "--tensorboard writes an event file of the run's losses (read back: $(wc -l <"$tmp/tb.txt") scalars)" \
+    'grep "^train/loss\|^val/loss" "$tmp/tb.txt" | cmp -s - "$tmp/tb_want.txt" && [ "$(wc -l <"$tmp/tb_want.txt")" -eq 7 ] &&
+     [ "$(grep -c "^train/lr \|^train/grad_norm \|^perf/tokens_per_s " "$tmp/tb.txt")" -eq 12 ]' "$(head -3 "$tmp/tb.txt")"
+python3 tests/tb_events.py "$tmp/tb" --package >"$tmp/tb_pkg.txt" 2>"$tmp/tb_pkg.err"; rc=$?
+if [ $rc -eq 3 ]; then
+    echo "SKIP: TensorBoard's own reader on the event file (the tensorboard Python package is not installed)"
+else
+    check "TensorBoard's own reader reads the event file's scalars" '[ $rc -eq 0 ] && cmp -s "$tmp/tb.txt" "$tmp/tb_pkg.txt"' \
+        "rc=$rc: $(tail -2 "$tmp/tb_pkg.err")"
+fi
+
+# --- --config FILE: the flags as TOML settings; the command line overrides them; the run record's settings,
+# written back as a file, repeat the run ---
+cat >"$tmp/run.toml" <<EOF
+# a torchtitan-style job file
+[model]
+n_layer = 2
+n-embd = 64      # channels
+n_head = 4
+vocab_size = 257
+max_seq_len = 64
+[training]
+data_train = "$tmp/data/src_train_*.bin"
+seq_len = 32
+batch_size = 4
+steps = 9
+lr_schedule = 'constant'
+shuffle = true
+EOF
+"$TRAIN" --config "$tmp/run.toml" --steps 3 --peak-tflops 0.1 --log-json "$tmp/cfg.jsonl" >"$tmp/cfg.log" 2>&1; rc=$?
+check "--config FILE sets the flags and the command line overrides them" \
+    '[ $rc -eq 0 ] && grep -q "^step     3/3 | .* | lr 3.000e-04 " "$tmp/cfg.log" &&
+     head -1 "$tmp/cfg.jsonl" | grep -q "\"steps\":3,.*\"lr-schedule\":\"constant\",.*\"shuffle\":1,"' \
+    "rc=$rc: $(tail -2 "$tmp/cfg.log")"
+head -1 "$tmp/cfg.jsonl" | python3 -c '
+import json, sys
+for k, v in json.loads(sys.stdin.read())["run"]["settings"].items():
+    if k != "log-json": print(k, "=", json.dumps(v))' >"$tmp/again.toml"
+"$TRAIN" --config "$tmp/again.toml" --log-json "$tmp/again.jsonl" >/dev/null 2>&1
+check "the run record's settings as a --config file repeat the run" \
+    '[ -s "$tmp/again.jsonl" ] && cmp -s <(strip "$tmp/cfg.jsonl") <(strip "$tmp/again.jsonl")'
+printf 'steps = 3\nlr = fast\n' >"$tmp/bad.toml"
+expect_usage_error "a bad value in a --config file, by file:line" "bad.toml:2: --lr: 'fast' is not a number" \
+    "$TRAIN" "${TINY[@]}" --config "$tmp/bad.toml"
+printf '[model]\nn_layers = 3\n' >"$tmp/bad2.toml"
+expect_usage_error "an unknown key in a --config file, with the one meant" \
+    "bad2.toml:2: unknown setting 'n_layers' (did you mean --n-layer?)" "$TRAIN" "${TINY[@]}" --config "$tmp/bad2.toml"
+printf 'data_train = "x\n' >"$tmp/bad3.toml"
+expect_usage_error "an unclosed quote in a --config file" "bad3.toml:1: data-train: the value's \" is not closed" \
+    "$TRAIN" "${TINY[@]}" --config "$tmp/bad3.toml"
+expect_usage_error "a missing --config file" "--config: cannot read" "$TRAIN" --config "$tmp/none.toml"
 
 # --- --profile-steps 2:3: perf's control FIFO (scripts/profile.sh's) gets "enable" before step 2, "disable"
 # after step 3; a reader here stands in for perf ---
@@ -74,7 +195,6 @@ check "--profile-steps 2:3 enables perf before step 2 and disables it after step
 # --- determinism: the same run twice gives the same losses ---
 "$TRAIN" "${TINY[@]}" --steps 40 --lr 3e-3 --warmup-steps 5 --eval-every 20 --eval-batches 4 \
     --log-json "$tmp/run2.jsonl" >/dev/null 2>&1
-strip() { grep -v '^{"summary"' "$1" | sed 's/,"ms".*//'; }
 check "two identical runs log identical losses" 'cmp -s <(strip "$tmp/run.jsonl") <(strip "$tmp/run2.jsonl")'
 
 # --- --shuffle: another data order, the same on every run ---
@@ -123,3 +243,23 @@ fi
 "$TRAIN" "${TINY[@]}" --steps 2 --sample-every 2 --sample-tokens 16 --out-dir "$tmp/out" >"$tmp/sample.log" 2>&1
 check "--out-dir writes model_final.bin and sampling prints samples" \
     '[ -s "$tmp/out/model_final.bin" ] && [ "$(grep -c -- "---- sample ----" "$tmp/sample.log")" -eq 2 ]'
+
+# --- under mpirun: an error every rank finds is printed once (rank 0), every rank exits 2 ---
+if [ "${HAVE_MPI:-}" = yes ] && command -v mpirun >/dev/null 2>&1; then
+    timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$TRAIN" "${TINY[@]}" --seq-len 65 >"$tmp/np2.out" \
+        2>"$tmp/np2.err"; rc=$?
+    check "under mpirun -np 2 a bad flag value is one error line, exit 2" \
+        '[ $rc -eq 2 ] && [ "$(grep -c "^error:" "$tmp/np2.err")" -eq 1 ] && grep -q "^error: --seq-len 65 exceeds" "$tmp/np2.err"' \
+        "rc=$rc: $(grep -m3 . "$tmp/np2.err" | tr '\n' ' ')"
+else
+    echo "SKIP: one error line under mpirun (built without MPI or no mpirun)"
+fi
+
+# --- git ignores what the README's runs write: checkpoints, JSON logs, TensorBoard runs, the default data ---
+if git rev-parse --git-dir >/dev/null 2>&1; then
+    unignored=$(for f in ckpt/step_00000001/manifest.json run.jsonl runs/events.out.tfevents.1 \
+        data/default/fortunes_train_000001.bin; do git check-ignore -q "$f" || echo "$f"; done)
+    check "git ignores what runs write" '[ -z "$unignored" ]' "not ignored: $unignored"
+else
+    echo "SKIP: git ignores what runs write (not a git checkout)"
+fi

@@ -18,7 +18,7 @@ tokenize_sources "$tmp/data" llmc/*.h train_gpt.cu
 # head size 32 (the flash kernels take 32 and 64)
 TINY=(--data-train "$tmp/data/src_train_*.bin" --data-val "$tmp/data/src_val_*.bin" --n-layer 2 --n-embd 64 --n-head 2
       --vocab-size 257 --max-seq-len 64 --seq-len 32 --batch-size 4 --peak-tflops 0.1)
-strip() { grep -v '^{"summary"' "$1" | sed 's/,"ms".*//'; }
+strip() { grep -v '^{"summary"\|^{"run"' "$1" | sed 's/,"ms".*//; s/,"elapsed_s".*//'; }
 
 # --- help and the GPU trainer's own usage errors ---
 "$TRAIN" --help >"$tmp/help" 2>&1; rc=$?
@@ -37,7 +37,7 @@ RUN=(--steps 20 --lr 3e-3 --warmup-steps 3 --eval-every 10 --eval-batches 4)
 rc=$?
 check "training run exits 0" '[ $rc -eq 0 ]' "rc=$rc: $(tail -3 "$tmp/gpu.log")"
 nstep=$(grep -c '^{"step":[0-9]*,"loss":[-0-9.e+]*,"lr":[-0-9.e+]*,"grad_norm":[-0-9.e+]*,"tokens":128,"ms":' "$tmp/gpu.jsonl")
-nval=$(grep -c '^{"step":[0-9]*,"val_loss":[0-9.]*}$' "$tmp/gpu.jsonl")
+nval=$(grep -c '^{"step":[0-9]*,"val_loss":[0-9.]*,"elapsed_s":[0-9.]*,"tokens_seen":[0-9]*}$' "$tmp/gpu.jsonl")
 nsample=$(grep -c -- "---- sample ----" "$tmp/gpu.log")
 check "JSON log: 20 step records and val_loss at steps 0, 10, 20; samples printed at steps 0, 10, 20" \
     '[ "$nstep" -eq 20 ] && [ "$nval" -eq 3 ] && [ "$nsample" -eq 3 ]' "$nstep steps, $nval val, $nsample samples"

@@ -18,10 +18,10 @@ typedef struct {
 
 #define BO(field) offsetof(BenchOptions, field)
 static const FlagSpec BENCH_FLAGS[] = {
-    {"min-bytes", FLAG_INT64, BO(min_bytes), "1024", NULL, 4, 1e12, "smallest buffer"},
+    {"min-bytes", FLAG_INT64, BO(min_bytes), "1024", NULL, 4, 1e12, "smallest buffer", NULL},
     {"max-bytes", FLAG_INT64, BO(max_bytes), "1073741824", NULL, 4, 1e12,
-     "largest buffer (lowered to fit in half the node's memory)"},
-    {"seconds", FLAG_FLOAT, BO(seconds), "0.3", NULL, 0.001, 1000, "time spent per point"},
+     "largest buffer (lowered to fit in half the node's memory)", NULL},
+    {"seconds", FLAG_FLOAT, BO(seconds), "0.3", NULL, 0.001, 1000, "time spent per point", NULL},
 };
 #undef BO
 

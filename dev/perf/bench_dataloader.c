@@ -21,16 +21,16 @@ typedef struct {
 } Opts;
 
 static const FlagSpec FLAGS[] = {
-    {"gb", FLAG_FLOAT, offsetof(Opts, gb), "4", NULL, 0.001, 1024, "GB of shards to generate"},
-    {"dir", FLAG_STRING, offsetof(Opts, dir), "/tmp/llmc_bench_dataloader", NULL, 0, 0, "directory for the shards (created)"},
-    {"shard-mtok", FLAG_INT, offsetof(Opts, shard_mtok), "100", NULL, 1, 2000, "million tokens per shard"},
-    {"token-bytes", FLAG_INT, offsetof(Opts, token_bytes), "2", NULL, 2, 4, "2 (uint16) or 4 (uint32) tokens"},
-    {"zstd", FLAG_INT, offsetof(Opts, zstd), "0", NULL, 0, 22, "zstd level (0: plain llm.c shards)"},
+    {"gb", FLAG_FLOAT, offsetof(Opts, gb), "4", NULL, 0.001, 1024, "GB of shards to generate", NULL},
+    {"dir", FLAG_STRING, offsetof(Opts, dir), "/tmp/llmc_bench_dataloader", NULL, 0, 0, "directory for the shards (created)", NULL},
+    {"shard-mtok", FLAG_INT, offsetof(Opts, shard_mtok), "100", NULL, 1, 2000, "million tokens per shard", NULL},
+    {"token-bytes", FLAG_INT, offsetof(Opts, token_bytes), "2", NULL, 2, 4, "2 (uint16) or 4 (uint32) tokens", NULL},
+    {"zstd", FLAG_INT, offsetof(Opts, zstd), "0", NULL, 0, 22, "zstd level (0: plain llm.c shards)", NULL},
     {"B", FLAG_INT, offsetof(Opts, B), "16", NULL, 1, 4096, "batch size"},
     {"T", FLAG_INT, offsetof(Opts, T), "1024", NULL, 1, 65536, "sequence length"},
-    {"shuffle", FLAG_BOOL, offsetof(Opts, shuffle), "1", NULL, 0, 1, "shuffle shards and samples"},
-    {"prefetch", FLAG_INT, offsetof(Opts, prefetch), "4", NULL, 0, 1024, "prefetched batches"},
-    {"keep", FLAG_BOOL, offsetof(Opts, keep), "0", NULL, 0, 1, "keep the shards afterwards"},
+    {"shuffle", FLAG_BOOL, offsetof(Opts, shuffle), "1", NULL, 0, 1, "shuffle shards and samples", NULL},
+    {"prefetch", FLAG_INT, offsetof(Opts, prefetch), "4", NULL, 0, 1024, "prefetched batches", NULL},
+    {"keep", FLAG_BOOL, offsetof(Opts, keep), "0", NULL, 0, 1, "keep the shards afterwards", NULL},
 };
 
 static long peak_rss_mb(void) {
