@@ -95,7 +95,8 @@ static inline void flags_print_help(const char *prog, const char *summary, const
 }
 
 // Parses argv into opts: defaults first, then the command line. "--help" or
-// "-h" prints the table and exits 0.
+// "-h" prints the table and exits 0. A boolean flag alone (last, or before
+// another --flag) means 1.
 static inline void flags_parse(int argc, char **argv, const FlagSpec *flags, int n, void *opts,
                                const char *summary) {
     for (int i = 0; i < n; i++) flag_set(&flags[i], opts, flags[i].dflt ? flags[i].dflt : "");
@@ -116,6 +117,7 @@ static inline void flags_parse(int argc, char **argv, const FlagSpec *flags, int
         if (!f) die_usage("unknown flag '--%.*s' (see --help)", (int)name_len, name);
         const char *value;
         if (eq) value = eq + 1;
+        else if (f->type == FLAG_BOOL && (a + 1 == argc || strncmp(argv[a + 1], "--", 2) == 0)) value = "1";  // bare
         else if (a + 1 < argc) value = argv[++a];
         else die_usage("--%s needs a value", f->name);
         flag_set(f, opts, value);

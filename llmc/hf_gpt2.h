@@ -124,8 +124,9 @@ static inline void hf_read_config(const char *weights, int n_head_flag, GPTConfi
     for (int i = 0; i < sf.n; i++) {
         const char *n = sf.tensors[i].name;
         if (strncmp(n, "transformer.", 12) == 0) n += 12;
-        int l;
-        if (sscanf(n, "h.%d.", &l) == 1 && l >= layers) layers = l + 1 > GPT_MAX_LAYERS ? GPT_MAX_LAYERS + 1 : l + 1;
+        char *end;
+        long l = strncmp(n, "h.", 2) == 0 ? strtol(n + 2, &end, 10) : -1;  // (an overflow: LONG_MAX)
+        if (l >= 0 && *end == '.' && l >= layers) layers = l >= GPT_MAX_LAYERS ? GPT_MAX_LAYERS + 1 : (int)l + 1;
     }
     memset(cfg, 0, sizeof(*cfg));
     cfg->vocab_size = (int)(wte->shape[0] < INT_MAX ? wte->shape[0] : INT_MAX);
