@@ -9,6 +9,7 @@
 
 #include "llmc/comm.h"
 #include "llmc/dataloader.h"
+#include "llmc/generate.h"
 #include "llmc/gpt_cpu.h"
 #include "llmc/logger.h"
 #include "llmc/modelfile.h"
@@ -72,10 +73,10 @@ static float cpu_forward(void *ctx, const int *x, const int *y, int B, int T) {
     CpuTrainer *t = (CpuTrainer *)ctx;
     return t->pipeline ? pipeline_forward(t->pipeline, x, y, B, T) : gpt_forward(t->model, x, y, B, T, 0.0f);
 }
-static int cpu_sample(void *ctx, int row, float temperature, Rng *rng) {
+static int cpu_sample(void *ctx, int row, const SampleParams *sp, Rng *rng) {
     CpuTrainer *t = (CpuTrainer *)ctx;
-    if (t->pipeline) return pipeline_sample(t->pipeline, row, temperature, rng);
-    return gpt_sample_row(t->model, &t->model->acts, row, temperature, rng);
+    if (t->pipeline) return pipeline_sample(t->pipeline, row, sp, rng);
+    return gpt_sample_row(t->model, &t->model->acts, row, sp, rng);
 }
 static float cpu_finish_grads(void *ctx) {
     CpuTrainer *t = (CpuTrainer *)ctx;
@@ -143,7 +144,7 @@ int main(int argc, char **argv) {
     gpt_init_held(&model, &cfg, &holding, tp);
     free(held_layers);
     // this rank's part of the weights, as the whole model's initialisation or file has them
-    if (from_file) modelfile_load(o.model, &model.layout, model.params);
+    if (from_file) train_load_weights(&o, &model.layout, model.params);
     else gpt2_init_params(&model.layout, model.params, (uint64_t)o.seed);
     ParamLayout global;  // the whole model's order: checkpoints and model files
     param_layout_init(&global, &cfg);
@@ -151,8 +152,10 @@ int main(int argc, char **argv) {
     param_map_init(&map, &model.layout);
 
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, o.data_train, B, T, dp->rank, world, o.shuffle, (uint64_t)o.seed, cfg.vocab_size,
-                    4);
+    const int have_data = o.data_train[0] != '\0';  // (without it nothing is trained: --generate, --steps 0)
+    if (have_data)
+        dataloader_init(&train_loader, o.data_train, B, T, dp->rank, world, o.shuffle, (uint64_t)o.seed, cfg.vocab_size,
+                        4);
     int have_val = o.data_val[0] != '\0';
     if (have_val)
         dataloader_init(&val_loader, o.data_val, B, T, dp->rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 2);
@@ -166,6 +169,7 @@ int main(int argc, char **argv) {
     }
     Tokenizer tokenizer;
     int have_tokenizer = train_load_tokenizer(&o, &tokenizer, cfg.vocab_size);
+    generate_check(&o, have_tokenizer ? &tokenizer : NULL, cfg.vocab_size);
     if (!pipelined) gpt_alloc_activations(&model, B, T);
     double act_bytes = 4.0 * (pipelined ? pipeline_rank_activation_floats(&cfg, &pipeline.run.layout, pp_kind,
                                                                             pipe_rank, plan.accum, B, T, tp.size,
@@ -179,7 +183,8 @@ int main(int argc, char **argv) {
     double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)plan.total_tokens;
     ZeroMemory zm = zero_cpu_memory(&zero);
     if (rank == 0) {
-        train_print_header(&o, &cfg, global.num_params, model.layout.num_params, from_file, &plan, world, &train_loader, have_val);
+        train_print_header(&o, &cfg, global.num_params, model.layout.num_params, from_file, &plan, world,
+                           have_data ? &train_loader : NULL, have_val);
         printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d | ZeRO-%d | bucket %.1f MB | "
                "comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp, comm.tp,
                comm.pp, o.zero, zero.bucket_elems * 4 / 1e6, o.comm_timeout);
@@ -211,29 +216,31 @@ int main(int argc, char **argv) {
         ckpt_staging = (float *)alignedMallocCheck(bytes);
         memset(ckpt_staging, 0, bytes);
     }
-    TrainRun run = {&o, &cfg, plan, &tm, &train_loader, have_val ? &val_loader : NULL,
+    TrainRun run = {&o, &cfg, plan, &tm, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL,
                     have_tokenizer ? &tokenizer : NULL, dp, comm_group(&comm, COMM_WORLD), rank,
                     flops_per_step, peak_gflops * 1e9 * comm.world, peak_rss_bytes, "host RSS",
-                    {&o, &cfg, &global, &plan, &comm, "train_gpt"}, ranges, &map, ckpt_staging};
+                    {&o, &cfg, &global, &plan, &comm, "train_gpt", 0}, ranges, &map, ckpt_staging};
     // outputs checked against every input (nothing written yet), then the checkpoint directory made this
     // run's (locked, tidied) before anything is written or resumed
-    if (rank == 0) train_check_outputs(&o, from_file, &train_loader, have_val ? &val_loader : NULL);
+    if (rank == 0) train_check_outputs(&o, from_file, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL);
     if (o.ckpt_dir[0]) ckpt_dir_claim(o.ckpt_dir, comm_group(&comm, COMM_WORLD));
     Logger log;
     logger_open(&log, o.log_json, o.tensorboard, rank == 0);
-    int finished = train_loop(&run, &log);  // 0: stopped by a signal (exit CKPT_EXIT_SIGNAL)
+    int finished = have_data ? train_loop(&run, &log) : 1;  // 0: stopped by a signal (exit CKPT_EXIT_SIGNAL)
+    if (finished && o.generate) train_generate(&run);
     free(ckpt_staging);
 
     if (pipelined) pp_runner_report(&pipeline.run, rank == 0);
-    if (finished && (o.out_dir[0] || o.save_model[0])) {  // every rank takes part; rank 0 writes
+    if (finished && train_saves_model(&o)) {  // every rank takes part; rank 0 writes
         ParamGather pg;
         param_gather_init(&pg, comm_group(&comm, COMM_WORLD), &ranges.write, &map, cpu_read_held, &trainer);
-        train_save_model_files(&o, &global, rank == 0, param_gather_fetch, &pg);
+        train_save_model_files(&o, &global, rank == 0, have_tokenizer ? (int)tokenizer_eot(&tokenizer) : cfg.vocab_size - 1,
+                               param_gather_fetch, &pg);
         param_gather_free(&pg);
     }
     logger_close(&log);
     if (have_tokenizer) tokenizer_free(&tokenizer);
-    dataloader_free(&train_loader);
+    if (have_data) dataloader_free(&train_loader);
     if (have_val) dataloader_free(&val_loader);
     if (pipelined) pipeline_free(&pipeline);
     zero_free(&zero);

@@ -16,6 +16,7 @@
 #endif
 #include "llmc/comm_staged.cuh"
 #include "llmc/dataloader.h"
+#include "llmc/generate.h"
 #include "llmc/device_check.cuh"
 #include "llmc/gpt_gpu.cuh"
 #include "llmc/logger.h"
@@ -78,10 +79,10 @@ static float gpu_forward(void *ctx, const int *x, const int *y, int B, int T) {
     GpuTrainer *t = (GpuTrainer *)ctx;
     return t->pipeline ? pipeline_gpu_forward(t->pipeline, x, y, B, T) : gpu_gpt_forward(t->model, x, y, B, T, 0.0f);
 }
-static int gpu_sample(void *ctx, int row, float temperature, Rng *rng) {
+static int gpu_sample(void *ctx, int row, const SampleParams *sp, Rng *rng) {
     GpuTrainer *t = (GpuTrainer *)ctx;
-    if (t->pipeline) return pipeline_gpu_sample(t->pipeline, &t->host_tp, row, temperature, rng, t->logits);
-    return gpu_gpt_sample(t->model, &t->host_tp, row, temperature, rng, t->logits);
+    if (t->pipeline) return pipeline_gpu_sample(t->pipeline, &t->host_tp, row, sp, rng, t->logits);
+    return gpu_gpt_sample(t->model, &t->host_tp, row, sp, rng, t->logits);
 }
 // --profile-steps: the profiler's capture range (nsys --capture-range=cudaProfilerApi, ncu --profile-from-start
 // off), after the queued work so the range holds exactly the steps.
@@ -232,7 +233,7 @@ int main(int argc, char **argv) {
     zero_gpu_init(&zero, &model, dp, host_dp, o.zero, o.bucket_mb);
     {  // this rank's part of the weights, as the whole model's initialisation or file has them
         float *h = (float *)alignedMallocCheck(sizeof(float) * (size_t)model.layout.num_elements);
-        if (from_file) modelfile_load(o.model, &model.layout, h);
+        if (from_file) train_load_weights(&o, &model.layout, h);
         else gpt2_init_params(&model.layout, h, (uint64_t)o.seed);
         gpu_gpt_set_params(&model, h);
         free(h);
@@ -247,19 +248,23 @@ int main(int argc, char **argv) {
     param_layout_init(&global, &cfg);
 
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, o.data_train, B, T, dp->rank, world, o.shuffle, (uint64_t)o.seed, cfg.vocab_size, 4);
+    const int have_data = o.data_train[0] != '\0';  // (without it nothing is trained: --generate, --steps 0)
+    if (have_data)
+        dataloader_init(&train_loader, o.data_train, B, T, dp->rank, world, o.shuffle, (uint64_t)o.seed, cfg.vocab_size, 4);
     int have_val = o.data_val[0] != '\0';
     if (have_val)
         dataloader_init(&val_loader, o.data_val, B, T, dp->rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 2);
 
     Tokenizer tokenizer;
     int have_tokenizer = train_load_tokenizer(&o, &tokenizer, cfg.vocab_size);
+    generate_check(&o, have_tokenizer ? &tokenizer : NULL, cfg.vocab_size);
 
     double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)plan.total_tokens;
     const GPUMemory *mem = &model.mem;
     ZeroMemory zm = zero_gpu_memory(&zero);
     if (rank == 0) {
-        train_print_header(&o, &cfg, global.num_params, model.layout.num_params, from_file, &plan, world, &train_loader, have_val);
+        train_print_header(&o, &cfg, global.num_params, model.layout.num_params, from_file, &plan, world,
+                           have_data ? &train_loader : NULL, have_val);
         printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d | ZeRO-%d | comm %s | bucket "
                "%.1f MB | comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp,
                comm.tp, comm.pp, o.zero, dp->be->name, zero.bucket_elems * sizeof(float) / 1e6, o.comm_timeout);
@@ -308,20 +313,21 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaEventCreateWithFlags(&trainer.ckpt_ready, cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&trainer.ckpt_copied, cudaEventDisableTiming));
     }
-    TrainRun run = {&o, &cfg, plan, &tm, &train_loader, have_val ? &val_loader : NULL,
+    TrainRun run = {&o, &cfg, plan, &tm, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL,
                     have_tokenizer ? &tokenizer : NULL, host_dp, comm_group(&comm, COMM_WORLD), rank, flops_per_step,
                     peak_tflops * 1e12 * comm.world, cuda_used_bytes, "device in use", {&o, &cfg, &global, &plan, &comm,
-                    "train_gptcu"}, ranges, &model.map, ckpt_staging};
+                    "train_gptcu", 0}, ranges, &model.map, ckpt_staging};
     // the steps' parts on the device's timeline (step_time.h)
     StepEventClock *step_events = (StepEventClock *)mallocCheck(sizeof(StepEventClock));
     step_time_use_device(step_event_clock_init(step_events, model.stream));
     // outputs checked against every input (nothing written yet), then the checkpoint directory made this
     // run's (locked, tidied) before anything is written or resumed
-    if (rank == 0) train_check_outputs(&o, from_file, &train_loader, have_val ? &val_loader : NULL);
+    if (rank == 0) train_check_outputs(&o, from_file, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL);
     if (o.ckpt_dir[0]) ckpt_dir_claim(o.ckpt_dir, comm_group(&comm, COMM_WORLD));
     Logger log;
     logger_open(&log, o.log_json, o.tensorboard, rank == 0);
-    int finished = train_loop(&run, &log);  // 0: stopped by a signal (exit CKPT_EXIT_SIGNAL)
+    int finished = have_data ? train_loop(&run, &log) : 1;  // 0: stopped by a signal (exit CKPT_EXIT_SIGNAL)
+    if (finished && o.generate) train_generate(&run);
     step_event_clock_free(step_events);
     free(step_events);
     if (ckpt_staging) {
@@ -333,14 +339,15 @@ int main(int argc, char **argv) {
     }
 
     if (pipelined) pp_runner_report(&pipeline.run, rank == 0);
-    if (finished && (o.out_dir[0] || o.save_model[0])) {  // every rank takes part; rank 0 writes
+    if (finished && train_saves_model(&o)) {  // every rank takes part; rank 0 writes
         ParamGather pg;
         param_gather_init(&pg, comm_group(&comm, COMM_WORLD), &ranges.write, &model.map, gpu_gpt_read_params, &model);
-        train_save_model_files(&o, &global, rank == 0, param_gather_fetch, &pg);
+        train_save_model_files(&o, &global, rank == 0, have_tokenizer ? (int)tokenizer_eot(&tokenizer) : cfg.vocab_size - 1,
+                               param_gather_fetch, &pg);
         param_gather_free(&pg);
     }
     logger_close(&log);
-    dataloader_free(&train_loader);
+    if (have_data) dataloader_free(&train_loader);
     if (have_val) dataloader_free(&val_loader);
     if (have_tokenizer) tokenizer_free(&tokenizer);
     free(trainer.logits);

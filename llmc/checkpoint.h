@@ -98,9 +98,11 @@
 // The flags a resume must keep (checked against the command line), by their
 // names in TRAIN_FLAGS: the weights' init and the data order, the schedule,
 // the optimizer, the sequence length. The total batch is checked too (the
-// batch plan's, in tokens); B, accumulation, ranks and ZeRO stage may change.
+// batch plan's, in tokens); B, accumulation, ranks and ZeRO stage may change,
+// and so may --steps (a run is extended; its schedule's length, the
+// checkpoint's "lr-decay-steps", is kept unless --lr-decay-steps is given).
 static const char *const CKPT_KEPT_FLAGS[] = {
-    "seed", "shuffle", "lr-schedule", "lr", "min-lr-frac", "warmup-steps", "decay-frac", "steps", "seq-len",
+    "seed", "shuffle", "lr-schedule", "lr", "min-lr-frac", "warmup-steps", "decay-frac", "seq-len",
     "weight-decay", "grad-clip", "beta1", "beta2", "eps",
 };
 #define CKPT_NUM_KEPT_FLAGS ((int)(sizeof(CKPT_KEPT_FLAGS) / sizeof(CKPT_KEPT_FLAGS[0])))
@@ -242,6 +244,7 @@ typedef struct {
     int64_t step;           // optimizer steps done
     DataLoaderState data;   // the training loader's position (global)
     Rng sample_rng;         // the sampling RNG's state
+    int64_t lr_decay_steps; // the schedule's length (flags' "lr-decay-steps"; a version without it: "steps")
 } CkptPoint;
 
 // What the manifest describes of the run, the same for every checkpoint of it.
@@ -252,6 +255,7 @@ typedef struct {
     const BatchPlan *plan;
     const Comm *comm;
     const char *trainer;  // "train_gpt" | "train_gptcu"
+    int lr_decay_steps;   // the schedule's length (the loop's: --lr-decay-steps, --steps or the resumed one's)
 } CkptRun;
 
 static inline const FlagSpec *ckpt_flag_spec(const char *name) {
@@ -311,6 +315,7 @@ static inline char *ckpt_manifest_json(const CkptRun *run, const CkptPoint *p, c
         flag_value_json(ckpt_flag_spec(CKPT_KEPT_FLAGS[i]), run->o, v, sizeof(v));
         ckpt_text(&t, "%s\"%s\": %s", i ? ", " : "", CKPT_KEPT_FLAGS[i], v);
     }
+    ckpt_text(&t, ", \"lr-decay-steps\": %d, \"steps\": %d", run->lr_decay_steps, run->o->steps);
     ckpt_text(&t, "},\n  \"batch\": {\"total_tokens\": %lld, \"B\": %d, \"T\": %d, \"accum\": %d},\n",
               run->plan->total_tokens, run->plan->B, run->plan->T, run->plan->accum);
     ckpt_text(&t, "  \"layout\": {\"ranks\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"zero\": %d},\n", run->comm->world,
@@ -998,7 +1003,7 @@ static inline int ckpt_step_boundary(CkptWriter *w, int64_t steps_done, int fina
         }
         ckpt_drain(w, log, steps_done);
     }
-    CkptPoint p = {steps_done, dataloader_state(train), *sample_rng};
+    CkptPoint p = {steps_done, dataloader_state(train), *sample_rng, w->run.lr_decay_steps};
     w->point = p;
     w->stage = stage;
     w->log = log;
@@ -1287,7 +1292,11 @@ static inline int ckpt_reader_open(CkptReader *r, const char *dir, const CkptRun
     if (!ckpt_reader_parse(r, path)) return 0;
     const JsonValue *root = r->root;
     int64_t step = 0;
-    if (!ckpt_get_int(r, root, "step", 0, run->o->steps, &step)) return 0;
+    if (!ckpt_get_int(r, root, "step", 0, INT32_MAX, &step)) return 0;
+    if (step > run->o->steps)
+        return ckpt_reader_fail(r, 0, "%s: the checkpoint is at step %lld, past this run's --steps %d: give --steps %lld "
+                                "or more (%lld: evaluate, sample and save only; more: train on)", path, (long long)step,
+                                run->o->steps, (long long)step, (long long)step);
     r->point.step = step;
     size_t end = strlen(r->dir);  // the directory's own name (a copy under another name is not checked)
     while (end > 1 && r->dir[end - 1] == '/') end--;
@@ -1327,6 +1336,11 @@ static inline int ckpt_reader_open(CkptReader *r, const char *dir, const CkptRun
             return ckpt_reader_fail(r, 0, "%s: written with --%s %s, this run has --%s %s (a resume keeps it: "
                                     "resume with --%s %s)", path, f->name, got, f->name, want, f->name, got);
     }
+    // the schedule's length (a manifest before it was recorded: its run's --steps, the length then)
+    int64_t decay = 0;
+    if (!ckpt_get_int(r, flags, json_get(flags, "lr-decay-steps") ? "lr-decay-steps" : "steps", 0, INT32_MAX, &decay))
+        return 0;
+    r->point.lr_decay_steps = decay;
     int64_t plan[3] = {0, 0, 0};
     return ckpt_check_model_tables(r, path, run, plan) && ckpt_read_position(r, path, plan);
 }

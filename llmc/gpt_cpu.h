@@ -301,10 +301,10 @@ static double gpt_vocab_parallel_crossentropy(GPT *m, float *logits, float *loss
 }
 
 // A token from row `row` of the last logits-only forward on the last stage.
-static int gpt_sample_row(GPT *m, const GPTActivations *a, int row, float temperature, Rng *rng) {
+static int gpt_sample_row(GPT *m, const GPTActivations *a, int row, const SampleParams *sp, Rng *rng) {
     int v0, vreal;
     tp_vocab_slice(&m->cfg, &m->tp, &v0, &vreal);
-    return tp_sample_token(&m->tp, &m->cfg, a->logits + (size_t)row * vreal, temperature, rng);
+    return tp_sample_token(&m->tp, &m->cfg, a->logits + (size_t)row * vreal, sp, rng);
 }
 
 // ---------------------------------------------------------------------------

@@ -1124,9 +1124,9 @@ static void gpu_gpt_logits(GPTGPU *m, int row0, int rows, float *out) {
 // A token drawn from row `row` of the last logits-only forward (the same on
 // every rank of the tensor group; host_tp: that group on host buffers).
 // row_buf: (V) host scratch.
-static int gpu_gpt_sample(GPTGPU *m, TPContext *host_tp, int row, float temperature, Rng *rng, float *row_buf) {
+static int gpu_gpt_sample(GPTGPU *m, TPContext *host_tp, int row, const SampleParams *sp, Rng *rng, float *row_buf) {
     gpu_gpt_logits(m, row, 1, row_buf);
-    return tp_sample_token(host_tp, &m->cfg, row_buf, temperature, rng);
+    return tp_sample_token(host_tp, &m->cfg, row_buf, sp, rng);
 }
 
 #endif  // LLMC_GPT_GPU_CUH

@@ -284,9 +284,9 @@ static float pipeline_forward(Pipeline *pp, const int *x, const int *y, int B, i
 
 // A token drawn from row `row` of the last pipeline_forward's logits (the
 // last stage's; its tensor group draws together), on every rank.
-static int pipeline_sample(Pipeline *pp, int row, float temperature, Rng *rng) {
+static int pipeline_sample(Pipeline *pp, int row, const SampleParams *sp, Rng *rng) {
     double token = 0.0;
-    if (pp->last) token = gpt_sample_row(pp->model, &pp->eval[pp->run.v - 1], row, temperature, rng);
+    if (pp->last) token = gpt_sample_row(pp->model, &pp->eval[pp->run.v - 1], row, sp, rng);
     comm_broadcast(pp->pipe, &token, 1, COMM_F64, pp->pipe->size - 1);
     if (!pp->last) rng_uniform(rng);  // (the draw the last stage made: every rank's generator stays the same)
     return (int)token;

@@ -269,10 +269,10 @@ static float pipeline_gpu_forward(PipelineGPU *pp, const int *x, const int *y, i
 
 // A token drawn from row `row` of the last pipeline_gpu_forward's logits (the
 // last stage's), the same on every rank (gpu_gpt_sample's host_tp, row_buf).
-static int pipeline_gpu_sample(PipelineGPU *pp, TPContext *host_tp, int row, float temperature, Rng *rng,
+static int pipeline_gpu_sample(PipelineGPU *pp, TPContext *host_tp, int row, const SampleParams *sp, Rng *rng,
                                float *row_buf) {
     double token = 0.0;
-    if (pp->last) token = gpu_gpt_sample(pp->model, host_tp, row, temperature, rng, row_buf);
+    if (pp->last) token = gpu_gpt_sample(pp->model, host_tp, row, sp, rng, row_buf);
     comm_broadcast(pp->host_pipe, &token, 1, COMM_F64, pp->pipe->size - 1);
     if (!pp->last) rng_uniform(rng);  // (the draw the last stage made: every rank's generator stays the same)
     return (int)token;

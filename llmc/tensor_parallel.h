@@ -153,9 +153,11 @@ static inline void *tp_complete_partial(TPContext *tp, void *partial, int N, int
 // each rank of the tensor group holds its slice: the maximum, each rank's mass
 // and the draw are reduced over the group (host buffers) and the rank whose
 // slice the draw falls in picks the token; the same on every rank (every
-// rank's generator makes the same draw). Without tensor parallelism, sample_token.
-static int tp_sample_token(TPContext *tp, const GPTConfig *c, const float *logits_row, float temperature, Rng *rng) {
-    if (tp->size == 1) return sample_token(logits_row, c->vocab_size, temperature, rng);
+// rank's generator makes the same draw); sp's top_k and temperature 0 are
+// for one rank (train_options.h refuses them with --tp). Without tensor parallelism, sample_token.
+static int tp_sample_token(TPContext *tp, const GPTConfig *c, const float *logits_row, const SampleParams *sp,
+                           Rng *rng) {
+    if (tp->size == 1) return sample_token(logits_row, c->vocab_size, sp, rng);
     int v0, vreal;
     tp_vocab_slice(c, tp, &v0, &vreal);
     double *mine = (double *)callocCheck(2 * (size_t)tp->size + 2, sizeof(double)), *all = mine + 2;
@@ -168,7 +170,7 @@ static int tp_sample_token(TPContext *tp, const GPTConfig *c, const float *logit
     double g = -INFINITY;
     for (int r = 0; r < tp->size; r++) g = all[r] > g ? all[r] : g;
     double mass = 0.0;
-    for (int v = 0; v < vreal; v++) mass += exp((double)(logits_row[v] - (float)g) / temperature);
+    for (int v = 0; v < vreal; v++) mass += exp((double)(logits_row[v] - (float)g) / sp->temperature);
     mine[1] = mass;
     q = comm_all_gather_start(tp->group, mine + 1, all, tp->counts, COMM_F64);
     comm_wait(&q);
@@ -183,7 +185,7 @@ static int tp_sample_token(TPContext *tp, const GPTConfig *c, const float *logit
         double cdf = before;
         token = v0 + vreal - 1;
         for (int v = 0; v < vreal; v++) {
-            cdf += exp((double)(logits_row[v] - (float)g) / temperature);
+            cdf += exp((double)(logits_row[v] - (float)g) / sp->temperature);
             if (x < cdf) { token = v0 + v; break; }
         }
     }

@@ -716,11 +716,18 @@ static inline const char *json_skip_ws(const char *p) {
     return p;
 }
 
-// Loads GPT-2's encoder.json + vocab.bpe from directory dir.
+// Loads GPT-2's encoder.json + vocab.bpe from directory dir, or the same files
+// under Hugging Face's names, vocab.json + merges.txt, where encoder.json is absent.
 static inline void tokenizer_load_gpt2(Tokenizer *t, const char *dir) {
     memset(t, 0, sizeof(*t));
     char path[4096];
     snprintf(path, sizeof(path), "%s/encoder.json", dir);
+    const char *merges_name = "vocab.bpe";
+    if (access(path, F_OK) != 0) {
+        snprintf(path, sizeof(path), "%s/vocab.json", dir);
+        if (access(path, F_OK) == 0) merges_name = "merges.txt";
+        else snprintf(path, sizeof(path), "%s/encoder.json", dir);  // (its error names GPT-2's file)
+    }
     size_t json_len;
     char *json = (char *)read_whole_file(path, NULL, &json_len);
     // pass 1: the tokens, in file order
@@ -789,7 +796,7 @@ static inline void tokenizer_load_gpt2(Tokenizer *t, const char *dir) {
     free(lens);
 
     // vocab.bpe: merge rank r is line r (after the #version line)
-    snprintf(path, sizeof(path), "%s/vocab.bpe", dir);
+    snprintf(path, sizeof(path), "%s/%s", dir, merges_name);
     size_t bpe_len;
     char *bpe = (char *)read_whole_file(path, NULL, &bpe_len);
     if (strlen(bpe) != bpe_len) die_usage("'%s': NUL byte at byte %zu", path, strlen(bpe));
@@ -863,7 +870,8 @@ static inline void tokenizer_load_bin(Tokenizer *t, const char *path) {
     free(buf);
 }
 
-// path: an llm.c tokenizer .bin, or a directory holding encoder.json + vocab.bpe.
+// path: an llm.c tokenizer .bin, or a directory holding encoder.json + vocab.bpe
+// (or vocab.json + merges.txt).
 static inline void tokenizer_load(Tokenizer *t, const char *path) {
     struct stat st;
     if (stat(path, &st) != 0) die_usage("cannot open tokenizer '%s': %s", path, strerror(errno));

@@ -33,9 +33,9 @@ typedef struct {
     // Evaluation and sampling: the mean loss over the batch x, y (B,T); without
     // targets (y NULL) it leaves logits for `logits`.
     float (*forward)(void *ctx, const int *x, const int *y, int B, int T);
-    // After a forward without targets: a token drawn from softmax(logits /
-    // temperature) of row `row` (the same on every rank: each draws from the same generator).
-    int (*sample)(void *ctx, int row, float temperature, Rng *rng);
+    // After a forward without targets: a token drawn from row `row`'s logits
+    // as sp says (sampler.h; the same on every rank: each draws from the same generator).
+    int (*sample)(void *ctx, int row, const SampleParams *sp, Rng *rng);
     float (*finish_grads)(void *ctx);  // completes the reductions; the global gradient norm
     // AdamW on this rank's shard (step 0-based; the weights made whole as the
     // ZeRO stage says), finished before it returns, so the step's time is real.
@@ -89,12 +89,15 @@ typedef struct {
     float *ckpt_staging;
 } TrainRun;
 
-// --tokenizer, when given, into *tok; returns whether one was loaded.
+// --tokenizer, when given, else a Hugging Face --model directory's own
+// (vocab.json + merges.txt), into *tok; returns whether one was loaded.
 static int train_load_tokenizer(const TrainOptions *o, Tokenizer *tok, int vocab_size) {
-    if (o->tokenizer[0] == '\0') return 0;
-    tokenizer_load(tok, o->tokenizer);
+    const char *path = train_tokenizer_dir(o);
+    if (!path[0]) path = o->tokenizer;
+    if (path[0] == '\0') return 0;
+    tokenizer_load(tok, path);
     if ((int)tokenizer_vocab_size(tok) > vocab_size)
-        die_usage("--tokenizer '%s' has %u tokens, more than the model's vocabulary %d", o->tokenizer,
+        die_usage("--tokenizer '%s' has %u tokens, more than the model's vocabulary %d", path,
                   tokenizer_vocab_size(tok), vocab_size);
     return 1;
 }
@@ -109,16 +112,21 @@ static int train_load_tokenizer(const TrainOptions *o, Tokenizer *tok, int vocab
 // truncates its own input or a checkpoint.
 static void train_check_outputs(const TrainOptions *o, int model_from_file, const DataLoader *train,
                                 const DataLoader *val) {
-    char final_path[FLAG_STR_MAX + 32] = "";
+    char final_path[FLAG_STR_MAX + 32] = "", hf_path[FLAG_STR_MAX + 32] = "";
     if (o->out_dir[0]) {
         make_dirs(o->out_dir, "--out-dir");
         snprintf(final_path, sizeof(final_path), "%s/model_final.bin", o->out_dir);
+    }
+    if (o->save_hf[0]) {
+        make_dirs(o->save_hf, "--save-hf");
+        snprintf(hf_path, sizeof(hf_path), "%s/" HF_WEIGHTS_FILE, o->save_hf);
     }
     const char *resume_dir = strcmp(o->resume, "auto") == 0 ? "" : o->resume;
     output_refuse_input(o->ckpt_dir, "--ckpt-dir", resume_dir, "--resume");
     // the log may also be a stream (/dev/stdout, a FIFO a tool reads): its writes are checked as they happen
     struct { const char *path, *flag; int stream_ok; } outs[] = {
-        {o->log_json, "--log-json", 1}, {o->save_model, "--save-model", 0}, {final_path, "--out-dir", 0}};
+        {o->log_json, "--log-json", 1}, {o->save_model, "--save-model", 0}, {final_path, "--out-dir", 0},
+        {hf_path, "--save-hf", 0}};
     const int nouts = (int)(sizeof(outs) / sizeof(outs[0]));
     for (int i = 0; i < nouts; i++) {
         const char *out = outs[i].path, *flag = outs[i].flag;
@@ -141,7 +149,7 @@ static void train_check_outputs(const TrainOptions *o, int model_from_file, cons
     }
 }
 
-// The model, batch and data lines every run starts with (rank 0).
+// The model, batch and data lines every run starts with (rank 0); train: NULL without training data.
 // model_params: the whole model's; rank_params: what rank 0 holds of them (its tensor and pipeline share).
 static void train_print_header(const TrainOptions *o, const GPTConfig *cfg, int64_t model_params,
                                int64_t rank_params, int from_file, const BatchPlan *plan, int world,
@@ -154,8 +162,10 @@ static void train_print_header(const TrainOptions *o, const GPTConfig *cfg, int6
            model_params / 1e6, share, from_file ? " | from " : "", from_file ? o->model : "");
     printf("batch: B=%d T=%d x %d ranks x %d accumulation = %lld tokens/step | %d steps\n", plan->B, plan->T, world,
            plan->accum, plan->total_tokens, o->steps);
-    printf("data: %lld train tokens in %d shards%s\n", (long long)train->num_tokens, train->num_shards,
-           have_val ? " | validation data given" : "");
+    if (train)
+        printf("data: %lld train tokens in %d shards%s\n", (long long)train->num_tokens, train->num_shards,
+               have_val ? " | validation data given" : "");
+    else printf("data: none (nothing is trained)\n");
 }
 
 // Mean loss over eval_batches batches of the validation data (from its start),
@@ -199,10 +209,11 @@ static void train_print_sample(const TrainRun *r, Rng *rng) {
     train_range_push(tm, "sample");
     SampleWindow w;
     sample_window_init(&w, r->plan.T, sample_start_token(r->tokenizer, V));
+    SampleParams sp = {r->o->temperature, r->o->top_k};
     if (show) printf("---- sample ----\n");
     for (int i = 0; i < r->o->sample_tokens; i++) {
         tm->forward(tm->ctx, w.tokens, NULL, 1, r->plan.T);  // causal: positions >= len do not affect len-1
-        int next = tm->sample(tm->ctx, w.len - 1, r->o->temperature, rng);
+        int next = tm->sample(tm->ctx, w.len - 1, &sp, rng);
         if (show) sample_print_token(stdout, r->tokenizer, next, V);
         sample_window_push(&w, next);
     }
@@ -215,8 +226,9 @@ static void train_print_sample(const TrainRun *r, Rng *rng) {
 }
 
 // --resume: the model's states, the data position and the sampling RNG from
-// the checkpoint (checkpoint.h); returns the step to continue from (0: fresh).
-static int train_resume(const TrainRun *r, Rng *sample_rng) {
+// the checkpoint (checkpoint.h); returns the step to continue from (0: fresh)
+// and, when it resumed, the checkpoint's schedule length in *lr_decay_steps.
+static int train_resume(const TrainRun *r, Rng *sample_rng, int *lr_decay_steps) {
     CkptTargets t;
     memset(&t, 0, sizeof(t));
     t.map = r->map;
@@ -230,6 +242,7 @@ static int train_resume(const TrainRun *r, Rng *sample_rng) {
         r->model->ckpt_load(r->model->ctx, t.dst, &r->ckpt_ranges, p.step);
         dataloader_restore(r->train, &p.data);
         *sample_rng = p.sample_rng;
+        *lr_decay_steps = (int)p.lr_decay_steps;
         if (r->rank == 0) {
             printf("resume: continuing at step %lld (epoch %lld, global sample %lld) from %s\n", (long long)p.step,
                    (long long)p.data.epoch, (long long)p.data.sample,
@@ -265,6 +278,28 @@ static void train_log_run(const TrainRun *r, Logger *log, int start) {
             "\"peak_flops\":%.6g}}\n", r->plan.B, r->plan.T, r->plan.accum, r->plan.total_tokens, r->flops_per_step,
             r->peak_flops);
     logger_flush_checked(log);
+}
+
+// The schedule's length: --lr-decay-steps when given, else a resumed
+// checkpoint's (kept: -1 when there is none), else --steps. A resume whose
+// schedule is not simply --steps long (an extended run, --lr-decay-steps)
+// says which and how the steps after the schedule run (at its last rate), on
+// stdout and as a {"resume":...} record of the JSON log.
+static int train_lr_decay_steps(const TrainRun *r, Logger *log, int start, int kept) {
+    const TrainOptions *o = r->o;
+    int decay = o->lr_decay_steps ? o->lr_decay_steps : kept >= 0 ? kept : o->steps;
+    if (kept < 0 || r->rank != 0 || (!o->lr_decay_steps && kept == o->steps)) return decay;
+    const char *from = o->lr_decay_steps ? "--lr-decay-steps" : "the checkpoint's";
+    printf("resume: --steps %d from step %d; the %s schedule is %d steps long (%s)%s\n", o->steps, start,
+           o->lr_schedule, decay, from,
+           o->steps > decay ? ": the steps after it run at its last rate (--lr-decay-steps N re-fits it)" : "");
+    if (log->json) {
+        fprintf(log->json, "{\"resume\":{\"step\":%d,\"steps\":%d,\"lr_decay_steps\":%d,\"from\":\"%s\","
+                "\"checkpoint_lr_decay_steps\":%d}}\n", start, o->steps, decay, o->lr_decay_steps ? "flag" : "checkpoint",
+                kept);
+        logger_flush_checked(log);
+    }
+    return decay;
 }
 
 // --profile-steps: the capture on (before step first) or off (after step last).
@@ -397,18 +432,21 @@ static int train_loop(const TrainRun *r, Logger *log) {
     const int B = r->plan.B, T = r->plan.T, accum = r->plan.accum;
     int *x = (int *)mallocCheck(sizeof(int) * (size_t)B * T * (size_t)accum);  // the step's micro-batches
     int *y = (int *)mallocCheck(sizeof(int) * (size_t)B * T * (size_t)accum);
-    LrSchedule sched = train_lr_schedule(o);
     Rng sample_rng = train_sample_rng(o);
-    int start = o->resume[0] ? train_resume(r, &sample_rng) : 0;
+    int kept_decay = -1;  // the resumed checkpoint's schedule length
+    int start = o->resume[0] ? train_resume(r, &sample_rng, &kept_decay) : 0;
     if (r->rank == 0) train_log_run(r, log, start);
     logger_start(log, r->plan.total_tokens);
+    CkptRun ckpt_run = r->ckpt;  // (its manifests record the schedule's length)
+    ckpt_run.lr_decay_steps = train_lr_decay_steps(r, log, start, kept_decay);
+    LrSchedule sched = train_lr_schedule(o, ckpt_run.lr_decay_steps);
     StepHistory history = {0, 0, NULL, NULL};
     int profile_first, profile_last;
     train_profile_range(o, &profile_first, &profile_last);
     CkptWriter writer, *ckpt = NULL;
     if (o->ckpt_dir[0]) {  // (the trainer claimed the directory at start-up: ckpt_dir_claim)
         ckpt = &writer;
-        ckpt_writer_init(ckpt, &r->ckpt, r->world, r->train, &r->ckpt_ranges, r->ckpt_staging, tm->ckpt_wait_staged,
+        ckpt_writer_init(ckpt, &ckpt_run, r->world, r->train, &r->ckpt_ranges, r->ckpt_staging, tm->ckpt_wait_staged,
                          tm->ctx, tm->host_threads);
     }
     int finished = !(ckpt && ckpt_stop_before_first_step(ckpt, start));

@@ -34,6 +34,12 @@ typedef struct {
     char tensorboard[FLAG_STR_MAX];  // TensorBoard event files' directory (tensorboard.h)
     char out_dir[FLAG_STR_MAX];
     char save_model[FLAG_STR_MAX];
+    char save_hf[FLAG_STR_MAX];      // a Hugging Face model directory (hf_gpt2.h)
+    char save_dtype[FLAG_STR_MAX];   // its weights' dtype: fp32 or bf16
+    int generate;                    // --generate: print a continuation of --prompt (generate.h)
+    char prompt[FLAG_STR_MAX];
+    int max_new_tokens, top_k;
+    int lr_decay_steps;              // the schedule's length (0: --steps, or on --resume the checkpoint's)
     int log_every;
     char matmul[FLAG_STR_MAX];
     float peak_tflops;
@@ -60,7 +66,9 @@ typedef struct {
 // The model and batch rows the planner (plan.c) shares: TO(field) is the options struct's offset of
 // a TrainOptions field.
 #define TRAIN_MODEL_FLAGS(TO) \
-    {"model", FLAG_STRING, TO(model), "d12", NULL, 0, 0, "preset d12|d24|d36|d48, or an llm.c model file to start from", "model"}, \
+    {"model", FLAG_STRING, TO(model), "d12", NULL, 0, 0, \
+     "preset d12|d24|d36|d48, or a model to start from: an llm.c file, a Hugging Face GPT-2 directory or " \
+     ".safetensors file (docs/models.md)", "model"}, \
     {"n-layer", FLAG_INT, TO(n_layer), "0", NULL, 0, GPT_MAX_LAYERS, "layers (0: from --model)", "model"}, \
     {"n-embd", FLAG_INT, TO(n_embd), "0", NULL, 0, GPT_MAX_CHANNELS, "channels (0: from --model)", "model"}, \
     {"n-head", FLAG_INT, TO(n_head), "0", NULL, 0, GPT_MAX_HEADS, "attention heads (0: from --model)", "model"}, \
@@ -82,6 +90,9 @@ static const FlagSpec TRAIN_FLAGS[] = {
     {"lr", FLAG_FLOAT, TO(lr), "3e-4", NULL, 0, 10, "peak learning rate", "schedule"},
     {"min-lr-frac", FLAG_FLOAT, TO(min_lr_frac), "0", NULL, 0, 1, "final learning rate as a fraction of --lr", "schedule"},
     {"warmup-steps", FLAG_INT, TO(warmup_steps), "0", NULL, 0, 1e9, "linear warmup steps", "schedule"},
+    {"lr-decay-steps", FLAG_INT, TO(lr_decay_steps), "0", NULL, 0, 1e9,
+     "the schedule's length in steps: warmup and decay fit it, steps after it run at its last rate (0: --steps; "
+     "on --resume: the checkpoint's, so a run extended with a larger --steps keeps its schedule)", "schedule"},
     {"lr-schedule", FLAG_CHOICE, TO(lr_schedule), "cosine", "constant|cosine|linear|wsd", 0, 0, "learning-rate schedule after warmup", "schedule"},
     {"decay-frac", FLAG_FLOAT, TO(decay_frac), "0.2", NULL, 0, 1, "wsd: fraction of the steps spent decaying", "schedule"},
     {"weight-decay", FLAG_FLOAT, TO(weight_decay), "0", NULL, 0, 10, "AdamW decoupled weight decay (2-D weights only)", "optimizer"},
@@ -96,13 +107,26 @@ static const FlagSpec TRAIN_FLAGS[] = {
     {"eval-batches", FLAG_INT, TO(eval_batches), "8", NULL, 1, 1e9, "micro-batches per validation", "evaluation and sampling"},
     {"sample-every", FLAG_INT, TO(sample_every), "0", NULL, 0, 1e9, "print a text sample every N steps (0: off)", "evaluation and sampling"},
     {"sample-tokens", FLAG_INT, TO(sample_tokens), "64", NULL, 1, 1 << 20, "tokens per sample", "evaluation and sampling"},
-    {"temperature", FLAG_FLOAT, TO(temperature), "1.0", NULL, 0.01, 100, "sampling temperature", "evaluation and sampling"},
+    {"temperature", FLAG_FLOAT, TO(temperature), "1.0", NULL, 0, 100, "sampling temperature (0: greedy, the most likely token)", "evaluation and sampling"},
+    {"top-k", FLAG_INT, TO(top_k), "0", NULL, 0, GPT_MAX_VOCAB,
+     "sample among the K most likely tokens only (ties with the K-th included; 0: all)", "evaluation and sampling"},
+    {"generate", FLAG_BOOL, TO(generate), "0", NULL, 0, 1,
+     "print a continuation of --prompt from the model (after training, if --data-train is given; without it nothing "
+     "is trained)", "evaluation and sampling"},
+    {"prompt", FLAG_STRING, TO(prompt), "", NULL, 0, 0,
+     "--generate's text, encoded by --tokenizer (a GPT-2 BPE directory) after <|endoftext|>; the context keeps its "
+     "last --seq-len tokens", "evaluation and sampling"},
+    {"max-new-tokens", FLAG_INT, TO(max_new_tokens), "64", NULL, 1, 1 << 20, "tokens --generate adds to the prompt", "evaluation and sampling"},
     {"tokenizer", FLAG_STRING, TO(tokenizer), "", NULL, 0, 0, "tokenizer file for decoding samples (none: byte-level)", "evaluation and sampling"},
     {"log-json", FLAG_STRING, TO(log_json), "", NULL, 0, 0, "write the log to this file as JSON lines: the run's settings first, then every step and evaluation", "logging"},
     {"tensorboard", FLAG_STRING, TO(tensorboard), "", NULL, 0, 0,
      "write TensorBoard event files into DIR (loss, validation loss, lr, gradient norm, tokens/s, MFU)", "logging"},
     {"out-dir", FLAG_STRING, TO(out_dir), "", NULL, 0, 0, "directory for the final model (model_final.bin)", "checkpoints and model files"},
     {"save-model", FLAG_STRING, TO(save_model), "", NULL, 0, 0, "write the final weights to this llm.c model file", "checkpoints and model files"},
+    {"save-hf", FLAG_STRING, TO(save_hf), "", NULL, 0, 0,
+     "write the final weights as a Hugging Face GPT-2 directory: model.safetensors, config.json and, with a GPT-2 "
+     "--tokenizer directory, its tokenizer files (docs/models.md)", "checkpoints and model files"},
+    {"save-dtype", FLAG_CHOICE, TO(save_dtype), "fp32", "fp32|bf16", 0, 0, "--save-hf's weights: fp32 or bf16", "checkpoints and model files"},
     {"log-every", FLAG_INT, TO(log_every), "1", NULL, 1, 1e9, "print a step line every N steps (the JSON log and TensorBoard get every step)", "logging"},
     {"matmul", FLAG_CHOICE, TO(matmul), "auto", "auto|blas|native", 0, 0, "CPU matmul backend (auto: BLAS if built with it)", "compute and memory"},
     {"profile-steps", FLAG_STRING, TO(profile_steps), "", NULL, 0, 0,
@@ -177,7 +201,17 @@ static inline void train_options_parse(int argc, char **argv, TrainOptions *o, c
     die_usage_quiet = launch_detect().rank != 0;
     memset(o, 0, sizeof(*o));
     flags_parse(argc, argv, TRAIN_FLAGS, FLAGS_COUNT(TRAIN_FLAGS), o, summary);
-    if (o->data_train[0] == '\0') die_usage("--data-train is required (see --help)");
+    if (o->data_train[0] == '\0') {  // a run that trains nothing: generate, or convert --model's weights
+        if (!o->generate && o->steps != 0)
+            die_usage("--data-train is required to train (see --help); --generate or --steps 0 run without it");
+        const char *needs = o->eval_every ? "--eval-every" : o->sample_every ? "--sample-every" : o->resume[0] ? "--resume"
+                          : o->ckpt_dir[0] ? "--ckpt-dir" : NULL;
+        if (needs) die_usage("%s needs --data-train", needs);
+        o->steps = 0;
+    }
+    if (o->prompt[0] && !o->generate) die_usage("--prompt needs --generate");
+    if (o->tp > 1 && (o->temperature == 0 || o->top_k > 0))
+        die_usage("--temperature 0 and --top-k sample on one tensor rank: use --tp 1");
     if (o->min_lr_frac > 1) die_usage("--min-lr-frac must be <= 1");
     if (o->ckpt_every > 0 && o->ckpt_dir[0] == '\0') die_usage("--ckpt-every needs --ckpt-dir");
     if (strcmp(o->resume, "auto") == 0 && o->ckpt_dir[0] == '\0') die_usage("--resume auto needs --ckpt-dir");

@@ -1,6 +1,6 @@
 // train_setup.h: trainer set-up shared by train_gpt.c and train_gpt.cu: the
-// model shape from --model (a preset or an llm.c model file) and the explicit
-// shape flags, the batch plan (micro-batch, accumulation, loss scale), the
+// model shape and weights from --model (a preset, an llm.c model file or a
+// Hugging Face model) and the explicit shape flags, the batch plan (micro-batch, accumulation, loss scale), the
 // learning-rate schedule, when to evaluate, sample and log, the step record,
 // and the final model files.
 #ifndef LLMC_TRAIN_SETUP_H
@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "file_io.h"
+#include "hf_gpt2.h"
 #include "model.h"
 #include "modelfile.h"
 #include "logger.h"
@@ -21,7 +22,8 @@
 #include "schedule.h"
 #include "train_options.h"
 
-// The model shape: a preset, or the header of a model file, then any explicit
+// The model shape: a preset, or the header of a model file (llm.c's, or a
+// Hugging Face model's safetensors and config.json), then any explicit
 // overrides (which a model file must agree with).
 static GPTConfig train_build_config(const TrainOptions *o, int *from_file) {
     GPTConfig cfg;
@@ -29,9 +31,11 @@ static GPTConfig train_build_config(const TrainOptions *o, int *from_file) {
     if (*from_file) {  // (a file may differ between nodes: each rank reports its own errors)
         int quiet = die_usage_quiet;
         die_usage_quiet = 0;
+        char weights[PATH_MAX];
         if (access(o->model, R_OK) != 0)
-            die_usage("--model: '%s' is neither a preset (d12|d24|d36|d48) nor a readable file", o->model);
-        modelfile_read_config(o->model, &cfg);
+            die_usage("--model: '%s' is neither a preset (d12|d24|d36|d48) nor a readable file or directory", o->model);
+        if (hf_model_weights(o->model, weights)) hf_read_config(weights, o->n_head, &cfg);
+        else modelfile_read_config(o->model, &cfg);
         die_usage_quiet = quiet;
     }
     struct { int value; int *field; const char *flag; } overrides[] = {
@@ -52,6 +56,14 @@ static GPTConfig train_build_config(const TrainOptions *o, int *from_file) {
     return cfg;
 }
 
+// This rank's part of the weights (pl: its layout) from --model's file: an
+// llm.c model file or a Hugging Face model.
+static void train_load_weights(const TrainOptions *o, const ParamLayout *pl, float *params) {
+    char weights[PATH_MAX];
+    if (hf_model_weights(o->model, weights)) hf_load(weights, pl, params);
+    else modelfile_load(o->model, pl, params);
+}
+
 // How a step is made of micro-steps: B x T tokens per rank per micro-step,
 // accum micro-steps, total_tokens over all ranks; dloss is d(objective)/d(loss
 // at one position) for the mean over the whole step.
@@ -70,7 +82,7 @@ typedef struct {
 // Validates the batch flags against the model and the number of data ranks.
 static BatchPlan train_batch_plan(const TrainOptions *o, const GPTConfig *cfg, int world) {
     BatchPlan p;
-    p.B = o->batch_size;
+    p.B = o->data_train[0] ? o->batch_size : 1;  // (a run without data only generates: one sequence)
     p.T = o->seq_len;
     if (p.T > cfg->max_seq_len) die_usage("--seq-len %d exceeds the model's max-seq-len %d", p.T, cfg->max_seq_len);
     // the kernels index a micro-batch's B x T positions with an int
@@ -244,8 +256,9 @@ static Rng train_sample_rng(const TrainOptions *o) {
     return r;
 }
 
-static LrSchedule train_lr_schedule(const TrainOptions *o) {
-    LrSchedule s = {lr_schedule_kind(o->lr_schedule), o->lr, o->min_lr_frac, o->decay_frac, o->warmup_steps, o->steps};
+// The schedule over decay_steps steps (--lr-decay-steps, --steps, or a resumed checkpoint's).
+static LrSchedule train_lr_schedule(const TrainOptions *o, int decay_steps) {
+    LrSchedule s = {lr_schedule_kind(o->lr_schedule), o->lr, o->min_lr_frac, o->decay_frac, o->warmup_steps, decay_steps};
     return s;
 }
 
@@ -257,12 +270,30 @@ static inline int train_sample_now(const TrainOptions *o, int step) {
     return o->sample_every > 0 && (step % o->sample_every == 0 || step == o->steps);
 }
 
-// Writes the final weights where --out-dir and --save-model say, fetching them
-// (modelfile.h's modelfile_save_streamed; param_gather.h's fetch brings each
-// chunk from the ranks that hold it). Every rank that serves fetches calls it;
-// writer: this rank writes the files (rank 0).
-static void train_save_model_files(const TrainOptions *o, const ParamLayout *pl, int writer, ModelFileFetch fetch,
-                                   void *ctx) {
+// The directory of GPT-2 BPE files the run uses ("": none): --tokenizer when it
+// is a directory, else a Hugging Face --model directory holding vocab.json + merges.txt.
+static const char *train_tokenizer_dir(const TrainOptions *o) {
+    struct stat st;
+    if (o->tokenizer[0]) return stat(o->tokenizer, &st) == 0 && S_ISDIR(st.st_mode) ? o->tokenizer : "";
+    char path[PATH_MAX];
+    const char *files[2] = {"vocab.json", "merges.txt"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%.*s/%s", PATH_MAX - 16, o->model, files[i]);
+        if (access(path, R_OK) != 0) return "";
+    }
+    return o->model;
+}
+
+// Whether the run writes model files at its end.
+static inline int train_saves_model(const TrainOptions *o) { return o->out_dir[0] || o->save_model[0] || o->save_hf[0]; }
+
+// Writes the final weights where --out-dir, --save-model and --save-hf say,
+// fetching them (modelfile.h's modelfile_save_streamed, hf_gpt2.h's
+// hf_save_streamed; param_gather.h's fetch brings each chunk from the ranks
+// that hold it). Every rank that serves fetches calls it; writer: this rank
+// writes the files (rank 0). eot: the tokenizer's end-of-text id (the last id without one).
+static void train_save_model_files(const TrainOptions *o, const ParamLayout *pl, int writer, int eot,
+                                   ModelFileFetch fetch, void *ctx) {
     char path[FILENAME_MAX];
     if (o->out_dir[0]) {
         if (writer) make_dirs(o->out_dir, "--out-dir");
@@ -273,6 +304,13 @@ static void train_save_model_files(const TrainOptions *o, const ParamLayout *pl,
     if (o->save_model[0]) {
         modelfile_save_streamed(writer ? o->save_model : NULL, pl, fetch, ctx);
         if (writer) printf("saved %s\n", o->save_model);
+    }
+    if (o->save_hf[0]) {
+        const char *tok = train_tokenizer_dir(o);
+        hf_save_streamed(writer ? o->save_hf : NULL, pl, strcmp(o->save_dtype, "bf16") == 0 ? ST_BF16 : ST_F32, eot,
+                         tok, fetch, ctx);
+        if (writer) printf("saved %s (Hugging Face GPT-2, %s%s)\n", o->save_hf, o->save_dtype,
+                           tok[0] ? ", with the tokenizer's files" : "; no GPT-2 tokenizer directory: no tokenizer files");
     }
 }
 

@@ -130,8 +130,9 @@ static void test_vocab(CommGroup *tg, int sp) {
         rng_seed(&ra, 1000 + row), rng_seed(&rb, 1000 + row);
         fill(&rng, logits, (size_t)V, 2);
         for (int v = 0; v < vreal; v++) mine[v] = logits[v0 + v];
-        int tw = sample_token(logits, V, 0.8f, &ra);
-        int tg_ = tp_sample_token(&m.tp, &m.cfg, mine, 0.8f, &rb);
+        SampleParams sp = {0.8f, 0};
+        int tw = sample_token(logits, V, &sp, &ra);
+        int tg_ = tp_sample_token(&m.tp, &m.cfg, mine, &sp, &rb);
         agree &= tw == tg_;
     }
     test_result(agree, "tp%d: vocabulary-parallel sampling draws the whole row's tokens (%d rows)", tp, N);

@@ -39,7 +39,7 @@ static void set_up_run(void) {
     fuzz_plan = train_batch_plan(&fuzz_opts, &fuzz_cfg, 1);
     param_layout_init(&fuzz_layout, &fuzz_cfg);
     param_map_init(&fuzz_map, &fuzz_layout);
-    CkptRun run = {&fuzz_opts, &fuzz_cfg, &fuzz_layout, &fuzz_plan, NULL, "train_gpt"};
+    CkptRun run = {&fuzz_opts, &fuzz_cfg, &fuzz_layout, &fuzz_plan, NULL, "train_gpt", 0};
     fuzz_run_desc = run;
     for (int s = 0; s < CKPT_STATES; s++)
         fuzz_state[s] = (float *)mallocCheck(sizeof(float) * (size_t)fuzz_layout.num_elements);
