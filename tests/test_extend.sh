@@ -9,14 +9,11 @@
 # in one line saying what to give.
 set -u
 cd "$(dirname "$0")/.."
-. tests/checks.sh
-BUILD=${BUILD:-build}
+. tests/lib.sh
 TRAIN=$BUILD/train_gpt
 P=extend_
 steps_from() { grep '^{"step":' "$1" | records_from /dev/stdin 20; }  # the step records of steps 21-30
 lr_at() { grep "^{\"step\":$2,\"loss\"" "$1" | sed 's/.*"lr":\([^,]*\),.*/\1/'; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
 tokenize_sources "$tmp/data" llmc/model.h llmc/sampler.h
 RUN=(--data-train "$tmp/data/src_train_*.bin" --n-layer 2 --n-embd 32 --n-head 2 --vocab-size 257 --max-seq-len 32
@@ -32,14 +29,14 @@ check "it equals a straight 30-step run of the extended schedule (--lr-decay-ste
     'cmp -s "$tmp/ext.bin" "$tmp/straight.bin"'
 check "... and its step records 21-30 (loss, lr, norm) too" \
     '[ "$(steps_from "$tmp/ext.json")" = "$(steps_from "$tmp/straight.json")" ] && [ "$(steps_from "$tmp/ext.json" | wc -l)" -eq 10 ]'
-lr_last=$(lr_at "$tmp/ext.json" 29)
+lr_last=$(lr_at "$tmp/ext.json" 30)
 check "the steps after the schedule run at its last rate (1e-4)" 'awk "BEGIN{exit !($lr_last == 1e-4)}"' "lr $lr_last"
 check "the JSON log records the extension" \
     'grep -q "^{\"resume\":{\"step\":20,\"steps\":30,\"lr_decay_steps\":20,\"from\":\"checkpoint\"" "$tmp/ext.json"' \
     "$(grep resume "$tmp/ext.json")"
 "$TRAIN" "${RUN[@]}" --steps 30 --resume "$tmp/ck/step_00000020" --lr-decay-steps 30 --log-json "$tmp/refit.json" \
     >"$tmp/refit.log" 2>&1
-lr_refit=$(lr_at "$tmp/refit.json" 20)
+lr_refit=$(lr_at "$tmp/refit.json" 21)
 check "--lr-decay-steps 30 on the resume re-fits the decay to the new end" \
     'grep -q "\"lr_decay_steps\":30,\"from\":\"flag\"" "$tmp/refit.json" && awk "BEGIN{exit !($lr_refit > 0.0002)}"' \
     "lr at step 21: $lr_refit"

@@ -14,16 +14,13 @@
 # encode the prompt. SKIPs without numpy (MPI parts without MPI).
 set -u
 cd "$(dirname "$0")/.."
-. tests/checks.sh
-BUILD=${BUILD:-build}
+. tests/lib.sh
 TRAIN=$BUILD/train_gpt
 P=hf_
 if ! python3 -c "import numpy" 2>/dev/null; then
     echo "SKIP: Hugging Face files (python3 with numpy not found)"
     exit 0
 fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_rmaps_base_oversubscribe=1
 HF=(python3 tests/hf_check.py)
 generated() { sed -n '/^---- generate/,/^----------------$/p' "$1" | sed '1d;$d' | head -c -1; }
@@ -52,7 +49,7 @@ check "a lone .safetensors with --n-head imports" 'cmp -s "$tmp/out_lone/model.s
     "$(tail -1 "$tmp/lone.log")"
 
 MPI=0
-[ "${HAVE_MPI:-}" = yes ] && command -v mpirun >/dev/null 2>&1 && MPI=1
+have_mpi && MPI=1
 MPIRUN=(timeout 120 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x ASAN_OPTIONS)
 if [ $MPI = 1 ]; then
     "${MPIRUN[@]}" -np 2 "$TRAIN" --model "$tmp/in_F32" --steps 0 --tp 2 --save-hf "$tmp/out_tp" >"$tmp/tp.log" 2>&1
