@@ -53,8 +53,14 @@ fi
 cat llmc/*.h train_gpt.c >"$tmp/corpus.txt"
 "$tokenize" --bytes 1 --out-dir "$tmp" --name bench "$tmp/corpus.txt" >/dev/null
 median() { sort -g | awk '{a[NR]=$1} END{if (NR == 0) print "nan"; else print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-# "step ms" of each step line of a JSON log
-step_ms() { grep '"loss"' "$1" | sed 's/^{"step":\([0-9]*\),.*"ms":\([0-9.]*\),.*/\1 \2/'; }
+# steps_done_offset LOG: 1 when the log's step records count steps done (its first record is the run's), 0 for an
+# older trainer's 0-based step records
+steps_done_offset() { if grep -q '^{"run"' "$1"; then echo 1; else echo 0; fi; }
+# "step ms" of each step line of a JSON log, the step 0-based
+step_ms() {
+    grep '"loss"' "$1" | sed 's/^{"step":\([0-9]*\),.*"ms":\([0-9.]*\),.*/\1 \2/' |
+        awk -v o="$(steps_done_offset "$1")" '{print $1 - o, $2}'
+}
 
 printf '%-12s %10s %10s %10s %10s %8s %10s %10s %7s %7s\n' trainer lost_ms log_lost stall_ms sync_ms "lost%" \
     step_none after_ms MB/s zstd3
@@ -76,8 +82,8 @@ for trainer in "${trainers[@]}"; do
     stall=$(grep -o '"stall_ms":[0-9.]*' "$tmp/ck.json" | cut -d: -f2 | median)
     step_none=$(step_ms "$tmp/none.json" | awk -v n="$steps" '$1 >= 1 && $1 <= n - 2 {print $2}' | median)
     # the step after each commit: the first step line after a "committed" record (before the last step)
-    after=$(awk -v n="$steps" '/"ckpt":"committed"/ {want = 1; next}
-            want && /"loss"/ {split($0, a, /[:,]/); if (a[2] <= n - 2) {sub(/.*"ms":/, ""); sub(/,.*/, ""); print}; want = 0}' \
+    after=$(awk -v n="$steps" -v o="$(steps_done_offset "$tmp/ck.json")" '/"ckpt":"committed"/ {want = 1; next}
+            want && /"loss"/ {split($0, a, /[:,]/); if (a[2] - o <= n - 2) {sub(/.*"ms":/, ""); sub(/,.*/, ""); print}; want = 0}' \
             "$tmp/ck.json" | median)
     data=$(ls "$tmp"/ck/step_*/rank_00000.bin | tail -1)
     bytes=$(stat -c %s "$data")
