@@ -4,7 +4,7 @@
 # 2.5 MB; installed with apt-get if missing and this is root on Debian). The
 # script learns a 2048-token byte-level BPE vocabulary from it with ./tokenize
 # --train-vocab, writes train/val shards to data/default/, trains a 4-layer GPT
-# (3.7M parameters) for 300 steps on the CPU (under a minute on 2 cores) and
+# (3.7M parameters) for 300 steps on the CPU (about two minutes of training on 2 cores) and
 # prints samples. Any extra arguments are passed to ./train_gpt (e.g. --steps 50).
 set -euo pipefail
 cd "$(dirname "$0")/.."
