@@ -56,9 +56,11 @@
 // Tests only: LLMC_TEST_CKPT_FAULT=POINT:STEP makes the writer SIGKILL its own
 // process at POINT (after-data, before-manifest, after-manifest, after-rename)
 // of the first checkpoint at a step >= STEP, or (POINT write-error) fail the
-// data file's write as a full disk would, (latest-error) `latest`'s, or (POINT
+// data file's write as a full disk would, (latest-error) `latest`'s, (POINT
 // slow-MS) sleep MS ms after the data file, a slow disk the loop must not wait
-// for (tests/test_checkpoint.sh, tests/test_ckpt_dir.sh).
+// for, or (crawl-MS) sleep MS ms before each chunk of it, a disk whose write
+// takes long enough to report its progress (tests/test_checkpoint.sh,
+// tests/test_ckpt_dir.sh).
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
 
@@ -94,6 +96,7 @@
 
 #define CKPT_ERR_MAX 1400
 #define CKPT_CHUNK ((size_t)8 << 20)  // bytes per read, write, compression call
+#define CKPT_PROGRESS_S 5.0            // a data file's write longer than this says how far it got, this often
 
 // The flags a resume must keep (checked against the command line), by their
 // names in TRAIN_FLAGS: the weights' init and the data order, the schedule,
@@ -383,6 +386,7 @@ static inline char *ckpt_manifest_json(const CkptRun *run, const CkptPoint *p, c
 typedef struct {
     char *err;  // (CKPT_ERR_MAX)
     const char *kill_point;  // LLMC_TEST_CKPT_FAULT's point for this checkpoint, or NULL
+    const char *progress;    // the data file whose write reports its progress on stdout (rank 0's), or NULL
 } CkptIO;
 
 static inline int ckpt_io_fail(CkptIO *io, const char *what, const char *path, int err) {
@@ -397,6 +401,23 @@ static inline void ckpt_kill_point(const CkptIO *io, const char *point) {
         fflush(stderr);
         raise(SIGKILL);
     }
+}
+
+// Before each chunk of a data file (done of n bytes, t0 its start): crawl-MS's
+// sleep, and every CKPT_PROGRESS_S seconds (*next_s) a line on how far the
+// write got.
+static inline void ckpt_write_progress(const CkptIO *io, size_t done, size_t n, double t0, double *next_s) {
+    if (io->kill_point && strncmp(io->kill_point, "crawl-", 6) == 0) {
+        int ms = atoi(io->kill_point + 6);
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+    }
+    double t = wall_seconds() - t0;
+    if (!io->progress || t < *next_s) return;
+    printf("checkpoint: writing %s: %.0f of %.0f MB (%.0f%%) after %.0f s\n", io->progress, done / 1e6, n / 1e6,
+           100.0 * (double)done / (double)(n ? n : 1), t);
+    fflush(stdout);
+    *next_s += CKPT_PROGRESS_S;
 }
 
 static inline int ckpt_write_all(int fd, const void *buf, size_t n) {
@@ -418,11 +439,13 @@ static inline int ckpt_write_all(int fd, const void *buf, size_t n) {
 static inline int ckpt_write_fd(CkptIO *io, int fd, const char *path, const void *data, size_t n, int compress,
                                 int64_t *bytes, uint32_t *crc) {
     int err = 0;
+    double t0 = wall_seconds(), next_s = CKPT_PROGRESS_S;
     *bytes = 0;
     *crc = 0;
     if (compress <= 0) {
         for (size_t off = 0; off < n && !err; off += CKPT_CHUNK) {
             size_t len = n - off < CKPT_CHUNK ? n - off : CKPT_CHUNK;
+            ckpt_write_progress(io, off, n, t0, &next_s);
             *crc = crc32c_update(*crc, (const char *)data + off, len);
             err = ckpt_write_all(fd, (const char *)data + off, len);
         }
@@ -438,6 +461,7 @@ static inline int ckpt_write_fd(CkptIO *io, int fd, const char *path, const void
         ZSTD_inBuffer in = {data, n, 0};
         size_t left;
         do {
+            ckpt_write_progress(io, in.pos, n, t0, &next_s);
             ZSTD_outBuffer ob = {out, out_cap, 0};
             left = ZSTD_compressStream2(cc, &ob, &in, ZSTD_e_end);
             CHECK(!ZSTD_isError(left), "zstd compression failed: %s", ZSTD_getErrorName(left));
@@ -629,7 +653,10 @@ static inline int ckpt_do_write(CkptWriter *w, CkptIO *io) {
         snprintf(path, sizeof(path), "%s/rank_%05d.bin", tmp_dir, w->rank);
         size_t n = sizeof(float) * (size_t)total * CKPT_STATES;
         if (io->kill_point && strcmp(io->kill_point, "write-error") == 0) return ckpt_io_fail(io, "writing", path, ENOSPC);
-        if (!ckpt_write_file(io, path, w->staging, n, w->compress, &w->mine.bytes, &w->mine.crc32c)) return 0;
+        io->progress = w->rank == 0 ? path : NULL;
+        int ok = ckpt_write_file(io, path, w->staging, n, w->compress, &w->mine.bytes, &w->mine.crc32c);
+        io->progress = NULL;
+        if (!ok) return 0;
     }
     if (io->kill_point && strncmp(io->kill_point, "slow-", 5) == 0) {  // a slow disk: the loop must not wait for it
         struct timespec ts = {atoi(io->kill_point + 5) / 1000, (long)(atoi(io->kill_point + 5) % 1000) * 1000000L};
@@ -685,7 +712,7 @@ static inline void *ckpt_thread_main(void *arg) {
         if (job == CKPT_JOB_EXIT) break;
         pthread_mutex_unlock(&w->mu);
         char err[CKPT_ERR_MAX] = "";
-        CkptIO io = {err, ckpt_kill_point_for(w, w->point.step)};
+        CkptIO io = {err, ckpt_kill_point_for(w, w->point.step), NULL};
         int ok = job == CKPT_JOB_WRITE ? ckpt_do_write(w, &io) : ckpt_do_commit(w, &io);
         pthread_mutex_lock(&w->mu);
         w->job_done = 1;
@@ -1038,8 +1065,9 @@ static inline int ckpt_step_boundary(CkptWriter *w, int64_t steps_done, int fina
 // it, the one in flight), else to the baseline; logs a checkpoint's cost once
 // its last step is done:
 //   {"step":N,"ckpt":"cost","stall_ms":x,"first_step":F,"steps":n,"step_ms":x,"baseline_ms":x,"lost_ms":x}
-// step_ms: the wall time of steps F..F+n-1 (the step lines' "ms"; F is the
-// step that staged it, the last the one it was committed in); lost_ms:
+// step_ms: the wall time of steps F..F+n-1 (the step records' "ms", whose
+// "step" counts steps done, as F does; F is the step that staged it, the last
+// the one it was committed in); lost_ms:
 // step_ms - n x baseline_ms, what it took from the run (null, with
 // baseline_ms, when no step but the first before it overlapped no checkpoint).
 static inline void ckpt_step_cost(CkptWriter *w, int step, double ms) {
@@ -1052,7 +1080,7 @@ static inline void ckpt_step_cost(CkptWriter *w, int step, double ms) {
         c->step_ms += ms;
         counted = 1;
         if (!c->ends) continue;
-        logger_ckpt_cost(w->log, c->step, c->stall_ms, c->first, c->steps, c->step_ms, c->baseline_ms);
+        logger_ckpt_cost(w->log, c->step, c->stall_ms, c->first + 1, c->steps, c->step_ms, c->baseline_ms);
         c->open = 0;
     }
     if (!counted && w->warm) w->clean_ms[w->clean_n++ % CKPT_BASELINE_STEPS] = ms;

@@ -12,9 +12,9 @@
 //    "time":{"data":x,"fwd":x,"bwd":x,"comm":x,"bubble":x,"opt":x,"ckpt":x},
 //    "time_min":{...},"time_max":{...}}   (step_time.h's parts in ms: rank 0's, and over the ranks)
 //   {"step":N,"val_loss":x,"elapsed_s":x,"tokens_seen":N}
-//   {"step":N,"ckpt":"staged","stall_ms":x}       (checkpoint.h: the training loop's stall)
-//   {"step":N,"ckpt":"committed","bytes":N,"seconds":x}  (durable; seconds since staged)
-//   {"step":N,"ckpt":"cost","stall_ms":x,"first_step":F,"steps":n,"step_ms":x,"baseline_ms":x,"lost_ms":x}
+//   {"step":N,"ckpt":"staged","stall_ms":x,"elapsed_s":x,"tokens_seen":N}  (checkpoint.h: the loop's stall)
+//   {"step":N,"ckpt":"committed","bytes":N,"seconds":x,...}  (durable; seconds since staged)
+//   {"step":N,"ckpt":"cost","stall_ms":x,"first_step":F,"steps":n,"step_ms":x,"baseline_ms":x,"lost_ms":x,...}
 //      (after the line of the step it was committed in: checkpoint.h's ckpt_step_cost)
 //   {"summary":{...}}                        (train_loop.h's train_summary, at the end)
 // With --tensorboard DIR the same step and validation scalars also go to
@@ -148,10 +148,12 @@ static void logger_eval(Logger *lg, int step, float val_loss) {
 static void logger_ckpt(Logger *lg, int64_t step, const char *event, double stall_ms, double bytes, double seconds) {
     if (!lg->enabled || !lg->json) return;
     if (strcmp(event, "staged") == 0)
-        fprintf(lg->json, "{\"step\":%lld,\"ckpt\":\"staged\",\"stall_ms\":%.3f}\n", (long long)step, stall_ms);
+        fprintf(lg->json, "{\"step\":%lld,\"ckpt\":\"staged\",\"stall_ms\":%.3f", (long long)step, stall_ms);
     else
-        fprintf(lg->json, "{\"step\":%lld,\"ckpt\":\"%s\",\"bytes\":%.0f,\"seconds\":%.3f}\n", (long long)step,
+        fprintf(lg->json, "{\"step\":%lld,\"ckpt\":\"%s\",\"bytes\":%.0f,\"seconds\":%.3f", (long long)step,
                 event, bytes, seconds);
+    logger_json_progress(lg, (int)step);
+    fprintf(lg->json, "}\n");
     logger_flush_checked(lg);
 }
 
@@ -164,9 +166,11 @@ static void logger_ckpt_cost(Logger *lg, int64_t step, double stall_ms, int firs
     fprintf(lg->json, "{\"step\":%lld,\"ckpt\":\"cost\",\"stall_ms\":%.3f,\"first_step\":%d,\"steps\":%d,"
             "\"step_ms\":%.3f,", (long long)step, stall_ms, first, steps, step_ms);
     if (baseline_ms < 0)
-        fprintf(lg->json, "\"baseline_ms\":null,\"lost_ms\":null}\n");
+        fprintf(lg->json, "\"baseline_ms\":null,\"lost_ms\":null");
     else
-        fprintf(lg->json, "\"baseline_ms\":%.3f,\"lost_ms\":%.3f}\n", baseline_ms, step_ms - steps * baseline_ms);
+        fprintf(lg->json, "\"baseline_ms\":%.3f,\"lost_ms\":%.3f", baseline_ms, step_ms - steps * baseline_ms);
+    logger_json_progress(lg, (int)step);
+    fprintf(lg->json, "}\n");
     logger_flush_checked(lg);
 }
 
