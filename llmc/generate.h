@@ -50,7 +50,6 @@ static void train_generate(const TrainRun *r) {
     sample_window_init(&w, T, sample_start_token(r->tokenizer, V));
     for (size_t i = 0; i < ids.len; i++) sample_window_push(&w, (int)ids.data[i]);
     Rng rng = train_sample_rng(o);
-    SampleParams sp = {o->temperature, o->top_k};
     if (show) {
         if (ids.len + 1 > (size_t)T)
             printf("note: the prompt's %zu tokens and <|endoftext|> exceed the context of --seq-len %d: its first %zu "
@@ -60,17 +59,8 @@ static void train_generate(const TrainRun *r) {
         for (size_t i = 0; i < ids.len; i++) sample_print_token(stdout, r->tokenizer, (int)ids.data[i], V);
     }
     train_range_push(tm, "generate");
-    for (int i = 0; i < o->max_new_tokens; i++) {
-        tm->forward(tm->ctx, w.tokens, NULL, 1, T);  // causal: positions >= len do not affect len-1
-        int next = tm->sample(tm->ctx, w.len - 1, &sp, &rng);
-        if (show) sample_print_token(stdout, r->tokenizer, next, V);
-        sample_window_push(&w, next);
-    }
+    train_continue(r, &w, o->max_new_tokens, &rng);
     train_range_pop(tm);
-    if (show) {
-        printf("\n----------------\n");
-        fflush(stdout);
-    }
     sample_window_free(&w);
     u32vec_free(&ids);
 }

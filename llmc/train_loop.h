@@ -203,24 +203,31 @@ static void sample_print_token(FILE *out, const Tokenizer *tok, int id, int V) {
 // Generates --sample-tokens tokens after the end-of-text token and prints them
 // (sample_print_token). Every rank runs it (ZeRO-3 gathers weights
 // collectively, in step); only rank 0 prints.
-static void train_print_sample(const TrainRun *r, Rng *rng) {
+// Draws n tokens after the context w as --temperature and --top-k say, each
+// pushed onto w; rank 0 prints them, then the closing rule (every rank runs it).
+static void train_continue(const TrainRun *r, SampleWindow *w, int n, Rng *rng) {
     const TrainModel *tm = r->model;
     int V = r->cfg->vocab_size, show = r->rank == 0;
-    train_range_push(tm, "sample");
-    SampleWindow w;
-    sample_window_init(&w, r->plan.T, sample_start_token(r->tokenizer, V));
     SampleParams sp = {r->o->temperature, r->o->top_k};
-    if (show) printf("---- sample ----\n");
-    for (int i = 0; i < r->o->sample_tokens; i++) {
-        tm->forward(tm->ctx, w.tokens, NULL, 1, r->plan.T);  // causal: positions >= len do not affect len-1
-        int next = tm->sample(tm->ctx, w.len - 1, &sp, rng);
+    for (int i = 0; i < n; i++) {
+        tm->forward(tm->ctx, w->tokens, NULL, 1, r->plan.T);  // causal: positions >= len do not affect len-1
+        int next = tm->sample(tm->ctx, w->len - 1, &sp, rng);
         if (show) sample_print_token(stdout, r->tokenizer, next, V);
-        sample_window_push(&w, next);
+        sample_window_push(w, next);
     }
     if (show) {
         printf("\n----------------\n");
         fflush(stdout);
     }
+}
+
+static void train_print_sample(const TrainRun *r, Rng *rng) {
+    const TrainModel *tm = r->model;
+    train_range_push(tm, "sample");
+    SampleWindow w;
+    sample_window_init(&w, r->plan.T, sample_start_token(r->tokenizer, r->cfg->vocab_size));
+    if (r->rank == 0) printf("---- sample ----\n");
+    train_continue(r, &w, r->o->sample_tokens, rng);
     sample_window_free(&w);
     train_range_pop(tm);
 }
