@@ -9,7 +9,7 @@
 #   MPI      mpicc --showme               (NO_MPI=1 to disable)
 #   zstd     libzstd                      (NO_ZSTD=1 to disable)
 #   CUDA     nvcc, cuBLASLt, cuDNN, NCCL  (NO_CUDA=1; CUDNN_HOME=..., NCCL_HOME=... to locate)
-# Other knobs: SANITIZER=address|undefined, COVERAGE=1 (gcov counts in build-coverage/, for
+# Other knobs: SANITIZER=address|undefined|address,undefined (both in one build, build-address-undefined/), COVERAGE=1 (gcov counts in build-coverage/, for
 # tests/coverage.sh), DEBUG=1 (make debug), CUDA_ARCHS="sm_80 sm_90",
 # CPU_ISA=avx2|portable (x86-64: build for a narrower instruction set than
 # this machine's, AVX2 + FMA without AVX-512 or SSE2 only, in build-$(CPU_ISA)/;
@@ -29,10 +29,12 @@ ifeq ($(DEBUG),1)
 else
   OPT := -O3 -march=native -g
 endif
+COMMA := ,
+SANITIZER_DIR := $(subst $(COMMA),-,$(SANITIZER))
 ifneq ($(SANITIZER),)
   OPT := -O1 -g -march=native -fno-omit-frame-pointer -fsanitize=$(SANITIZER) -fno-sanitize-recover=all
   LDFLAGS += -fsanitize=$(SANITIZER)
-  BUILD := build-$(SANITIZER)
+  BUILD := build-$(SANITIZER_DIR)
 endif
 ifeq ($(COVERAGE),1)
   OPT := -O1 -g -march=native --coverage -Wno-maybe-uninitialized  # (gcc -O1 --coverage: false positives)
@@ -52,12 +54,11 @@ ifneq ($(CPU_ISA),native)
     $(error CPU_ISA=$(CPU_ISA): expected native or one of: $(or $(NARROW_ISAS),none on this architecture))
   endif
   OPT += $(ISA_FLAGS_$(CPU_ISA))
-  BUILD := build-$(CPU_ISA)$(if $(SANITIZER),-$(SANITIZER))
+  BUILD := build-$(CPU_ISA)$(if $(SANITIZER),-$(SANITIZER_DIR))
 endif
 
 # --- feature detection (each is one test compile, cached per make run) ---
 HASH := \#
-COMMA := ,
 try_cc = $(shell printf '$(1)' | $(CC) -x c - -o /dev/null $(2) >/dev/null 2>&1 && echo yes)
 
 ifneq ($(NO_OMP),1)

@@ -131,15 +131,15 @@ int main(int argc, char **argv) {
     PPLayout pp_layout;
     PPKind pp_kind = pipelined ? train_pipeline_plan(&o, &cfg, &plan, &pp_layout) : PP_1F1B;
     const int pipe_rank = comm_group(&comm, COMM_PIPELINE)->rank;
-    unsigned char *held_layers = (unsigned char *)mallocCheck((size_t)cfg.num_layers);
-    ParamHolding holding = {1, 1, NULL};  // what this rank holds: everything, or its pipeline stages
-    if (pipelined) holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
     // the memory this rank will hold (rank_memory.h), checked before anything is allocated
     RankPlace place = {o.zero, world, dp->rank, tp.size, tp.rank, tp.sp, pipelined ? &pp_layout : NULL, pp_kind,
                        pipe_rank, plan.accum, B, T};
     RankMemory need = cpu_rank_memory(&cfg, &place);
     train_check_host_memory(&o, need.params + need.tied / 2, need.grads + need.tied / 2, need.optimizer,
                             need.activations);
+    unsigned char *held_layers = (unsigned char *)mallocCheck((size_t)cfg.num_layers);
+    ParamHolding holding = {1, 1, NULL};  // what this rank holds: everything, or its pipeline stages
+    if (pipelined) holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
     GPT model;
     gpt_init_held(&model, &cfg, &holding, tp);
     free(held_layers);

@@ -195,9 +195,6 @@ int main(int argc, char **argv) {
     comm_phase_end(&comm);
     TPContext tp = o.tp > 1 ? tp_context(&dev_groups[COMM_TENSOR], o.sequence_parallel) : tp_none();
     const int pipe_rank = comm_group(&comm, COMM_PIPELINE)->rank;
-    unsigned char *held_layers = (unsigned char *)mallocCheck((size_t)cfg.num_layers);
-    ParamHolding holding = {1, 1, NULL};  // what this rank holds: everything, or its pipeline stages
-    if (pipelined) holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
 
     cudaDeviceProp prop;
     int dev = 0;
@@ -220,6 +217,9 @@ int main(int argc, char **argv) {
         if (!(peak_tflops > 0 && isfinite(peak_tflops))) peak_tflops = 0, peak_source = "unknown: MFU not given";
     }
 
+    unsigned char *held_layers = (unsigned char *)mallocCheck((size_t)cfg.num_layers);
+    ParamHolding holding = {1, 1, NULL};  // what this rank holds: everything, or its pipeline stages
+    if (pipelined) holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
     GPTGPU model;
     int act_sets = pipelined ? pp_peak_alive_theory(pp_kind, o.pp, o.virtual_stages, plan.accum, pipe_rank) : 1;
     gpu_gpt_init(&model, &cfg, pipelined ? &holding : NULL, tp, B, T, o.recompute, attention,

@@ -35,7 +35,9 @@ check "GPU trainer resumed at step 3: the same samples" \
 check "the GPU trainer logs its staging copy and the commit" \
     'grep -q "staged .*copying to host memory" "$tmp/g.log" && grep -q "step_00000003 committed" "$tmp/g.log"'
 
-# --- between trainers (the manifest says which wrote it; the format is the same) ---
+# --- between trainers (the manifest says which wrote it; the format is the same). Not in the sanitizer
+# build (quick: CI's time): it runs the same reader and writer as the resumes above and below ---
+[ "$quick" = 1 ] || {
 "$CPU" "${RUN[@]}" --ckpt-dir "$tmp/c" --ckpt-every 3 --log-json "$tmp/c.json" >"$tmp/c.log" 2>&1
 "$TRAIN" "${RUN[@]}" --resume "$tmp/c/step_00000003" --log-json "$tmp/c2g.json" >"$tmp/c2g.log" 2>&1
 rc=$?
@@ -53,6 +55,7 @@ if [ $rc -eq 0 ]; then
 else
     fail "gpu_checkpoint_continues_on_the_cpu_trainer" "exit $rc: $(grep -a error "$tmp/g2c.log" | head -1)"
 fi
+}
 
 # --- 2 ranks (MPI staged through host memory): ZeRO-1 resumes bit-exact, and continues at ZeRO-3 and on 1 rank ---
 need_mpi "${P}checkpoints on 2 ranks" 300
@@ -73,6 +76,7 @@ records_from "$tmp/d.json" 2 >"$tmp/d_tail.json"
     --log-json "$tmp/d3.json" --save-model "$tmp/d3.bin" >"$tmp/d3.log" 2>&1
 "$CMP" --compare-logs "$tmp/d_tail.json" "$tmp/d3.json" 1e-5 "${P}gpu_zero1_np2_to_zero3_np2_losses_follow"
 "$CMP" --compare-models "$tmp/d.bin" "$tmp/d3.bin" 1e-5 "${P}gpu_zero1_np2_to_zero3_np2_final_weights_match"
+[ "$quick" = 1 ] && exit 0  # (the sanitizer build: the 2-rank checkpoint's continuation on one rank is the normal build's)
 "$TRAIN" "${DIST[@]}" --batch-size 4 --resume "$tmp/d/step_00000002" --log-json "$tmp/d1.json" \
     --save-model "$tmp/d1.bin" >"$tmp/d1.log" 2>&1
 "$CMP" --compare-logs "$tmp/d_tail.json" "$tmp/d1.json" 1e-5 "${P}gpu_zero1_np2_to_one_process_losses_follow"

@@ -2,12 +2,12 @@
 # test_fuzz.sh: the fuzz targets (tests/fuzz/, see tests/fuzz/README.md). In every build each
 # target's committed corpus (every input that ever failed, and seeds) replays through
 # $BUILD/fuzz/replay_NAME; where the build has libFuzzer (the normal build, with clang), each
-# target then fuzzes for FUZZ_SECONDS (default 5; 0: skip) from a copy of that corpus, and the
+# target then fuzzes for FUZZ_SECONDS (default 3; 0: skip) from a copy of that corpus, and the
 # executions and coverage are printed. A finding fails with the input saved next to the log.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
-seconds=${FUZZ_SECONDS:-5}
+seconds=${FUZZ_SECONDS:-3}
 for src in tests/fuzz/fuzz_*.c; do
     name=$(basename "$src" .c); name=${name#fuzz_}
     [ "$name" = replay_main ] && continue

@@ -294,16 +294,16 @@ if have_mpi; then
     MPIRUN=(mpirun --oversubscribe -np 2)
     [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
     expect_job_ends "a rank stopped before MPI start-up ends the job within --comm-timeout" "start-up (MPI_Init_thread" \
-        env LLMC_TEST_FAULT=stop-start:1 "${MPIRUN[@]}" "$TRAIN" "${TINY[@]}" --comm-timeout 10
+        env LLMC_TEST_FAULT=stop-start:1 "${MPIRUN[@]}" "$TRAIN" "${TINY[@]}" --comm-timeout 5
     expect_job_ends "a rank stopped before MPI shut-down ends the job within --comm-timeout" "shut-down (MPI_Finalize)" \
-        env LLMC_TEST_FAULT=stop-end:1 "${MPIRUN[@]}" "$TRAIN" "${TINY[@]}" --comm-timeout 10 --save-model "$tmp/mpi.bin"
+        env LLMC_TEST_FAULT=stop-end:1 "${MPIRUN[@]}" "$TRAIN" "${TINY[@]}" --comm-timeout 5 --save-model "$tmp/mpi.bin"
     check "... after rank 0 saved its model" '[ -f "$tmp/mpi.bin" ]'
     # (rank 0 exits normally here: LeakSanitizer would report MPI's own allocations)
     expect_job_ends "a rank stopped inside MPI's shut-down after its peers left ends the job within --comm-timeout" \
         "rank 1: shut-down (MPI_Finalize)" env ASAN_OPTIONS=detect_leaks=0 LLMC_TEST_FAULT=stop-in-end:1 "${MPIRUN[@]}" \
-        "$TRAIN" "${TINY[@]}" --comm-timeout 10
+        "$TRAIN" "${TINY[@]}" --comm-timeout 5
     [ -x "$GPU" ] && expect_job_ends "train_gptcu (emulated): a rank stopped before the NCCL set-up ends the job within --comm-timeout" \
-        "device communication set-up" env LLMC_TEST_FAULT=stop-setup:1 "${MPIRUN[@]}" "$GPU" "${TINY[@]}" --comm nccl --comm-timeout 10
+        "device communication set-up" env LLMC_TEST_FAULT=stop-setup:1 "${MPIRUN[@]}" "$GPU" "${TINY[@]}" --comm nccl --comm-timeout 5
 else
     echo "SKIP: start-up and shut-down hangs (no MPI)"
 fi
