@@ -4,7 +4,9 @@
 // Notation: B batch, T time, C channels, NH heads, hs = C / NH, V vocabulary,
 // N = B * T rows. All tensors are row-major and contiguous unless a leading
 // dimension says otherwise. Backward functions ACCUMULATE (+=) into parameter
-// gradients and into dinp where documented.
+// gradients and into dinp where documented. The LayerNorm, linear, GELU and
+// bias-gradient kernels share the team they are called in (cpu_matmul.h's
+// KERNEL_TEAM): a caller runs a sequence of them in one parallel region.
 #ifndef LLMC_CPU_LAYERS_H
 #define LLMC_CPU_LAYERS_H
 
@@ -59,7 +61,8 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
 // out (N,C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N).
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                               const float *bias, int N, int C) {
-#pragma omp parallel for
+    KERNEL_TEAM(layernorm_forward(out, mean, rstd, inp, weight, bias, N, C));
+#pragma omp for schedule(static)
     for (int i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C;
         float m = 0.0f;
@@ -78,9 +81,10 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
 
 // Sums rows of a (N, C) matrix into out (C) (+=), parallel over column chunks.
 static void column_sum_accumulate(float *out, const float *a, int N, int C) {
+    KERNEL_TEAM(column_sum_accumulate(out, a, N, C));
     const int chunk = 64;
     int nchunks = (C + chunk - 1) / chunk;
-#pragma omp parallel for
+#pragma omp for schedule(static)
     for (int ch = 0; ch < nchunks; ch++) {
         int c0 = ch * chunk, c1 = c0 + chunk < C ? c0 + chunk : C;
         float acc[64];
@@ -96,7 +100,8 @@ static void column_sum_accumulate(float *out, const float *a, int N, int C) {
 // dinp (N,C) += d/dinp; dweight (C) += ...; dbias (C) += ... .
 static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                                const float *weight, const float *mean, const float *rstd, int N, int C) {
-#pragma omp parallel for
+    KERNEL_TEAM(layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C));
+#pragma omp for schedule(static)
     for (int i = 0; i < N; i++) {
         const float *d = dout + (size_t)i * C;
         const float *x = inp + (size_t)i * C;
@@ -120,7 +125,7 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
     // parameter gradients: column reductions, parallel over channel chunks
     const int chunk = 64;
     int nchunks = (C + chunk - 1) / chunk;
-#pragma omp parallel for
+#pragma omp for schedule(static)
     for (int ch = 0; ch < nchunks; ch++) {
         int c0 = ch * chunk, c1 = c0 + chunk < C ? c0 + chunk : C;
         float dw[64], db[64];
@@ -146,24 +151,27 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
 // this fuses the residual add into the matmul (beta = 1).
 static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
                            const float *residual, int N, int IC, int OC) {
-#pragma omp parallel for
+    KERNEL_TEAM(linear_forward(out, inp, weight, bias, residual, N, IC, OC));
+#pragma omp for schedule(static)
     for (int i = 0; i < N; i++) {
         float *o = out + (size_t)i * OC;
         const float *r = residual ? residual + (size_t)i * OC : NULL;
         for (int j = 0; j < OC; j++) o[j] = (bias ? bias[j] : 0.0f) + (r ? r[j] : 0.0f);
     }
-    matmul(0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, 1.0f, out, OC);
+    matmul_team(0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, 1.0f, out, OC);
 }
 
 // dinp (N,IC) = dout @ weight (overwritten): the input gradient (B).
 static void linear_backward_input(float *dinp, const float *dout, const float *weight, int N, int IC, int OC) {
-    matmul(0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
+    KERNEL_TEAM(linear_backward_input(dinp, dout, weight, N, IC, OC));
+    matmul_team(0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
 }
 
 // dweight (OC,IC) += dout^T @ inp; dbias (OC) += column sums of dout: the weight gradient (W).
 static void linear_backward_weight(float *dweight, float *dbias, const float *dout, const float *inp, int N, int IC,
                                    int OC) {
-    matmul(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+    KERNEL_TEAM(linear_backward_weight(dweight, dbias, dout, inp, N, IC, OC));
+    matmul_team(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
     if (dbias) column_sum_accumulate(dbias, dout, N, OC);
 }
 
@@ -262,8 +270,9 @@ static inline vf gelu_grad_vec(vf x, vf dout) {
 // out (n) = gelu(inp); dinout (n): d/d(output) in, d/d(input) out. Blocks of
 // VEC_LANES; the tail goes through the same lanes, zero-padded.
 static void gelu_forward(float *out, const float *inp, size_t n) {
+    KERNEL_TEAM(gelu_forward(out, inp, n));
     size_t blocks = (n + VEC_LANES - 1) / VEC_LANES;
-#pragma omp parallel for schedule(static)
+#pragma omp for schedule(static)
     for (size_t b = 0; b < blocks; b++) {
         size_t i = b * VEC_LANES, len = n - i < VEC_LANES ? n - i : VEC_LANES;
         if (len == VEC_LANES) { vf_store(out + i, gelu_vec(vf_load(inp + i))); continue; }
@@ -275,8 +284,9 @@ static void gelu_forward(float *out, const float *inp, size_t n) {
 }
 
 static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {
+    KERNEL_TEAM(gelu_backward_inplace(dinout, inp, n));
     size_t blocks = (n + VEC_LANES - 1) / VEC_LANES;
-#pragma omp parallel for schedule(static)
+#pragma omp for schedule(static)
     for (size_t b = 0; b < blocks; b++) {
         size_t i = b * VEC_LANES, len = n - i < VEC_LANES ? n - i : VEC_LANES;
         if (len == VEC_LANES) { vf_store(dinout + i, gelu_grad_vec(vf_load(inp + i), vf_load(dinout + i))); continue; }

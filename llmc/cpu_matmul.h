@@ -227,6 +227,8 @@ static inline const char *matmul_backend_name(void) {
     return name;
 }
 
+// The whole product by the calling thread, or outside a parallel region by
+// the backend's own threads (inside one, both backends run single-threaded).
 static inline void matmul(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                           const float *B, int ldb, float beta, float *C, int ldc) {
     if (M == 0 || N == 0) return;
@@ -238,6 +240,57 @@ static inline void matmul(int transA, int transB, int M, int N, int K, float alp
     }
 #endif
     matmul_native(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// ---------------------------------------------------------------------------
+// kernels that share one OpenMP team
+//
+// A CPU kernel work-shares its loops over the team it is called in (orphaned
+// `omp for`, whose implicit barrier ends each loop), so a caller can run a
+// sequence of kernels inside one parallel region: the threads are kept and
+// wait at barriers instead of being forked and joined per kernel. Called
+// outside any region, a kernel opens its own: KERNEL_TEAM(call), first in the
+// kernel, runs `call` (the kernel itself, same arguments) in a new team.
+#ifdef _OPENMP
+#define KERNEL_TEAM(call)                     \
+    do {                                      \
+        if (omp_get_level() == 0) {           \
+            _Pragma("omp parallel") { call; } \
+            return;                           \
+        }                                     \
+    } while (0)
+static inline int omp_team_size(void) { return omp_get_num_threads(); }
+#else
+#define KERNEL_TEAM(call) ((void)0)
+static inline int omp_team_size(void) { return 1; }
+#endif
+
+// matmul shared by the calling team: each thread the product's slice of the
+// larger of M and N (whole register tiles of the native kernel), computed by
+// the backend single-threaded; every element sums its depth as the whole
+// product does. Returns when the whole product is done. Outside a parallel
+// region (or in a team of one) it is matmul.
+static void matmul_team(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                        const float *B, int ldb, float beta, float *C, int ldc) {
+    int P = omp_team_size(), t = omp_thread_id();
+    if (P == 1) {
+        matmul(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    if (M >= N) {  // rows [i0, i0 + rows) of C and op(A)
+        int per = (int)round_up_i64(ceil_div_i64(M, P), MM_MR), i0 = t * per < M ? t * per : M;
+        int rows = M - i0 < per ? M - i0 : per;
+        if (rows > 0)
+            matmul(transA, transB, rows, N, K, alpha, transA ? A + i0 : A + (size_t)i0 * lda, lda, B, ldb, beta,
+                   C + (size_t)i0 * ldc, ldc);
+    } else {  // columns [j0, j0 + cols) of C and op(B)
+        int per = (int)round_up_i64(ceil_div_i64(N, P), MM_NR), j0 = t * per < N ? t * per : N;
+        int cols = N - j0 < per ? N - j0 : per;
+        if (cols > 0)
+            matmul(transA, transB, M, cols, K, alpha, A, lda, transB ? B + (size_t)j0 * ldb : B + j0, ldb, beta,
+                   C + j0, ldc);
+    }
+#pragma omp barrier
 }
 
 // Achieved GFLOP/s of the best sgemm in this build (OpenBLAS when built with it,
