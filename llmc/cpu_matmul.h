@@ -165,6 +165,44 @@ static void mm_micro(int kc, const float *ap, const float *bp, float *C, int ldc
 // C strip (MC x NR, in L2) KB/KC times in a row, so C goes through memory
 // K/KB times, not K/KC. Every element of C sums its depth in the same order
 // whatever the thread count: the result does not depend on it.
+// This is thread t's part of a team of P sharing apack (P = 1: all of it, with no barrier).
+static void mm_native_part(int P, int t, int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                           int lda, const float *B, int ldb, float beta, float *C, int ldc, float *apack) {
+    int n_strips = (int)ceil_div_i64(N, MM_NR);
+    float bpack[MM_KC * MM_NR] __attribute__((aligned(64)));
+    for (int i0 = 0; i0 < M; i0 += MM_MC) {
+        int mc = M - i0 < MM_MC ? M - i0 : MM_MC;
+        for (int kb0 = 0; kb0 < K; kb0 += MM_KB) {
+            int kb = K - kb0 < MM_KB ? K - kb0 : MM_KB;
+            // strip r0 holds rows i0+r0.. at depth kb0..: k -> MR floats, kb deep
+            for (int r0 = t * MM_MR; r0 < mc; r0 += P * MM_MR)
+                mm_pack_a_strip(transA, A, lda, i0 + r0, mc - r0 < MM_MR ? mc - r0 : MM_MR, kb0, kb,
+                                apack + (size_t)r0 * kb);
+            if (P > 1) {
+#pragma omp barrier
+            }
+            for (int s = t; s < n_strips; s += P) {
+                int j0 = s * MM_NR;
+                int nr = N - j0 < MM_NR ? N - j0 : MM_NR;
+                for (int k0 = kb0; k0 < kb0 + kb; k0 += MM_KC) {
+                    int kc = kb0 + kb - k0 < MM_KC ? kb0 + kb - k0 : MM_KC;
+                    float beta_k = k0 == 0 ? beta : 1.0f;
+                    mm_pack_b_strip(transB, B, ldb, k0, kc, j0, nr, bpack);
+                    for (int r0 = 0; r0 < mc; r0 += MM_MR) {
+                        int rows = mc - r0 < MM_MR ? mc - r0 : MM_MR;
+                        mm_micro(kc, apack + (size_t)r0 * kb + (size_t)(k0 - kb0) * MM_MR, bpack,
+                                 C + (size_t)(i0 + r0) * ldc + j0, ldc, rows, nr, alpha, beta_k);
+                    }
+                }
+            }
+            if (P > 1) {  // (apack is repacked next)
+#pragma omp barrier
+            }
+        }
+    }
+}
+
+// The product on this machine's threads, or inside a parallel region on the calling thread alone.
 static void matmul_native(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                           const float *B, int ldb, float beta, float *C, int ldc) {
     if (K == 0) {
@@ -175,36 +213,15 @@ static void matmul_native(int transA, int transB, int M, int N, int K, float alp
     int mc_max = M < MM_MC ? (int)round_up_i64(M, MM_MR) : MM_MC;
     int kb_max = K < MM_KB ? K : MM_KB;
     float *apack = (float *)alignedMallocCheck(sizeof(float) * (size_t)mc_max * kb_max);
-    int n_strips = (int)ceil_div_i64(N, MM_NR);
-    for (int i0 = 0; i0 < M; i0 += MM_MC) {
-        int mc = M - i0 < MM_MC ? M - i0 : MM_MC;
-        for (int kb0 = 0; kb0 < K; kb0 += MM_KB) {
-            int kb = K - kb0 < MM_KB ? K - kb0 : MM_KB;
+#ifdef _OPENMP
+    if (omp_get_level() == 0 && omp_get_max_threads() > 1) {
 #pragma omp parallel
-            {
-                // strip r0 holds rows i0+r0.. at depth kb0..: k -> MR floats, kb deep
-#pragma omp for schedule(static)
-                for (int r0 = 0; r0 < mc; r0 += MM_MR)
-                    mm_pack_a_strip(transA, A, lda, i0 + r0, mc - r0 < MM_MR ? mc - r0 : MM_MR, kb0, kb,
-                                    apack + (size_t)r0 * kb);
-                float bpack[MM_KC * MM_NR] __attribute__((aligned(64)));
-#pragma omp for schedule(static)
-                for (int s = 0; s < n_strips; s++) {
-                    int j0 = s * MM_NR;
-                    int nr = N - j0 < MM_NR ? N - j0 : MM_NR;
-                    for (int k0 = kb0; k0 < kb0 + kb; k0 += MM_KC) {
-                        int kc = kb0 + kb - k0 < MM_KC ? kb0 + kb - k0 : MM_KC;
-                        float beta_k = k0 == 0 ? beta : 1.0f;
-                        mm_pack_b_strip(transB, B, ldb, k0, kc, j0, nr, bpack);
-                        for (int r0 = 0; r0 < mc; r0 += MM_MR) {
-                            int rows = mc - r0 < MM_MR ? mc - r0 : MM_MR;
-                            mm_micro(kc, apack + (size_t)r0 * kb + (size_t)(k0 - kb0) * MM_MR, bpack,
-                                     C + (size_t)(i0 + r0) * ldc + j0, ldc, rows, nr, alpha, beta_k);
-                        }
-                    }
-                }
-            }
-        }
+        mm_native_part(omp_get_num_threads(), omp_get_thread_num(), transA, transB, M, N, K, alpha, A, lda, B, ldb,
+                       beta, C, ldc, apack);
+    } else
+#endif
+    {
+        mm_native_part(1, 0, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, apack);
     }
     free(apack);
 }
