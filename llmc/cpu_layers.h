@@ -303,20 +303,24 @@ static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {
 // (when dloss != 0) its backward in place: logits <- dloss * (softmax - onehot).
 // Only the V real rows of wte are touched; padded rows never enter.
 
-// losses (N) per position; returns their sum. targets may be NULL (no loss).
+// losses (N) per position; returns their sum. targets may be NULL (no loss:
+// nothing to do). With dloss, one exponential per logit: the row becomes
+// exp(logit - max), then is scaled by dloss / sum (a pass in L2: a row of
+// GPT-2's vocabulary is 200 KB).
 static double softmax_crossentropy(float *logits, float *losses, const int *targets, int N, int V, float dloss) {
+    if (!targets) return 0.0;
     double total = 0.0;
 #pragma omp parallel for reduction(+ : total)
     for (int i = 0; i < N; i++) {
         float *row = logits + (size_t)i * V;
-        float mx = vec_max(row, V);
-        float lse = mx + logf(vec_exp_sum(row, V, mx, 1.0f, 0));
-        if (!targets) continue;
         int y = targets[i];
-        losses[i] = lse - row[y];
+        float mx = vec_max(row, V), target_logit = row[y];
+        float sum = vec_exp_sum(row, V, mx, 1.0f, dloss != 0.0f);
+        losses[i] = mx + logf(sum) - target_logit;
         total += losses[i];
         if (dloss != 0.0f) {
-            vec_exp_sum(row, V, lse, dloss, 1);
+            float scale = dloss / sum;
+            for (int v = 0; v < V; v++) row[v] *= scale;
             row[y] -= dloss;
         }
     }

@@ -278,9 +278,10 @@ static double gpt_vocab_parallel_crossentropy(GPT *m, float *logits, float *loss
         for (int r = 0; r < tp->size; r++) g = gathered[(size_t)r * N + i] > g ? gathered[(size_t)r * N + i] : g;
         mx[i] = g;
         float *row = logits + (size_t)i * vreal;
-        sums[i] = vreal > 0 ? vec_exp_sum(row, vreal, g, 1.0f, 0) : 0.0;
         int t = targets[i] - v0;
         sums[N + i] = t >= 0 && t < vreal ? row[t] : 0.0;
+        // (with dloss the row keeps exp(logit - max), scaled below as softmax_crossentropy does)
+        sums[i] = vreal > 0 ? vec_exp_sum(row, vreal, g, 1.0f, dloss != 0.0f) : 0.0;
     }
     tp_all_reduce(tp, sums, 2 * (size_t)N, COMM_F64);
     double total = 0.0;
@@ -290,8 +291,8 @@ static double gpt_vocab_parallel_crossentropy(GPT *m, float *logits, float *loss
         losses[i] = lse - (float)sums[N + i];
         total += losses[i];
         if (dloss == 0.0f || vreal == 0) continue;
-        float *row = logits + (size_t)i * vreal;
-        vec_exp_sum(row, vreal, lse, dloss, 1);
+        float *row = logits + (size_t)i * vreal, scale = dloss / (float)sums[i];
+        for (int v = 0; v < vreal; v++) row[v] *= scale;
         int t = targets[i] - v0;
         if (t >= 0 && t < vreal) row[t] -= dloss;
     }
