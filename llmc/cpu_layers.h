@@ -145,20 +145,84 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
 }
 
 // ---------------------------------------------------------------------------
+// GELU, tanh approximation
+
+#define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrt(2 / pi)
+
+// VEC_LANES lanes of GELU (or, with grad, of its derivative times dout)
+static inline vf gelu_vec(vf x) {
+    vf th = vf_tanh(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
+    return 0.5f * x * (1.0f + th);
+}
+static inline vf gelu_grad_vec(vf x, vf dout) {
+    vf th = vf_tanh(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
+    vf sech2 = 1.0f - th * th;
+    vf local = 0.5f * (1.0f + th) + x * 0.5f * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
+    return dout * local;
+}
+
+// out (n) = gelu(inp); dinout (n): d/d(output) in, d/d(input) out. Blocks of
+// VEC_LANES; the tail goes through the same lanes, zero-padded (so every
+// element gets the same bits wherever a span starts).
+static void gelu_span(float *out, const float *inp, size_t n) {
+    for (size_t i = 0; i < n; i += VEC_LANES) {
+        size_t len = n - i < VEC_LANES ? n - i : VEC_LANES;
+        if (len == VEC_LANES) { vf_store(out + i, gelu_vec(vf_load(inp + i))); continue; }
+        float x[VEC_LANES] = {0};
+        memcpy(x, inp + i, len * sizeof(float));
+        vf y = gelu_vec(vf_load(x));
+        memcpy(out + i, &y, len * sizeof(float));
+    }
+}
+static void gelu_forward(float *out, const float *inp, size_t n) {
+    KERNEL_TEAM(gelu_forward(out, inp, n));
+    const size_t block = 64 * VEC_LANES;
+    size_t blocks = (n + block - 1) / block;
+#pragma omp for schedule(static)
+    for (size_t b = 0; b < blocks; b++) gelu_span(out + b * block, inp + b * block, n - b * block < block ? n - b * block : block);
+}
+
+static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {
+    KERNEL_TEAM(gelu_backward_inplace(dinout, inp, n));
+    size_t blocks = (n + VEC_LANES - 1) / VEC_LANES;
+#pragma omp for schedule(static)
+    for (size_t b = 0; b < blocks; b++) {
+        size_t i = b * VEC_LANES, len = n - i < VEC_LANES ? n - i : VEC_LANES;
+        if (len == VEC_LANES) { vf_store(dinout + i, gelu_grad_vec(vf_load(inp + i), vf_load(dinout + i))); continue; }
+        float x[VEC_LANES] = {0}, d[VEC_LANES] = {0};
+        memcpy(x, inp + i, len * sizeof(float));
+        memcpy(d, dinout + i, len * sizeof(float));
+        vf g = gelu_grad_vec(vf_load(x), vf_load(d));
+        memcpy(dinout + i, &g, len * sizeof(float));
+    }
+}
+
+// ---------------------------------------------------------------------------
 // linear layers: out (N,OC) = inp (N,IC) @ weight(OC,IC)^T + bias (OC)
 
 // out = (residual ? residual : 0) + bias + inp @ weight^T. With a residual
-// this fuses the residual add into the matmul (beta = 1).
-static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
-                           const float *residual, int N, int IC, int OC) {
-    KERNEL_TEAM(linear_forward(out, inp, weight, bias, residual, N, IC, OC));
-#pragma omp for schedule(static)
-    for (int i = 0; i < N; i++) {
+// this fuses the residual add into the matmul (beta = 1). With gelu_out, also
+// gelu_out = gelu(out) (the MLP's first layer). Each thread of the team sets
+// up, multiplies and activates its own slice of out, in cache, with no wait
+// between (one barrier at the end).
+static void linear_act_forward(float *out, float *gelu_out, const float *inp, const float *weight, const float *bias,
+                               const float *residual, int N, int IC, int OC) {
+    KERNEL_TEAM(linear_act_forward(out, gelu_out, inp, weight, bias, residual, N, IC, OC));
+    MatmulSlice s = matmul_team_slice(N, OC);
+    for (int i = s.i0; i < s.i0 + s.rows; i++) {
         float *o = out + (size_t)i * OC;
         const float *r = residual ? residual + (size_t)i * OC : NULL;
-        for (int j = 0; j < OC; j++) o[j] = (bias ? bias[j] : 0.0f) + (r ? r[j] : 0.0f);
+        for (int j = s.j0; j < s.j0 + s.cols; j++) o[j] = (bias ? bias[j] : 0.0f) + (r ? r[j] : 0.0f);
     }
-    matmul_team(0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, 1.0f, out, OC);
+    matmul_slice(s, 0, 1, IC, 1.0f, inp, IC, weight, IC, 1.0f, out, OC);
+    if (gelu_out)
+        for (int i = s.i0; i < s.i0 + s.rows; i++)
+            gelu_span(gelu_out + (size_t)i * OC + s.j0, out + (size_t)i * OC + s.j0, (size_t)s.cols);
+#pragma omp barrier
+}
+static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
+                           const float *residual, int N, int IC, int OC) {
+    linear_act_forward(out, NULL, inp, weight, bias, residual, N, IC, OC);
 }
 
 // dinp (N,IC) = dout @ weight (overwritten): the input gradient (B).
@@ -247,54 +311,6 @@ static void attention_backward(float *dqkv, float *scratch, const float *dout, c
             matmul(1, 0, T, hs, T, scale, ds, T, q, (int)C3, 0.0f, dk, (int)C3);   // dk = ds^T @ q * scale
             matmul(1, 0, T, hs, T, 1.0f, p, T, dO, C, 0.0f, dv, (int)C3);          // dv = p^T @ dO
         }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// GELU, tanh approximation
-
-#define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrt(2 / pi)
-
-// VEC_LANES lanes of GELU (or, with grad, of its derivative times dout)
-static inline vf gelu_vec(vf x) {
-    vf th = vf_tanh(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
-    return 0.5f * x * (1.0f + th);
-}
-static inline vf gelu_grad_vec(vf x, vf dout) {
-    vf th = vf_tanh(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
-    vf sech2 = 1.0f - th * th;
-    vf local = 0.5f * (1.0f + th) + x * 0.5f * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
-    return dout * local;
-}
-
-// out (n) = gelu(inp); dinout (n): d/d(output) in, d/d(input) out. Blocks of
-// VEC_LANES; the tail goes through the same lanes, zero-padded.
-static void gelu_forward(float *out, const float *inp, size_t n) {
-    KERNEL_TEAM(gelu_forward(out, inp, n));
-    size_t blocks = (n + VEC_LANES - 1) / VEC_LANES;
-#pragma omp for schedule(static)
-    for (size_t b = 0; b < blocks; b++) {
-        size_t i = b * VEC_LANES, len = n - i < VEC_LANES ? n - i : VEC_LANES;
-        if (len == VEC_LANES) { vf_store(out + i, gelu_vec(vf_load(inp + i))); continue; }
-        float x[VEC_LANES] = {0};
-        memcpy(x, inp + i, len * sizeof(float));
-        vf y = gelu_vec(vf_load(x));
-        memcpy(out + i, &y, len * sizeof(float));
-    }
-}
-
-static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {
-    KERNEL_TEAM(gelu_backward_inplace(dinout, inp, n));
-    size_t blocks = (n + VEC_LANES - 1) / VEC_LANES;
-#pragma omp for schedule(static)
-    for (size_t b = 0; b < blocks; b++) {
-        size_t i = b * VEC_LANES, len = n - i < VEC_LANES ? n - i : VEC_LANES;
-        if (len == VEC_LANES) { vf_store(dinout + i, gelu_grad_vec(vf_load(inp + i), vf_load(dinout + i))); continue; }
-        float x[VEC_LANES] = {0}, d[VEC_LANES] = {0};
-        memcpy(x, inp + i, len * sizeof(float));
-        memcpy(d, dinout + i, len * sizeof(float));
-        vf g = gelu_grad_vec(vf_load(x), vf_load(d));
-        memcpy(dinout + i, &g, len * sizeof(float));
     }
 }
 

@@ -282,31 +282,41 @@ static inline int omp_team_size(void) { return omp_get_num_threads(); }
 static inline int omp_team_size(void) { return 1; }
 #endif
 
-// matmul shared by the calling team: each thread the product's slice of the
-// larger of M and N (whole register tiles of the native kernel), computed by
-// the backend single-threaded; every element sums its depth as the whole
-// product does. Returns when the whole product is done. Outside a parallel
-// region (or in a team of one) it is matmul.
+// The part of C (M, N) that thread t of a team of P computes when the team
+// shares a product: a slice of the larger of M and N, whole register tiles
+// of the native kernel (rows or cols is 0 for a thread without one).
+typedef struct { int i0, rows, j0, cols; } MatmulSlice;
+static inline MatmulSlice matmul_team_slice(int M, int N) {
+    int P = omp_team_size(), t = omp_thread_id();
+    MatmulSlice s = {0, M, 0, N};
+    if (M >= N) {
+        int per = (int)round_up_i64(ceil_div_i64(M, P), MM_MR);
+        s.i0 = t * per < M ? t * per : M;
+        s.rows = M - s.i0 < per ? M - s.i0 : per;
+    } else {
+        int per = (int)round_up_i64(ceil_div_i64(N, P), MM_NR);
+        s.j0 = t * per < N ? t * per : N;
+        s.cols = N - s.j0 < per ? N - s.j0 : per;
+    }
+    return s;
+}
+
+// Slice s of the product, by the calling thread (the whole of it, in a team
+// of one, by matmul's threads): every element sums its depth as the whole
+// product does.
+static void matmul_slice(MatmulSlice s, int transA, int transB, int K, float alpha, const float *A, int lda,
+                         const float *B, int ldb, float beta, float *C, int ldc) {
+    if (s.rows == 0 || s.cols == 0) return;
+    matmul(transA, transB, s.rows, s.cols, K, alpha, transA ? A + s.i0 : A + (size_t)s.i0 * lda, lda,
+           transB ? B + (size_t)s.j0 * ldb : B + s.j0, ldb, beta, C + (size_t)s.i0 * ldc + s.j0, ldc);
+}
+
+// matmul shared by the calling team, each thread its matmul_team_slice;
+// returns when the whole product is done. Outside a parallel region (or in a
+// team of one) it is matmul.
 static void matmul_team(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                         const float *B, int ldb, float beta, float *C, int ldc) {
-    int P = omp_team_size(), t = omp_thread_id();
-    if (P == 1) {
-        matmul(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
-    }
-    if (M >= N) {  // rows [i0, i0 + rows) of C and op(A)
-        int per = (int)round_up_i64(ceil_div_i64(M, P), MM_MR), i0 = t * per < M ? t * per : M;
-        int rows = M - i0 < per ? M - i0 : per;
-        if (rows > 0)
-            matmul(transA, transB, rows, N, K, alpha, transA ? A + i0 : A + (size_t)i0 * lda, lda, B, ldb, beta,
-                   C + (size_t)i0 * ldc, ldc);
-    } else {  // columns [j0, j0 + cols) of C and op(B)
-        int per = (int)round_up_i64(ceil_div_i64(N, P), MM_NR), j0 = t * per < N ? t * per : N;
-        int cols = N - j0 < per ? N - j0 : per;
-        if (cols > 0)
-            matmul(transA, transB, M, cols, K, alpha, A, lda, transB ? B + (size_t)j0 * ldb : B + j0, ldb, beta,
-                   C + j0, ldc);
-    }
+    matmul_slice(matmul_team_slice(M, N), transA, transB, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #pragma omp barrier
 }
 

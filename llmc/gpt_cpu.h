@@ -369,8 +369,7 @@ static float gpt_stage_forward(GPT *m, GPTActivations *a, const int *inputs, con
             gpt_row_parallel_forward(m, a, a->residual2[l], a->atty[l], w.attprojw, w.attprojb, residual, N, Cl, C);
             gpt_layernorm_gathered(m, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w.ln2w, w.ln2b, N,
                                    C);
-            linear_forward(a->fch[l], a->ln2[l], w.fcw, w.fcb, NULL, N, C, 4 * Cl);
-            gelu_forward(a->fch_gelu[l], a->fch[l], (size_t)N * 4 * Cl);
+            linear_act_forward(a->fch[l], a->fch_gelu[l], a->ln2[l], w.fcw, w.fcb, NULL, N, C, 4 * Cl);
             gpt_row_parallel_forward(m, a, a->residual3[l], a->fch_gelu[l], w.fcprojw, w.fcprojb, a->residual2[l], N,
                                      4 * Cl, C));
     }

@@ -85,6 +85,9 @@ static OpStat *op_row(const char *name) {
 #define linear_forward(out, inp, w, b, res, N, IC, OC)                                               \
     PROFV((res) ? "linear+residual" : "linear", D(N) * (IC) + D(IC) * (OC) + D(N) * (OC) * (1 + ((res) != NULL)), \
           2 * D(N) * (IC) * (OC), linear_forward(out, inp, w, b, res, N, IC, OC))
+#define linear_act_forward(out, g, inp, w, b, res, N, IC, OC)                                     \
+    PROFV("linear+gelu", D(N) * (IC) + D(IC) * (OC) + 2 * D(N) * (OC), 2 * D(N) * (IC) * (OC),        \
+          linear_act_forward(out, g, inp, w, b, res, N, IC, OC))
 #define linear_backward_input(dinp, dout, w, N, IC, OC)                                              \
     PROFV("linear dinp", D(N) * (OC) + D(IC) * (OC) + D(N) * (IC), 2 * D(N) * (IC) * (OC),          \
           linear_backward_input(dinp, dout, w, N, IC, OC))
