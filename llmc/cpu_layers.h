@@ -179,7 +179,8 @@ static void gelu_forward(float *out, const float *inp, size_t n) {
     const size_t block = 64 * VEC_LANES;
     size_t blocks = (n + block - 1) / block;
 #pragma omp for schedule(static)
-    for (size_t b = 0; b < blocks; b++) gelu_span(out + b * block, inp + b * block, n - b * block < block ? n - b * block : block);
+    for (size_t b = 0; b < blocks; b++)
+        gelu_span(out + b * block, inp + b * block, n - b * block < block ? n - b * block : block);
 }
 
 static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {

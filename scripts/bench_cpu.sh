@@ -41,22 +41,29 @@ done
 cat llmc/*.h train_gpt.c > "$tmp/corpus.txt"
 "$BUILD/tokenize" --bytes 1 --out-dir "$tmp" --name bench "$tmp/corpus.txt" >/dev/null
 
+# measure LABEL DATA COMMAND...: one training run of COMMAND (its flags name --batch-size and --seq-len)
+# on the shards DATA; sets peak, gflop and kernel (from its compute: line), tokens (a step's) and ms
+# (the median step after the first); on failure prints LABEL and the log's last line and returns 1
+measure() {
+    local label=$1 data=$2
+    shift 2
+    local log=$tmp/run.log line
+    if ! "$@" --data-train "$data" --log-json "$tmp/run.jsonl" >"$log" 2>&1; then
+        echo "$label: $(tail -1 "$log")"; return 1
+    fi
+    line=$(grep -m1 '^compute:' "$log")
+    peak=$(sed -n 's/.*peak \([0-9.]*\) GFLOP\/s.*/\1/p' <<<"$line")
+    gflop=$(sed -n 's/.*, \([0-9.]*\) GFLOP\/step.*/\1/p' <<<"$line")
+    kernel=$(sed -n 's/.*matmul \(.*\), peak.*/\1/p' <<<"$line")
+    tokens=$(( $(sed -n 's/.*--batch-size \([0-9]*\).*/\1/p' <<<"$*") * $(sed -n 's/.*--seq-len \([0-9]*\).*/\1/p' <<<"$*") ))
+    ms=$(grep -v '^{"step":1,\|^{"run"' "$tmp/run.jsonl" | grep -o '"ms":[0-9.]*' | cut -d: -f2 | median)
+}
 # small_run NAME BINARY THREADS ARGS...: one run of a small model; prints its row (achieved GFLOP/s; the
 # share of the peak is added at the end) and appends "NAME BINARY ms gflop peak tokens" to $tmp/small
 small_run() {
     local name=$1 bin=$2 threads=$3
     shift 3
-    local log=$tmp/run.log
-    if ! OMP_NUM_THREADS=$threads "$bin" --data-train "$tmp/$name"_train_"*.bin" "$@" --log-json "$tmp/run.jsonl" \
-        >"$log" 2>&1; then
-        echo "$name $bin: $(tail -1 "$log")"; return
-    fi
-    local line peak gflop ms tokens
-    line=$(grep -m1 '^compute:' "$log")
-    peak=$(sed -n 's/.*peak \([0-9.]*\) GFLOP\/s.*/\1/p' <<<"$line")
-    gflop=$(sed -n 's/.*, \([0-9.]*\) GFLOP\/step.*/\1/p' <<<"$line")
-    tokens=$(( $(sed -n 's/.*--batch-size \([0-9]*\).*/\1/p' <<<"$*") * $(sed -n 's/.*--seq-len \([0-9]*\).*/\1/p' <<<"$*") ))
-    ms=$(grep -v '^{"step":1,\|^{"run"' "$tmp/run.jsonl" | grep -o '"ms":[0-9.]*' | cut -d: -f2 | median)
+    measure "$name $bin" "$tmp/${name}_train_*.bin" env OMP_NUM_THREADS="$threads" "$bin" "$@" || return 0
     echo "$name $bin $ms $gflop $peak $tokens" >>"$tmp/small"
     awk -v n="$name" -v b="$bin" -v th="$threads" -v ms="$ms" -v gf="$gflop" -v tok="$tokens" 'BEGIN{
         printf "%-5s %-32s %3d %9.2f %9.0f %8.1f\n", n, b, th, ms, tok / (ms / 1000), gf / (ms / 1000) }'
@@ -110,18 +117,7 @@ small=(--n-layer 4 --n-embd 256 --n-head 4 --vocab-size 2048 --max-seq-len 256 -
 run() {
     local name=$1 backend=$2
     shift 2
-    local log=$tmp/run.log
-    if ! "$BUILD/train_gpt" --data-train "$tmp/bench_train_*.bin" "$@" --matmul "$backend" --log-json "$tmp/run.jsonl" \
-        >"$log" 2>&1; then
-        echo "$name $backend: $(tail -1 "$log")"; return
-    fi
-    local line peak gflop kernel tokens ms
-    line=$(grep -m1 '^compute:' "$log")
-    peak=$(sed -n 's/.*peak \([0-9.]*\) GFLOP\/s.*/\1/p' <<<"$line")
-    gflop=$(sed -n 's/.*, \([0-9.]*\) GFLOP\/step.*/\1/p' <<<"$line")
-    kernel=$(sed -n 's/.*matmul \(.*\), peak.*/\1/p' <<<"$line")
-    tokens=$(( $(sed -n 's/.*--batch-size \([0-9]*\).*/\1/p' <<<"$*") * $(sed -n 's/.*--seq-len \([0-9]*\).*/\1/p' <<<"$*") ))
-    ms=$(grep -v '^{"step":1,\|^{"run"' "$tmp/run.jsonl" | grep -o '"ms":[0-9.]*' | cut -d: -f2 | median)
+    measure "$name $backend" "$tmp/bench_train_*.bin" "$BUILD/train_gpt" "$@" --matmul "$backend" || return 0
     echo "$name $backend $ms" >>"$tmp/ms"
     awk -v n="$name" -v k="$kernel" -v ms="$ms" -v gf="$gflop" -v peak="$peak" -v tok="$tokens" 'BEGIN{
         achieved = gf / (ms / 1000); printf "%-6s %-24s %9.1f %9.0f %8.1f %9.1f %7.1f%%\n",

@@ -3,10 +3,9 @@
 // steps), a finite-difference check of every tensor's gradient, the matmul
 // backends against a naive triple loop, and a step's threading: the same bits
 // on 1 and 2 threads, a few OpenMP parallel regions per layer.
-#include <dlfcn.h>
-
 #include "llmc/gpt_cpu.h"
 #include "llmc/modelfile.h"
+#include "llmc/omp_regions.h"
 #include "llmc/optimizer.h"
 #include "llmc/schedule.h"
 #include "tests/testing.h"
@@ -49,18 +48,6 @@ static void fixture_load(Fixture *fx, int64_t num_params) {
     freadExact(fx->losses, sizeof(float), (size_t)fx->nsteps, f, STATE_FIXTURE);
     fclose(f);
 }
-
-#ifdef _OPENMP
-// OpenMP parallel regions entered (ours and OpenBLAS's): every one starts at
-// libgomp's GOMP_parallel, which this definition counts before forwarding to it.
-static long g_regions;
-void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags) {
-    static void (*real)(void (*)(void *), void *, unsigned, unsigned);
-    if (!real) *(void **)&real = dlsym(RTLD_NEXT, "GOMP_parallel");
-    __atomic_add_fetch(&g_regions, 1, __ATOMIC_RELAXED);
-    real(fn, data, num_threads, flags);
-}
-#endif
 
 // One training step's forward + backward on a zeroed gradient; returns the loss.
 static float forward_backward(GPT *m, const int *x, const int *y, int B, int T) {
@@ -333,9 +320,9 @@ static void test_threads(GPT *m, const Fixture *fx) {
         for (int threads = 1; threads <= 2; threads++) {
             omp_set_num_threads(threads);
             gpt_activations_free(&m->acts);  // (its attention scratch is per thread)
-            long r0 = g_regions;
+            long r0 = omp_regions_entered();
             forward_backward(m, fx->x, fx->y, fx->B, fx->T);
-            regions = g_regions - r0;
+            regions = omp_regions_entered() - r0;
             if (threads == 1) memcpy(one, m->grads, sizeof(float) * (size_t)n);
         }
         if (backend == 1)

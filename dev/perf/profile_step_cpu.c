@@ -9,21 +9,8 @@
 // and =2 to see what the threads buy at each kernel.
 //   build/dev/perf/profile_step_cpu [MODEL=d12] [B=4] [T=64] [steps=8] [matmul=auto]
 // MODEL: a preset (d12|d24|d36|d48) or LxCxNHxV, e.g. 4x128x4x65 (max_seq_len = T).
-#include <dlfcn.h>
-
 #include "llmc/cpu_layers.h"
-
-// ---------------------------------------------------------------------------
-// OpenMP parallel regions: every `omp parallel` (ours and OpenBLAS's) enters
-// libgomp through GOMP_parallel; this definition counts them and forwards to
-// libgomp's (the executable's symbol comes first for the shared libraries too).
-static long g_regions;
-void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags) {
-    static void (*real)(void (*)(void *), void *, unsigned, unsigned);
-    if (!real) *(void **)&real = dlsym(RTLD_NEXT, "GOMP_parallel");
-    __atomic_add_fetch(&g_regions, 1, __ATOMIC_RELAXED);
-    real(fn, data, num_threads, flags);
-}
+#include "llmc/omp_regions.h"  // defines: omp_regions_entered
 
 // ---------------------------------------------------------------------------
 // per-kernel accounting: every kernel call gpt_cpu.h makes goes through
@@ -52,13 +39,13 @@ static OpStat *op_row(const char *name) {
 #define PROF(name, nbytes, nflops, call)                                              \
     ({                                                                                \
         int rec_ = omp_thread_id() == 0;                                              \
-        long r_ = g_regions;                                                          \
+        long r_ = omp_regions_entered();                                              \
         double t_ = wall_seconds();                                                   \
         __typeof__(call) v_ = call;                                                   \
         if (rec_) {                                                                   \
             OpStat *row_ = op_row(name);                                              \
             row_->seconds += wall_seconds() - t_;                                     \
-            row_->regions += g_regions - r_;                                          \
+            row_->regions += omp_regions_entered() - r_;                              \
             row_->bytes += 4.0 * (double)(nbytes);                                    \
             row_->flops += (double)(nflops);                                          \
             row_->calls++;                                                            \
@@ -70,7 +57,7 @@ static OpStat *op_row(const char *name) {
 
 // The kernels gpt_cpu.h calls, each with the floats its tensors hold (read + written) and its FLOPs.
 #define D(x) ((double)(x))
-#define matmul_team(ta, tb, M, N, K, al, A, lda, Bm, ldb, be, Cm, ldc)                                      \
+#define matmul_team(ta, tb, M, N, K, al, A, lda, Bm, ldb, be, Cm, ldc)                \
     PROFV("classifier matmul", D(M) * (K) + D(K) * (N) + D(M) * (N) * (1 + ((be) != 0.0f)), 2 * D(M) * (N) * (K), \
           matmul_team(ta, tb, M, N, K, al, A, lda, Bm, ldb, be, Cm, ldc))
 #define encoder_forward(out, inp, wte, wpe, B, T, C) \
@@ -80,26 +67,27 @@ static OpStat *op_row(const char *name) {
 #define layernorm_forward(out, mean, rstd, inp, w, b, N, C) \
     PROFV("layernorm", 2 * D(N) * (C) + 2 * D(C) + 2 * D(N), 0, layernorm_forward(out, mean, rstd, inp, w, b, N, C))
 #define layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C)                           \
-    PROFV("layernorm", 4 * D(N) * (C) + 5 * D(C) + 2 * D(N), 0,                                     \
+    PROFV("layernorm", 4 * D(N) * (C) + 5 * D(C) + 2 * D(N), 0,                       \
           layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C))
-#define linear_forward(out, inp, w, b, res, N, IC, OC)                                               \
+#define linear_forward(out, inp, w, b, res, N, IC, OC)                                \
     PROFV((res) ? "linear+residual" : "linear", D(N) * (IC) + D(IC) * (OC) + D(N) * (OC) * (1 + ((res) != NULL)), \
           2 * D(N) * (IC) * (OC), linear_forward(out, inp, w, b, res, N, IC, OC))
 #define linear_act_forward(out, g, inp, w, b, res, N, IC, OC)                                     \
-    PROFV("linear+gelu", D(N) * (IC) + D(IC) * (OC) + 2 * D(N) * (OC), 2 * D(N) * (IC) * (OC),        \
+    PROFV("linear+gelu", D(N) * (IC) + D(IC) * (OC) + 2 * D(N) * (OC), 2 * D(N) * (IC) * (OC), \
           linear_act_forward(out, g, inp, w, b, res, N, IC, OC))
-#define linear_backward_input(dinp, dout, w, N, IC, OC)                                              \
-    PROFV("linear dinp", D(N) * (OC) + D(IC) * (OC) + D(N) * (IC), 2 * D(N) * (IC) * (OC),          \
+#define linear_backward_input(dinp, dout, w, N, IC, OC)                               \
+    PROFV("linear dinp", D(N) * (OC) + D(IC) * (OC) + D(N) * (IC), 2 * D(N) * (IC) * (OC), \
           linear_backward_input(dinp, dout, w, N, IC, OC))
-#define linear_backward_weight(dw, db, dout, inp, N, IC, OC)                                         \
-    PROFV("linear dweight", D(N) * (OC) + D(N) * (IC) + 2 * D(IC) * (OC), 2 * D(N) * (IC) * (OC),   \
+#define linear_backward_weight(dw, db, dout, inp, N, IC, OC)                          \
+    PROFV("linear dweight", D(N) * (OC) + D(N) * (IC) + 2 * D(IC) * (OC), 2 * D(N) * (IC) * (OC), \
           linear_backward_weight(dw, db, dout, inp, N, IC, OC))
-#define column_sum_accumulate(out, a, N, C) PROFV("bias grad", D(N) * (C) + 2 * D(C), 0, column_sum_accumulate(out, a, N, C))
-#define attention_forward(out, att, lse, qkv, B, T, C, NH)                                           \
-    PROFV("attention", 4 * D(B) * (T) * (C) + D(B) * (NH) * (T) * (T), 4 * D(B) * (T) * (T) * (C),  \
+#define column_sum_accumulate(out, a, N, C) \
+    PROFV("bias grad", D(N) * (C) + 2 * D(C), 0, column_sum_accumulate(out, a, N, C))
+#define attention_forward(out, att, lse, qkv, B, T, C, NH)                            \
+    PROFV("attention", 4 * D(B) * (T) * (C) + D(B) * (NH) * (T) * (T), 4 * D(B) * (T) * (T) * (C), \
           attention_forward(out, att, lse, qkv, B, T, C, NH))
-#define attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH)                               \
-    PROFV("attention", 7 * D(B) * (T) * (C) + D(B) * (NH) * (T) * (T), 8 * D(B) * (T) * (T) * (C),  \
+#define attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH)                \
+    PROFV("attention", 7 * D(B) * (T) * (C) + D(B) * (NH) * (T) * (T), 8 * D(B) * (T) * (T) * (C), \
           attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH))
 #define gelu_forward(out, inp, n) PROFV("gelu", 2 * D(n), 0, gelu_forward(out, inp, n))
 #define gelu_backward_inplace(d, inp, n) PROFV("gelu", 3 * D(n), 0, gelu_backward_inplace(d, inp, n))
@@ -149,19 +137,19 @@ int main(int argc, char **argv) {
                 g_ops[i] = (OpStat){.name = name};
             }
         }
-        long r0 = g_regions;
+        long r0 = omp_regions_entered();
         double t0 = wall_seconds();
         g_in_backward = 0;
         gpt_forward(&m, x, y, B, T, 1.0f / (float)(B * T));
         double t1 = wall_seconds();
-        long r1 = g_regions;
+        long r1 = omp_regions_entered();
         g_in_backward = 1;
         gpt_backward(&m);
         double t2 = wall_seconds();
-        long r2 = g_regions;
+        long r2 = omp_regions_entered();
         float norm = (float)sqrt(sum_of_squares(m.grads, n));
         double t3 = wall_seconds();
-        long r3 = g_regions;
+        long r3 = omp_regions_entered();
         AdamWConfig ac = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, s + 1};
         adamw_update_range(&m.layout, m.params, m.grads, ADAMW_ZERO_GRADS, adam_m, adam_v, 0, n, &ac,
                            grad_clip_scale(norm, 1.0f));
@@ -173,7 +161,7 @@ int main(int argc, char **argv) {
         regions_phase[FWD] += r1 - r0;
         regions_phase[BWD] += r2 - r1;
         regions_phase[NORM] += r3 - r2;
-        regions_phase[ADAM] += g_regions - r3;
+        regions_phase[ADAM] += omp_regions_entered() - r3;
     }
     int k = steps - warmup;
     double total = t_phase[FWD] + t_phase[BWD] + t_phase[NORM] + t_phase[ADAM], mm_s = 0, mm_flops = 0;
