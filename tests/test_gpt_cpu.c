@@ -5,9 +5,9 @@
 // on 1 and 2 threads, a few OpenMP parallel regions per layer.
 #include "llmc/gpt_cpu.h"
 #include "llmc/modelfile.h"
-#include "llmc/omp_regions.h"
 #include "llmc/optimizer.h"
 #include "llmc/schedule.h"
+#include "tests/omp_regions.h"
 #include "tests/testing.h"
 
 #define MODEL_FIXTURE "tests/fixtures/tiny_model.bin"

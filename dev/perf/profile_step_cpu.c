@@ -10,7 +10,7 @@
 //   build/dev/perf/profile_step_cpu [MODEL=d12] [B=4] [T=64] [steps=8] [matmul=auto]
 // MODEL: a preset (d12|d24|d36|d48) or LxCxNHxV, e.g. 4x128x4x65 (max_seq_len = T).
 #include "llmc/cpu_layers.h"
-#include "llmc/omp_regions.h"  // defines: omp_regions_entered
+#include "tests/omp_regions.h"  // defines: omp_regions_entered
 
 // ---------------------------------------------------------------------------
 // per-kernel accounting: every kernel call gpt_cpu.h makes goes through

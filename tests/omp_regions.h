@@ -2,10 +2,10 @@
 // and its libraries' (OpenBLAS's): with GCC every region starts at libgomp's
 // GOMP_parallel, which this header defines, counting, and forwards to
 // libgomp's (the executable's definition comes first for the shared libraries
-// too). For the profiler and the tests: include it in the one file of a
+// too). For test_gpt_cpu and the step profiler: include it in the one file of a
 // program that reads omp_regions_entered(); the trainers do not.
-#ifndef LLMC_OMP_REGIONS_H
-#define LLMC_OMP_REGIONS_H
+#ifndef TESTS_OMP_REGIONS_H
+#define TESTS_OMP_REGIONS_H
 
 #include <dlfcn.h>
 
@@ -24,4 +24,4 @@ void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigne
 }
 #endif
 
-#endif  // LLMC_OMP_REGIONS_H
+#endif  // TESTS_OMP_REGIONS_H
