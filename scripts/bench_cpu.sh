@@ -103,7 +103,7 @@ for name in v65 gpt2v; do
         old=$(awk -v n="$name" -v b="${bins[0]}" '$1 == n && $2 == b {print $3}' "$tmp/small" | median)
         new=$(awk -v n="$name" -v b="${bins[1]}" '$1 == n && $2 == b {print $3}' "$tmp/small" | median)
         [ -n "$old" ] && [ -n "$new" ] && awk -v n="$name" -v o="$old" -v w="$new" 'BEGIN{
-            printf "%s: new step %.2fx faster than old (%.2f vs %.2f ms)\n", n, o / w, w, o }'
+            printf "%s: new at %.2fx the speed of old (median step %.2f vs %.2f ms)\n", n, o / w, w, o }'
     fi
 done
 [ "${CASES:-all}" = small ] && exit 0
