@@ -4,7 +4,9 @@
 // Notation: B batch, T time, C channels, NH heads, hs = C / NH, V vocabulary,
 // N = B * T rows. All tensors are row-major and contiguous unless a leading
 // dimension says otherwise. Backward functions ACCUMULATE (+=) into parameter
-// gradients and into dinp where documented.
+// gradients and into dinp where documented. The LayerNorm, linear, GELU and
+// bias-gradient kernels share the team they are called in (cpu_matmul.h's
+// KERNEL_TEAM): a caller runs a sequence of them in one parallel region.
 #ifndef LLMC_CPU_LAYERS_H
 #define LLMC_CPU_LAYERS_H
 
@@ -59,7 +61,8 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
 // out (N,C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N).
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                               const float *bias, int N, int C) {
-#pragma omp parallel for
+    KERNEL_TEAM(layernorm_forward(out, mean, rstd, inp, weight, bias, N, C));
+#pragma omp for schedule(static)
     for (int i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C;
         float m = 0.0f;
@@ -78,9 +81,10 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
 
 // Sums rows of a (N, C) matrix into out (C) (+=), parallel over column chunks.
 static void column_sum_accumulate(float *out, const float *a, int N, int C) {
+    KERNEL_TEAM(column_sum_accumulate(out, a, N, C));
     const int chunk = 64;
     int nchunks = (C + chunk - 1) / chunk;
-#pragma omp parallel for
+#pragma omp for schedule(static)
     for (int ch = 0; ch < nchunks; ch++) {
         int c0 = ch * chunk, c1 = c0 + chunk < C ? c0 + chunk : C;
         float acc[64];
@@ -96,7 +100,8 @@ static void column_sum_accumulate(float *out, const float *a, int N, int C) {
 // dinp (N,C) += d/dinp; dweight (C) += ...; dbias (C) += ... .
 static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                                const float *weight, const float *mean, const float *rstd, int N, int C) {
-#pragma omp parallel for
+    KERNEL_TEAM(layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C));
+#pragma omp for schedule(static)
     for (int i = 0; i < N; i++) {
         const float *d = dout + (size_t)i * C;
         const float *x = inp + (size_t)i * C;
@@ -120,7 +125,7 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
     // parameter gradients: column reductions, parallel over channel chunks
     const int chunk = 64;
     int nchunks = (C + chunk - 1) / chunk;
-#pragma omp parallel for
+#pragma omp for schedule(static)
     for (int ch = 0; ch < nchunks; ch++) {
         int c0 = ch * chunk, c1 = c0 + chunk < C ? c0 + chunk : C;
         float dw[64], db[64];
@@ -140,30 +145,98 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
 }
 
 // ---------------------------------------------------------------------------
+// GELU, tanh approximation
+
+#define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrt(2 / pi)
+
+// VEC_LANES lanes of GELU (or, with grad, of its derivative times dout)
+static inline vf gelu_vec(vf x) {
+    vf th = vf_tanh(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
+    return 0.5f * x * (1.0f + th);
+}
+static inline vf gelu_grad_vec(vf x, vf dout) {
+    vf th = vf_tanh(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
+    vf sech2 = 1.0f - th * th;
+    vf local = 0.5f * (1.0f + th) + x * 0.5f * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
+    return dout * local;
+}
+
+// out (n) = gelu(inp); dinout (n): d/d(output) in, d/d(input) out. Blocks of
+// VEC_LANES; the tail goes through the same lanes, zero-padded (so every
+// element gets the same bits wherever a span starts).
+static void gelu_span(float *out, const float *inp, size_t n) {
+    for (size_t i = 0; i < n; i += VEC_LANES) {
+        size_t len = n - i < VEC_LANES ? n - i : VEC_LANES;
+        if (len == VEC_LANES) { vf_store(out + i, gelu_vec(vf_load(inp + i))); continue; }
+        float x[VEC_LANES] = {0};
+        memcpy(x, inp + i, len * sizeof(float));
+        vf y = gelu_vec(vf_load(x));
+        memcpy(out + i, &y, len * sizeof(float));
+    }
+}
+static void gelu_forward(float *out, const float *inp, size_t n) {
+    KERNEL_TEAM(gelu_forward(out, inp, n));
+    const size_t block = 64 * VEC_LANES;
+    size_t blocks = (n + block - 1) / block;
+#pragma omp for schedule(static)
+    for (size_t b = 0; b < blocks; b++)
+        gelu_span(out + b * block, inp + b * block, n - b * block < block ? n - b * block : block);
+}
+
+static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {
+    KERNEL_TEAM(gelu_backward_inplace(dinout, inp, n));
+    size_t blocks = (n + VEC_LANES - 1) / VEC_LANES;
+#pragma omp for schedule(static)
+    for (size_t b = 0; b < blocks; b++) {
+        size_t i = b * VEC_LANES, len = n - i < VEC_LANES ? n - i : VEC_LANES;
+        if (len == VEC_LANES) { vf_store(dinout + i, gelu_grad_vec(vf_load(inp + i), vf_load(dinout + i))); continue; }
+        float x[VEC_LANES] = {0}, d[VEC_LANES] = {0};
+        memcpy(x, inp + i, len * sizeof(float));
+        memcpy(d, dinout + i, len * sizeof(float));
+        vf g = gelu_grad_vec(vf_load(x), vf_load(d));
+        memcpy(dinout + i, &g, len * sizeof(float));
+    }
+}
+
+// ---------------------------------------------------------------------------
 // linear layers: out (N,OC) = inp (N,IC) @ weight(OC,IC)^T + bias (OC)
 
 // out = (residual ? residual : 0) + bias + inp @ weight^T. With a residual
-// this fuses the residual add into the matmul (beta = 1).
-static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
-                           const float *residual, int N, int IC, int OC) {
-#pragma omp parallel for
-    for (int i = 0; i < N; i++) {
+// this fuses the residual add into the matmul (beta = 1). With gelu_out, also
+// gelu_out = gelu(out) (the MLP's first layer). Each thread of the team sets
+// up, multiplies and activates its own slice of out, in cache, with no wait
+// between (one barrier at the end).
+static void linear_act_forward(float *out, float *gelu_out, const float *inp, const float *weight, const float *bias,
+                               const float *residual, int N, int IC, int OC) {
+    KERNEL_TEAM(linear_act_forward(out, gelu_out, inp, weight, bias, residual, N, IC, OC));
+    MatmulSlice s = matmul_team_slice(N, OC);
+    for (int i = s.i0; i < s.i0 + s.rows; i++) {
         float *o = out + (size_t)i * OC;
         const float *r = residual ? residual + (size_t)i * OC : NULL;
-        for (int j = 0; j < OC; j++) o[j] = (bias ? bias[j] : 0.0f) + (r ? r[j] : 0.0f);
+        for (int j = s.j0; j < s.j0 + s.cols; j++) o[j] = (bias ? bias[j] : 0.0f) + (r ? r[j] : 0.0f);
     }
-    matmul(0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, 1.0f, out, OC);
+    matmul_slice(s, 0, 1, IC, 1.0f, inp, IC, weight, IC, 1.0f, out, OC);
+    if (gelu_out)
+        for (int i = s.i0; i < s.i0 + s.rows; i++)
+            gelu_span(gelu_out + (size_t)i * OC + s.j0, out + (size_t)i * OC + s.j0, (size_t)s.cols);
+#pragma omp barrier
+}
+static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
+                           const float *residual, int N, int IC, int OC) {
+    linear_act_forward(out, NULL, inp, weight, bias, residual, N, IC, OC);
 }
 
 // dinp (N,IC) = dout @ weight (overwritten): the input gradient (B).
 static void linear_backward_input(float *dinp, const float *dout, const float *weight, int N, int IC, int OC) {
-    matmul(0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
+    KERNEL_TEAM(linear_backward_input(dinp, dout, weight, N, IC, OC));
+    matmul_team(0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
 }
 
 // dweight (OC,IC) += dout^T @ inp; dbias (OC) += column sums of dout: the weight gradient (W).
 static void linear_backward_weight(float *dweight, float *dbias, const float *dout, const float *inp, int N, int IC,
                                    int OC) {
-    matmul(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+    KERNEL_TEAM(linear_backward_weight(dweight, dbias, dout, inp, N, IC, OC));
+    matmul_team(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
     if (dbias) column_sum_accumulate(dbias, dout, N, OC);
 }
 
@@ -243,70 +316,28 @@ static void attention_backward(float *dqkv, float *scratch, const float *dout, c
 }
 
 // ---------------------------------------------------------------------------
-// GELU, tanh approximation
-
-#define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrt(2 / pi)
-
-// VEC_LANES lanes of GELU (or, with grad, of its derivative times dout)
-static inline vf gelu_vec(vf x) {
-    vf th = vf_tanh(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
-    return 0.5f * x * (1.0f + th);
-}
-static inline vf gelu_grad_vec(vf x, vf dout) {
-    vf th = vf_tanh(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
-    vf sech2 = 1.0f - th * th;
-    vf local = 0.5f * (1.0f + th) + x * 0.5f * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
-    return dout * local;
-}
-
-// out (n) = gelu(inp); dinout (n): d/d(output) in, d/d(input) out. Blocks of
-// VEC_LANES; the tail goes through the same lanes, zero-padded.
-static void gelu_forward(float *out, const float *inp, size_t n) {
-    size_t blocks = (n + VEC_LANES - 1) / VEC_LANES;
-#pragma omp parallel for schedule(static)
-    for (size_t b = 0; b < blocks; b++) {
-        size_t i = b * VEC_LANES, len = n - i < VEC_LANES ? n - i : VEC_LANES;
-        if (len == VEC_LANES) { vf_store(out + i, gelu_vec(vf_load(inp + i))); continue; }
-        float x[VEC_LANES] = {0};
-        memcpy(x, inp + i, len * sizeof(float));
-        vf y = gelu_vec(vf_load(x));
-        memcpy(out + i, &y, len * sizeof(float));
-    }
-}
-
-static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {
-    size_t blocks = (n + VEC_LANES - 1) / VEC_LANES;
-#pragma omp parallel for schedule(static)
-    for (size_t b = 0; b < blocks; b++) {
-        size_t i = b * VEC_LANES, len = n - i < VEC_LANES ? n - i : VEC_LANES;
-        if (len == VEC_LANES) { vf_store(dinout + i, gelu_grad_vec(vf_load(inp + i), vf_load(dinout + i))); continue; }
-        float x[VEC_LANES] = {0}, d[VEC_LANES] = {0};
-        memcpy(x, inp + i, len * sizeof(float));
-        memcpy(d, dinout + i, len * sizeof(float));
-        vf g = gelu_grad_vec(vf_load(x), vf_load(d));
-        memcpy(dinout + i, &g, len * sizeof(float));
-    }
-}
-
-// ---------------------------------------------------------------------------
 // classifier: logits (N,V) = x (N,C) @ wte[:V]^T, softmax cross-entropy, and
 // (when dloss != 0) its backward in place: logits <- dloss * (softmax - onehot).
 // Only the V real rows of wte are touched; padded rows never enter.
 
-// losses (N) per position; returns their sum. targets may be NULL (no loss).
+// losses (N) per position; returns their sum. targets may be NULL (no loss:
+// nothing to do). With dloss, one exponential per logit: the row becomes
+// exp(logit - max), then is scaled by dloss / sum (a pass in L2: a row of
+// GPT-2's vocabulary is 200 KB).
 static double softmax_crossentropy(float *logits, float *losses, const int *targets, int N, int V, float dloss) {
+    if (!targets) return 0.0;
     double total = 0.0;
 #pragma omp parallel for reduction(+ : total)
     for (int i = 0; i < N; i++) {
         float *row = logits + (size_t)i * V;
-        float mx = vec_max(row, V);
-        float lse = mx + logf(vec_exp_sum(row, V, mx, 1.0f, 0));
-        if (!targets) continue;
         int y = targets[i];
-        losses[i] = lse - row[y];
+        float mx = vec_max(row, V), target_logit = row[y];
+        float sum = vec_exp_sum(row, V, mx, 1.0f, dloss != 0.0f);
+        losses[i] = mx + logf(sum) - target_logit;
         total += losses[i];
         if (dloss != 0.0f) {
-            vec_exp_sum(row, V, lse, dloss, 1);
+            float scale = dloss / sum;
+            for (int v = 0; v < V; v++) row[v] *= scale;
             row[y] -= dloss;
         }
     }

@@ -165,6 +165,44 @@ static void mm_micro(int kc, const float *ap, const float *bp, float *C, int ldc
 // C strip (MC x NR, in L2) KB/KC times in a row, so C goes through memory
 // K/KB times, not K/KC. Every element of C sums its depth in the same order
 // whatever the thread count: the result does not depend on it.
+// This is thread t's part of a team of P sharing apack (P = 1: all of it, with no barrier).
+static void mm_native_part(int P, int t, int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                           int lda, const float *B, int ldb, float beta, float *C, int ldc, float *apack) {
+    int n_strips = (int)ceil_div_i64(N, MM_NR);
+    float bpack[MM_KC * MM_NR] __attribute__((aligned(64)));
+    for (int i0 = 0; i0 < M; i0 += MM_MC) {
+        int mc = M - i0 < MM_MC ? M - i0 : MM_MC;
+        for (int kb0 = 0; kb0 < K; kb0 += MM_KB) {
+            int kb = K - kb0 < MM_KB ? K - kb0 : MM_KB;
+            // strip r0 holds rows i0+r0.. at depth kb0..: k -> MR floats, kb deep
+            for (int r0 = t * MM_MR; r0 < mc; r0 += P * MM_MR)
+                mm_pack_a_strip(transA, A, lda, i0 + r0, mc - r0 < MM_MR ? mc - r0 : MM_MR, kb0, kb,
+                                apack + (size_t)r0 * kb);
+            if (P > 1) {
+#pragma omp barrier
+            }
+            for (int s = t; s < n_strips; s += P) {
+                int j0 = s * MM_NR;
+                int nr = N - j0 < MM_NR ? N - j0 : MM_NR;
+                for (int k0 = kb0; k0 < kb0 + kb; k0 += MM_KC) {
+                    int kc = kb0 + kb - k0 < MM_KC ? kb0 + kb - k0 : MM_KC;
+                    float beta_k = k0 == 0 ? beta : 1.0f;
+                    mm_pack_b_strip(transB, B, ldb, k0, kc, j0, nr, bpack);
+                    for (int r0 = 0; r0 < mc; r0 += MM_MR) {
+                        int rows = mc - r0 < MM_MR ? mc - r0 : MM_MR;
+                        mm_micro(kc, apack + (size_t)r0 * kb + (size_t)(k0 - kb0) * MM_MR, bpack,
+                                 C + (size_t)(i0 + r0) * ldc + j0, ldc, rows, nr, alpha, beta_k);
+                    }
+                }
+            }
+            if (P > 1) {  // (apack is repacked next)
+#pragma omp barrier
+            }
+        }
+    }
+}
+
+// The product on this machine's threads, or inside a parallel region on the calling thread alone.
 static void matmul_native(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                           const float *B, int ldb, float beta, float *C, int ldc) {
     if (K == 0) {
@@ -175,36 +213,15 @@ static void matmul_native(int transA, int transB, int M, int N, int K, float alp
     int mc_max = M < MM_MC ? (int)round_up_i64(M, MM_MR) : MM_MC;
     int kb_max = K < MM_KB ? K : MM_KB;
     float *apack = (float *)alignedMallocCheck(sizeof(float) * (size_t)mc_max * kb_max);
-    int n_strips = (int)ceil_div_i64(N, MM_NR);
-    for (int i0 = 0; i0 < M; i0 += MM_MC) {
-        int mc = M - i0 < MM_MC ? M - i0 : MM_MC;
-        for (int kb0 = 0; kb0 < K; kb0 += MM_KB) {
-            int kb = K - kb0 < MM_KB ? K - kb0 : MM_KB;
+#ifdef _OPENMP
+    if (omp_get_level() == 0 && omp_get_max_threads() > 1) {
 #pragma omp parallel
-            {
-                // strip r0 holds rows i0+r0.. at depth kb0..: k -> MR floats, kb deep
-#pragma omp for schedule(static)
-                for (int r0 = 0; r0 < mc; r0 += MM_MR)
-                    mm_pack_a_strip(transA, A, lda, i0 + r0, mc - r0 < MM_MR ? mc - r0 : MM_MR, kb0, kb,
-                                    apack + (size_t)r0 * kb);
-                float bpack[MM_KC * MM_NR] __attribute__((aligned(64)));
-#pragma omp for schedule(static)
-                for (int s = 0; s < n_strips; s++) {
-                    int j0 = s * MM_NR;
-                    int nr = N - j0 < MM_NR ? N - j0 : MM_NR;
-                    for (int k0 = kb0; k0 < kb0 + kb; k0 += MM_KC) {
-                        int kc = kb0 + kb - k0 < MM_KC ? kb0 + kb - k0 : MM_KC;
-                        float beta_k = k0 == 0 ? beta : 1.0f;
-                        mm_pack_b_strip(transB, B, ldb, k0, kc, j0, nr, bpack);
-                        for (int r0 = 0; r0 < mc; r0 += MM_MR) {
-                            int rows = mc - r0 < MM_MR ? mc - r0 : MM_MR;
-                            mm_micro(kc, apack + (size_t)r0 * kb + (size_t)(k0 - kb0) * MM_MR, bpack,
-                                     C + (size_t)(i0 + r0) * ldc + j0, ldc, rows, nr, alpha, beta_k);
-                        }
-                    }
-                }
-            }
-        }
+        mm_native_part(omp_get_num_threads(), omp_get_thread_num(), transA, transB, M, N, K, alpha, A, lda, B, ldb,
+                       beta, C, ldc, apack);
+    } else
+#endif
+    {
+        mm_native_part(1, 0, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, apack);
     }
     free(apack);
 }
@@ -227,6 +244,8 @@ static inline const char *matmul_backend_name(void) {
     return name;
 }
 
+// The whole product by the calling thread, or outside a parallel region by
+// the backend's own threads (inside one, both backends run single-threaded).
 static inline void matmul(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                           const float *B, int ldb, float beta, float *C, int ldc) {
     if (M == 0 || N == 0) return;
@@ -238,6 +257,67 @@ static inline void matmul(int transA, int transB, int M, int N, int K, float alp
     }
 #endif
     matmul_native(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// ---------------------------------------------------------------------------
+// kernels that share one OpenMP team
+//
+// A CPU kernel work-shares its loops over the team it is called in (orphaned
+// `omp for`, whose implicit barrier ends each loop), so a caller can run a
+// sequence of kernels inside one parallel region: the threads are kept and
+// wait at barriers instead of being forked and joined per kernel. Called
+// outside any region, a kernel opens its own: KERNEL_TEAM(call), first in the
+// kernel, runs `call` (the kernel itself, same arguments) in a new team.
+#ifdef _OPENMP
+#define KERNEL_TEAM(call)                     \
+    do {                                      \
+        if (omp_get_level() == 0) {           \
+            _Pragma("omp parallel") { call; } \
+            return;                           \
+        }                                     \
+    } while (0)
+static inline int omp_team_size(void) { return omp_get_num_threads(); }
+#else
+#define KERNEL_TEAM(call) ((void)0)
+static inline int omp_team_size(void) { return 1; }
+#endif
+
+// The part of C (M, N) that thread t of a team of P computes when the team
+// shares a product: a slice of the larger of M and N, whole register tiles
+// of the native kernel (rows or cols is 0 for a thread without one).
+typedef struct { int i0, rows, j0, cols; } MatmulSlice;
+static inline MatmulSlice matmul_team_slice(int M, int N) {
+    int P = omp_team_size(), t = omp_thread_id();
+    MatmulSlice s = {0, M, 0, N};
+    if (M >= N) {
+        int per = (int)round_up_i64(ceil_div_i64(M, P), MM_MR);
+        s.i0 = t * per < M ? t * per : M;
+        s.rows = M - s.i0 < per ? M - s.i0 : per;
+    } else {
+        int per = (int)round_up_i64(ceil_div_i64(N, P), MM_NR);
+        s.j0 = t * per < N ? t * per : N;
+        s.cols = N - s.j0 < per ? N - s.j0 : per;
+    }
+    return s;
+}
+
+// Slice s of the product, by the calling thread (the whole of it, in a team
+// of one, by matmul's threads): every element sums its depth as the whole
+// product does.
+static void matmul_slice(MatmulSlice s, int transA, int transB, int K, float alpha, const float *A, int lda,
+                         const float *B, int ldb, float beta, float *C, int ldc) {
+    if (s.rows == 0 || s.cols == 0) return;
+    matmul(transA, transB, s.rows, s.cols, K, alpha, transA ? A + s.i0 : A + (size_t)s.i0 * lda, lda,
+           transB ? B + (size_t)s.j0 * ldb : B + s.j0, ldb, beta, C + (size_t)s.i0 * ldc + s.j0, ldc);
+}
+
+// matmul shared by the calling team, each thread its matmul_team_slice;
+// returns when the whole product is done. Outside a parallel region (or in a
+// team of one) it is matmul.
+static void matmul_team(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                        const float *B, int ldb, float beta, float *C, int ldc) {
+    matmul_slice(matmul_team_slice(M, N), transA, transB, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#pragma omp barrier
 }
 
 // Achieved GFLOP/s of the best sgemm in this build (OpenBLAS when built with it,

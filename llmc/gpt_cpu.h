@@ -278,9 +278,10 @@ static double gpt_vocab_parallel_crossentropy(GPT *m, float *logits, float *loss
         for (int r = 0; r < tp->size; r++) g = gathered[(size_t)r * N + i] > g ? gathered[(size_t)r * N + i] : g;
         mx[i] = g;
         float *row = logits + (size_t)i * vreal;
-        sums[i] = vreal > 0 ? vec_exp_sum(row, vreal, g, 1.0f, 0) : 0.0;
         int t = targets[i] - v0;
         sums[N + i] = t >= 0 && t < vreal ? row[t] : 0.0;
+        // (with dloss the row keeps exp(logit - max), scaled below as softmax_crossentropy does)
+        sums[i] = vreal > 0 ? vec_exp_sum(row, vreal, g, 1.0f, dloss != 0.0f) : 0.0;
     }
     tp_all_reduce(tp, sums, 2 * (size_t)N, COMM_F64);
     double total = 0.0;
@@ -290,8 +291,8 @@ static double gpt_vocab_parallel_crossentropy(GPT *m, float *logits, float *loss
         losses[i] = lse - (float)sums[N + i];
         total += losses[i];
         if (dloss == 0.0f || vreal == 0) continue;
-        float *row = logits + (size_t)i * vreal;
-        vec_exp_sum(row, vreal, lse, dloss, 1);
+        float *row = logits + (size_t)i * vreal, scale = dloss / (float)sums[i];
+        for (int v = 0; v < vreal; v++) row[v] *= scale;
         int t = targets[i] - v0;
         if (t >= 0 && t < vreal) row[t] -= dloss;
     }
@@ -309,6 +310,21 @@ static int gpt_sample_row(GPT *m, const GPTActivations *a, int row, const Sample
 
 // ---------------------------------------------------------------------------
 // forward and backward
+
+// Runs a sequence of kernels (the variadic argument: statements) in one
+// OpenMP team when `team` is set, so that they share its threads (cpu_layers.h)
+// instead of each forking its own. `team` holds without tensor parallelism
+// (and, in the backward, without a split backward): then the collectives and
+// copies among the statements do nothing, and no single-threaded step is left
+// in the team. Otherwise the statements run as they are, each kernel with its own team.
+#define GPT_TEAM(team, ...)                            \
+    do {                                               \
+        if (team) {                                    \
+            _Pragma("omp parallel") { __VA_ARGS__; }   \
+        } else {                                       \
+            __VA_ARGS__;                               \
+        }                                              \
+    } while (0)
 
 // Forward of layers [a->l0, a->l1) on one micro-batch (B,T). The first stage
 // embeds inputs; any other reads its input from a->encoded (what the stage
@@ -329,6 +345,7 @@ static float gpt_stage_forward(GPT *m, GPTActivations *a, const int *inputs, con
     CHECK(B <= a->B && T == a->T, "micro-batch %d x %d does not fit the activations (%d x %d)", B, T, a->B, a->T);
     const ParamLayout *pl = &m->layout;
     int N = B * T;
+    const int team = tp == 1;  // (GPT_TEAM)
     a->trained = 0;
     if (l0 == 0) {
         for (int i = 0; i < N; i++)
@@ -344,15 +361,17 @@ static float gpt_stage_forward(GPT *m, GPTActivations *a, const int *inputs, con
         gpt_hooks_prefetch(&m->hooks, pl, l + 1 < l1 ? l + 2 : L + 1);
         LayerTensors w = layer_tensors(pl, m->params, l);
         float *residual = l == l0 ? a->encoded : a->residual3[l - 1];
-        gpt_layernorm_gathered(m, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C);
-        linear_forward(a->qkv[l], a->ln1[l], w.qkvw, w.qkvb, NULL, N, C, 3 * Cl);
+        GPT_TEAM(team,
+            gpt_layernorm_gathered(m, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C);
+            linear_forward(a->qkv[l], a->ln1[l], w.qkvw, w.qkvb, NULL, N, C, 3 * Cl));
         attention_forward(a->atty[l], a->att[l], NULL, a->qkv[l], B, T, Cl, NHl);
-        gpt_row_parallel_forward(m, a, a->residual2[l], a->atty[l], w.attprojw, w.attprojb, residual, N, Cl, C);
-        gpt_layernorm_gathered(m, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w.ln2w, w.ln2b, N, C);
-        linear_forward(a->fch[l], a->ln2[l], w.fcw, w.fcb, NULL, N, C, 4 * Cl);
-        gelu_forward(a->fch_gelu[l], a->fch[l], (size_t)N * 4 * Cl);
-        gpt_row_parallel_forward(m, a, a->residual3[l], a->fch_gelu[l], w.fcprojw, w.fcprojb, a->residual2[l], N,
-                                 4 * Cl, C);
+        GPT_TEAM(team,
+            gpt_row_parallel_forward(m, a, a->residual2[l], a->atty[l], w.attprojw, w.attprojb, residual, N, Cl, C);
+            gpt_layernorm_gathered(m, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w.ln2w, w.ln2b, N,
+                                   C);
+            linear_act_forward(a->fch[l], a->fch_gelu[l], a->ln2[l], w.fcw, w.fcb, NULL, N, C, 4 * Cl);
+            gpt_row_parallel_forward(m, a, a->residual3[l], a->fch_gelu[l], w.fcprojw, w.fcprojb, a->residual2[l], N,
+                                     4 * Cl, C));
     }
     if (l1 < L) {
         a->trained = dloss != 0.0f;
@@ -363,11 +382,12 @@ static float gpt_stage_forward(GPT *m, GPTActivations *a, const int *inputs, con
     float *lnfw = m->params + param_tensor(pl, PK_LNFW, -1)->offset;
     float *lnfb = m->params + param_tensor(pl, PK_LNFB, -1)->offset;
     float *last_out = l1 > l0 ? a->residual3[l1 - 1] : a->encoded;
-    gpt_layernorm_gathered(m, a->lnf, a->lnf_mean, a->lnf_rstd, last_out, lnfw, lnfb, N, C);
     // classifier over the real rows of wte (tied weights; with tensor parallelism the rank's vocabulary slice)
     int v0 = 0, vreal = V;
     if (tp > 1) tp_vocab_slice(c, &m->tp, &v0, &vreal);
-    matmul(0, 1, N, vreal, C, 1.0f, a->lnf, C, wte, C, 0.0f, a->logits, vreal);
+    GPT_TEAM(team,
+        gpt_layernorm_gathered(m, a->lnf, a->lnf_mean, a->lnf_rstd, last_out, lnfw, lnfb, N, C);
+        matmul_team(0, 1, N, vreal, C, 1.0f, a->lnf, C, wte, C, 0.0f, a->logits, vreal));
     if (!targets) return 0.0f;
     for (int i = 0; i < N; i++)
         CHECK(targets[i] >= 0 && targets[i] < V, "target token %d out of range [0, %d)", targets[i], V);
@@ -376,8 +396,9 @@ static float gpt_stage_forward(GPT *m, GPTActivations *a, const int *inputs, con
     if (dloss != 0.0f) {
         float *dwte = gpt_dwte(m);
         // dlnf (N,C) = dlogits @ wte[:V]; dwte[:V] += dlogits^T @ lnf (the rank's slice: dlnf a partial sum)
-        matmul(0, 0, N, C, vreal, 1.0f, a->logits, vreal, wte, C, 0.0f, a->dlnf, C);
-        matmul(1, 0, vreal, C, N, 1.0f, a->logits, vreal, a->lnf, C, 1.0f, dwte, C);
+        GPT_TEAM(team,
+            matmul_team(0, 0, N, C, vreal, 1.0f, a->logits, vreal, wte, C, 0.0f, a->dlnf, C);
+            matmul_team(1, 0, vreal, C, N, 1.0f, a->logits, vreal, a->lnf, C, 1.0f, dwte, C));
         gpt_column_parallel_complete(m, a, a->dlnf, N, C);
         a->trained = 1;
     }
@@ -445,6 +466,7 @@ static void gpt_stage_backward(GPT *m, GPTActivations *a) {
     int L = c->num_layers, C = c->channels, Cl = C / m->tp.size, NHl = c->num_heads / m->tp.size;
     int l0 = a->l0, l1 = a->l1, split = a->split;
     int B = a->B, T = a->T, N = B * T, Nl = tp_rows(&m->tp, N);
+    const int team = m->tp.size == 1 && !split;  // (GPT_TEAM)
     const ParamLayout *pl = &m->layout;
     float *dres = a->dresidual;
     if (l1 == L) {
@@ -471,18 +493,19 @@ static void gpt_stage_backward(GPT *m, GPTActivations *a) {
             memcpy(a->dmlp_out[l], dout, sizeof(float) * (size_t)N * C);
             d.dmlp_out = a->dmlp_out[l];
         }
-        linear_backward_input(a->dbig, dout, w.fcprojw, N, 4 * Cl, C);
-        if (!split) {
-            linear_backward_weight(g.fcprojw, NULL, dout, a->fch_gelu[l], N, 4 * Cl, C);
-            column_sum_accumulate(g.fcprojb, dres, Nl, C);
-        }
-        gelu_backward_inplace(a->dbig, a->fch[l], (size_t)N * 4 * Cl);
-        if (split) memcpy(a->dfch[l], a->dbig, sizeof(float) * (size_t)N * 4 * Cl);
-        linear_backward_input(a->dln, a->dbig, w.fcw, N, C, 4 * Cl);
-        if (!split) linear_backward_weight(g.fcw, g.fcb, a->dbig, a->ln2[l], N, C, 4 * Cl);
-        gpt_column_parallel_complete(m, a, a->dln, N, C);
-        layernorm_backward(dres, g.ln2w, g.ln2b, a->dln, a->residual2[l], w.ln2w, a->ln2_mean[l], a->ln2_rstd[l], Nl,
-                           C);
+        GPT_TEAM(team,
+            linear_backward_input(a->dbig, dout, w.fcprojw, N, 4 * Cl, C);
+            if (!split) {
+                linear_backward_weight(g.fcprojw, NULL, dout, a->fch_gelu[l], N, 4 * Cl, C);
+                column_sum_accumulate(g.fcprojb, dres, Nl, C);
+            }
+            gelu_backward_inplace(a->dbig, a->fch[l], (size_t)N * 4 * Cl);
+            if (split) memcpy(a->dfch[l], a->dbig, sizeof(float) * (size_t)N * 4 * Cl);
+            linear_backward_input(a->dln, a->dbig, w.fcw, N, C, 4 * Cl);
+            if (!split) linear_backward_weight(g.fcw, g.fcb, a->dbig, a->ln2[l], N, C, 4 * Cl);
+            gpt_column_parallel_complete(m, a, a->dln, N, C);
+            layernorm_backward(dres, g.ln2w, g.ln2b, a->dln, a->residual2[l], w.ln2w, a->ln2_mean[l], a->ln2_rstd[l],
+                               Nl, C));
         // dres: gradient w.r.t. residual2 = residual + attn(ln1(residual))
         dout = gpt_dres_gathered(m, a, dres, N, C);
         d.datt_out = dout;
@@ -490,16 +513,19 @@ static void gpt_stage_backward(GPT *m, GPTActivations *a) {
             memcpy(a->datt_out[l], dout, sizeof(float) * (size_t)N * C);
             d.datt_out = a->datt_out[l];
         }
-        linear_backward_input(a->datty, dout, w.attprojw, N, Cl, C);
-        if (!split) {
-            linear_backward_weight(g.attprojw, NULL, dout, a->atty[l], N, Cl, C);
-            column_sum_accumulate(g.attprojb, dres, Nl, C);
-        }
+        GPT_TEAM(team,
+            linear_backward_input(a->datty, dout, w.attprojw, N, Cl, C);
+            if (!split) {
+                linear_backward_weight(g.attprojw, NULL, dout, a->atty[l], N, Cl, C);
+                column_sum_accumulate(g.attprojb, dres, Nl, C);
+            });
         attention_backward((float *)d.dqkv, a->att_scratch, a->datty, a->qkv[l], a->att[l], B, T, Cl, NHl);
-        linear_backward_input(a->dln, d.dqkv, w.qkvw, N, C, 3 * Cl);
-        if (!split) linear_backward_weight(g.qkvw, g.qkvb, d.dqkv, a->ln1[l], N, C, 3 * Cl);
-        gpt_column_parallel_complete(m, a, a->dln, N, C);
-        layernorm_backward(dres, g.ln1w, g.ln1b, a->dln, residual, w.ln1w, a->ln1_mean[l], a->ln1_rstd[l], Nl, C);
+        GPT_TEAM(team,
+            linear_backward_input(a->dln, d.dqkv, w.qkvw, N, C, 3 * Cl);
+            if (!split) linear_backward_weight(g.qkvw, g.qkvb, d.dqkv, a->ln1[l], N, C, 3 * Cl);
+            gpt_column_parallel_complete(m, a, a->dln, N, C);
+            layernorm_backward(dres, g.ln1w, g.ln1b, a->dln, residual, w.ln1w, a->ln1_mean[l], a->ln1_rstd[l], Nl,
+                               C));
         if (!split) gpt_hooks_grads_ready(&m->hooks, l + 1);
     }
     if (!split && l0 == 0) gpt_embedding_backward(m, a);

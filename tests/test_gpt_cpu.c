@@ -1,11 +1,13 @@
 // test_gpt_cpu.c: the CPU model against the PyTorch reference fixtures
 // (dev/reference/gpt_reference.py: logits, loss, every gradient, 10 AdamW
-// steps), a finite-difference check of every tensor's gradient, and the matmul
-// backends against a naive triple loop.
+// steps), a finite-difference check of every tensor's gradient, the matmul
+// backends against a naive triple loop, and a step's threading: the same bits
+// on 1 and 2 threads, a few OpenMP parallel regions per layer.
 #include "llmc/gpt_cpu.h"
 #include "llmc/modelfile.h"
 #include "llmc/optimizer.h"
 #include "llmc/schedule.h"
+#include "tests/omp_regions.h"
 #include "tests/testing.h"
 
 #define MODEL_FIXTURE "tests/fixtures/tiny_model.bin"
@@ -302,6 +304,43 @@ static void test_split_backward_and_stages(GPT *m, const Fixture *fx) {
     free(whole);
 }
 
+// A step on 2 threads enters a handful of parallel regions per layer with
+// each backend (the kernels of a layer share a team, not one fork and join
+// each, nor OpenBLAS's own), and with the native kernel its gradients are the
+// same bits as on 1 thread (no sum depends on the thread count; OpenBLAS picks
+// its kernel by shape, so a thread's slice of a product may round otherwise).
+static void test_threads(GPT *m, const Fixture *fx) {
+#ifdef _OPENMP
+    int64_t n = m->layout.num_elements;
+    float *one = (float *)mallocCheck(sizeof(float) * (size_t)n);
+    int saved = omp_threads(), L = m->cfg.num_layers;
+    for (int backend = 0; backend < 2; backend++) {
+        matmul_set_backend(backend ? "native" : "auto");
+        long regions = 0;
+        for (int threads = 1; threads <= 2; threads++) {
+            omp_set_num_threads(threads);
+            gpt_activations_free(&m->acts);  // (its attention scratch is per thread)
+            long r0 = omp_regions_entered();
+            forward_backward(m, fx->x, fx->y, fx->B, fx->T);
+            regions = omp_regions_entered() - r0;
+            if (threads == 1) memcpy(one, m->grads, sizeof(float) * (size_t)n);
+        }
+        if (backend == 1)
+            test_result(memcmp(one, m->grads, sizeof(float) * (size_t)n) == 0,
+                        "a step's gradients are the same bits on 1 and 2 threads, matmul %s", matmul_backend_name());
+        test_result(regions <= 6 * L + 8, "a step on 2 threads enters %ld OpenMP parallel regions (at most %d: 6 a layer"
+                    " + 8), matmul %s", regions, 6 * L + 8, matmul_backend_name());
+    }
+    omp_set_num_threads(saved);
+    gpt_activations_free(&m->acts);
+    matmul_set_backend("auto");
+    free(one);
+#else
+    (void)m, (void)fx;
+    test_skip("threads: built without OpenMP");
+#endif
+}
+
 int main(void) {
     GPTConfig cfg;
     modelfile_read_config(MODEL_FIXTURE, &cfg);
@@ -324,6 +363,7 @@ int main(void) {
 #endif
     test_finite_differences(&m, &fx);
     test_split_backward_and_stages(&m, &fx);
+    test_threads(&m, &fx);
     test_modelfile_roundtrip(&m);
     test_modelfile_bf16(&m);
     test_training_steps(&m, &fx);  // last: it changes the weights

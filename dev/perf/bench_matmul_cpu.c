@@ -6,8 +6,9 @@
 // backend then the other), best of reps, and prints GFLOP/s and their
 // ratio; then the step's matmul time on each (each shape's best time times its
 // count per step) and the 1024^3 square product.
-//   build/dev/perf/bench_matmul_cpu [model=d12|small] [B=4] [T=64] [reps=3]
-// "small" is make run's model (4 layers, 256 channels, 4 heads, 2048 tokens).
+//   build/dev/perf/bench_matmul_cpu [model=d12|small|LxCxNHxV] [B=4] [T=64] [reps=3]
+// "small" is make run's model (4 layers, 256 channels, 4 heads, 2048 tokens);
+// LxCxNHxV any other, e.g. 4x128x4x65.
 #include "llmc/cpu_layers.h"
 #include "llmc/model.h"
 
@@ -42,8 +43,9 @@ int main(int argc, char **argv) {
     GPTConfig cfg = {0};
     if (strcmp(model, "small") == 0) {
         cfg.num_layers = 4; cfg.channels = 256; cfg.num_heads = 4; cfg.vocab_size = 2048;
-    } else if (!gpt_config_preset(model, &cfg)) {
-        die_usage("unknown model '%s' (d12|d24|d36|d48|small)", model);
+    } else if (!gpt_config_preset(model, &cfg) && sscanf(model, "%dx%dx%dx%d", &cfg.num_layers, &cfg.channels,
+                                                            &cfg.num_heads, &cfg.vocab_size) != 4) {
+        die_usage("unknown model '%s' (d12|d24|d36|d48|small, or LxCxNHxV)", model);
     }
     if (B < 1 || T < 1 || reps < 1) die_usage("need B >= 1, T >= 1, reps >= 1");
     int L = cfg.num_layers, C = cfg.channels, NH = cfg.num_heads, V = cfg.vocab_size, N = B * T, hs = C / NH;
