@@ -562,6 +562,7 @@ int main(int argc, char **argv) {
             c.cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
             c.devices_per_node = o.devices_per_node > 0 ? o.devices_per_node : c.cores;
             c.memory_gb = host_memory_available() / 1e9;
+            matmul_set_backend("auto");  // the kernels the trainer's default --matmul takes
             c.peak_tflops = matmul_measure_peak_gflops(512, 5) / 1e3;
             c.matmul_eff = 1.0, c.hbm_gbs = 1.0;  // (the kernels are measured instead)
         } else if (o.devices_per_node > 0) {

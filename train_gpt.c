@@ -200,7 +200,7 @@ int main(int argc, char **argv) {
                o.zero >= 1 ? "S" : "N", (zm.params + zm.grads + zm.optimizer) / 1e6, act_bytes / 1e6,
                pipelined ? " at the schedule's peak" : "");
         printf("compute: %d threads, matmul %s, peak %.1f GFLOP/s (%s), %.2f GFLOP/step\n", omp_threads(),
-               matmul_backend_name(), peak_gflops, o.peak_tflops > 0 ? "--peak-tflops" : MATMUL_PEAK_SOURCE,
+               matmul_backend_name(), peak_gflops, o.peak_tflops > 0 ? "--peak-tflops" : matmul_peak_source(),
                flops_per_step * 1e-9);
         fflush(stdout);
     }

@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>  // strcasecmp
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -22,11 +23,6 @@
 
 typedef enum { MATMUL_NATIVE = 0, MATMUL_BLAS = 1 } MatmulBackend;
 
-#ifdef LLMC_BLAS
-#define MATMUL_PEAK_SOURCE "measured: the best of openblas sgemm probes"
-#else
-#define MATMUL_PEAK_SOURCE "measured: the best of native sgemm probes"
-#endif
 
 static MatmulBackend g_matmul_backend =
 #ifdef LLMC_BLAS
@@ -35,11 +31,28 @@ static MatmulBackend g_matmul_backend =
     MATMUL_NATIVE;
 #endif
 
-// name: "auto", "blas" or "native". Asking for BLAS in a build without it is a usage error.
+#ifdef LLMC_BLAS
+// 1 when OpenBLAS runs a vector kernel at least as wide as the native one: its kernel for this CPU is one
+// of its AVX (or wider) x86 cores, or the native kernel is narrower than AVX's 8 lanes. OpenBLAS falls back
+// to its SSE3 kernel ("Prescott") on CPUs it does not recognise (0.3.21 on newer Xeons and EPYCs), several
+// times slower than either (docs/cpu_kernels.md); OPENBLAS_CORETYPE names the kernel it should take.
+static inline int matmul_blas_kernel_is_wide(void) {
+    static const char *avx_cores[] = {"sandybridge", "haswell", "skylakex", "cooperlake", "sapphirerapids", "zen",
+                                      "bulldozer", "piledriver", "steamroller", "excavator"};
+    if (VEC_LANES < 8) return 1;
+    const char *core = openblas_get_corename();
+    for (size_t i = 0; i < sizeof(avx_cores) / sizeof(avx_cores[0]); i++)
+        if (core && strcasecmp(core, avx_cores[i]) == 0) return 1;
+    return 0;
+}
+#endif
+
+// name: "auto" (OpenBLAS, unless its kernel for this CPU is narrower than the native one: then native),
+// "blas" or "native". Asking for BLAS in a build without it is a usage error.
 static inline void matmul_set_backend(const char *name) {
     if (strcmp(name, "native") == 0) { g_matmul_backend = MATMUL_NATIVE; return; }
 #ifdef LLMC_BLAS
-    g_matmul_backend = MATMUL_BLAS;
+    g_matmul_backend = strcmp(name, "auto") == 0 && !matmul_blas_kernel_is_wide() ? MATMUL_NATIVE : MATMUL_BLAS;
 #else
     if (strcmp(name, "blas") == 0) die_usage("--matmul blas: this build has no BLAS (install libopenblas-dev and rebuild)");
     g_matmul_backend = MATMUL_NATIVE;
@@ -320,18 +333,14 @@ static void matmul_team(int transA, int transB, int M, int N, int K, float alpha
 #pragma omp barrier
 }
 
-// Achieved GFLOP/s of the best sgemm in this build (OpenBLAS when built with it,
-// else the native kernel) on n x n x n products of the sizes up to max_n
+// Achieved GFLOP/s of the sgemm the run uses (the backend matmul_set_backend
+// chose: MFU is against what that kernel reaches) on n x n x n products of the sizes up to max_n
 // (256, 512, ...), each the best of up to reps runs (and at least 0.1 s of
 // them), the best of all: the CPU's practical peak, against which MFU and
 // benchmarks are reported. Several probes of several sizes, so that one slow
 // moment (another process on the cores) or one size that fits the kernel
 // badly does not lower it, and MFU does not read above 100%.
 static double matmul_measure_peak_gflops(int max_n, int reps) {
-    MatmulBackend saved = g_matmul_backend;
-#ifdef LLMC_BLAS
-    g_matmul_backend = MATMUL_BLAS;
-#endif
     size_t max_nn = (size_t)max_n * max_n;
     float *a = (float *)alignedMallocCheck(sizeof(float) * max_nn * 3);
     for (size_t i = 0; i < max_nn * 3; i++) a[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
@@ -350,8 +359,13 @@ static double matmul_measure_peak_gflops(int max_n, int reps) {
         }
     }
     free(a);
-    g_matmul_backend = saved;
     return best;
+}
+
+// where matmul_measure_peak_gflops' figure comes from (the start-up line)
+static inline const char *matmul_peak_source(void) {
+    return g_matmul_backend == MATMUL_NATIVE ? "measured: the best of native sgemm probes"
+                                             : "measured: the best of openblas sgemm probes";
 }
 
 #endif  // LLMC_CPU_MATMUL_H

@@ -314,8 +314,13 @@ static void test_threads(GPT *m, const Fixture *fx) {
     int64_t n = m->layout.num_elements;
     float *one = (float *)mallocCheck(sizeof(float) * (size_t)n);
     int saved = omp_threads(), L = m->cfg.num_layers;
-    for (int backend = 0; backend < 2; backend++) {
-        matmul_set_backend(backend ? "native" : "auto");
+#ifdef LLMC_BLAS
+    const int first = 0;
+#else
+    const int first = 1;  // (no BLAS in this build)
+#endif
+    for (int backend = first; backend < 2; backend++) {
+        matmul_set_backend(backend ? "native" : "blas");
         long regions = 0;
         for (int threads = 1; threads <= 2; threads++) {
             omp_set_num_threads(threads);

@@ -118,6 +118,19 @@ check "MFU against the measured peak (the best of sgemm probes) is within (0, 10
      [ "$(echo $mfus | wc -w)" -eq 3 ] && awk "BEGIN { split(\"$mfus\", m, \" \"); for (i in m) if (!(m[i] > 0 && m[i] <= 1)) exit 1 }"' \
     "$(grep "^compute" "$tmp/mfu.log")"
 
+# --- --matmul auto: OpenBLAS unless the kernel it picked for this CPU is narrower than the native one (the SSE3
+# "Prescott" it falls back to on CPUs it does not know); OPENBLAS_CORETYPE stands in for the CPU's identity ---
+if grep -q -- '-DLLMC_BLAS' "$BUILD/flags.stamp" 2>/dev/null && grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
+    OPENBLAS_CORETYPE=Prescott "$TRAIN" "${TINY[@]}" --steps 1 >"$tmp/mm_sse.log" 2>&1
+    OPENBLAS_CORETYPE=Haswell "$TRAIN" "${TINY[@]}" --steps 1 >"$tmp/mm_avx2.log" 2>&1
+    check "--matmul auto takes the native kernel over OpenBLAS's SSE3 one, and OpenBLAS's AVX2 one over native" \
+        'grep -q "^compute: .*matmul native (" "$tmp/mm_sse.log" &&
+         grep -q "^compute: .*matmul openblas (Haswell)" "$tmp/mm_avx2.log"' \
+        "$(grep -h "^compute" "$tmp/mm_sse.log" "$tmp/mm_avx2.log" | tr '\n' ' ')"
+else
+    echo "SKIP: --matmul auto's choice (a build without OpenBLAS, or a CPU without AVX2)"
+fi
+
 # --- --tensorboard DIR: an event file whose records (framing, CRCs) read back to the JSON log's values; and
 # TensorBoard's own reader reads the same, where the tensorboard package is installed ---
 python3 tests/tb_events.py "$tmp/tb" >"$tmp/tb.txt" 2>&1

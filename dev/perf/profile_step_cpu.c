@@ -185,7 +185,7 @@ int main(int argc, char **argv) {
            total * 1e3 / k, mm_s * 1e3 / k, mm_flops / mm_s * 1e-9, mm_flops / k * 1e-9);
     double peak = matmul_measure_peak_gflops(1024, 10);
     printf("  step at %.1f GFLOP/s = %.1f%% of sgemm peak %.1f GFLOP/s (%s)\n", mm_flops / total * 1e-9,
-           100 * mm_flops / total * 1e-9 / peak, peak, MATMUL_PEAK_SOURCE);
+           100 * mm_flops / total * 1e-9 / peak, peak, matmul_peak_source());
     free(adam_m);
     free(adam_v);
     free(x);
