@@ -102,12 +102,12 @@ static GPTConfig train_build_config(TrainOptions *o, int *from_file) {
         if (hf_model_weights(o->model, weights)) {
             hf_read_config(weights, o->n_head, &cfg);
         } else if (model_checkpoint_dir(o->model, step_dir)) {
+            if (strlen(step_dir) >= sizeof(o->model)) die_usage("--model: '%s' is too long a path", step_dir);
+            snprintf(o->model, sizeof(o->model), "%.*s", (int)sizeof(o->model) - 1, step_dir);
             CkptReader r;
             char err[CKPT_ERR_MAX];
-            model_checkpoint_open(&r, step_dir, &cfg, err);
+            model_checkpoint_open(&r, o->model, &cfg, err);
             ckpt_reader_close(&r);
-            if (strlen(step_dir) >= sizeof(o->model)) die_usage("--model: '%s' is too long a path", step_dir);
-            snprintf(o->model, sizeof(o->model), "%s", step_dir);
         } else if (stat(o->model, &st) == 0 && S_ISDIR(st.st_mode)) {
             die_usage("--model: the directory '%s' holds no model: neither a Hugging Face model (model.safetensors), "
                       "a checkpoint (manifest.json) nor a checkpoint directory (step_NNNNNNNN/)", o->model);

@@ -40,7 +40,7 @@ check "... naming the step it took" 'grep -q "from $tmp/ck/step_00000008$" "$tmp
 "$TRAIN" "${RUN[@]}" --batch-size 2 --steps 2 --model "$tmp/ck" --log-json "$tmp/ft_ck.json" >/dev/null 2>&1
 "$TRAIN" "${RUN[@]}" --batch-size 2 --steps 2 --model "$tmp/out/model_final.bin" --log-json "$tmp/ft_bin.json" \
     >/dev/null 2>&1
-steps_of() { grep '^{"step":[0-9]*,"loss"' "$1" | sed 's/,"ms".*//'; }
+steps_of() { grep '^{"step":[0-9]*,"loss"' "$1" 2>/dev/null | sed 's/,"ms".*//'; }
 check "training from --model CKPT_DIR: the same steps as from the model file" \
     '[ -n "$(steps_of "$tmp/ft_ck.json")" ] && [ "$(steps_of "$tmp/ft_ck.json")" = "$(steps_of "$tmp/ft_bin.json")" ]'
 
