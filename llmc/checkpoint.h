@@ -1452,7 +1452,7 @@ static inline void ckpt_targets_spans(CkptTargets *t) {
             param_map_runs(t->map, t->hold[s].r[k].lo, t->hold[s].r[k].hi, ckpt_span_run, &l);
             l.piece_at += t->hold[s].r[k].hi - t->hold[s].r[k].lo;
         }
-        qsort(l.s, (size_t)l.n, sizeof(CkptSpan), ckpt_span_cmp);
+        if (l.n > 0) qsort(l.s, (size_t)l.n, sizeof(CkptSpan), ckpt_span_cmp);  // (a state held nowhere: none)
         t->spans[s] = l.s, t->nspans[s] = l.n, t->want[s] = 0;
         for (int i = 0; i < l.n; i++) t->want[s] += l.s[i].n;
     }
