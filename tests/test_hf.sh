@@ -6,12 +6,14 @@
 # on the file gives the trainer's validation loss (1e-5); an F32, BF16, F16
 # file (with and without "transformer.", with the mask buffers and lm_head)
 # imported and exported again is bit for bit the same, also through tp 2;
-# a dp 2 x tp 2 x pp 2 checkpoint exports the same file as one process;
-# hostile safetensors files end in one line, exit 2. --generate at temperature
-# 0: the numpy forward's greedy tokens, the same from the llm.c file and on the
-# emulated GPU trainer; --top-k 1 is greedy; a seed repeats a sample; a prompt
-# longer than the context; the GPT-2 tokenizer's files go with the export and
-# encode the prompt. SKIPs without numpy (MPI parts without MPI).
+# a dp 2 x tp 2 x pp 2 checkpoint exports the same file as one process, also
+# as --model; hostile safetensors files end in one line, exit 2. --generate at
+# temperature 0: the numpy forward's greedy tokens, the same from the llm.c file
+# and on the emulated GPU trainer; --top-k 1 is greedy; --top-k 3 draws among
+# the numpy forward's 3 most likely; --temperature 0.0001 is greedy; a seed
+# repeats a sample; a prompt longer than the context is cut to its last
+# --seq-len tokens; the GPT-2 tokenizer's files go with the export and encode
+# the prompt. SKIPs without numpy (MPI parts without MPI).
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
