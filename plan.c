@@ -13,7 +13,8 @@
 #include "llmc/args.h"           // defines: FlagSpec, FLAG_*, die_usage
 #include "llmc/plan_model.h"     // defines: PlanProblem, PlanLayout, PlanResult, plan_check_layout, ...
 #include "llmc/train_options.h"  // defines: TrainOptions, TRAIN_MODEL_FLAGS, TRAIN_BATCH_FLAGS, flags_parse
-#include "llmc/train_setup.h"    // defines: train_build_config, host_memory_available
+#include "llmc/model_source.h"   // defines: train_build_config
+#include "llmc/train_setup.h"    // defines: host_memory_available
 
 typedef struct {
     TrainOptions train;  // (the model and batch rows)

@@ -12,6 +12,7 @@
 #include "llmc/generate.h"
 #include "llmc/gpt_cpu.h"
 #include "llmc/logger.h"
+#include "llmc/model_source.h"
 #include "llmc/modelfile.h"
 #include "llmc/optimizer.h"
 #include "llmc/param_gather.h"

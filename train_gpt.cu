@@ -21,6 +21,7 @@
 #include "llmc/gpt_gpu.cuh"
 #include "llmc/logger.h"
 #include "llmc/model_init.h"
+#include "llmc/model_source.h"
 #include "llmc/modelfile.h"
 #include "llmc/optimizer.h"
 #include "llmc/param_gather.h"

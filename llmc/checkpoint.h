@@ -1208,10 +1208,50 @@ static inline int ckpt_reader_parse(CkptReader *r, const char *path) {
     return ok;
 }
 
+// The three states' names, shapes and dtypes (each the flat buffer of the
+// model whose whole layout is pl, in fp32) and the table of parameters
+// (names, shapes, offsets) against pl.
+static inline int ckpt_check_tensor_table(CkptReader *r, const char *path, const ParamLayout *pl) {
+    const JsonValue *root = r->root, *ts = json_get(root, "tensors");
+    if (!ts || ts->type != JSON_ARRAY || ts->count != CKPT_STATES)
+        return ckpt_reader_fail(r, 1, "%s: 'tensors' is not a list of %d", path, CKPT_STATES);
+    int64_t N = pl->num_elements, n;
+    for (int s = 0; s < CKPT_STATES; s++) {
+        const JsonValue *name = json_get(&ts->items[s], "name"), *shape = json_get(&ts->items[s], "shape");
+        const JsonValue *dtype = json_get(&ts->items[s], "dtype");
+        if (!name || name->type != JSON_STRING || strcmp(name->text, CKPT_STATE_NAMES[s]) != 0)
+            return ckpt_reader_fail(r, 1, "%s: 'tensors' entry %d is not named '%s'", path, s, CKPT_STATE_NAMES[s]);
+        if (!shape || shape->type != JSON_ARRAY || shape->count != 1 || !json_int64(&shape->items[0], N, N, &n))
+            return ckpt_reader_fail(r, 1, "%s: 'tensors' entry %d (%s) has not the 'shape' [%lld] of this model's flat "
+                                    "buffer", path, s, CKPT_STATE_NAMES[s], (long long)N);
+        if (!dtype || dtype->type != JSON_STRING || strcmp(dtype->text, "f32") != 0)
+            return ckpt_reader_fail(r, 1, "%s: 'tensors' entry %d (%s) has not the 'dtype' \"f32\"", path, s,
+                                    CKPT_STATE_NAMES[s]);
+    }
+    // the tensor table: the flat order this program lays out
+    const JsonValue *params = json_get(root, "parameters");
+    if (!params || params->type != JSON_ARRAY || params->count != pl->num_tensors)
+        return ckpt_reader_fail(r, 1, "%s: 'parameters' is not the table of %d tensors", path, pl->num_tensors);
+    for (int i = 0; i < params->count; i++) {
+        const ParamTensor *pt = &pl->tensors[i];
+        const JsonValue *name = json_get(&params->items[i], "name"), *shape = json_get(&params->items[i], "shape");
+        int64_t off, d0, d1;
+        if (!name || name->type != JSON_STRING || strcmp(name->text, pt->name) != 0 ||
+            !json_int64(json_get(&params->items[i], "offset"), 0, INT64_MAX, &off) || off != pt->offset)
+            return ckpt_reader_fail(r, 0, "%s: parameter %d is not %s at offset %lld of the flat order", path, i,
+                                    pt->name, (long long)pt->offset);
+        if (!shape || shape->type != JSON_ARRAY || shape->count != 2 ||
+            !json_int64(&shape->items[0], pt->shape[0], pt->shape[0], &d0) ||
+            !json_int64(&shape->items[1], pt->shape[1], pt->shape[1], &d1))
+            return ckpt_reader_fail(r, 1, "%s: parameter %d (%s) has not the 'shape' [%lld, %lld] of this model's", path,
+                                    i, pt->name, (long long)pt->shape[0], (long long)pt->shape[1]);
+    }
+    return 1;
+}
+
 // The batch and the tensors against this run: the total batch (kept), the
 // writer's batch plan (B x T x data ranks x accumulation = the total: its
-// batches of plan[0] samples, plan[1] a step, of T plan[2]), the three
-// states' names, shapes and dtypes, the table of parameters (names, shapes, offsets).
+// batches of plan[0] samples, plan[1] a step, of T plan[2]), the tensor table.
 static inline int ckpt_check_model_tables(CkptReader *r, const char *path, const CkptRun *run, int64_t plan[3]) {
     const JsonValue *root = r->root, *batch = json_get(root, "batch");
     int64_t total = 0, B = 0, T = 0, accum = 0, dp = 0, tokens;
@@ -1229,42 +1269,7 @@ static inline int ckpt_check_model_tables(CkptReader *r, const char *path, const
                                 "total_tokens %lld", path, (long long)B, (long long)T, (long long)dp,
                                 (long long)accum, (long long)total);
     plan[0] = B * dp, plan[1] = total / T, plan[2] = T;
-    // the three states, each the flat buffer of this model in fp32
-    const JsonValue *ts = json_get(root, "tensors");
-    if (!ts || ts->type != JSON_ARRAY || ts->count != CKPT_STATES)
-        return ckpt_reader_fail(r, 1, "%s: 'tensors' is not a list of %d", path, CKPT_STATES);
-    int64_t N = run->pl->num_elements, n;
-    for (int s = 0; s < CKPT_STATES; s++) {
-        const JsonValue *name = json_get(&ts->items[s], "name"), *shape = json_get(&ts->items[s], "shape");
-        const JsonValue *dtype = json_get(&ts->items[s], "dtype");
-        if (!name || name->type != JSON_STRING || strcmp(name->text, CKPT_STATE_NAMES[s]) != 0)
-            return ckpt_reader_fail(r, 1, "%s: 'tensors' entry %d is not named '%s'", path, s, CKPT_STATE_NAMES[s]);
-        if (!shape || shape->type != JSON_ARRAY || shape->count != 1 || !json_int64(&shape->items[0], N, N, &n))
-            return ckpt_reader_fail(r, 1, "%s: 'tensors' entry %d (%s) has not the 'shape' [%lld] of this model's flat "
-                                    "buffer", path, s, CKPT_STATE_NAMES[s], (long long)N);
-        if (!dtype || dtype->type != JSON_STRING || strcmp(dtype->text, "f32") != 0)
-            return ckpt_reader_fail(r, 1, "%s: 'tensors' entry %d (%s) has not the 'dtype' \"f32\"", path, s,
-                                    CKPT_STATE_NAMES[s]);
-    }
-    // the tensor table: the flat order this program lays out
-    const JsonValue *params = json_get(root, "parameters");
-    if (!params || params->type != JSON_ARRAY || params->count != run->pl->num_tensors)
-        return ckpt_reader_fail(r, 1, "%s: 'parameters' is not the table of %d tensors", path, run->pl->num_tensors);
-    for (int i = 0; i < params->count; i++) {
-        const ParamTensor *pt = &run->pl->tensors[i];
-        const JsonValue *name = json_get(&params->items[i], "name"), *shape = json_get(&params->items[i], "shape");
-        int64_t off, d0, d1;
-        if (!name || name->type != JSON_STRING || strcmp(name->text, pt->name) != 0 ||
-            !json_int64(json_get(&params->items[i], "offset"), 0, INT64_MAX, &off) || off != pt->offset)
-            return ckpt_reader_fail(r, 0, "%s: parameter %d is not %s at offset %lld of the flat order", path, i,
-                                    pt->name, (long long)pt->offset);
-        if (!shape || shape->type != JSON_ARRAY || shape->count != 2 ||
-            !json_int64(&shape->items[0], pt->shape[0], pt->shape[0], &d0) ||
-            !json_int64(&shape->items[1], pt->shape[1], pt->shape[1], &d1))
-            return ckpt_reader_fail(r, 1, "%s: parameter %d (%s) has not the 'shape' [%lld, %lld] of this model's", path,
-                                    i, pt->name, (long long)pt->shape[0], (long long)pt->shape[1]);
-    }
-    return 1;
+    return ckpt_check_tensor_table(r, path, run->pl);
 }
 
 // The data position (against the step and the writer's batch plan, as
@@ -1308,10 +1313,20 @@ static inline int ckpt_read_position(CkptReader *r, const char *path, const int6
     return 1;
 }
 
-// Opens dir's manifest and checks it against this run and against itself:
-// format, version, seal, step (against the directory's name when it is a
-// step_N), model, kept flags, batch, tensors, data position. Returns 1, or 0 with r->err.
-static inline int ckpt_reader_open(CkptReader *r, const char *dir, const CkptRun *run, char *err) {
+// The manifest's "model" keys, and where a GPTConfig holds each.
+static const char *const CKPT_MODEL_KEYS[] = {"max_seq_len", "vocab_size", "padded_vocab_size", "num_layers",
+                                              "num_heads", "channels"};
+#define CKPT_NUM_MODEL_KEYS ((int)(sizeof(CKPT_MODEL_KEYS) / sizeof(CKPT_MODEL_KEYS[0])))
+static inline int *ckpt_model_field(GPTConfig *c, int key) {
+    int *fields[CKPT_NUM_MODEL_KEYS] = {&c->max_seq_len, &c->vocab_size, &c->padded_vocab_size, &c->num_layers,
+                                        &c->num_heads, &c->channels};
+    return fields[key];
+}
+
+// Opens dir's manifest and checks it against itself: format, version, seal,
+// step (against the directory's name when it is a step_N); *model: the
+// model's shape it records (unchecked). Returns 1, or 0 with r->err.
+static inline int ckpt_manifest_open(CkptReader *r, const char *dir, GPTConfig *model, char *err) {
     memset(r, 0, sizeof(*r));
     r->err = err;
     snprintf(r->dir, sizeof(r->dir), "%s", dir);
@@ -1321,10 +1336,6 @@ static inline int ckpt_reader_open(CkptReader *r, const char *dir, const CkptRun
     const JsonValue *root = r->root;
     int64_t step = 0;
     if (!ckpt_get_int(r, root, "step", 0, INT32_MAX, &step)) return 0;
-    if (step > run->o->steps)
-        return ckpt_reader_fail(r, 0, "%s: the checkpoint is at step %lld, past this run's --steps %d: give --steps %lld "
-                                "or more (%lld: evaluate, sample and save only; more: train on)", path, (long long)step,
-                                run->o->steps, (long long)step, (long long)step);
     r->point.step = step;
     size_t end = strlen(r->dir);  // the directory's own name (a copy under another name is not checked)
     while (end > 1 && r->dir[end - 1] == '/') end--;
@@ -1336,19 +1347,33 @@ static inline int ckpt_reader_open(CkptReader *r, const char *dir, const CkptRun
     if (named >= 0 && named != step)
         return ckpt_reader_fail(r, 1, "%s: 'step' %lld is not the step of its directory %s", path, (long long)step,
                                 name);
-    // the model
-    const JsonValue *model = json_get(root, "model");
-    const GPTConfig *c = run->cfg;
-    struct { const char *key; int want; } dims[] = {
-        {"max_seq_len", c->max_seq_len}, {"vocab_size", c->vocab_size}, {"padded_vocab_size", c->padded_vocab_size},
-        {"num_layers", c->num_layers}, {"num_heads", c->num_heads}, {"channels", c->channels}};
-    for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++) {
+    const JsonValue *jm = json_get(root, "model");
+    for (int i = 0; i < CKPT_NUM_MODEL_KEYS; i++) {
         int64_t v = 0;
-        if (!ckpt_get_int(r, model, dims[i].key, 0, INT32_MAX, &v)) return 0;
-        if (v != dims[i].want)
-            return ckpt_reader_fail(r, 0, "%s: a model with %s %lld, this run's has %d", path, dims[i].key,
-                                    (long long)v, dims[i].want);
+        if (!ckpt_get_int(r, jm, CKPT_MODEL_KEYS[i], 0, INT32_MAX, &v)) return 0;
+        *ckpt_model_field(model, i) = (int)v;
     }
+    return 1;
+}
+
+// Opens dir's manifest and checks it against itself (ckpt_manifest_open) and
+// against this run: step, model, kept flags, batch, tensors, data position.
+// Returns 1, or 0 with r->err.
+static inline int ckpt_reader_open(CkptReader *r, const char *dir, const CkptRun *run, char *err) {
+    GPTConfig have, want = *run->cfg;
+    if (!ckpt_manifest_open(r, dir, &have, err)) return 0;
+    const JsonValue *root = r->root;
+    char path[CKPT_FILE_MAX];
+    snprintf(path, sizeof(path), "%s/manifest.json", dir);
+    int64_t step = r->point.step;
+    if (step > run->o->steps)
+        return ckpt_reader_fail(r, 0, "%s: the checkpoint is at step %lld, past this run's --steps %d: give --steps %lld "
+                                "or more (%lld: evaluate, sample and save only; more: train on)", path, (long long)step,
+                                run->o->steps, (long long)step, (long long)step);
+    for (int i = 0; i < CKPT_NUM_MODEL_KEYS; i++)
+        if (*ckpt_model_field(&have, i) != *ckpt_model_field(&want, i))
+            return ckpt_reader_fail(r, 0, "%s: a model with %s %d, this run's has %d", path, CKPT_MODEL_KEYS[i],
+                                    *ckpt_model_field(&have, i), *ckpt_model_field(&want, i));
     // the flags a resume keeps: compared as the manifest writes them
     const JsonValue *flags = json_get(root, "flags");
     for (int i = 0; i < CKPT_NUM_KEPT_FLAGS; i++) {
@@ -1427,7 +1452,7 @@ static inline void ckpt_targets_spans(CkptTargets *t) {
             param_map_runs(t->map, t->hold[s].r[k].lo, t->hold[s].r[k].hi, ckpt_span_run, &l);
             l.piece_at += t->hold[s].r[k].hi - t->hold[s].r[k].lo;
         }
-        qsort(l.s, (size_t)l.n, sizeof(CkptSpan), ckpt_span_cmp);
+        if (l.n > 0) qsort(l.s, (size_t)l.n, sizeof(CkptSpan), ckpt_span_cmp);  // (a state held nowhere: none)
         t->spans[s] = l.s, t->nspans[s] = l.n, t->want[s] = 0;
         for (int i = 0; i < l.n; i++) t->want[s] += l.s[i].n;
     }

@@ -68,7 +68,7 @@ typedef struct {
 #define TRAIN_MODEL_FLAGS(TO) \
     {"model", FLAG_STRING, TO(model), "d12", NULL, 0, 0, \
      "preset d12|d24|d36|d48, or a model to start from: an llm.c file, a Hugging Face GPT-2 directory or " \
-     ".safetensors file (docs/models.md)", "model"}, \
+     ".safetensors file, a checkpoint (a step directory, or a --ckpt-dir: its newest) (docs/models.md)", "model"}, \
     {"n-layer", FLAG_INT, TO(n_layer), "0", NULL, 0, GPT_MAX_LAYERS, "layers (0: from --model)", "model"}, \
     {"n-embd", FLAG_INT, TO(n_embd), "0", NULL, 0, GPT_MAX_CHANNELS, "channels (0: from --model)", "model"}, \
     {"n-head", FLAG_INT, TO(n_head), "0", NULL, 0, GPT_MAX_HEADS, "attention heads (0: from --model)", "model"}, \

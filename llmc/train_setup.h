@@ -1,8 +1,8 @@
 // train_setup.h: trainer set-up shared by train_gpt.c and train_gpt.cu: the
-// model shape and weights from --model (a preset, an llm.c model file or a
-// Hugging Face model) and the explicit shape flags, the batch plan (micro-batch, accumulation, loss scale), the
+// batch plan (micro-batch, accumulation, loss scale), the layout checks, the
 // learning-rate schedule, when to evaluate, sample and log, the step record,
-// and the final model files.
+// and the final model files. (The model's shape and weights from --model:
+// model_source.h.)
 #ifndef LLMC_TRAIN_SETUP_H
 #define LLMC_TRAIN_SETUP_H
 
@@ -21,48 +21,6 @@
 #include "rand.h"
 #include "schedule.h"
 #include "train_options.h"
-
-// The model shape: a preset, or the header of a model file (llm.c's, or a
-// Hugging Face model's safetensors and config.json), then any explicit
-// overrides (which a model file must agree with).
-static GPTConfig train_build_config(const TrainOptions *o, int *from_file) {
-    GPTConfig cfg;
-    *from_file = !gpt_config_preset(o->model, &cfg);
-    if (*from_file) {  // (a file may differ between nodes: each rank reports its own errors)
-        int quiet = die_usage_quiet;
-        die_usage_quiet = 0;
-        char weights[PATH_MAX];
-        if (access(o->model, R_OK) != 0)
-            die_usage("--model: '%s' is neither a preset (d12|d24|d36|d48) nor a readable file or directory", o->model);
-        if (hf_model_weights(o->model, weights)) hf_read_config(weights, o->n_head, &cfg);
-        else modelfile_read_config(o->model, &cfg);
-        die_usage_quiet = quiet;
-    }
-    struct { int value; int *field; const char *flag; } overrides[] = {
-        {o->n_layer, &cfg.num_layers, "--n-layer"}, {o->n_embd, &cfg.channels, "--n-embd"},
-        {o->n_head, &cfg.num_heads, "--n-head"}, {o->vocab_size, &cfg.vocab_size, "--vocab-size"},
-        {o->max_seq_len, &cfg.max_seq_len, "--max-seq-len"},
-    };
-    for (size_t i = 0; i < sizeof(overrides) / sizeof(overrides[0]); i++) {
-        if (overrides[i].value == 0) continue;
-        if (*from_file && overrides[i].value != *overrides[i].field)
-            die_usage("%s %d disagrees with the model file '%s' (%d)", overrides[i].flag, overrides[i].value, o->model,
-                      *overrides[i].field);
-        *overrides[i].field = overrides[i].value;
-    }
-    if (!*from_file) cfg.padded_vocab_size = pad_vocab(cfg.vocab_size);
-    const char *problem = gpt_config_problem(&cfg);
-    if (problem) die_usage("bad model shape: %s", problem);
-    return cfg;
-}
-
-// This rank's part of the weights (pl: its layout) from --model's file: an
-// llm.c model file or a Hugging Face model.
-static void train_load_weights(const TrainOptions *o, const ParamLayout *pl, float *params) {
-    char weights[PATH_MAX];
-    if (hf_model_weights(o->model, weights)) hf_load(weights, pl, params);
-    else modelfile_load(o->model, pl, params);
-}
 
 // How a step is made of micro-steps: B x T tokens per rank per micro-step,
 // accum micro-steps, total_tokens over all ranks; dloss is d(objective)/d(loss

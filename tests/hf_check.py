@@ -7,6 +7,9 @@
                                 on it gives LOG's last val_loss (B rows of T+1 tokens of the shard VAL) to 1e-5
   greedy DIR T N OUT            the numpy forward's greedy continuation (N tokens after <|endoftext|>,
                                 a window of T) written as bytes to OUT (ids < 256; others as <id>)
+  topk DIR T K GEN              every token of GEN (a continuation after <|endoftext|>, a window of T; as
+                                greedy writes it) is among the K most likely of the numpy forward's, and
+                                not every one is the most likely
   make DIR DTYPE PREFIX L C H V P  a random GPT-2 (F32, F16 or BF16; names with PREFIX; the mask buffers
                                 and lm_head.weight too) with config.json
   same A B                      every tensor of B's model.safetensors is A's, byte for byte (A's F16: widened)
@@ -14,7 +17,7 @@
                                 forward's logits to 1e-4 and its greedy continuation is GEN's bytes (else SKIP)
   bad DIR                       hostile variants of DIR/model.safetensors as DIR/bad_NAME.safetensors
 Prints PASS:/FAIL: lines (tests/checks.sh's form)."""
-import json, os, struct, sys
+import json, os, re, struct, sys
 import numpy as np
 
 failed = 0
@@ -143,12 +146,16 @@ def cmd_export(d, log, val, T, B):
           f"numpy {loss:.7f}, ours {ours:.6f}")
 
 
-def cmd_greedy(d, T, N, out):
-    T, N = int(T), int(N)
+def load_model(d):
+    """(weights under transformers' names, n_head, V) of the Hugging Face directory d."""
     W = {k if k.startswith("transformer.") else "transformer." + k: v
          for k, v in tensors(os.path.join(d, "model.safetensors")).items()}
-    H = json.load(open(os.path.join(d, "config.json")))["n_head"]
-    V = W["transformer.wte.weight"].shape[0]
+    return W, json.load(open(os.path.join(d, "config.json")))["n_head"], W["transformer.wte.weight"].shape[0]
+
+
+def cmd_greedy(d, T, N, out):
+    T, N = int(T), int(N)
+    W, H, V = load_model(d)
     ctx = [V - 1]
     text = b""
     for _ in range(N):
@@ -156,6 +163,20 @@ def cmd_greedy(d, T, N, out):
         text += bytes([nxt]) if nxt < 256 else f"<{nxt}>".encode()
         ctx.append(nxt)
     open(out, "wb").write(text)
+
+
+def cmd_topk(d, T, K, gen):
+    T, K = int(T), int(K)
+    W, H, V = load_model(d)
+    ids = [int(m.group(1)) if m.group(1) else m.group(2)[0] for m in re.finditer(rb"<(\d+)>|(.)", open(gen, "rb").read(), re.S)]
+    ctx, ranks = [V - 1], []
+    for t in ids:
+        logits = forward(W, H, np.array([ctx[-T:]]))[0, -1]
+        ranks.append(int((logits > logits[t]).sum()))  # how many are more likely
+        ctx.append(t)
+    check(len(ids) > 0 and max(ranks) < K and max(ranks) > 0,
+          f"--top-k {K}: every token drawn is among the numpy forward's {K} most likely, not always the first",
+          f"ranks {ranks}")
 
 
 def write_st(path, arrays, dtype, extra_header=None):
@@ -223,9 +244,7 @@ def cmd_torch(d, gen, T, N):
         return
     T, N = int(T), int(N)
     model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval()
-    W = tensors(os.path.join(d, "model.safetensors"))
-    H = json.load(open(os.path.join(d, "config.json")))["n_head"]
-    V = W["transformer.wte.weight"].shape[0]
+    W, H, V = load_model(d)
     ids = np.arange(T).reshape(1, T) % (V - 1)
     with torch.no_grad():
         theirs = model(torch.tensor(ids)).logits.double().numpy()
@@ -267,5 +286,5 @@ def cmd_bad(d):
 
 
 if __name__ == "__main__":
-    {"export": cmd_export, "greedy": cmd_greedy, "torch": cmd_torch, "make": cmd_make, "same": cmd_same, "bad": cmd_bad}[sys.argv[1]](*sys.argv[2:])
+    {"export": cmd_export, "greedy": cmd_greedy, "topk": cmd_topk, "torch": cmd_torch, "make": cmd_make, "same": cmd_same, "bad": cmd_bad}[sys.argv[1]](*sys.argv[2:])
     sys.exit(1 if failed else 0)

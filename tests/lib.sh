@@ -30,6 +30,8 @@ need_mpi() {
     [ -n "${2:-}" ] && MPIRUN=(timeout "$2" "${MPIRUN[@]}")
     return 0
 }
+# generated LOG: what a --generate run printed between its "---- generate" and "----------------" lines
+generated() { sed -n '/^---- generate/,/^----------------$/p' "$1" | sed '1d;$d' | head -c -1; }
 # comm_for RANKS: the --comm a GPU run of RANKS ranks takes here: nccl on the emulated trainer (its NCCL is
 # MPI underneath), or with a GPU a rank and a build with NCCL; else mpi (staged through host memory)
 comm_for() {

@@ -6,12 +6,14 @@
 # on the file gives the trainer's validation loss (1e-5); an F32, BF16, F16
 # file (with and without "transformer.", with the mask buffers and lm_head)
 # imported and exported again is bit for bit the same, also through tp 2;
-# a dp 2 x tp 2 x pp 2 checkpoint exports the same file as one process;
-# hostile safetensors files end in one line, exit 2. --generate at temperature
-# 0: the numpy forward's greedy tokens, the same from the llm.c file and on the
-# emulated GPU trainer; --top-k 1 is greedy; a seed repeats a sample; a prompt
-# longer than the context; the GPT-2 tokenizer's files go with the export and
-# encode the prompt. SKIPs without numpy (MPI parts without MPI).
+# a dp 2 x tp 2 x pp 2 checkpoint exports the same file as one process, also
+# as --model; hostile safetensors files end in one line, exit 2. --generate at
+# temperature 0: the numpy forward's greedy tokens, the same from the llm.c file
+# and on the emulated GPU trainer; --top-k 1 is greedy; --top-k 3 draws among
+# the numpy forward's 3 most likely; --temperature 0.0001 is greedy; a seed
+# repeats a sample; a prompt longer than the context is cut to its last
+# --seq-len tokens; the GPT-2 tokenizer's files go with the export and encode
+# the prompt. SKIPs without numpy (MPI parts without MPI).
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
@@ -23,7 +25,6 @@ if ! python3 -c "import numpy" 2>/dev/null; then
 fi
 export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_rmaps_base_oversubscribe=1
 HF=(python3 tests/hf_check.py)
-generated() { sed -n '/^---- generate/,/^----------------$/p' "$1" | sed '1d;$d' | head -c -1; }
 
 # --- export after training: GPT-2's names, shapes, config; the numpy forward's loss is ours ---
 tokenize_sources "$tmp/data" llmc/model.h llmc/sampler.h llmc/json.h
@@ -66,6 +67,9 @@ if [ $MPI = 1 ]; then
     check "a dp 2 x tp 2 x pp 2 checkpoint exports the same file on 8 ranks and on one process" \
         '[ -s "$tmp/ck_one/model.safetensors" ] && cmp -s "$tmp/ck_one/model.safetensors" "$tmp/ck_eight/model.safetensors"' \
         "$(tail -1 "$tmp/ck.log") | $(tail -1 "$tmp/ck1.log") | $(tail -1 "$tmp/ck8.log")"
+    "$TRAIN" --model "$tmp/ck/step_00000002" --steps 0 --seq-len 16 --save-hf "$tmp/ck_model" >"$tmp/ckm.log" 2>&1
+    check "... and as --model on one process (--steps 0, no data)" \
+        'cmp -s "$tmp/ck_one/model.safetensors" "$tmp/ck_model/model.safetensors"' "$(tail -1 "$tmp/ckm.log")"
 else
     echo "SKIP: ${P}tp 2 import and the dp 2 x tp 2 x pp 2 export (no MPI)"
 fi
@@ -103,10 +107,20 @@ check "--top-k 1 is greedy at any temperature" '[ "$(generated "$tmp/gk1.log")" 
 "$TRAIN" --model "$tmp/in_F32" "${GEN[@]}" --temperature 1.5 --seed 4 >"$tmp/gt3.log" 2>&1
 check "--temperature 1.5: a seed repeats its sample, another seed draws another" \
     '[ "$(generated "$tmp/gt1.log")" = "$(generated "$tmp/gt2.log")" ] && [ "$(generated "$tmp/gt1.log")" != "$(generated "$tmp/gt3.log")" ] && [ "$(generated "$tmp/gt1.log")" != "$(generated "$tmp/g.log")" ]'
+"$TRAIN" --model "$tmp/in_F32" "${GEN[@]}" --temperature 100 --top-k 3 --seed 3 >"$tmp/gk3.log" 2>&1
+generated "$tmp/gk3.log" >"$tmp/k3.gen"
+"${HF[@]}" topk "$tmp/in_F32" 32 3 "$tmp/k3.gen" | sed "s/^\(PASS\|FAIL\): /\1: $P/"
 long=$(head -c 100 llmc/model.h | tr -d '\n')
 "$TRAIN" --model "$tmp/in_F32" "${GEN[@]}" --prompt "$long" >"$tmp/glong.log" 2>&1
 check "a prompt longer than --seq-len: its first tokens dropped, said so" \
     '[ $? -eq 0 ] && grep -q "its first $((${#long} + 1 - 32)) tokens are not seen" "$tmp/glong.log"' "$(tail -2 "$tmp/glong.log")"
+"$TRAIN" --model "$tmp/in_F32" "${GEN[@]}" --prompt "${long: -32}" >"$tmp/gtail.log" 2>&1
+g_long=$(generated "$tmp/glong.log") g_tail=$(generated "$tmp/gtail.log")
+check "... and continues as its last --seq-len tokens alone do" \
+    '[ -n "${g_long#"$long"}" ] && [ "${g_long#"$long"}" = "${g_tail#"${long: -32}"}" ]'
+"$TRAIN" --model "$tmp/in_F32" "${GEN[@]}" --temperature 0.0001 --seed 9 >"$tmp/gcold.log" 2>&1
+check "--temperature 0.0001 draws the greedy tokens (softmax(logits / T) at its limit)" \
+    '[ "$(generated "$tmp/gcold.log")" = "$(generated "$tmp/g.log")" ]'
 EMU=$BUILD/emu/train_gptcu
 if [ -x "$EMU" ]; then
     "$EMU" --model "$tmp/in_F32" "${GEN[@]}" --peak-tflops 1 >"$tmp/gemu.log" 2>&1

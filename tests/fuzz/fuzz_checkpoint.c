@@ -2,13 +2,15 @@
 // on arbitrary manifests and data files, against a fixed tiny run and its training data: any
 // damage or conflict must come back as an error naming the file (never a crash, a read out of
 // bounds, or an allocation the files cannot back), and a checkpoint that reads fills every
-// element of the run's tensors exactly once.
+// element of the run's tensors exactly once. Then the same files as --model
+// (llmc/model_source.h: the shape from the manifest, the weights alone): read, or one usage error.
 // Input: a little-endian uint32 n, then n & 0x3fffffff bytes of manifest.json, then the bytes of
 // rank_00000.bin (the seeds are real checkpoints of the run below, and edited copies). Unless
 // bit 31 of n is set, the manifest is re-sealed first (its "manifest_crc32c" line rewritten to
 // match the bytes before it), so that mutations reach the checks behind the seal; bit 30 set
 // runs with --resume-data-changed 1.
 #include "llmc/checkpoint.h"
+#include "llmc/model_source.h"
 #include "tests/fuzz/fuzz_harness.h"
 
 // The run the seeds were written by: this command line over a shard 'tokens.bin' of 4000 uint16
@@ -110,6 +112,10 @@ static void fuzz_one(const uint8_t *data, size_t size) {
             if (t.filled[s] != fuzz_layout.num_params * 4) abort();  // every parameter (not the gaps) once
     for (int s = 0; s < CKPT_STATES; s++) ckpt_pieces_free(&t.hold[s]);
     ckpt_reader_close(&r);
+    GPTConfig model;  // as --model: its shape, then (this run's shape) its weights, or exit 2
+    model_checkpoint_open(&r, dir, &model, err);
+    ckpt_reader_close(&r);
+    if (memcmp(&model, &fuzz_cfg, sizeof(model)) == 0) model_checkpoint_load(dir, &fuzz_layout, fuzz_state[0]);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -1,9 +1,10 @@
 // fuzz_flags.c: the trainers' flag parser (llmc/args.h over
 // llmc/train_options.h's table) and the set-up that turns flags into a model
-// shape and a batch plan (llmc/train_setup.h): any argument list either
+// shape and a batch plan (llmc/model_source.h, llmc/train_setup.h): any argument list either
 // parses or ends in one usage error (exit 2), never in an overflow or a
 // crash. The input is the arguments, separated by NUL bytes; its first byte
 // picks the number of data ranks (1..8).
+#include "llmc/model_source.h"
 #include "llmc/train_setup.h"
 #include "tests/fuzz/fuzz_harness.h"
 
