@@ -4,7 +4,8 @@
 // files in and out. It is the correctness reference for the GPU trainer
 // (train_gpt.cu), which takes the same flags (llmc/train_options.h) and writes
 // the same logs (llmc/logger.h). With --pp the layers are split over
-// pipeline ranks (llmc/pipeline_cpu.h).
+// pipeline ranks (llmc/pipeline_cpu.h); with --cp the positions of every
+// sequence over context ranks (llmc/context_parallel.h).
 #include <sys/resource.h>
 
 #include "llmc/comm.h"
@@ -37,19 +38,30 @@ typedef struct {
     CommGroup *world;     // every rank (the gradient norm's squares)
 } CpuTrainer;
 
+// The model's tokens of a micro-batch x, y (B,T): the rank's positions under
+// context parallelism (*ly NULL without targets), else x and y themselves.
+static const int *cpu_positions(GPT *m, const int *x, const int *y, int B, const int **ly) {
+    if (m->cp.size == 1) {
+        *ly = y;
+        return x;
+    }
+    return cp_micro_batch(&m->cp, x, y, B, ly);
+}
+
 // One step's micro-batches: each forward and backward in turn (the hooks
 // reduce the last one's gradients at ZeRO-0/1, each one's at 2/3), or the pipeline's schedule.
 static float cpu_train_step(void *ctx, const int *xs, const int *ys, int accum) {
     CpuTrainer *t = (CpuTrainer *)ctx;
     if (t->pipeline) return pipeline_step(t->pipeline, xs, ys, accum);
     GPT *m = t->model;
-    size_t BT = (size_t)m->acts.B * m->acts.T;
+    size_t BT = (size_t)m->acts.B * m->acts.T * m->cp.size;  // (a micro-batch's tokens)
     double loss = 0.0;
     zero_begin_step(t->zero);
     for (int micro = 0; micro < accum; micro++) {
         zero_begin_pass(t->zero, micro == accum - 1);
         step_time_enter(STEP_FWD);
-        loss += gpt_forward(m, xs + micro * BT, ys + micro * BT, m->acts.B, m->acts.T, t->dloss);
+        const int *y, *x = cpu_positions(m, xs + micro * BT, ys + micro * BT, m->acts.B, &y);
+        loss += gpt_forward(m, x, y, m->acts.B, m->acts.T, t->dloss);
         step_time_enter(STEP_BWD);
         gpt_backward(m);
     }
@@ -71,7 +83,9 @@ static double peak_rss_bytes(void) {
 
 static float cpu_forward(void *ctx, const int *x, const int *y, int B, int T) {
     CpuTrainer *t = (CpuTrainer *)ctx;
-    return t->pipeline ? pipeline_forward(t->pipeline, x, y, B, T) : gpt_forward(t->model, x, y, B, T, 0.0f);
+    if (t->pipeline) return pipeline_forward(t->pipeline, x, y, B, T);
+    const int *ly, *lx = cpu_positions(t->model, x, y, B, &ly);
+    return gpt_forward(t->model, lx, ly, B, T / t->model->cp.size, 0.0f);
 }
 static int cpu_sample(void *ctx, int row, const SampleParams *sp, Rng *rng) {
     CpuTrainer *t = (CpuTrainer *)ctx;
@@ -122,12 +136,13 @@ int main(int argc, char **argv) {
     train_check_layout(&o, &cfg, launch_detect().world);
     const int pipelined = o.pp > 1;
     Comm comm;
-    comm_init(&comm, &argc, &argv, o.tp, o.pp, o.comm_timeout);
-    CommGroup *dp = comm_group(&comm, COMM_DATA);
+    comm_init(&comm, &argc, &argv, train_grid(&o), o.comm_timeout);
+    CommGroup *dp = comm_group(&comm, COMM_DATA);  // (each data rank reads its own sequences)
+    CommGroup *replica = comm_group(&comm, COMM_REPLICA);  // data x context: ZeRO's shards, the losses' mean
     TPContext tp = o.tp > 1 ? tp_context(comm_group(&comm, COMM_TENSOR), o.sequence_parallel) : tp_none();
     const int rank = comm.rank, world = dp->size;  // data-parallel ranks; only rank 0 logs and writes files
     BatchPlan plan = train_batch_plan(&o, &cfg, world);
-    const int B = plan.B, T = plan.T;
+    const int B = plan.B, T = plan.T, Tl = T / o.cp;  // (Tl: this rank's positions of a sequence)
     PPLayout pp_layout;
     PPKind pp_kind = pipelined ? train_pipeline_plan(&o, &cfg, &plan, &pp_layout) : PP_1F1B;
     const int pipe_rank = comm_group(&comm, COMM_PIPELINE)->rank;
@@ -135,13 +150,16 @@ int main(int argc, char **argv) {
     ParamHolding holding = {1, 1, NULL};  // what this rank holds: everything, or its pipeline stages
     if (pipelined) holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
     // the memory this rank will hold (rank_memory.h), checked before anything is allocated
-    RankPlace place = {o.zero, world, dp->rank, tp.size, tp.rank, tp.sp, pipelined ? &pp_layout : NULL, pp_kind,
-                       pipe_rank, plan.accum, B, T};
+    RankPlace place = {o.zero, replica->size, replica->rank, tp.size, tp.rank, tp.sp, pipelined ? &pp_layout : NULL,
+                       pp_kind, pipe_rank, plan.accum, B, Tl};
     RankMemory need = cpu_rank_memory(&cfg, &place);
     train_check_host_memory(&o, need.params + need.tied / 2, need.grads + need.tied / 2, need.optimizer,
                             need.activations);
     GPT model;
     gpt_init_held(&model, &cfg, &holding, tp);
+    if (o.cp > 1)
+        cp_init(&model.cp, comm_group(&comm, COMM_CONTEXT), B, T, cfg.num_layers, cfg.channels, cfg.channels / tp.size,
+                cfg.num_heads / tp.size);
     free(held_layers);
     // this rank's part of the weights, as the whole model's initialisation or file has them
     if (from_file) train_load_weights(&o, &model.layout, model.params);
@@ -170,11 +188,11 @@ int main(int argc, char **argv) {
     Tokenizer tokenizer;
     int have_tokenizer = train_load_tokenizer(&o, &tokenizer, cfg.vocab_size);
     generate_check(&o, have_tokenizer ? &tokenizer : NULL, cfg.vocab_size);
-    if (!pipelined) gpt_alloc_activations(&model, B, T);
+    if (!pipelined) gpt_alloc_activations(&model, B, Tl);
     double act_bytes = 4.0 * (pipelined ? pipeline_rank_activation_floats(&cfg, &pipeline.run.layout, pp_kind,
                                                                             pipe_rank, plan.accum, B, T, tp.size,
                                                                             tp.sp)
-                                        : model.acts.num_floats);
+                                        : model.acts.num_floats + cp_memory_floats(&model.cp));
 
     // a rank's peak: every rank probes at once (they share the cores), the mean of their probes; measured once
     double peak_gflops = o.peak_tflops > 0 ? o.peak_tflops * 1e3
@@ -185,9 +203,14 @@ int main(int argc, char **argv) {
     if (rank == 0) {
         train_print_header(&o, &cfg, global.num_params, model.layout.num_params, from_file, &plan, world,
                            have_data ? &train_loader : NULL, have_val);
-        printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d | ZeRO-%d | bucket %.1f MB | "
-               "comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp, comm.tp,
-               comm.pp, o.zero, zero.bucket_elems * 4 / 1e6, o.comm_timeout);
+        printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d x context %d | ZeRO-%d | "
+               "bucket %.1f MB | comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off",
+               comm_size(&comm, GRID_DP), comm_size(&comm, GRID_TP), comm_size(&comm, GRID_PP),
+               comm_size(&comm, GRID_CP), o.zero, zero.bucket_elems * 4 / 1e6, o.comm_timeout);
+        if (o.cp > 1)
+            printf("context parallel: %d ranks a sequence, each %d positions (chunks i and %d-i of %d) | attention "
+                   "all-gathers K and V: %.3f MB a layer\n", o.cp, Tl, 2 * o.cp - 1, 2 * o.cp,
+                   4.0 * B * T * 2 * (cfg.channels / tp.size) / 1e6);
         if (pipelined)
             printf("pipeline: %d stages over %d ranks | schedule %s | %d micro-batches a step | predicted bubble %.3f "
                    "(F = B = W; --print-schedule shows it)\n", pp_layout.stages, o.pp, pp_kind_names[pp_kind],
@@ -217,7 +240,7 @@ int main(int argc, char **argv) {
         memset(ckpt_staging, 0, bytes);
     }
     TrainRun run = {&o, &cfg, plan, &tm, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL,
-                    have_tokenizer ? &tokenizer : NULL, dp, comm_group(&comm, COMM_WORLD), rank,
+                    have_tokenizer ? &tokenizer : NULL, replica, comm_group(&comm, COMM_WORLD), rank,
                     flops_per_step, peak_gflops * 1e9 * comm.world, peak_rss_bytes, "host RSS",
                     {&o, &cfg, &global, &plan, &comm, "train_gpt", 0}, ranges, &map, ckpt_staging};
     // outputs checked against every input (nothing written yet), then the checkpoint directory made this
@@ -231,6 +254,7 @@ int main(int argc, char **argv) {
     free(ckpt_staging);
 
     if (pipelined) pp_runner_report(&pipeline.run, rank == 0);
+    cp_report(&model.cp, rank == 0);
     if (finished && train_saves_model(&o)) {  // every rank takes part; rank 0 writes
         ParamGather pg;
         param_gather_init(&pg, comm_group(&comm, COMM_WORLD), &ranges.write, &map, cpu_read_held, &trainer);
@@ -247,6 +271,7 @@ int main(int argc, char **argv) {
     ckpt_ranges_free(&ranges);
     param_map_free(&map);
     param_layout_free(&global);
+    cp_free(&model.cp);
     gpt_free(&model);
     tp_free(&tp);
     comm_finalize(&comm);
