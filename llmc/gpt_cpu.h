@@ -436,6 +436,7 @@ static void gpt_embedding_backward(GPT *m, GPTActivations *a) {
         const float *d = dfull + (size_t)i * C;
         for (int j = 0; j < C; j++) p[j] += d[j];
     }
+    if (m->cp.size > 1) cp_add_dwpe(&m->cp, dwpe_all);
     gpt_hooks_grads_ready(&m->hooks, 0);
 }
 

@@ -144,8 +144,10 @@ static void train_context_plan(const TrainOptions *o) {
     if (o->seq_len % (2 * o->cp) != 0)
         die_usage("--cp %d: --seq-len %d is not a multiple of 2 x cp = %d (each rank holds chunks i and 2cp-1-i of "
                   "2 x cp equal chunks of every sequence)", o->cp, o->seq_len, 2 * o->cp);
-    const char *other = o->tp > 1 ? "--tp" : o->pp > 1 ? "--pp" : o->sample_every ? "--sample-every"
-                      : o->generate ? "--generate" : NULL;
+    if (o->sequence_parallel && o->seq_len / o->cp % o->tp != 0)
+        die_usage("--sequence-parallel: --seq-len %d / --cp %d is not a multiple of --tp %d (each tensor rank holds "
+                  "1/tp of a context rank's positions)", o->seq_len, o->cp, o->tp);
+    const char *other = o->pp > 1 ? "--pp" : o->sample_every ? "--sample-every" : o->generate ? "--generate" : NULL;
     if (other) die_usage("--cp %d with %s is not supported yet: use --cp 1 for it", o->cp, other);
 }
 

@@ -43,6 +43,9 @@ compare_cp cp4 4 --batch-size 4 --cp 4
 compare_cp dp2_cp2_zero1 4 --batch-size 2 --cp 2 --zero 1
 compare_cp dp2_cp2_zero3 4 --batch-size 2 --cp 2 --zero 3 "${EVAL[@]}"
 eval_matches dp2_cp2_zero3
+compare_cp cp2_tp2 4 --batch-size 4 --cp 2 --tp 2
+compare_cp dp2_cp2_tp2_sp_zero1 8 --batch-size 2 --cp 2 --tp 2 --sequence-parallel 1 --zero 1 "${EVAL[@]}"
+eval_matches dp2_cp2_tp2_sp_zero1
 check cp4_says_its_layout "grep -aq '^ranks: 4 .* x context 4 |' '$tmp/cp4.log' && grep -aq '^context parallel: 4 ranks a sequence, each 8 positions' '$tmp/cp4.log'"
 
 # checkpoints: written on cp 2, resumed on one process and on cp 2
@@ -73,7 +76,7 @@ expect_layout_error seq_len_not_a_multiple_of_2cp "^error: --cp 4: --seq-len 36 
     --batch-size 4 --cp 4 --seq-len 36
 expect_layout_error ranks_not_the_grid "^error: 4 ranks do not split into tensor-parallel 1 x pipeline-parallel 1 x context-parallel 3" \
     4 --batch-size 4 --cp 3 --seq-len 36
-expect_layout_error cp_with_tp_not_yet "^error: --cp 2 with --tp is not supported yet" 4 --batch-size 4 --cp 2 --tp 2
+expect_layout_error cp_with_pp_not_yet "^error: --cp 2 with --pp is not supported yet" 4 --batch-size 4 --cp 2 --pp 2
 expect_usage_error "--cp 2 on one process" "^error: --tp 1 x --pp 1 x --cp 2 needs 2 processes" \
     "$TRAIN" "${COMMON[@]}" --batch-size 4 --cp 2
 if [ -x "$BUILD/train_gptcu" ]; then
