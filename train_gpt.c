@@ -36,32 +36,33 @@ typedef struct {
     Pipeline *pipeline;   // the stages' runtime when pipelined (--pp), else NULL
     float dloss;          // d(objective)/d(loss at one position) (train_setup.h's batch plan)
     CommGroup *world;     // every rank (the gradient norm's squares)
+    int B;                // sequences a micro-batch
 } CpuTrainer;
 
-// The model's tokens of a micro-batch x, y (B,T): the rank's positions under
+// The model's tokens of n sequences x, y (n,T): the rank's positions under
 // context parallelism (*ly NULL without targets), else x and y themselves.
-static const int *cpu_positions(GPT *m, const int *x, const int *y, int B, const int **ly) {
+static const int *cpu_positions(GPT *m, const int *x, const int *y, int n, const int **ly) {
     if (m->cp.size == 1) {
         *ly = y;
         return x;
     }
-    return cp_micro_batch(&m->cp, x, y, B, ly);
+    return cp_local_tokens(&m->cp, x, y, n, ly);
 }
 
 // One step's micro-batches: each forward and backward in turn (the hooks
 // reduce the last one's gradients at ZeRO-0/1, each one's at 2/3), or the pipeline's schedule.
 static float cpu_train_step(void *ctx, const int *xs, const int *ys, int accum) {
     CpuTrainer *t = (CpuTrainer *)ctx;
-    if (t->pipeline) return pipeline_step(t->pipeline, xs, ys, accum);
     GPT *m = t->model;
-    size_t BT = (size_t)m->acts.B * m->acts.T * m->cp.size;  // (a micro-batch's tokens)
+    const int *local_ys, *local_xs = cpu_positions(m, xs, ys, t->B * accum, &local_ys);
+    if (t->pipeline) return pipeline_step(t->pipeline, local_xs, local_ys, accum);
+    size_t BT = (size_t)m->acts.B * m->acts.T;
     double loss = 0.0;
     zero_begin_step(t->zero);
     for (int micro = 0; micro < accum; micro++) {
         zero_begin_pass(t->zero, micro == accum - 1);
         step_time_enter(STEP_FWD);
-        const int *y, *x = cpu_positions(m, xs + micro * BT, ys + micro * BT, m->acts.B, &y);
-        loss += gpt_forward(m, x, y, m->acts.B, m->acts.T, t->dloss);
+        loss += gpt_forward(m, local_xs + micro * BT, local_ys + micro * BT, m->acts.B, m->acts.T, t->dloss);
         step_time_enter(STEP_BWD);
         gpt_backward(m);
     }
@@ -83,14 +84,24 @@ static double peak_rss_bytes(void) {
 
 static float cpu_forward(void *ctx, const int *x, const int *y, int B, int T) {
     CpuTrainer *t = (CpuTrainer *)ctx;
-    if (t->pipeline) return pipeline_forward(t->pipeline, x, y, B, T);
     const int *ly, *lx = cpu_positions(t->model, x, y, B, &ly);
-    return gpt_forward(t->model, lx, ly, B, T / t->model->cp.size, 0.0f);
+    int Tl = T / t->model->cp.size;
+    return t->pipeline ? pipeline_forward(t->pipeline, lx, ly, B, Tl) : gpt_forward(t->model, lx, ly, B, Tl, 0.0f);
 }
+// A token from position `row` of the last forward's logits; under context
+// parallelism the rank holding it draws and sends it to its context group (the
+// others make the same draw from their generators, which so stay the same).
 static int cpu_sample(void *ctx, int row, const SampleParams *sp, Rng *rng) {
     CpuTrainer *t = (CpuTrainer *)ctx;
-    if (t->pipeline) return pipeline_sample(t->pipeline, row, sp, rng);
-    return gpt_sample_row(t->model, &t->model->acts, row, sp, rng);
+    CPContext *cp = &t->model->cp;
+    int owner = cp->rank, local = row;
+    if (cp->size > 1) cp_position_owner(cp, row, &owner, &local);
+    double token = 0.0;
+    if (owner != cp->rank) rng_uniform(rng);
+    else if (t->pipeline) token = pipeline_sample(t->pipeline, local, sp, rng);
+    else token = gpt_sample_row(t->model, &t->model->acts, local, sp, rng);
+    if (cp->size > 1) comm_broadcast(cp->group, &token, 1, COMM_F64, owner);
+    return (int)token;
 }
 static float cpu_finish_grads(void *ctx) {
     CpuTrainer *t = (CpuTrainer *)ctx;
@@ -158,8 +169,8 @@ int main(int argc, char **argv) {
     GPT model;
     gpt_init_held(&model, &cfg, &holding, tp);
     if (o.cp > 1)
-        cp_init(&model.cp, comm_group(&comm, COMM_CONTEXT), B, T, cfg.num_layers, cfg.channels, cfg.channels / tp.size,
-                cfg.num_heads / tp.size);
+        cp_init(&model.cp, comm_group(&comm, COMM_CONTEXT), B, T, plan.accum, cfg.num_layers, cfg.channels,
+                cfg.channels / tp.size, cfg.num_heads / tp.size);
     free(held_layers);
     // this rank's part of the weights, as the whole model's initialisation or file has them
     if (from_file) train_load_weights(&o, &model.layout, model.params);
@@ -182,7 +193,7 @@ int main(int argc, char **argv) {
     zero_init(&zero, &model, &comm, o.zero, o.bucket_mb);
     Pipeline pipeline;  // the stages' schedule, the tied wte between the ends
     if (pipelined) {
-        pipeline_init(&pipeline, &model, &zero, &comm, pp_layout, pp_kind, B, T, plan.dloss, o.pp_trace);
+        pipeline_init(&pipeline, &model, &zero, &comm, pp_layout, pp_kind, B, Tl, plan.dloss, o.pp_trace);
         pipeline_sync_tied(&pipeline);
     }
     Tokenizer tokenizer;
@@ -190,7 +201,7 @@ int main(int argc, char **argv) {
     generate_check(&o, have_tokenizer ? &tokenizer : NULL, cfg.vocab_size);
     if (!pipelined) gpt_alloc_activations(&model, B, Tl);
     double act_bytes = 4.0 * (pipelined ? pipeline_rank_activation_floats(&cfg, &pipeline.run.layout, pp_kind,
-                                                                            pipe_rank, plan.accum, B, T, tp.size,
+                                                                            pipe_rank, plan.accum, B, Tl, tp.size,
                                                                             tp.sp)
                                         : model.acts.num_floats + cp_memory_floats(&model.cp));
 
@@ -228,7 +239,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
 
-    CpuTrainer trainer = {&model, &zero, pipelined ? &pipeline : NULL, plan.dloss, comm_group(&comm, COMM_WORLD)};
+    CpuTrainer trainer = {&model, &zero, pipelined ? &pipeline : NULL, plan.dloss, comm_group(&comm, COMM_WORLD), B};
     TrainModel tm = {&trainer, cpu_train_step, cpu_forward, cpu_sample, cpu_finish_grads, cpu_optimizer_step,
                      cpu_profile, NULL, NULL, cpu_ckpt_stage, NULL, cpu_ckpt_load, omp_threads()};
     // checkpoints: each rank's ZeRO shard of its buffer (ranges of it; the manifest maps them)

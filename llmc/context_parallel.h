@@ -10,7 +10,8 @@
 // training did: simple and exact): each rank keeps every position's K and V
 // for each layer until the backward, B x T x 2C/tp floats a layer, and the
 // softmax probabilities of its queries against them, B x NH/tp x T/cp x T a
-// layer (one process: B x NH x T x T). The backward computes dK and dV of
+// layer (one process: B x NH x T x T), in the micro-batch's activations
+// (CPActs, made at a layer's first use). The backward computes dK and dV of
 // every position from the rank's queries and reduce-scatters them back to
 // the positions' owners. Causal masking uses the global positions.
 //
@@ -29,19 +30,25 @@
 #include "cpu_vec.h"     // defines: vec_max, vec_exp_sum, vec_dot
 #include "utils.h"       // defines: mallocCheck, alignedMallocCheck, omp_threads, omp_thread_id, wall_seconds
 
+// A micro-batch's attention state, per layer (NULL until the layer's first forward).
+typedef struct {
+    int L;
+    float **kv;          // [L] (B,T,2Cl): every position's k | v, in global order (kept for the backward)
+    float **att;         // [L] (B,NHl,Tl,T): the softmax probabilities of this rank's queries
+} CPActs;
+
 typedef struct {
     int size, rank;      // the context group's size and this rank in it (1, 0: no context parallelism)
     CommGroup *group;
-    int B, T, Tl, Tc;    // capacity: sequences; positions of a sequence, of this rank (2 chunks), of a chunk
+    int B, T, Tl, Tc;    // a micro-batch's sequences; positions of a sequence, of this rank (2 chunks), of a chunk
     int L, C, Cl, NHl;   // layers, channels, this rank's channels and heads (tensor parallel: C/tp, NH/tp)
+    int seqs;            // capacity of tokens: the sequences of a step (B x micro-batches)
     size_t *counts;      // (size) each rank's piece of a gather or scatter
-    float **kv;          // [L] (B,T,2Cl): every position's k | v, in global order (kept for the backward)
-    float **att;         // [L] (B,NHl,Tl,T): the softmax probabilities of this rank's queries
     float *pieces;       // (B*T*2Cl): the group's k | v (or dk | dv) pieces in rank order
     float *dkv;          // (B,T,2Cl): dk | dv of every position from this rank's queries
     float *scratch;      // threads x Tc x T: the backward's score gradients
     float *wpe, *dwpe;   // (Tl,C): the rank's positions' rows of wpe, and their gradient
-    int *tokens;         // (2,B,Tl): the rank's inputs and targets of one micro-batch
+    int *tokens;         // (2,seqs,Tl): the rank's inputs and targets of a step
     float *memory;
     double attention_s;  // seconds in the attention arithmetic (forward and backward), for the balance report
 } CPContext;
@@ -58,47 +65,73 @@ static inline int cp_global_pos(const CPContext *cp, int t) {
     int chunk = t < cp->Tc ? cp->rank : 2 * cp->size - 1 - cp->rank;
     return chunk * cp->Tc + t % cp->Tc;
 }
+// The rank holding global position g (g in [0, T)) and its local position there.
+static inline void cp_position_owner(const CPContext *cp, int g, int *owner, int *local) {
+    int chunk = g / cp->Tc;
+    *owner = chunk < cp->size ? chunk : 2 * cp->size - 1 - chunk;
+    *local = (chunk < cp->size ? 0 : cp->Tc) + g % cp->Tc;
+}
 // The global chunk of this rank's local chunk j (0 or 1).
 static inline int cp_chunk(const CPContext *cp, int rank, int j) { return j == 0 ? rank : 2 * cp->size - 1 - rank; }
 
-// Buffers for micro-batches of B sequences of T positions on a model of L
-// layers, C channels, Cl and NHl of them on this rank.
-static void cp_init(CPContext *cp, CommGroup *group, int B, int T, int L, int C, int Cl, int NHl) {
+// Buffers for micro-batches of B sequences of T positions, `micro` of them a
+// step, on a model of L layers, C channels, Cl and NHl of them on this rank.
+static void cp_init(CPContext *cp, CommGroup *group, int B, int T, int micro, int L, int C, int Cl, int NHl) {
     memset(cp, 0, sizeof(*cp));
     cp->group = group, cp->size = group->size, cp->rank = group->rank;
-    cp->B = B, cp->T = T, cp->Tl = T / cp->size, cp->Tc = T / (2 * cp->size);
+    cp->B = B, cp->T = T, cp->Tl = T / cp->size, cp->Tc = T / (2 * cp->size), cp->seqs = B * micro;
     cp->L = L, cp->C = C, cp->Cl = Cl, cp->NHl = NHl;
     cp->counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)cp->size);
-    size_t kv = (size_t)B * T * 2 * Cl, att = (size_t)B * NHl * cp->Tl * T;
+    size_t kv = (size_t)B * T * 2 * Cl;
     size_t scratch = (size_t)omp_threads() * cp->Tc * T, wpe = (size_t)cp->Tl * C;
-    size_t total = (size_t)L * (kv + att) + 2 * kv + scratch + 2 * wpe;
-    cp->memory = (float *)alignedMallocCheck(sizeof(float) * total);
-    cp->kv = (float **)mallocCheck(sizeof(float *) * 2 * (size_t)L);
-    cp->att = cp->kv + L;
+    cp->memory = (float *)alignedMallocCheck(sizeof(float) * (2 * kv + scratch + 2 * wpe));
     float *p = cp->memory;
-    for (int l = 0; l < L; l++) cp->kv[l] = p, p += kv;
-    for (int l = 0; l < L; l++) cp->att[l] = p, p += att;
     cp->pieces = p, p += kv;
     cp->dkv = p, p += kv;
     cp->scratch = p, p += scratch;
     cp->wpe = p, p += wpe;
     cp->dwpe = p;
-    cp->tokens = (int *)mallocCheck(sizeof(int) * 2 * (size_t)B * cp->Tl);
+    cp->tokens = (int *)mallocCheck(sizeof(int) * 2 * (size_t)cp->seqs * cp->Tl);
 }
 
 static void cp_free(CPContext *cp) {
     free(cp->counts);
     free(cp->memory);
-    free(cp->kv);
     free(cp->tokens);
     *cp = cp_none();
 }
 
-// The floats cp_init allocates for micro-batch B x T (the activations' share of the start line's memory).
+// A layer's floats in a micro-batch's CPActs: K and V of every position, the probabilities.
+static inline size_t cp_layer_floats(const CPContext *cp) {
+    return (size_t)cp->B * cp->T * 2 * cp->Cl + (size_t)cp->B * cp->NHl * cp->Tl * cp->T;
+}
+// The floats of a one-process step's activations beside gpt_cpu.h's: every layer's CPActs and the shared buffers.
 static inline double cp_memory_floats(const CPContext *cp) {
-    double kv = (double)cp->B * cp->T * 2 * cp->Cl;
-    return cp->L * (kv + (double)cp->B * cp->NHl * cp->Tl * cp->T) + 2 * kv +
+    if (cp->size == 1) return 0.0;
+    return (double)cp->L * cp_layer_floats(cp) + 2.0 * cp->B * cp->T * 2 * cp->Cl +
            (double)omp_threads() * cp->Tc * cp->T + 2.0 * cp->Tl * cp->C;
+}
+
+// Layer l's state in *acts (made at its first use; *acts too).
+static void cp_acts_layer(const CPContext *cp, CPActs **acts, int l, float **kv, float **att) {
+    if (!*acts) {
+        *acts = (CPActs *)callocCheck(1, sizeof(CPActs));
+        (*acts)->L = cp->L;
+        (*acts)->kv = (float **)callocCheck(2 * (size_t)cp->L, sizeof(float *));
+        (*acts)->att = (*acts)->kv + cp->L;
+    }
+    CPActs *s = *acts;
+    if (!s->kv[l]) {
+        s->kv[l] = (float *)alignedMallocCheck(sizeof(float) * cp_layer_floats(cp));
+        s->att[l] = s->kv[l] + (size_t)cp->B * cp->T * 2 * cp->Cl;
+    }
+    *kv = s->kv[l], *att = s->att[l];
+}
+static void cp_acts_free(CPActs *acts) {
+    if (!acts) return;
+    for (int l = 0; l < acts->L; l++) free(acts->kv[l]);
+    free(acts->kv);
+    free(acts);
 }
 
 // The rank's positions of B sequences: local (B,Tl) from full (B,T).
@@ -107,13 +140,13 @@ static void cp_slice_tokens(const CPContext *cp, int *local, const int *full, in
         for (int t = 0; t < cp->Tl; t++) local[(size_t)b * cp->Tl + t] = full[(size_t)b * cp->T + cp_global_pos(cp, t)];
 }
 
-// A micro-batch's inputs and targets (each (B,T), targets may be NULL) as the
-// rank's positions, in cp->tokens; *y is NULL without targets.
-static const int *cp_micro_batch(CPContext *cp, const int *x, const int *y, int B, const int **local_y) {
-    int *lx = cp->tokens, *ly = cp->tokens + (size_t)cp->B * cp->Tl;
-    CHECK(B <= cp->B, "context parallel: micro-batch of %d sequences exceeds the capacity %d", B, cp->B);
-    cp_slice_tokens(cp, lx, x, B);
-    if (y) cp_slice_tokens(cp, ly, y, B);
+// n sequences' inputs and targets (each (n,T), targets may be NULL) as the
+// rank's positions, in cp->tokens; *local_y is NULL without targets.
+static const int *cp_local_tokens(CPContext *cp, const int *x, const int *y, int n, const int **local_y) {
+    int *lx = cp->tokens, *ly = cp->tokens + (size_t)cp->seqs * cp->Tl;
+    CHECK(n <= cp->seqs, "context parallel: %d sequences exceed the capacity %d", n, cp->seqs);
+    cp_slice_tokens(cp, lx, x, n);
+    if (y) cp_slice_tokens(cp, ly, y, n);
     *local_y = y ? ly : NULL;
     return lx;
 }
@@ -158,9 +191,9 @@ static void cp_reorder(const CPContext *cp, float *pieces, float *full, int B, i
 
 // Attention of this rank's queries (the context group's variant of
 // cpu_layers.h's attention_forward, the same arithmetic per row): qkv
-// (B,Tl,3Cl) local; out (B,Tl,Cl). Gathers every position's k | v into
-// cp->kv[l] and keeps the probabilities in cp->att[l].
-static void cp_attention_forward(CPContext *cp, int l, float *out, const float *qkv, int B) {
+// (B,Tl,3Cl) local; out (B,Tl,Cl). Gathers every position's k | v into the
+// micro-batch's *acts and keeps the probabilities there.
+static void cp_attention_forward(CPContext *cp, CPActs **acts, int l, float *out, const float *qkv, int B) {
     int Tl = cp->Tl, T = cp->T, Tc = cp->Tc, Cl = cp->Cl, NH = cp->NHl, hs = Cl / NH;
     size_t C3 = 3 * (size_t)Cl, C2 = 2 * (size_t)Cl, piece = (size_t)B * Tl * C2;
     float *mine = cp->pieces + cp->rank * piece;
@@ -169,7 +202,8 @@ static void cp_attention_forward(CPContext *cp, int l, float *out, const float *
     for (int r = 0; r < cp->size; r++) cp->counts[r] = piece;
     CommRequest req = comm_all_gather_start(cp->group, NULL, cp->pieces, cp->counts, COMM_F32);
     comm_wait(&req);
-    float *kv = cp->kv[l], *att = cp->att[l];
+    float *kv, *att;
+    cp_acts_layer(cp, acts, l, &kv, &att);
     cp_reorder(cp, cp->pieces, kv, B, 0);
     double t0 = wall_seconds();
     float scale = 1.0f / sqrtf((float)hs);
@@ -202,10 +236,11 @@ static void cp_attention_forward(CPContext *cp, int l, float *out, const float *
 // The backward of cp_attention_forward: dqkv (B,Tl,3Cl) overwritten from dout
 // (B,Tl,Cl); the k | v gradients of every position are summed over the group
 // onto their owners (reduce-scatter).
-static void cp_attention_backward(CPContext *cp, int l, float *dqkv, const float *dout, const float *qkv, int B) {
+static void cp_attention_backward(CPContext *cp, CPActs *acts, int l, float *dqkv, const float *dout, const float *qkv,
+                                  int B) {
     int Tl = cp->Tl, T = cp->T, Tc = cp->Tc, Cl = cp->Cl, NH = cp->NHl, hs = Cl / NH;
     size_t C3 = 3 * (size_t)Cl, C2 = 2 * (size_t)Cl, piece = (size_t)B * Tl * C2;
-    const float *kv = cp->kv[l], *att = cp->att[l];
+    const float *kv = acts->kv[l], *att = acts->att[l];
     float *dkv = cp->dkv;
     double t0 = wall_seconds();
     float scale = 1.0f / sqrtf((float)hs);

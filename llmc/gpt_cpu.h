@@ -62,6 +62,7 @@ typedef struct {
     float *dqkv;                           // (N,3Cl)
     float *datty;                          // (N,Cl)
     float *partial;                        // (N,C) tensor parallel: a partial output, or the residual gradient gathered
+    CPActs *cp;                            // context parallel: each layer's gathered K, V and probabilities
     float *att_scratch;                    // threads * T * T
     float *memory;
     size_t num_floats;
@@ -120,6 +121,7 @@ static inline float *gpt_dwte(const GPT *m) {
 static void gpt_activations_free(GPTActivations *a) {
     free(a->memory);
     free(a->ln1);  // the per-layer pointer arrays share one allocation
+    cp_acts_free(a->cp);
     memset(a, 0, sizeof(*a));
 }
 
@@ -350,7 +352,7 @@ static float gpt_stage_forward(GPT *m, GPTActivations *a, const int *inputs, con
         float *residual = l == l0 ? a->encoded : a->residual3[l - 1];
         gpt_layernorm_gathered(m, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C);
         linear_forward(a->qkv[l], a->ln1[l], w.qkvw, w.qkvb, NULL, N, C, 3 * Cl);
-        if (m->cp.size > 1) cp_attention_forward(&m->cp, l, a->atty[l], a->qkv[l], B);
+        if (m->cp.size > 1) cp_attention_forward(&m->cp, &a->cp, l, a->atty[l], a->qkv[l], B);
         else attention_forward(a->atty[l], a->att[l], NULL, a->qkv[l], B, T, Cl, NHl);
         gpt_row_parallel_forward(m, a, a->residual2[l], a->atty[l], w.attprojw, w.attprojb, residual, N, Cl, C);
         gpt_layernorm_gathered(m, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w.ln2w, w.ln2b, N, C);
@@ -503,7 +505,7 @@ static void gpt_stage_backward(GPT *m, GPTActivations *a) {
             linear_backward_weight(g.attprojw, NULL, dout, a->atty[l], N, Cl, C);
             column_sum_accumulate(g.attprojb, dres, Nl, C);
         }
-        if (m->cp.size > 1) cp_attention_backward(&m->cp, l, (float *)d.dqkv, a->datty, a->qkv[l], B);
+        if (m->cp.size > 1) cp_attention_backward(&m->cp, a->cp, l, (float *)d.dqkv, a->datty, a->qkv[l], B);
         else attention_backward((float *)d.dqkv, a->att_scratch, a->datty, a->qkv[l], a->att[l], B, T, Cl, NHl);
         linear_backward_input(a->dln, d.dqkv, w.qkvw, N, C, 3 * Cl);
         if (!split) linear_backward_weight(g.qkvw, g.qkvb, d.dqkv, a->ln1[l], N, C, 3 * Cl);

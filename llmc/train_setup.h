@@ -137,8 +137,9 @@ static void train_tensor_plan(const TrainOptions *o, const GPTConfig *cfg) {
                   "every sequence)", o->seq_len, o->tp);
 }
 
-// --cp against the batch and what it composes with so far: the sequence cuts
-// into 2 x cp equal chunks (context_parallel.h). One line, exit 2, when not.
+// --cp against the batch: the sequence cuts into 2 x cp equal chunks
+// (context_parallel.h), each tensor rank's share of them under sequence
+// parallel. One line, exit 2, when not.
 static void train_context_plan(const TrainOptions *o) {
     if (o->cp == 1) return;
     if (o->seq_len % (2 * o->cp) != 0)
@@ -147,8 +148,6 @@ static void train_context_plan(const TrainOptions *o) {
     if (o->sequence_parallel && o->seq_len / o->cp % o->tp != 0)
         die_usage("--sequence-parallel: --seq-len %d / --cp %d is not a multiple of --tp %d (each tensor rank holds "
                   "1/tp of a context rank's positions)", o->seq_len, o->cp, o->tp);
-    const char *other = o->pp > 1 ? "--pp" : o->sample_every ? "--sample-every" : o->generate ? "--generate" : NULL;
-    if (other) die_usage("--cp %d with %s is not supported yet: use --cp 1 for it", o->cp, other);
 }
 
 // The rank grid the flags ask for (comm.h): --pp x --cp x --tp model-parallel

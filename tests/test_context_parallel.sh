@@ -4,10 +4,11 @@
 # same global batch over 10 steps (losses and gradient norms to 1e-5 relative,
 # final weights to 1e-6: attention's sums over K and V and the gradients' over
 # the ranks add in another order): cp 2 and cp 4 (each rank chunks i and
-# 2cp-1-i of every sequence), data 2 x cp 2 at ZeRO-1 and ZeRO-3, with
-# accumulation and evaluation. A checkpoint written on cp 2 resumes on one
-# process and on cp 2 (following the uninterrupted run to 1e-5; bit for bit on
-# the same layout). The balance line prints each rank's share of the attention
+# 2cp-1-i of every sequence), data 2 x cp 2 at ZeRO-1 and ZeRO-3, cp 2 x tp 2,
+# data 2 x cp 2 x tp 2 with sequence parallel, cp 2 x pp 2 (1f1b, zb1p), each
+# with 2 accumulation micro-batches; evaluation losses and samples equal the
+# one process's. A checkpoint written on cp 2 resumes on one process and on
+# cp 4 (following the uninterrupted run to 1e-5) and on cp 2 bit for bit. The balance line prints each rank's share of the attention
 # time at cp 4 (not asserted: the ranks share the cores). Layouts that do not
 # fit end with one line and exit 2. SKIPs without MPI.
 set -u
@@ -22,7 +23,7 @@ byte_corpus "$tmp" d 20000 llmc/*.h
 COMMON=(--data-train "$tmp/d_train_*.bin" --n-layer 2 --n-embd 32 --n-head 2 --vocab-size 257 --max-seq-len 64
         --seq-len 32 --total-batch-tokens 256 --steps 10 --lr 1e-3 --eps 1e-4 --weight-decay 0.1 --seed 5
         --peak-tflops 1 --comm-timeout 60)
-EVAL=(--data-val "$tmp/d_val_*.bin" --eval-every 5 --eval-batches 2)
+EVAL=(--data-val "$tmp/d_val_*.bin" --eval-every 5 --eval-batches 2 --sample-every 5 --sample-tokens 16)
 "$TRAIN" "${COMMON[@]}" "${EVAL[@]}" --batch-size 4 --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" \
     >"$tmp/ref.log" 2>&1 || { fail reference_run "$(tail -2 "$tmp/ref.log")"; exit 1; }
 
@@ -36,6 +37,8 @@ val_losses() { grep -o '"val_loss":[0-9.]*' "$1" | cut -d: -f2; }
 eval_matches() {
     check "${1}_eval_losses_match_one_process" \
         "[ \$(val_losses '$tmp/ref.json' | wc -l) = 3 ] && paste <(val_losses '$tmp/ref.json') <(val_losses '$tmp/$1.json') | awk '{ d = \$1 - \$2; if (d < 0) d = -d; if (NF != 2 || d > 1e-5 * \$1) bad = 1 } END { exit bad }'"
+    check "${1}_samples_match_one_process" \
+        "[ \$(grep -ac -- '---- sample' '$tmp/$1.log') = 3 ] && diff <(grep -a -A2 -- '---- sample' '$tmp/ref.log') <(grep -a -A2 -- '---- sample' '$tmp/$1.log') >/dev/null"
 }
 compare_cp cp2 2 --batch-size 4 --cp 2 "${EVAL[@]}"
 eval_matches cp2
@@ -46,6 +49,9 @@ eval_matches dp2_cp2_zero3
 compare_cp cp2_tp2 4 --batch-size 4 --cp 2 --tp 2
 compare_cp dp2_cp2_tp2_sp_zero1 8 --batch-size 2 --cp 2 --tp 2 --sequence-parallel 1 --zero 1 "${EVAL[@]}"
 eval_matches dp2_cp2_tp2_sp_zero1
+compare_cp cp2_pp2_1f1b 4 --batch-size 4 --cp 2 --pp 2 "${EVAL[@]}"
+eval_matches cp2_pp2_1f1b
+compare_cp cp2_pp2_zb1p_zero1 4 --batch-size 4 --cp 2 --pp 2 --pp-schedule zb1p --zero 1
 check cp4_says_its_layout "grep -aq '^ranks: 4 .* x context 4 |' '$tmp/cp4.log' && grep -aq '^context parallel: 4 ranks a sequence, each 8 positions' '$tmp/cp4.log'"
 
 # checkpoints: written on cp 2, resumed on one process and on cp 2
@@ -76,7 +82,8 @@ expect_layout_error seq_len_not_a_multiple_of_2cp "^error: --cp 4: --seq-len 36 
     --batch-size 4 --cp 4 --seq-len 36
 expect_layout_error ranks_not_the_grid "^error: 4 ranks do not split into tensor-parallel 1 x pipeline-parallel 1 x context-parallel 3" \
     4 --batch-size 4 --cp 3 --seq-len 36
-expect_layout_error cp_with_pp_not_yet "^error: --cp 2 with --pp is not supported yet" 4 --batch-size 4 --cp 2 --pp 2
+expect_layout_error sequence_parallel_positions "^error: --sequence-parallel: --seq-len 24 / --cp 2 is not a multiple of --tp 8" \
+    4 --batch-size 4 --cp 2 --tp 8 --seq-len 24 --n-head 8 --sequence-parallel 1
 expect_usage_error "--cp 2 on one process" "^error: --tp 1 x --pp 1 x --cp 2 needs 2 processes" \
     "$TRAIN" "${COMMON[@]}" --batch-size 4 --cp 2
 if [ -x "$BUILD/train_gptcu" ]; then
