@@ -8,9 +8,11 @@
 # data 2 x cp 2 x tp 2 with sequence parallel, cp 2 x pp 2 (1f1b, zb1p), each
 # with 2 accumulation micro-batches; evaluation losses and samples equal the
 # one process's. A checkpoint written on cp 2 resumes on one process and on
-# cp 4 (following the uninterrupted run to 1e-5) and on cp 2 bit for bit. The balance line prints each rank's share of the attention
-# time at cp 4 (not asserted: the ranks share the cores). Layouts that do not
-# fit end with one line and exit 2. SKIPs without MPI.
+# cp 4 (following the uninterrupted run to 1e-5) and on cp 2 bit for bit, and
+# one written on one process resumes on cp 2. The balance line prints each
+# rank's share of the attention time at cp 4 (not asserted: the ranks share
+# the cores). Layouts that do not fit end with one line and exit 2. SKIPs
+# without MPI.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
@@ -64,6 +66,10 @@ resume_run ck_cp2_to_cp2 ck_cp2 2 --batch-size 4 --cp 2
 check cp2_resumed_on_cp2_bit_for_bit "cmp -s '$tmp/ck_cp2.bin' '$tmp/ck_cp2_to_cp2.bin'"
 resume_run ck_cp2_to_cp4 ck_cp2 4 --batch-size 4 --cp 4
 "$CMP" --compare-models "$tmp/ck_cp2.bin" "$tmp/ck_cp2_to_cp4.bin" 1e-5 "${P}cp2_resumed_on_cp4_matches_uninterrupted"
+# and back: written on one process, resumed on cp 2
+ckpt_run ck_cp1 1 --batch-size 4
+resume_run ck_cp1_to_cp2 ck_cp1 2 --batch-size 4 --cp 2
+"$CMP" --compare-models "$tmp/ck_cp1.bin" "$tmp/ck_cp1_to_cp2.bin" 1e-5 "${P}cp1_resumed_on_cp2_matches_uninterrupted"
 
 # the balance: each rank's share of the attention time at cp 4, T 256 (printed, not asserted)
 "${MPIRUN[@]}" -np 4 "$TRAIN" --data-train "$tmp/d_train_*.bin" --n-layer 2 --n-embd 32 --n-head 2 --vocab-size 257 \
