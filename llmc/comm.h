@@ -13,8 +13,8 @@
 // comm_init builds a group for every entry of COMM_GROUP_DIMS: one dimension
 // or a flattened set of them (the replica group dp x cp: the ranks that hold
 // the same parameters, over which the gradients are reduced and ZeRO shards);
-// a group of one rank where its dimensions are 1. A new dimension is one line
-// in GridDim and GRID_DIM_NAMES, plus the groups its users need.
+// a group of one rank where its dimensions are 1. A new dimension is an entry
+// in GridDim and its names, plus the groups its users need.
 //
 // Backends (CommBackend): MPI on host buffers (here), NCCL on device buffers
 // (comm_nccl.cuh, its unique id shared over MPI), MPI on device buffers
@@ -75,7 +75,9 @@ typedef struct {
 } CommGrid;
 
 // The groups comm_init makes, each over a set of dimensions (COMM_GROUP_DIMS).
-typedef enum { COMM_WORLD, COMM_DATA, COMM_TENSOR, COMM_PIPELINE, COMM_CONTEXT, COMM_REPLICA, COMM_NUM_GROUPS } CommGroupKind;
+typedef enum {
+    COMM_WORLD, COMM_DATA, COMM_TENSOR, COMM_PIPELINE, COMM_CONTEXT, COMM_REPLICA, COMM_NUM_GROUPS
+} CommGroupKind;
 static const char *const COMM_GROUP_NAMES[COMM_NUM_GROUPS] = {"world", "data", "tensor", "pipeline", "context",
                                                               "replica"};
 static const unsigned COMM_GROUP_DIMS[COMM_NUM_GROUPS] = {GRID_ALL, GRID_BIT(GRID_DP), GRID_BIT(GRID_TP),
@@ -561,8 +563,8 @@ static inline const char *grid_split(CommGrid *g, int world, char *err, size_t l
         group *= g->size[d];
     }
     if (world % group != 0) {
-        snprintf(err, len, "%d ranks do not split into tensor-parallel %d x pipeline-parallel %d x context-parallel %d: "
-                 "launch a multiple of %d ranks", world, g->size[GRID_TP], g->size[GRID_PP], g->size[GRID_CP], group);
+        snprintf(err, len, "%d ranks do not split into tensor-parallel %d x pipeline-parallel %d x "
+                 "context-parallel %d: launch a multiple of %d ranks", world, g->size[GRID_TP], g->size[GRID_PP], g->size[GRID_CP], group);
         return err;
     }
     g->size[GRID_DP] = world / group;

@@ -296,7 +296,8 @@ static void cp_report(const CPContext *cp, int print) {
     for (int r = 0; r < cp->size; r++) total += all[r];
     if (print) {
         printf("context parallel: attention time per rank (chunks i and %d-i):", 2 * cp->size - 1);
-        for (int r = 0; r < cp->size; r++) printf(" %d: %.3f s (%.1f%%)", r, all[r], 100.0 * all[r] / (total > 0 ? total : 1));
+        for (int r = 0; r < cp->size; r++)
+            printf(" %d: %.3f s (%.1f%%)", r, all[r], 100.0 * all[r] / (total > 0 ? total : 1));
         printf("\n");
         fflush(stdout);
     }

@@ -168,8 +168,8 @@ static void train_check_layout(const TrainOptions *o, const GPTConfig *cfg, int 
     train_context_plan(o);
     int group = o->tp * o->pp * o->cp;
     if (launcher_world == 1 && group > 1)
-        die_usage("--tp %d x --pp %d x --cp %d needs %d processes (or a multiple of %d) and this is one: launch it with "
-                  "mpirun -np %d (or srun -n %d)", o->tp, o->pp, o->cp, group, group, group, group);
+        die_usage("--tp %d x --pp %d x --cp %d needs %d processes (or a multiple of %d) and this is one: launch it "
+                  "with mpirun -np %d (or srun -n %d)", o->tp, o->pp, o->cp, group, group, group, group);
     CommGrid grid = train_grid(o);
     char err[200];
     if (grid_split(&grid, launcher_world, err, sizeof(err))) die_usage("%s", err);
