@@ -123,6 +123,7 @@ static void cp_acts_layer(const CPContext *cp, CPActs **acts, int l, float **kv,
     CPActs *s = *acts;
     if (!s->kv[l]) {
         s->kv[l] = (float *)alignedMallocCheck(sizeof(float) * cp_layer_floats(cp));
+        memset(s->kv[l], 0, sizeof(float) * cp_layer_floats(cp));  // (touched here, not in the timed attention)
         s->att[l] = s->kv[l] + (size_t)cp->B * cp->T * 2 * cp->Cl;
     }
     *kv = s->kv[l], *att = s->att[l];

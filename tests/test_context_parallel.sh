@@ -10,8 +10,8 @@
 # one process's. A checkpoint written on cp 2 resumes on one process and on
 # cp 4 (following the uninterrupted run to 1e-5) and on cp 2 bit for bit, and
 # one written on one process resumes on cp 2. The balance line prints each
-# rank's share of the attention time at cp 4 (not asserted: the ranks share
-# the cores). Layouts that do not fit end with one line and exit 2. SKIPs
+# rank's share of the attention time at cp 4 and T 1024 (not asserted: the
+# ranks share the cores). Layouts that do not fit end with one line and exit 2. SKIPs
 # without MPI.
 set -u
 cd "$(dirname "$0")/.."
@@ -64,9 +64,9 @@ ckpt_run ck_cp1 1 --batch-size 4
 resume_run ck_cp1_to_cp2 ck_cp1 2 --batch-size 4 --cp 2
 "$CMP" --compare-models "$tmp/ck_cp1.bin" "$tmp/ck_cp1_to_cp2.bin" 1e-5 "${P}cp1_resumed_on_cp2_matches_uninterrupted"
 
-# the balance: each rank's share of the attention time at cp 4, T 256 (printed, not asserted)
+# the balance: each rank's share of the attention time at cp 4, T 1024 (printed, not asserted)
 "${MPIRUN[@]}" -np 4 "$TRAIN" --data-train "$tmp/d_train_*.bin" --n-layer 2 --n-embd 32 --n-head 2 --vocab-size 257 \
-    --max-seq-len 256 --seq-len 256 --batch-size 2 --steps 3 --cp 4 --peak-tflops 1 >"$tmp/balance.log" 2>&1
+    --max-seq-len 1024 --seq-len 1024 --batch-size 1 --steps 3 --cp 4 --peak-tflops 1 >"$tmp/balance.log" 2>&1
 check balance_line "grep -a '^context parallel: attention time per rank' '$tmp/balance.log'"
 
 # layouts that do not fit: exit 2, and one line (rank 0's)
