@@ -142,7 +142,8 @@ static void test_vocab(CommGroup *tg, int sp) {
 }
 
 // The grid (llmc/comm.h): over dp x pp x cp x tp layouts, each rank one
-// place; with cp = 1 the place is (dp * pp + p) * tp + t; a tensor group is
+// place, ((d * pp + p) * cp + c) * tp + t (with cp = 1: (d * pp + p) * tp + t);
+// a tensor group is
 // consecutive ranks, a model replica a block of pp x cp x tp consecutive
 // ranks; the replica group (dp x cp) has the ranks of one pipeline and tensor
 // place; a grid that does not split the world is one line.
@@ -158,7 +159,7 @@ static void test_grid(void) {
             int x[GRID_DIMS], rr, rs, color, tr, ts, tcolor;
             grid_coords(&g, r, x);
             for (int d = 0; d < GRID_DIMS; d++) ok &= x[d] >= 0 && x[d] < g.size[d];
-            if (cp == 1) ok &= r == (x[GRID_DP] * pp + x[GRID_PP]) * tp + x[GRID_TP];
+            ok &= r == ((x[GRID_DP] * pp + x[GRID_PP]) * cp + x[GRID_CP]) * tp + x[GRID_TP];
             grid_group_of(&g, r, GRID_BIT(GRID_TP), &tr, &ts, &tcolor);
             ok &= ts == tp && tr == x[GRID_TP] && r - tr == (r / tp) * tp;  // tensor group: consecutive ranks
             ok &= x[GRID_DP] == r / (pp * cp * tp);                         // replica: a block of ranks
