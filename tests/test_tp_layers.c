@@ -143,10 +143,9 @@ static void test_vocab(CommGroup *tg, int sp) {
 
 // The grid (llmc/comm.h): over dp x pp x cp x tp layouts, each rank one
 // place, ((d * pp + p) * cp + c) * tp + t (with cp = 1: (d * pp + p) * tp + t);
-// a tensor group is
-// consecutive ranks, a model replica a block of pp x cp x tp consecutive
-// ranks; the replica group (dp x cp) has the ranks of one pipeline and tensor
-// place; a grid that does not split the world is one line.
+// a tensor group is consecutive ranks, a model replica a block of pp x cp x tp
+// consecutive ranks; the replica group (dp x cp) has the ranks of one pipeline
+// and tensor place; a grid that does not split the world is one line.
 static void test_grid(void) {
     const int shapes[][4] = {{2, 2, 1, 2}, {1, 2, 1, 4}, {3, 2, 1, 1}, {2, 1, 1, 4},
                              {2, 1, 2, 1}, {1, 2, 2, 2}, {2, 1, 4, 1}};  // dp, pp, cp, tp
