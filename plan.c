@@ -375,7 +375,7 @@ static PlanLayout parse_layout(const char *spec, const PlanProblem *pb) {
         else if (strcmp(k, "sp") == 0) l.sp = (int)x;
         else die_usage("--layout: unknown key '%s' (dp, tp, pp, cp, zero, mb, schedule, v, sp, recompute)", k);
     }
-    if (cp != 1) die_usage("--layout: cp=%d: the trainers have no context parallel yet (cp=1 only)", cp);
+    if (cp != 1) die_usage("--layout: cp=%d: the planner models no context parallel yet (cp=1 only)", cp);
     if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.B < 1 || l.zero > 3 || l.sp > 1 || l.v < 1)
         die_usage("--layout: want dp, tp, pp, mb >= 1, zero 0-3, sp 0|1, v >= 1");
     if ((long long)l.dp * l.tp * l.pp > CLUSTER_MAX_RANKS)

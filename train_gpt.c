@@ -4,7 +4,8 @@
 // files in and out. It is the correctness reference for the GPU trainer
 // (train_gpt.cu), which takes the same flags (llmc/train_options.h) and writes
 // the same logs (llmc/logger.h). With --pp the layers are split over
-// pipeline ranks (llmc/pipeline_cpu.h).
+// pipeline ranks (llmc/pipeline_cpu.h); with --cp the positions of every
+// sequence over context ranks (llmc/context_parallel.h).
 #include <sys/resource.h>
 
 #include "llmc/comm.h"
@@ -36,21 +37,33 @@ typedef struct {
     Pipeline *pipeline;   // the stages' runtime when pipelined (--pp), else NULL
     float dloss;          // d(objective)/d(loss at one position) (train_setup.h's batch plan)
     CommGroup *world;     // every rank (the gradient norm's squares)
+    int B;                // sequences a micro-batch
 } CpuTrainer;
+
+// The model's tokens of n sequences x, y (n,T): the rank's positions under
+// context parallelism (*ly NULL without targets), else x and y themselves.
+static const int *cpu_positions(GPT *m, const int *x, const int *y, int n, const int **ly) {
+    if (m->cp.size == 1) {
+        *ly = y;
+        return x;
+    }
+    return cp_local_tokens(&m->cp, x, y, n, ly);
+}
 
 // One step's micro-batches: each forward and backward in turn (the hooks
 // reduce the last one's gradients at ZeRO-0/1, each one's at 2/3), or the pipeline's schedule.
 static float cpu_train_step(void *ctx, const int *xs, const int *ys, int accum) {
     CpuTrainer *t = (CpuTrainer *)ctx;
-    if (t->pipeline) return pipeline_step(t->pipeline, xs, ys, accum);
     GPT *m = t->model;
+    const int *local_ys, *local_xs = cpu_positions(m, xs, ys, t->B * accum, &local_ys);
+    if (t->pipeline) return pipeline_step(t->pipeline, local_xs, local_ys, accum);
     size_t BT = (size_t)m->acts.B * m->acts.T;
     double loss = 0.0;
     zero_begin_step(t->zero);
     for (int micro = 0; micro < accum; micro++) {
         zero_begin_pass(t->zero, micro == accum - 1);
         step_time_enter(STEP_FWD);
-        loss += gpt_forward(m, xs + micro * BT, ys + micro * BT, m->acts.B, m->acts.T, t->dloss);
+        loss += gpt_forward(m, local_xs + micro * BT, local_ys + micro * BT, m->acts.B, m->acts.T, t->dloss);
         step_time_enter(STEP_BWD);
         gpt_backward(m);
     }
@@ -72,12 +85,24 @@ static double peak_rss_bytes(void) {
 
 static float cpu_forward(void *ctx, const int *x, const int *y, int B, int T) {
     CpuTrainer *t = (CpuTrainer *)ctx;
-    return t->pipeline ? pipeline_forward(t->pipeline, x, y, B, T) : gpt_forward(t->model, x, y, B, T, 0.0f);
+    const int *ly, *lx = cpu_positions(t->model, x, y, B, &ly);
+    int Tl = T / t->model->cp.size;
+    return t->pipeline ? pipeline_forward(t->pipeline, lx, ly, B, Tl) : gpt_forward(t->model, lx, ly, B, Tl, 0.0f);
 }
+// A token from position `row` of the last forward's logits; under context
+// parallelism the rank holding it draws and sends it to its context group (the
+// others make the same draw from their generators, which so stay the same).
 static int cpu_sample(void *ctx, int row, const SampleParams *sp, Rng *rng) {
     CpuTrainer *t = (CpuTrainer *)ctx;
-    if (t->pipeline) return pipeline_sample(t->pipeline, row, sp, rng);
-    return gpt_sample_row(t->model, &t->model->acts, row, sp, rng);
+    CPContext *cp = &t->model->cp;
+    int owner = cp->rank, local = row;
+    if (cp->size > 1) cp_position_owner(cp, row, &owner, &local);
+    double token = 0.0;
+    if (owner != cp->rank) rng_uniform(rng);
+    else if (t->pipeline) token = pipeline_sample(t->pipeline, local, sp, rng);
+    else token = gpt_sample_row(t->model, &t->model->acts, local, sp, rng);
+    if (cp->size > 1) comm_broadcast(cp->group, &token, 1, COMM_F64, owner);
+    return (int)token;
 }
 static float cpu_finish_grads(void *ctx) {
     CpuTrainer *t = (CpuTrainer *)ctx;
@@ -123,18 +148,19 @@ int main(int argc, char **argv) {
     train_check_layout(&o, &cfg, launch_detect().world);
     const int pipelined = o.pp > 1;
     Comm comm;
-    comm_init(&comm, &argc, &argv, o.tp, o.pp, o.comm_timeout);
-    CommGroup *dp = comm_group(&comm, COMM_DATA);
+    comm_init(&comm, &argc, &argv, train_grid(&o), o.comm_timeout);
+    CommGroup *dp = comm_group(&comm, COMM_DATA);  // (each data rank reads its own sequences)
+    CommGroup *replica = comm_group(&comm, COMM_REPLICA);  // data x context: ZeRO's shards, the losses' mean
     TPContext tp = o.tp > 1 ? tp_context(comm_group(&comm, COMM_TENSOR), o.sequence_parallel) : tp_none();
     const int rank = comm.rank, world = dp->size;  // data-parallel ranks; only rank 0 logs and writes files
     BatchPlan plan = train_batch_plan(&o, &cfg, world);
-    const int B = plan.B, T = plan.T;
+    const int B = plan.B, T = plan.T, Tl = T / o.cp;  // (Tl: this rank's positions of a sequence)
     PPLayout pp_layout;
     PPKind pp_kind = pipelined ? train_pipeline_plan(&o, &cfg, &plan, &pp_layout) : PP_1F1B;
     const int pipe_rank = comm_group(&comm, COMM_PIPELINE)->rank;
     // the memory this rank will hold (rank_memory.h), checked before anything is allocated
-    RankPlace place = {o.zero, world, dp->rank, tp.size, tp.rank, tp.sp, pipelined ? &pp_layout : NULL, pp_kind,
-                       pipe_rank, plan.accum, B, T};
+    RankPlace place = {o.zero, replica->size, replica->rank, tp.size, tp.rank, tp.sp, pipelined ? &pp_layout : NULL,
+                       pp_kind, pipe_rank, plan.accum, B, Tl};
     RankMemory need = cpu_rank_memory(&cfg, &place);
     train_check_host_memory(&o, need.params + need.tied / 2, need.grads + need.tied / 2, need.optimizer,
                             need.activations);
@@ -143,6 +169,9 @@ int main(int argc, char **argv) {
     if (pipelined) holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
     GPT model;
     gpt_init_held(&model, &cfg, &holding, tp);
+    if (o.cp > 1)
+        cp_init(&model.cp, comm_group(&comm, COMM_CONTEXT), B, T, plan.accum, cfg.num_layers, cfg.channels,
+                cfg.channels / tp.size, cfg.num_heads / tp.size);
     free(held_layers);
     // this rank's part of the weights, as the whole model's initialisation or file has them
     if (from_file) train_load_weights(&o, &model.layout, model.params);
@@ -165,17 +194,17 @@ int main(int argc, char **argv) {
     zero_init(&zero, &model, &comm, o.zero, o.bucket_mb);
     Pipeline pipeline;  // the stages' schedule, the tied wte between the ends
     if (pipelined) {
-        pipeline_init(&pipeline, &model, &zero, &comm, pp_layout, pp_kind, B, T, plan.dloss, o.pp_trace);
+        pipeline_init(&pipeline, &model, &zero, &comm, pp_layout, pp_kind, B, Tl, plan.dloss, o.pp_trace);
         pipeline_sync_tied(&pipeline);
     }
     Tokenizer tokenizer;
     int have_tokenizer = train_load_tokenizer(&o, &tokenizer, cfg.vocab_size);
     generate_check(&o, have_tokenizer ? &tokenizer : NULL, cfg.vocab_size);
-    if (!pipelined) gpt_alloc_activations(&model, B, T);
+    if (!pipelined) gpt_alloc_activations(&model, B, Tl);
     double act_bytes = 4.0 * (pipelined ? pipeline_rank_activation_floats(&cfg, &pipeline.run.layout, pp_kind,
-                                                                            pipe_rank, plan.accum, B, T, tp.size,
+                                                                            pipe_rank, plan.accum, B, Tl, tp.size,
                                                                             tp.sp)
-                                        : model.acts.num_floats);
+                                        : model.acts.num_floats + cp_memory_floats(&model.cp));
 
     // a rank's peak: every rank probes at once (they share the cores), the mean of their probes; measured once
     double peak_gflops = o.peak_tflops > 0 ? o.peak_tflops * 1e3
@@ -186,9 +215,14 @@ int main(int argc, char **argv) {
     if (rank == 0) {
         train_print_header(&o, &cfg, global.num_params, model.layout.num_params, from_file, &plan, world,
                            have_data ? &train_loader : NULL, have_val);
-        printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d | ZeRO-%d | bucket %.1f MB | "
-               "comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp, comm.tp,
-               comm.pp, o.zero, zero.bucket_elems * 4 / 1e6, o.comm_timeout);
+        printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d x context %d | ZeRO-%d | "
+               "bucket %.1f MB | comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off",
+               comm_size(&comm, GRID_DP), comm_size(&comm, GRID_TP), comm_size(&comm, GRID_PP),
+               comm_size(&comm, GRID_CP), o.zero, zero.bucket_elems * 4 / 1e6, o.comm_timeout);
+        if (o.cp > 1)
+            printf("context parallel: %d ranks a sequence, each %d positions (chunks i and %d-i of %d) | attention "
+                   "all-gathers K and V: %.3f MB a layer\n", o.cp, Tl, 2 * o.cp - 1, 2 * o.cp,
+                   4.0 * B * T * 2 * (cfg.channels / tp.size) / 1e6);
         if (pipelined)
             printf("pipeline: %d stages over %d ranks | schedule %s | %d micro-batches a step | predicted bubble %.3f "
                    "(F = B = W; --print-schedule shows it)\n", pp_layout.stages, o.pp, pp_kind_names[pp_kind],
@@ -206,7 +240,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
 
-    CpuTrainer trainer = {&model, &zero, pipelined ? &pipeline : NULL, plan.dloss, comm_group(&comm, COMM_WORLD)};
+    CpuTrainer trainer = {&model, &zero, pipelined ? &pipeline : NULL, plan.dloss, comm_group(&comm, COMM_WORLD), B};
     TrainModel tm = {&trainer, cpu_train_step, cpu_forward, cpu_sample, cpu_finish_grads, cpu_optimizer_step,
                      cpu_profile, NULL, NULL, cpu_ckpt_stage, NULL, cpu_ckpt_load, omp_threads()};
     // checkpoints: each rank's ZeRO shard of its buffer (ranges of it; the manifest maps them)
@@ -218,7 +252,7 @@ int main(int argc, char **argv) {
         memset(ckpt_staging, 0, bytes);
     }
     TrainRun run = {&o, &cfg, plan, &tm, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL,
-                    have_tokenizer ? &tokenizer : NULL, dp, comm_group(&comm, COMM_WORLD), rank,
+                    have_tokenizer ? &tokenizer : NULL, replica, comm_group(&comm, COMM_WORLD), rank,
                     flops_per_step, peak_gflops * 1e9 * comm.world, peak_rss_bytes, "host RSS",
                     {&o, &cfg, &global, &plan, &comm, "train_gpt", 0}, ranges, &map, ckpt_staging};
     // outputs checked against every input (nothing written yet), then the checkpoint directory made this
@@ -232,6 +266,7 @@ int main(int argc, char **argv) {
     free(ckpt_staging);
 
     if (pipelined) pp_runner_report(&pipeline.run, rank == 0);
+    cp_report(&model.cp, rank == 0);
     if (finished && train_saves_model(&o)) {  // every rank takes part; rank 0 writes
         ParamGather pg;
         param_gather_init(&pg, comm_group(&comm, COMM_WORLD), &ranges.write, &map, cpu_read_held, &trainer);
@@ -248,6 +283,7 @@ int main(int argc, char **argv) {
     ckpt_ranges_free(&ranges);
     param_map_free(&map);
     param_layout_free(&global);
+    cp_free(&model.cp);
     gpt_free(&model);
     tp_free(&tp);
     comm_finalize(&comm);

@@ -158,6 +158,7 @@ int main(int argc, char **argv) {
     TrainOptions o;
     train_options_parse(argc, argv, &o, SUMMARY);
     if (o.ckpt_dir[0]) ckpt_catch_preemption();  // (first, before MPI: a signal during start-up stops the run cleanly)
+    if (o.cp > 1) die_usage("--cp %d: context parallel is not supported yet on the GPU trainer (./train_gpt has it)", o.cp);
     if (o.print_schedule) {  // (the pipeline's plan needs no GPU)
         int from_file;
         GPTConfig cfg = train_build_config(&o, &from_file);
@@ -172,7 +173,7 @@ int main(int argc, char **argv) {
     if (!cuda_device_present()) die_usage("no CUDA device found (train_gptcu needs one GPU; ./train_gpt runs on the CPU)");
     const int pipelined = o.pp > 1;
     Comm comm;
-    comm_init(&comm, &argc, &argv, o.tp, o.pp, o.comm_timeout);
+    comm_init(&comm, &argc, &argv, train_grid(&o), o.comm_timeout);
     device_check_ranks(comm.rank, comm.local_rank, launch_detect().local_world, device_p2p_fused(o.comm, comm.world));
     CUDA_CHECK(cudaSetDevice(comm_pick_device(&comm)));  // before any CUDA allocation
     const DeviceCode code = device_check_code();
@@ -267,8 +268,8 @@ int main(int argc, char **argv) {
         train_print_header(&o, &cfg, global.num_params, model.layout.num_params, from_file, &plan, world,
                            have_data ? &train_loader : NULL, have_val);
         printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d | ZeRO-%d | comm %s | bucket "
-               "%.1f MB | comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off", comm.dp,
-               comm.tp, comm.pp, o.zero, dp->be->name, zero.bucket_elems * sizeof(float) / 1e6, o.comm_timeout);
+               "%.1f MB | comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off",
+               comm_size(&comm, GRID_DP), comm_size(&comm, GRID_TP), comm_size(&comm, GRID_PP), o.zero, dp->be->name, zero.bucket_elems * sizeof(float) / 1e6, o.comm_timeout);
         if (pipelined)
             printf("pipeline: %d stages over %d ranks | schedule %s%s | %d micro-batches a step | predicted bubble %.3f "
                    "(F = B = W; --print-schedule shows it)\n", pp_layout.stages, o.pp, pp_kind_names[pp_kind],

@@ -322,7 +322,7 @@ static inline char *ckpt_manifest_json(const CkptRun *run, const CkptPoint *p, c
     ckpt_text(&t, "},\n  \"batch\": {\"total_tokens\": %lld, \"B\": %d, \"T\": %d, \"accum\": %d},\n",
               run->plan->total_tokens, run->plan->B, run->plan->T, run->plan->accum);
     ckpt_text(&t, "  \"layout\": {\"ranks\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"zero\": %d},\n", run->comm->world,
-              run->comm->dp, run->comm->tp, run->comm->pp, run->o->zero);
+              comm_size(run->comm, GRID_DP), comm_size(run->comm, GRID_TP), comm_size(run->comm, GRID_PP), run->o->zero);
     int64_t N = run->pl->num_elements;
     ckpt_text(&t, "  \"tensors\": [");
     for (int s = 0; s < CKPT_STATES; s++)

@@ -5,11 +5,16 @@
 // ends every rank with a message naming the rank and the operation, so a dead
 // or hung rank never hangs the job.
 //
-// Ranks form a 3-D grid DP x TP x PP (tensor-parallel innermost, so that a
-// tensor group is consecutive ranks on one node; data-parallel outermost, so
-// that each model replica is a block of TP x PP consecutive ranks): world
-// rank = (dp * PP + pp) * TP + tp. comm_init builds the world, data, tensor
-// and pipeline groups (a group of one rank where that dimension is 1).
+// Ranks form a grid of named dimensions (CommGrid), declared outermost
+// first: data (dp), pipeline (pp), context (cp), tensor (tp). Tensor
+// parallel is innermost, so that a tensor group is consecutive ranks on one
+// node; data parallel outermost, so that each model replica is a block of
+// consecutive ranks: world rank = ((dp * PP + pp) * CP + cp) * TP + tp.
+// comm_init builds a group for every entry of COMM_GROUP_DIMS: one dimension
+// or a flattened set of them (the replica group dp x cp: the ranks that hold
+// the same parameters, over which the gradients are reduced and ZeRO shards);
+// a group of one rank where its dimensions are 1. A new dimension is an entry
+// in GridDim and its names, plus the groups its users need.
 //
 // Backends (CommBackend): MPI on host buffers (here), NCCL on device buffers
 // (comm_nccl.cuh, its unique id shared over MPI), MPI on device buffers
@@ -57,8 +62,27 @@
 typedef enum { COMM_F32, COMM_F64, COMM_BF16 } CommDType;
 static inline size_t comm_dtype_size(CommDType t) { return t == COMM_F64 ? 8 : t == COMM_F32 ? 4 : 2; }
 
-typedef enum { COMM_WORLD, COMM_DATA, COMM_TENSOR, COMM_PIPELINE, COMM_NUM_GROUPS } CommGroupKind;
-static const char *const COMM_GROUP_NAMES[COMM_NUM_GROUPS] = {"world", "data", "tensor", "pipeline"};
+// The grid's dimensions, outermost first (see the top of this file).
+typedef enum { GRID_DP, GRID_PP, GRID_CP, GRID_TP, GRID_DIMS } GridDim;
+static const char *const GRID_DIM_NAMES[GRID_DIMS] = {"dp", "pp", "cp", "tp"};
+static const char *const GRID_DIM_WORDS[GRID_DIMS] = {"data", "pipeline", "context", "tensor"};
+#define GRID_BIT(d) (1u << (d))
+#define GRID_ALL ((1u << GRID_DIMS) - 1)
+
+// The ranks' sizes along each dimension (their product: the world).
+typedef struct {
+    int size[GRID_DIMS];
+} CommGrid;
+
+// The groups comm_init makes, each over a set of dimensions (COMM_GROUP_DIMS).
+typedef enum {
+    COMM_WORLD, COMM_DATA, COMM_TENSOR, COMM_PIPELINE, COMM_CONTEXT, COMM_REPLICA, COMM_NUM_GROUPS
+} CommGroupKind;
+static const char *const COMM_GROUP_NAMES[COMM_NUM_GROUPS] = {"world", "data", "tensor", "pipeline", "context",
+                                                              "replica"};
+static const unsigned COMM_GROUP_DIMS[COMM_NUM_GROUPS] = {GRID_ALL, GRID_BIT(GRID_DP), GRID_BIT(GRID_TP),
+                                                          GRID_BIT(GRID_PP), GRID_BIT(GRID_CP),
+                                                          GRID_BIT(GRID_DP) | GRID_BIT(GRID_CP)};
 
 typedef struct CommBackend CommBackend;
 typedef struct Comm Comm;
@@ -115,7 +139,7 @@ struct CommBackend {
 
 struct Comm {
     int rank, world, local_rank;       // world rank; the index on this node picks the GPU
-    int dp, tp, pp;                    // grid sizes
+    CommGrid grid;                     // the ranks' sizes by dimension (comm_size)
     double timeout_s;                  // <= 0: wait forever
     const char *launcher;              // launcher_env.h's name for who started us
     CommGroup groups[COMM_NUM_GROUPS];
@@ -129,6 +153,7 @@ struct Comm {
 };
 
 static inline CommGroup *comm_group(Comm *c, CommGroupKind k) { return &c->groups[k]; }
+static inline int comm_size(const Comm *c, GridDim d) { return c->grid.size[d]; }
 
 static inline size_t comm_sum_counts(const size_t *counts, int n) {
     size_t total = 0;
@@ -314,12 +339,24 @@ static inline int comm_test(CommRequest *r) {
     return !r->active;
 }
 
+// A group's name in messages: the words of its dimensions of more than one
+// rank ("data", "data x context"), or its own name (world, or all of size 1).
+static inline void comm_group_words(const Comm *c, const CommGroup *g, char *buf, size_t len) {
+    buf[0] = '\0';
+    for (int d = 0; d < GRID_DIMS && g->kind != COMM_WORLD; d++)
+        if ((COMM_GROUP_DIMS[g->kind] & GRID_BIT(d)) && c->grid.size[d] > 1)
+            snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", buf[0] ? " x " : "", GRID_DIM_WORDS[d]);
+    if (!buf[0]) snprintf(buf, len, "%s", COMM_GROUP_NAMES[g->kind]);
+}
+
 // The one line a wait past --comm-timeout prints before the job is ended.
 static inline void comm_report_timeout(const Comm *c, const char *op, size_t bytes, const CommGroup *g) {
+    char name[64];
+    comm_group_words(c, g, name, sizeof(name));
     fprintf(stderr,
             "error: rank %d: %s of %zu bytes on the %s group (%d ranks) did not complete within %.0f s "
             "(--comm-timeout): a rank has died or hangs; aborting all ranks\n",
-            c->rank, op, bytes, COMM_GROUP_NAMES[g->kind], g->size, c->timeout_s);
+            c->rank, op, bytes, name, g->size, c->timeout_s);
     fflush(stderr);
 }
 
@@ -486,17 +523,67 @@ static inline void comm_even_counts(size_t n, int size, size_t *counts) {
     for (int i = 0; i < size; i++) counts[i] = n / size + ((size_t)i < n % size ? 1 : 0);
 }
 
-// Starts the communication layer: MPI (when built with it and started by a
-// launcher that launcher_env.h knows; a lone process skips MPI_Init), the rank grid with tp x pp model-parallel ranks, and
-// the groups. timeout_s bounds every wait.
-// World rank's place in the grid (see the top of this file).
-static inline void comm_grid_coords(int rank, int tp, int pp, int *tp_rank, int *pp_rank, int *dp_rank) {
-    *tp_rank = rank % tp;
-    *pp_rank = rank / tp % pp;
-    *dp_rank = rank / (tp * pp);
+// A rank's coordinates in the grid (coord[d] in [0, size[d])).
+static inline void grid_coords(const CommGrid *g, int rank, int coord[GRID_DIMS]) {
+    for (int d = GRID_DIMS - 1; d >= 0; d--) {
+        coord[d] = rank % g->size[d];
+        rank /= g->size[d];
+    }
 }
 
-static inline void comm_init(Comm *c, int *argc, char ***argv, int tp, int pp, double timeout_s) {
+// The group over the dimensions in `dims` (GRID_BIT mask) that holds `rank`:
+// its size, the rank's index in it (the flattened coordinates, outermost
+// first) and its color (the same for every member: the other coordinates).
+static inline void grid_group_of(const CommGrid *g, int rank, unsigned dims, int *group_rank, int *group_size,
+                                 int *color) {
+    int coord[GRID_DIMS];
+    grid_coords(g, rank, coord);
+    *group_rank = 0, *group_size = 1, *color = 0;
+    for (int d = 0; d < GRID_DIMS; d++) {
+        if (dims & GRID_BIT(d)) {
+            *group_rank = *group_rank * g->size[d] + coord[d];
+            *group_size *= g->size[d];
+        } else {
+            *color = *color * g->size[d] + coord[d];
+        }
+    }
+}
+
+// The grid of `world` ranks from the model-parallel sizes in g (every size but
+// dp's; dp is what is left). NULL when it fits; else the one line that says
+// why, in err (the flags of train_options.h: --cp, --tp, --pp).
+static inline const char *grid_split(CommGrid *g, int world, char *err, size_t len) {
+    int group = 1;
+    for (int d = 0; d < GRID_DIMS; d++) {
+        if (d == GRID_DP) continue;
+        if (g->size[d] < 1) {
+            snprintf(err, len, "--%s %d: a grid dimension must be 1 or more", GRID_DIM_NAMES[d], g->size[d]);
+            return err;
+        }
+        group *= g->size[d];
+    }
+    if (world % group != 0) {
+        snprintf(err, len, "%d ranks do not split into tensor-parallel %d x pipeline-parallel %d x "
+                 "context-parallel %d: launch a multiple of %d ranks", world, g->size[GRID_TP], g->size[GRID_PP], g->size[GRID_CP], group);
+        return err;
+    }
+    g->size[GRID_DP] = world / group;
+    return NULL;
+}
+
+// A grid whose one model-parallel dimension is d, of n ranks (the rest data parallel).
+static inline CommGrid grid_model_parallel(GridDim d, int n) {
+    CommGrid g;
+    for (int k = 0; k < GRID_DIMS; k++) g.size[k] = 1;
+    g.size[d] = n;
+    return g;
+}
+
+// Starts the communication layer: MPI (when built with it and started by a
+// launcher that launcher_env.h knows; a lone process skips MPI_Init), the rank
+// grid (grid: the model-parallel sizes; dp is the rest) and its groups.
+// timeout_s bounds every wait.
+static inline void comm_init(Comm *c, int *argc, char ***argv, CommGrid grid, double timeout_s) {
     memset(c, 0, sizeof(*c));
     LaunchInfo li = launch_detect();
     c->launcher = li.launcher;
@@ -548,27 +635,20 @@ static inline void comm_init(Comm *c, int *argc, char ***argv, int tp, int pp, d
         die_usage("%s says this is rank %d of %d, but this program was built without MPI (NO_MPI=1)", li.rank_var,
                   li.rank, li.world);
 #endif
-    if (tp < 1 || pp < 1 || c->world % (tp * pp) != 0)
-        die_usage("%d ranks do not split into tensor-parallel %d x pipeline-parallel %d", c->world, tp, pp);
-    c->tp = tp;
-    c->pp = pp;
-    c->dp = c->world / (tp * pp);
-    int tp_rank, pp_rank, dp_rank;
-    comm_grid_coords(c->rank, tp, pp, &tp_rank, &pp_rank, &dp_rank);
-    // per group: its rank and its size
-    int ranks[COMM_NUM_GROUPS] = {c->rank, dp_rank, tp_rank, pp_rank};
-    int sizes[COMM_NUM_GROUPS] = {c->world, c->dp, tp, pp};
+    char err[200];
+    if (grid_split(&grid, c->world, err, sizeof(err))) die_usage("%s", err);
+    c->grid = grid;
     for (int k = 0; k < COMM_NUM_GROUPS; k++) {
         CommGroup *g = &c->groups[k];
+        int color;
+        grid_group_of(&grid, c->rank, COMM_GROUP_DIMS[k], &g->rank, &g->size, &color);
         g->kind = (CommGroupKind)k;
-        g->rank = ranks[k];
-        g->size = sizes[k];
         g->be = be;
         g->comm = c;
 #ifdef LLMC_MPI
-        // the color shared by the group's members: the coordinates outside the group
-        int colors[COMM_NUM_GROUPS] = {0, pp_rank * tp + tp_rank, pp_rank * c->dp + dp_rank, dp_rank * tp + tp_rank};
-        if (c->mpi_initialized) MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, colors[k], ranks[k], &g->mpi));
+        if (c->mpi_initialized) MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, g->rank, &g->mpi));
+#else
+        (void)color;
 #endif
     }
 #ifdef LLMC_MPI

@@ -21,6 +21,7 @@
 
 #include <string.h>
 
+#include "context_parallel.h"      // defines: CPContext, cp_attention_*, cp_local_wpe, cp_local_dwpe, cp_add_dwpe
 #include "cpu_layers.h"            // defines: the layers (encoder_*, layernorm_*, attention_*, ...)
 #include "gpt_activation_sizes.h"  // defines: gpt_activation_sizes, GPT_ACT_PER_LAYER, GPT_ACT_SINGLES
 #include "model.h"                 // defines: GPTConfig, ParamLayout, LayerTensors, GPTHooks
@@ -61,6 +62,7 @@ typedef struct {
     float *dqkv;                           // (N,3Cl)
     float *datty;                          // (N,Cl)
     float *partial;                        // (N,C) tensor parallel: a partial output, or the residual gradient gathered
+    CPActs *cp;                            // context parallel: each layer's gathered K, V and probabilities
     float *att_scratch;                    // threads * T * T
     float *memory;
     size_t num_floats;
@@ -73,6 +75,7 @@ typedef struct {
     GPTConfig cfg;
     ParamLayout layout;   // what this rank holds (the whole model, a pipeline rank's stages, a tensor slice)
     TPContext tp;         // the tensor group (size 1: none)
+    CPContext cp;         // the context group (size 1: none): the activations hold the rank's positions
     float *params;   // (layout.num_elements)
     float *grads;    // (layout.num_elements)
     // the classifier's weights when the layout lacks the embeddings (a
@@ -96,6 +99,7 @@ static void gpt_init_held(GPT *m, const GPTConfig *cfg, const ParamHolding *held
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     m->tp = tp;
+    m->cp = cp_none();
     param_layout_init_held(&m->layout, cfg, held, tp.size, tp.rank);
     m->params = map_zeroed(sizeof(float) * (size_t)m->layout.num_elements);
     m->grads = map_zeroed(sizeof(float) * (size_t)m->layout.num_elements);
@@ -117,6 +121,7 @@ static inline float *gpt_dwte(const GPT *m) {
 static void gpt_activations_free(GPTActivations *a) {
     free(a->memory);
     free(a->ln1);  // the per-layer pointer arrays share one allocation
+    cp_acts_free(a->cp);
     memset(a, 0, sizeof(*a));
 }
 
@@ -350,9 +355,10 @@ static float gpt_stage_forward(GPT *m, GPTActivations *a, const int *inputs, con
     if (l0 == 0) {
         for (int i = 0; i < N; i++)
             CHECK(inputs[i] >= 0 && inputs[i] < V, "input token %d out of range [0, %d)", inputs[i], V);
-        float *wpe = m->params + param_tensor(pl, PK_WPE, -1)->offset;
+        const float *wpe = m->params + param_tensor(pl, PK_WPE, -1)->offset;
         gpt_hooks_params_needed(&m->hooks, 0, HOOK_FORWARD);
         gpt_hooks_prefetch(&m->hooks, pl, 1);
+        if (m->cp.size > 1) wpe = cp_local_wpe(&m->cp, wpe);
         gpt_embedding_forward(m, a, inputs, wpe, B, T);
         a->inputs = inputs;
     }
@@ -364,7 +370,8 @@ static float gpt_stage_forward(GPT *m, GPTActivations *a, const int *inputs, con
         GPT_TEAM(team,
             gpt_layernorm_gathered(m, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C);
             linear_forward(a->qkv[l], a->ln1[l], w.qkvw, w.qkvb, NULL, N, C, 3 * Cl));
-        attention_forward(a->atty[l], a->att[l], NULL, a->qkv[l], B, T, Cl, NHl);
+        if (m->cp.size > 1) cp_attention_forward(&m->cp, &a->cp, l, a->atty[l], a->qkv[l], B);
+        else attention_forward(a->atty[l], a->att[l], NULL, a->qkv[l], B, T, Cl, NHl);
         GPT_TEAM(team,
             gpt_row_parallel_forward(m, a, a->residual2[l], a->atty[l], w.attprojw, w.attprojb, residual, N, Cl, C);
             gpt_layernorm_gathered(m, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w.ln2w, w.ln2b, N,
@@ -427,10 +434,12 @@ static void gpt_layer_weight_grads(GPT *m, const GPTActivations *a, int l, Layer
 static void gpt_embedding_backward(GPT *m, GPTActivations *a) {
     const ParamLayout *pl = &m->layout;
     gpt_hooks_params_needed(&m->hooks, 0, HOOK_GRADS);
-    float *dwpe = m->grads + param_tensor(pl, PK_WPE, -1)->offset;
+    float *dwpe_all = m->grads + param_tensor(pl, PK_WPE, -1)->offset;
+    float *dwpe = m->cp.size > 1 ? cp_local_dwpe(&m->cp) : dwpe_all;  // (the rank's positions' rows)
     int C = m->cfg.channels, B = a->B, T = a->T, N = B * T;
     if (m->tp.size == 1) {
         encoder_backward(gpt_dwte(m), dwpe, a->dresidual, a->inputs, B, T, C);
+        if (m->cp.size > 1) cp_add_dwpe(&m->cp, dwpe_all);
         gpt_hooks_grads_ready(&m->hooks, 0);
         return;
     }
@@ -450,6 +459,7 @@ static void gpt_embedding_backward(GPT *m, GPTActivations *a) {
         const float *d = dfull + (size_t)i * C;
         for (int j = 0; j < C; j++) p[j] += d[j];
     }
+    if (m->cp.size > 1) cp_add_dwpe(&m->cp, dwpe_all);
     gpt_hooks_grads_ready(&m->hooks, 0);
 }
 
@@ -519,7 +529,8 @@ static void gpt_stage_backward(GPT *m, GPTActivations *a) {
                 linear_backward_weight(g.attprojw, NULL, dout, a->atty[l], N, Cl, C);
                 column_sum_accumulate(g.attprojb, dres, Nl, C);
             });
-        attention_backward((float *)d.dqkv, a->att_scratch, a->datty, a->qkv[l], a->att[l], B, T, Cl, NHl);
+        if (m->cp.size > 1) cp_attention_backward(&m->cp, a->cp, l, (float *)d.dqkv, a->datty, a->qkv[l], B);
+        else attention_backward((float *)d.dqkv, a->att_scratch, a->datty, a->qkv[l], a->att[l], B, T, Cl, NHl);
         GPT_TEAM(team,
             linear_backward_input(a->dln, d.dqkv, w.qkvw, N, C, 3 * Cl);
             if (!split) linear_backward_weight(g.qkvw, g.qkvb, d.dqkv, a->ln1[l], N, C, 3 * Cl);

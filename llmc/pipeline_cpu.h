@@ -142,7 +142,7 @@ static void pipeline_init(Pipeline *pp, GPT *model, Zero *zero, Comm *comm, PPLa
     pp->model = model;
     pp->zero = zero;
     pp->pipe = comm_group(comm, COMM_PIPELINE);
-    pp->dp = comm_group(comm, COMM_DATA);
+    pp->dp = comm_group(comm, COMM_REPLICA);  // (the ranks holding the same stages: data x context, as ZeRO's)
     pp->world = comm_group(comm, COMM_WORLD);
     pp->B = B, pp->T = T, pp->dloss = dloss;
     PPStageOps ops = {pp, pp_cpu_slot_new, pp_cpu_slot_free, pp_cpu_forward, pp_cpu_backward, pp_cpu_weights,

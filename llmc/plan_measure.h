@@ -281,7 +281,7 @@ static void plan_measure_local(const GPTConfig *cfg, int T, const char *shapes_f
     Comm comm;
     LaunchInfo li = launch_detect();
     int pair = li.world > 2 && li.world % 2 == 0 ? 2 : 1;  // (tensor groups of two, for the pair's loss)
-    comm_init(&comm, argc, argv, pair, 1, 300);
+    comm_init(&comm, argc, argv, grid_model_parallel(GRID_TP, pair), 300);
     CommGroup *g = comm_group(&comm, COMM_WORLD);
     int p = g->size;
     LocalFigures f;

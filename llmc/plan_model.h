@@ -229,7 +229,7 @@ static double plan_gpu_optimizer_s(const Cluster *c, double elems) {
     return plan_gpu_mem_s(c, PLAN_GPU_OPT_BYTES * elems) + 2 * c->launch_us * 1e-6;
 }
 
-// The group of size ranks lying stride apart in the grid (comm.h's comm_grid_coords: data outermost, then
+// The group of size ranks lying stride apart in the grid (comm.h's grid: data outermost, then
 // pipeline, then tensor): the nodes it crosses.
 static PlanGroup plan_group(const Cluster *c, int stride, int size) {
     PlanGroup g = {size, 1};
@@ -346,8 +346,10 @@ static const char *plan_check_layout(const PlanProblem *pb, const PlanLayout *l,
 
 // Rank r's memory (grid coordinates as comm.h's) under the layout.
 static RankMemory plan_rank_memory(const PlanProblem *pb, const PlanLayout *l, const PPLayout *ppl, int r) {
-    int tp_rank, pipe_rank, dp_rank;
-    comm_grid_coords(r, l->tp, l->pp, &tp_rank, &pipe_rank, &dp_rank);
+    CommGrid grid = {{l->dp, l->pp, 1, l->tp}};  // (the planner's layouts have no context dimension yet)
+    int x[GRID_DIMS];
+    grid_coords(&grid, r, x);
+    int tp_rank = x[GRID_TP], pipe_rank = x[GRID_PP], dp_rank = x[GRID_DP];
     RankPlace place = {l->zero, l->dp, dp_rank, l->tp, tp_rank, l->sp, l->pp > 1 ? ppl : NULL, l->schedule,
                        pipe_rank, l->accum, l->B, pb->T};
     RankMemory m = cpu_rank_memory(pb->cfg, &place);

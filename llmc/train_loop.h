@@ -276,8 +276,8 @@ static void train_log_run(const TrainRun *r, Logger *log, int start) {
     fprintf(log->json, "{\"run\":{\"program\":\"%s\",\"version\":\"%s\",\"start_step\":%d,\"settings\":",
             r->ckpt.trainer, LLMC_VERSION, start);
     flags_write_json(log->json, TRAIN_FLAGS, FLAGS_COUNT(TRAIN_FLAGS), r->o);
-    fprintf(log->json, ",\"layout\":{\"ranks\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"zero\":%d}", c->world, c->dp, c->tp,
-            c->pp, r->o->zero);
+    fprintf(log->json, ",\"layout\":{\"ranks\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"zero\":%d}", c->world,
+            comm_size(c, GRID_DP), comm_size(c, GRID_TP), comm_size(c, GRID_PP), r->o->zero);  // (--cp: in the settings)
     fprintf(log->json, ",\"model\":{\"num_layers\":%d,\"channels\":%d,\"num_heads\":%d,\"vocab_size\":%d,"
             "\"padded_vocab_size\":%d,\"max_seq_len\":%d,\"parameters\":%lld}", m->num_layers, m->channels,
             m->num_heads, m->vocab_size, m->padded_vocab_size, m->max_seq_len, (long long)r->ckpt.pl->num_params);

@@ -56,6 +56,7 @@ typedef struct {
     int resume_data_changed;      // resume onto training data other than the checkpoint's
     int tp, sequence_parallel;    // tensor parallel (tensor_parallel.h)
     int pp, virtual_stages;       // pipeline parallel (pp_layout.h, pp_schedule.h)
+    int cp;                       // context parallel (context_parallel.h)
     char pp_layers[FLAG_STR_MAX];
     char pp_schedule[FLAG_STR_MAX];
     int print_schedule;
@@ -170,6 +171,9 @@ static const FlagSpec TRAIN_FLAGS[] = {
      "reduce-scattered around the tensor-parallel regions", "parallelism"},
     {"pp", FLAG_INT, TO(pp), "1", NULL, 1, 32767,
      "pipeline-parallel stages: the layers split over this many ranks (ranks = data x pipeline)", "parallelism"},
+    {"cp", FLAG_INT, TO(cp), "1", NULL, 1, 4096,
+     "context-parallel ranks (CPU trainer): each holds chunks i and 2cp-1-i of 2 x cp of every sequence; attention "
+     "all-gathers K and V over them (ranks = data x pipeline x context x tensor)", "parallelism"},
     {"pp-layers", FLAG_STRING, TO(pp_layers), "", NULL, 0, 0,
      "layers of each stage, comma-separated, --pp x --virtual-stages counts (default: as even as they go)", "parallelism"},
     {"pp-schedule", FLAG_CHOICE, TO(pp_schedule), "1f1b", "gpipe|1f1b|interleaved|zb1p", 0, 0,

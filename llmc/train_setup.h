@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "comm.h"
 #include "file_io.h"
 #include "hf_gpt2.h"
 #include "model.h"
@@ -94,20 +95,43 @@ static void train_tensor_plan(const TrainOptions *o, const GPTConfig *cfg) {
                   "every sequence)", o->seq_len, o->tp);
 }
 
+// --cp against the batch: the sequence cuts into 2 x cp equal chunks
+// (context_parallel.h), each tensor rank's share of them under sequence
+// parallel. One line, exit 2, when not.
+static void train_context_plan(const TrainOptions *o) {
+    if (o->cp == 1) return;
+    if (o->seq_len % (2 * o->cp) != 0)
+        die_usage("--cp %d: --seq-len %d is not a multiple of 2 x cp = %d (each rank holds chunks i and 2cp-1-i of "
+                  "2 x cp equal chunks of every sequence)", o->cp, o->seq_len, 2 * o->cp);
+    if (o->sequence_parallel && o->seq_len / o->cp % o->tp != 0)
+        die_usage("--sequence-parallel: --seq-len %d / --cp %d is not a multiple of --tp %d (each tensor rank holds "
+                  "1/tp of a context rank's positions)", o->seq_len, o->cp, o->tp);
+}
+
+// The rank grid the flags ask for (comm.h): --pp x --cp x --tp model-parallel
+// ranks, data parallel over the rest.
+static CommGrid train_grid(const TrainOptions *o) {
+    CommGrid g = grid_model_parallel(GRID_TP, o->tp);
+    g.size[GRID_PP] = o->pp;
+    g.size[GRID_CP] = o->cp;
+    return g;
+}
+
 // Before any rank connects: the checks every rank makes alike from the flags,
 // the model shape and the launcher's world (so rank 0 alone reports a failure:
 // train_options.h): the tensor split, the ranks split into data x --tp x --pp,
 // the batch plan and the pipeline's stages; then usage errors are each rank's again.
 static void train_check_layout(const TrainOptions *o, const GPTConfig *cfg, int launcher_world) {
     train_tensor_plan(o, cfg);
-    int group = o->tp * o->pp;
+    train_context_plan(o);
+    int group = o->tp * o->pp * o->cp;
     if (launcher_world == 1 && group > 1)
-        die_usage("--tp %d x --pp %d needs %d processes (or a multiple of %d) and this is one: launch it with mpirun "
-                  "-np %d (or srun -n %d)", o->tp, o->pp, group, group, group, group);
-    if (launcher_world % group != 0)
-        die_usage("%d ranks do not split into tensor-parallel %d x pipeline-parallel %d: launch a multiple of %d ranks",
-                  launcher_world, o->tp, o->pp, group);
-    BatchPlan plan = train_batch_plan(o, cfg, launcher_world / group);
+        die_usage("--tp %d x --pp %d x --cp %d needs %d processes (or a multiple of %d) and this is one: launch it "
+                  "with mpirun -np %d (or srun -n %d)", o->tp, o->pp, o->cp, group, group, group, group);
+    CommGrid grid = train_grid(o);
+    char err[200];
+    if (grid_split(&grid, launcher_world, err, sizeof(err))) die_usage("%s", err);
+    BatchPlan plan = train_batch_plan(o, cfg, grid.size[GRID_DP]);
     if (o->pp > 1) {
         PPLayout layout;
         train_pipeline_plan(o, cfg, &plan, &layout);
@@ -160,9 +184,10 @@ static void train_check_fused_lists(const TrainOptions *o, PPKind kind, int micr
 // rank exits 0.
 static void train_print_schedule_and_exit(const TrainOptions *o, const GPTConfig *cfg, int launcher_rank,
                                           int launcher_world, int fused) {
-    if (launcher_world > 1 && launcher_world % (o->tp * o->pp) != 0)
-        die_usage("%d ranks do not split into data parallel x --tp %d x --pp %d", launcher_world, o->tp, o->pp);
-    BatchPlan plan = train_batch_plan(o, cfg, launcher_world > 1 ? launcher_world / (o->tp * o->pp) : 1);
+    CommGrid grid = train_grid(o);
+    char err[200];
+    if (launcher_world > 1 && grid_split(&grid, launcher_world, err, sizeof(err))) die_usage("%s", err);
+    BatchPlan plan = train_batch_plan(o, cfg, launcher_world > 1 ? grid.size[GRID_DP] : 1);
     PPLayout layout;
     PPKind kind = train_pipeline_plan(o, cfg, &plan, &layout);
     if (launcher_rank == 0) train_print_pipeline(&layout, kind, plan.accum, cfg, fused);

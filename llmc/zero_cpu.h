@@ -223,7 +223,7 @@ static inline void zero_init(Zero *z, GPT *model, Comm *comm, int stage, double 
     memset(z, 0, sizeof(*z));
     CHECK(stage >= 0 && stage <= 3, "ZeRO stage %d", stage);
     z->model = model;
-    z->dp = comm_group(comm, COMM_DATA);
+    z->dp = comm_group(comm, COMM_REPLICA);  // (the ranks that hold the same parameters: data x context)
     z->stage = stage;
     int64_t n = model->layout.num_elements;
     shard_map_init(&z->map, n, z->dp->rank, z->dp->size);

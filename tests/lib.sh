@@ -56,6 +56,15 @@ compare_layout() {
     "$CMP" --compare-logs "$tmp/ref.json" "$tmp/$name.json" "$tol" "${check_name}_loss_and_norm_match_$ref"
     "$CMP" --compare-models "$tmp/ref.bin" "$tmp/$name.bin" "$tol" "${check_name}_weights_match_$ref"
 }
+# eval_matches NAME: compare_layout's run NAME logged the reference's 3 evaluation losses (to 1e-5) and its 3
+# samples (the same text), as $tmp/ref.json and $tmp/ref.log have them
+val_losses() { grep -o '"val_loss":[0-9.]*' "$1" | cut -d: -f2; }
+eval_matches() {
+    check "${1}_eval_losses_match_one_process" \
+        "[ \$(val_losses '$tmp/ref.json' | wc -l) = 3 ] && paste <(val_losses '$tmp/ref.json') <(val_losses '$tmp/$1.json') | awk '{ d = \$1 - \$2; if (d < 0) d = -d; if (NF != 2 || d > 1e-5 * \$1) bad = 1 } END { exit bad }'"
+    check "${1}_samples_match_one_process" \
+        "[ \$(grep -ac -- '---- sample' '$tmp/$1.log') = 3 ] && diff <(grep -a -A2 -- '---- sample' '$tmp/ref.log') <(grep -a -A2 -- '---- sample' '$tmp/$1.log') >/dev/null"
+}
 # ckpt_run NAME RANKS FLAGS...: ${COMMON[@]} (10 steps) and FLAGS on RANKS ranks, checkpointing every 5 steps into
 # $tmp/NAME.ck
 ckpt_run() {

@@ -113,14 +113,13 @@ static void check_backend(CommGroup *g) {
 static void check_nccl_groups(Comm *c) {
     CommGroup *groups = comm_nccl_init(c);
 #ifdef LLMC_NCCL_EMULATOR_H
-    int expect = (c->world > 1) + (c->dp > 1 && c->dp < c->world) + (c->tp > 1 && c->tp < c->world) +
-                 (c->pp > 1 && c->pp < c->world);
+    int dp = comm_size(c, GRID_DP), tp = comm_size(c, GRID_TP), pp = comm_size(c, GRID_PP);
+    int expect = (c->world > 1) + (dp > 1 && dp < c->world) + (tp > 1 && tp < c->world) + (pp > 1 && pp < c->world);
     double made = emu_nccl_live_comms, all = made;  // every rank holds the same number
     comm_all_reduce(comm_group(c, COMM_WORLD), &all, 1, COMM_F64);
     if (c->rank == 0)
         test_result(all == (double)expect * c->world, "nccl_communicators_per_rank_set (%.0f made on rank 0, %d "
-                    "expected: world %d, data %d, tensor %d, pipeline %d ranks)", made, expect, c->world, c->dp, c->tp,
-                    c->pp);
+                    "expected: world %d, data %d, tensor %d, pipeline %d ranks)", made, expect, c->world, dp, tp, pp);
 #endif
     check_backend(&groups[COMM_DATA]);
     check_backend(&groups[COMM_TENSOR]);
@@ -151,7 +150,7 @@ int main(int argc, char **argv) {
     }
     int tp = argc == 3 && strcmp(argv[1], "--tp") == 0 ? atoi(argv[2]) : 1;
     Comm comm;
-    comm_init(&comm, &argc, &argv, tp, 1, 60);
+    comm_init(&comm, &argc, &argv, grid_model_parallel(GRID_TP, tp), 60);
     CUDA_CHECK(cudaSetDevice(comm_pick_device(&comm)));
     // one node: more ranks than GPUs puts two ranks on one GPU, which NCCL refuses
     if (comm.world <= ndev) check_nccl_groups(&comm);

@@ -69,7 +69,7 @@ static bool received(Comm *c, const Buffers &b, int from, bool sum) {
 
 int main(int argc, char **argv) {
     Comm c;
-    comm_init(&c, &argc, &argv, 1, 1, 0);
+    comm_init(&c, &argc, &argv, grid_model_parallel(GRID_TP, 1), 0);
     const char *mode = argc > 1 ? argv[1] : "";
     if (c.world != 2) DIE("run on 2 ranks");
     CUDA_CHECK(cudaSetDevice(comm_pick_device(&c)));

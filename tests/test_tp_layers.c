@@ -141,32 +141,48 @@ static void test_vocab(CommGroup *tg, int sp) {
     gpt_free(&m);
 }
 
-// The grid (llmc/comm.h): over dp x tp x pp layouts, each rank one place; a
-// tensor group is consecutive ranks, a model replica (its tensor and pipeline
-// ranks) a block of tp x pp consecutive ranks.
+// The grid (llmc/comm.h): over dp x pp x cp x tp layouts, each rank one
+// place, ((d * pp + p) * cp + c) * tp + t (with cp = 1: (d * pp + p) * tp + t);
+// a tensor group is consecutive ranks, a model replica a block of pp x cp x tp
+// consecutive ranks; the replica group (dp x cp) has the ranks of one pipeline
+// and tensor place; a grid that does not split the world is one line.
 static void test_grid(void) {
-    const int shapes[][3] = {{2, 2, 2}, {1, 4, 2}, {3, 1, 2}, {2, 4, 1}};  // dp, tp, pp
+    const int shapes[][4] = {{2, 2, 1, 2}, {1, 2, 1, 4}, {3, 2, 1, 1}, {2, 1, 1, 4},
+                             {2, 1, 2, 1}, {1, 2, 2, 2}, {2, 1, 4, 1}};  // dp, pp, cp, tp
     int ok = 1;
     for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
-        int dp = shapes[k][0], tp = shapes[k][1], pp = shapes[k][2], world = dp * tp * pp, seen[64] = {0};
+        CommGrid g = {{shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3]}};
+        int dp = g.size[GRID_DP], pp = g.size[GRID_PP], cp = g.size[GRID_CP], tp = g.size[GRID_TP];
+        int world = dp * pp * cp * tp, seen[64] = {0};
         for (int r = 0; r < world; r++) {
-            int t, p, d;
-            comm_grid_coords(r, tp, pp, &t, &p, &d);
-            ok &= t >= 0 && t < tp && p >= 0 && p < pp && d >= 0 && d < dp;
-            ok &= r - t == (r / tp) * tp;             // tensor group: ranks [r - t, r - t + tp)
-            ok &= d == r / (tp * pp);                 // replica d: ranks [d tp pp, (d + 1) tp pp)
-            seen[(d * pp + p) * tp + t]++;
+            int x[GRID_DIMS], rr, rs, color, tr, ts, tcolor;
+            grid_coords(&g, r, x);
+            for (int d = 0; d < GRID_DIMS; d++) ok &= x[d] >= 0 && x[d] < g.size[d];
+            ok &= r == ((x[GRID_DP] * pp + x[GRID_PP]) * cp + x[GRID_CP]) * tp + x[GRID_TP];
+            grid_group_of(&g, r, GRID_BIT(GRID_TP), &tr, &ts, &tcolor);
+            ok &= ts == tp && tr == x[GRID_TP] && r - tr == (r / tp) * tp;  // tensor group: consecutive ranks
+            ok &= x[GRID_DP] == r / (pp * cp * tp);                         // replica: a block of ranks
+            grid_group_of(&g, r, GRID_BIT(GRID_DP) | GRID_BIT(GRID_CP), &rr, &rs, &color);
+            ok &= rs == dp * cp && rr == x[GRID_DP] * cp + x[GRID_CP] && color == x[GRID_PP] * tp + x[GRID_TP];
+            seen[r]++;
         }
         for (int r = 0; r < world; r++) ok &= seen[r] == 1;
+        CommGrid split = g;
+        char err[200];
+        ok &= grid_split(&split, world, err, sizeof(err)) == NULL && split.size[GRID_DP] == dp;
     }
-    test_result(ok, "grid: tensor ranks innermost, data outermost, each place once");
+    CommGrid bad = grid_model_parallel(GRID_CP, 3);
+    char err[200];
+    const char *why = grid_split(&bad, 4, err, sizeof(err));
+    ok &= why && strstr(why, "4 ranks do not split") && strstr(why, "context-parallel 3");
+    test_result(ok, "grid: tensor ranks innermost, data outermost, each place once; groups over any dimensions");
 }
 
 int main(int argc, char **argv) {
     test_grid();
     Comm comm;
     LaunchInfo li = launch_detect();
-    comm_init(&comm, &argc, &argv, li.world, 1, 60);  // the whole world is the tensor group
+    comm_init(&comm, &argc, &argv, grid_model_parallel(GRID_TP, li.world), 60);  // the whole world is the tensor group
     CommGroup *tg = comm_group(&comm, COMM_TENSOR);
     for (int sp = 0; sp <= (tg->size > 1); sp++) test_linear(tg, sp);
     for (int sp = 0; sp <= (tg->size > 1); sp++) test_vocab(tg, sp);

@@ -99,7 +99,7 @@ static float *train_tiny(int stage, float norms[3]) {
     int64_t n = m.layout.num_elements;
     float *am = NULL, *av = NULL;
     if (stage >= 0) {
-        comm_init(&comm, NULL, NULL, 1, 1, 60);
+        comm_init(&comm, NULL, NULL, grid_model_parallel(GRID_TP, 1), 60);
         zero_init(&z, &m, &comm, stage, 0.001);  // 250-element buckets: many per segment
     } else {
         am = (float *)callocCheck((size_t)n, sizeof(float));

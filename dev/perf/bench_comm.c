@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
     flags_parse(argc, argv, BENCH_FLAGS, FLAGS_COUNT(BENCH_FLAGS), &o,
                 "Bandwidth of all-reduce, reduce-scatter and all-gather (nccl-tests algbw/busbw). Run under mpirun.");
     Comm comm;
-    comm_init(&comm, &argc, &argv, 1, 1, 600);
+    comm_init(&comm, &argc, &argv, grid_model_parallel(GRID_TP, 1), 600);
     CommGroup *g = comm_group(&comm, COMM_DATA);
     int n_ranks = g->size;
     // each rank holds the full buffer and a piece; all ranks of a node share its memory
