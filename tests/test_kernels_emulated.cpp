@@ -22,7 +22,7 @@
 // another order) the same bits (LayerNorm backward, AdamW, global norm).
 //
 // Tolerances: a bf16 result is the fp32 value rounded to nearest, within 2^-8
-// of it relatively (the unit roundoff of an 8-bit significand): rtol BF16_U
+// of it relatively (the unit roundoff of an 8-bit significand): rtol FLOATX_UNIT_ROUNDOFF
 // plus a little for fp32 differences between the kernel and the CPU (other
 // summation orders, fmas, __expf), and an atol for results that cancel to
 // near 0 (scaled to the terms summed). fp32 results (statistics, gradients,
@@ -45,7 +45,6 @@
 #include "llmc/global_norm.cuh"
 #include "llmc/layernorm.cuh"
 
-static const double BF16_U = 1.0 / 256;  // bf16 round-to-nearest: relative error at most 2^-8
 
 // ---------------------------------------------------------------------------
 // buffers and comparisons
@@ -69,21 +68,20 @@ template <class T> struct Buf {
     Buf &operator=(const Buf &) = delete;
 };
 
-static float bf16_round(float x) { return emu_bf16_to_float(__float2bfloat16_rn(x)); }
 
 // n values uniform in [-scale, scale), rounded to bf16 (exact on the device)
-static std::vector<float> random_bf16(Rng *rng, size_t n, float scale) {
+static std::vector<float> random_floatX(Rng *rng, size_t n, float scale) {
     std::vector<float> h(n);
-    for (size_t i = 0; i < n; i++) h[i] = bf16_round((2.0f * rng_uniform(rng) - 1.0f) * scale);
+    for (size_t i = 0; i < n; i++) h[i] = floatX_round((2.0f * rng_uniform(rng) - 1.0f) * scale);
     return h;
 }
-static void put(bf16 *d, const std::vector<float> &h) {
-    for (size_t i = 0; i < h.size(); i++) d[i] = __float2bfloat16_rn(h[i]);
+static void put(floatX *d, const std::vector<float> &h) {
+    for (size_t i = 0; i < h.size(); i++) d[i] = to_floatX(h[i]);
 }
 static void put(float *d, const std::vector<float> &h) { memcpy(d, h.data(), h.size() * sizeof(float)); }
-static std::vector<float> get(const bf16 *d, size_t n) {
+static std::vector<float> get(const floatX *d, size_t n) {
     std::vector<float> h(n);
-    for (size_t i = 0; i < n; i++) h[i] = emu_bf16_to_float(d[i]);
+    for (size_t i = 0; i < n; i++) h[i] = to_float(d[i]);
     return h;
 }
 static std::vector<float> get(const float *d, size_t n) { return std::vector<float>(d, d + n); }
@@ -127,17 +125,17 @@ static LnGot layernorm_run(const LnCase &k, int mis_in, int mis_out, const char 
     const int N = k.N, C = k.C;
     const size_t nc = (size_t)N * C;
     LnGot g;
-    Buf<bf16> x(nc, mis_in), r(nc, mis_in), res(nc, mis_in), dout(nc, mis_in), w(C, mis_out), b(C, mis_out);
+    Buf<floatX> x(nc, mis_in), r(nc, mis_in), res(nc, mis_in), dout(nc, mis_in), w(C, mis_out), b(C, mis_out);
     put(x.p, k.x), put(r.p, k.r), put(res.p, k.res), put(dout.p, k.dout), put(w.p, k.w), put(b.p, k.b);
     {  // plain forward of the residual
-        Buf<bf16> out(nc, mis_out);
+        Buf<floatX> out(nc, mis_out);
         Buf<float> m(N, mis_out), s(N, mis_out);
         gpu_layernorm_forward(out.p, m.p, s.p, res.p, w.p, b.p, N, C, 0);
         g.out = get(out.p, nc), g.mean = get(m.p, N), g.rstd = get(s.p, N);
     }
     bool recompute_same;
     {  // fused residual + forward, then the plain forward of its residual (--recompute 2)
-        Buf<bf16> out(nc, mis_out), resid(nc, mis_in), out2(nc, mis_out);
+        Buf<floatX> out(nc, mis_out), resid(nc, mis_in), out2(nc, mis_out);
         Buf<float> m(N, mis_out), s(N, mis_out), m2(N, mis_out), s2(N, mis_out);
         gpu_fused_residual_layernorm(resid.p, out.p, m.p, s.p, r.p, x.p, w.p, b.p, N, C, 0);
         g.fres = get(resid.p, nc), g.fout = get(out.p, nc), g.fmean = get(m.p, N), g.frstd = get(s.p, N);
@@ -150,7 +148,7 @@ static LnGot layernorm_run(const LnCase &k, int mis_in, int mis_out, const char 
     std::vector<float> got[2][4];  // [run][dinp, dinp bf16, dw, db]
     for (int run = 0; run < 2; run++) {
         Buf<float> dinp(nc, mis_out), dw(C, mis_out), db(C, mis_out), m(N, mis_out), s(N, mis_out);
-        Buf<bf16> dinp_bf(nc, mis_out);
+        Buf<floatX> dinp_bf(nc, mis_out);
         Buf<float> scratch(layernorm_scratch_floats(N, C), 0);
         put(dinp.p, k.dinp0), put(dw.p, k.dw0), put(db.p, k.db0), put(m.p, k.mean), put(s.p, k.rstd);
         emu_schedule = run ? EMU_SCHEDULE_REVERSE : EMU_SCHEDULE_RANDOM;
@@ -164,11 +162,11 @@ static LnGot layernorm_run(const LnCase &k, int mis_in, int mis_out, const char 
 
     // out: one rounding of values of size |w| |x - mean| rstd + |b| <= ~5 (atol: fp32 noise of those);
     // mean, rstd, dinp, dw, db: fp32 (dev/cuda/layernorm.cu's tolerances); the residual: exact
-    double e_out = excess(g.out, k.ref, 1e-5, BF16_U + 1e-5), e_fout = excess(g.fout, k.ref, 1e-5, BF16_U + 1e-5);
+    double e_out = excess(g.out, k.ref, 1e-5, FLOATX_UNIT_ROUNDOFF + 1e-5), e_fout = excess(g.fout, k.ref, 1e-5, FLOATX_UNIT_ROUNDOFF + 1e-5);
     double e_stat = fmax(fmax(excess(g.mean, k.mean, 1e-5, 1e-4), excess(g.rstd, k.rstd, 1e-5, 1e-4)),
                          fmax(excess(g.fmean, k.mean, 1e-5, 1e-4), excess(g.frstd, k.rstd, 1e-5, 1e-4)));
     double e_res = same_bits(g.fres, k.res) ? 0.0 : INFINITY;
-    double e_dinp = excess(got[0][0], k.dinp, 1e-4, 1e-3), e_dinp_bf = excess(got[0][1], k.dinp, 1e-4, BF16_U + 1e-3);
+    double e_dinp = excess(got[0][0], k.dinp, 1e-4, 1e-3), e_dinp_bf = excess(got[0][1], k.dinp, 1e-4, FLOATX_UNIT_ROUNDOFF + 1e-3);
     double e_dwb = fmax(excess(got[0][2], k.dw, 1e-3, 1e-3), excess(got[0][3], k.db, 1e-3, 1e-3));
     double worst = fmax(fmax(fmax(e_out, e_fout), fmax(e_stat, e_res)), fmax(fmax(e_dinp, e_dinp_bf), e_dwb));
     test_result(worst <= 1.0 && recompute_same && bwd_repro,
@@ -183,13 +181,13 @@ static void check_layernorm(Rng *rng, int N, int C, bool mixed) {
     const size_t nc = (size_t)N * C;
     LnCase k;
     k.N = N, k.C = C;
-    k.x = random_bf16(rng, nc, 2.0f), k.r = random_bf16(rng, nc, 2.0f);
-    k.w = random_bf16(rng, C, 1.0f), k.b = random_bf16(rng, C, 1.0f);
+    k.x = random_floatX(rng, nc, 2.0f), k.r = random_floatX(rng, nc, 2.0f);
+    k.w = random_floatX(rng, C, 1.0f), k.b = random_floatX(rng, C, 1.0f);
     k.res.resize(nc), k.ref.resize(nc), k.mean.resize(N), k.rstd.resize(N);
-    for (size_t i = 0; i < nc; i++) k.res[i] = bf16_round(k.r[i] + k.x[i]);  // as the GPU stores it
+    for (size_t i = 0; i < nc; i++) k.res[i] = floatX_round(k.r[i] + k.x[i]);  // as the GPU stores it
     layernorm_forward(k.ref.data(), k.mean.data(), k.rstd.data(), k.res.data(), k.w.data(), k.b.data(), N, C);
-    k.dout = random_bf16(rng, nc, 1.0f), k.dinp0 = random_bf16(rng, nc, 1.0f);
-    k.dw0 = random_bf16(rng, C, 1.0f), k.db0 = random_bf16(rng, C, 1.0f);
+    k.dout = random_floatX(rng, nc, 1.0f), k.dinp0 = random_floatX(rng, nc, 1.0f);
+    k.dw0 = random_floatX(rng, C, 1.0f), k.db0 = random_floatX(rng, C, 1.0f);
     k.dinp = k.dinp0, k.dw = k.dw0, k.db = k.db0;
     layernorm_backward(k.dinp.data(), k.dw.data(), k.db.data(), k.dout.data(), k.res.data(), k.w.data(),
                        k.mean.data(), k.rstd.data(), N, C);
@@ -207,7 +205,7 @@ static void check_layernorm(Rng *rng, int N, int C, bool mixed) {
 // gelu: gpu_gelu_forward and gpu_gelu_backward_inplace (llmc/gelu.cuh)
 
 static void check_gelu(Rng *rng, size_t n) {
-    std::vector<float> x = random_bf16(rng, n, 6.0f), d = random_bf16(rng, n, 1.0f);
+    std::vector<float> x = random_floatX(rng, n, 6.0f), d = random_floatX(rng, n, 1.0f);
     // the far tails and zeros: s = 0 past -2u = 80, s = 1 at the top, gelu(-0) = -0
     const float special[] = {-20.0f, -9.75f, -9.6875f, -0.0f, 0.0f, 10.0f, 20.0f};
     for (size_t i = 0; i < n && i < sizeof(special) / sizeof(special[0]); i++) x[(i * 7919) % n] = special[i];
@@ -216,13 +214,13 @@ static void check_gelu(Rng *rng, size_t n) {
     gelu_backward_inplace(dref.data(), x.data(), n);
     std::vector<float> fwd[2], bwd[2];
     for (int mis = 0; mis < 2; mis++) {
-        Buf<bf16> dx(n, mis), dd(n, mis), out(n, mis);
+        Buf<floatX> dx(n, mis), dd(n, mis), out(n, mis);
         put(dx.p, x), put(dd.p, d);
         gpu_gelu_forward(out.p, dx.p, (int64_t)n, 0);
         gpu_gelu_backward_inplace(dd.p, dx.p, (int64_t)n, 0);
         fwd[mis] = get(out.p, n), bwd[mis] = get(dd.p, n);
         // one rounding; atol: the CPU tanh's 1e-7 absolute error times |x| <= 20, and __expf's
-        double e_f = excess(fwd[mis], ref, 1e-5, BF16_U + 2e-5), e_b = excess(bwd[mis], dref, 1e-5, BF16_U + 2e-5);
+        double e_f = excess(fwd[mis], ref, 1e-5, FLOATX_UNIT_ROUNDOFF + 2e-5), e_b = excess(bwd[mis], dref, 1e-5, FLOATX_UNIT_ROUNDOFF + 2e-5);
         test_result(e_f <= 1.0 && e_b <= 1.0,
                     "emulated gelu n=%zu (%s): worst error / tolerance forward %.2f backward %.2f", n,
                     path_name(mis), e_f, e_b);
@@ -236,7 +234,7 @@ static void check_gelu(Rng *rng, size_t n) {
 
 static void check_classifier(Rng *rng, int N, int V, int Vp) {
     size_t n = (size_t)N * Vp;
-    std::vector<float> lp = random_bf16(rng, n, 8.0f);  // the padded columns hold garbage: must be ignored
+    std::vector<float> lp = random_floatX(rng, n, 8.0f);  // the padded columns hold garbage: must be ignored
     std::vector<float> ref((size_t)N * V), losses(N);
     std::vector<int> y(N);
     for (int i = 0; i < N; i++) {
@@ -248,7 +246,7 @@ static void check_classifier(Rng *rng, int N, int V, int Vp) {
     softmax_crossentropy(ref.data(), losses.data(), y.data(), N, V, dloss);
     std::vector<float> got_loss[2], got_d[2];
     for (int mis = 0; mis < 2; mis++) {
-        Buf<bf16> l(n, mis);
+        Buf<floatX> l(n, mis);
         Buf<float> loss(N, mis);
         put(l.p, lp);
         gpu_fused_classifier(l.p, loss.p, y.data(), N, V, Vp, 0.0f, 0);  // eval: losses only
@@ -266,7 +264,7 @@ static void check_classifier(Rng *rng, int N, int V, int Vp) {
         // losses fp32 (dev/cuda/classifier.cu's tolerance); dlogits one rounding of
         // dloss (p - onehot), |p| <= 1 from an exponent with fp32 noise ~1e-6
         double e_eval = excess(eval_loss, losses, 1e-4, 1e-4), e_loss = excess(got_loss[mis], losses, 1e-4, 1e-4);
-        double e_d = excess(d, ref, 1e-6, BF16_U + 1e-5);
+        double e_d = excess(d, ref, 1e-6, FLOATX_UNIT_ROUNDOFF + 1e-5);
         test_result(e_eval <= 1.0 && untouched && e_loss <= 1.0 && e_d <= 1.0 && pad_nonzero == 0,
                     "emulated classifier N=%d V=%d Vp=%d (%s): worst error / tolerance: eval loss %.2f (logits %s) "
                     "loss %.2f dlogits %.2f; %zu padded columns not 0",
@@ -287,18 +285,18 @@ static void check_encoder(Rng *rng, int B, int T, int C, int V) {
         inp[k].resize(N);
         for (int i = 0; i < N; i++) inp[k][i] = (int)rng_below(rng, (uint64_t)V);
     }
-    std::vector<float> wte = random_bf16(rng, (size_t)V * C, 1.0f), wpe = random_bf16(rng, (size_t)T * C, 1.0f);
+    std::vector<float> wte = random_floatX(rng, (size_t)V * C, 1.0f), wpe = random_floatX(rng, (size_t)T * C, 1.0f);
     std::vector<float> ref((size_t)N * C);
     encoder_forward(ref.data(), inp[0].data(), wte.data(), wpe.data(), B, T, C);
-    std::vector<float> dout[2] = {random_bf16(rng, (size_t)N * C, 1.0f), random_bf16(rng, (size_t)N * C, 1.0f)};
-    std::vector<float> dwte0 = random_bf16(rng, (size_t)V * C, 1.0f), dwpe0 = random_bf16(rng, (size_t)T * C, 1.0f);
+    std::vector<float> dout[2] = {random_floatX(rng, (size_t)N * C, 1.0f), random_floatX(rng, (size_t)N * C, 1.0f)};
+    std::vector<float> dwte0 = random_floatX(rng, (size_t)V * C, 1.0f), dwpe0 = random_floatX(rng, (size_t)T * C, 1.0f);
     std::vector<float> dwte = dwte0, dwpe = dwpe0;
     for (int k = 0; k < 2; k++) encoder_backward(dwte.data(), dwpe.data(), dout[k].data(), inp[k].data(), B, T, C);
     EncoderIndex ix;
     encoder_index_init(&ix, N, V);
     std::vector<float> got[2][3];
     for (int mis = 0; mis < 2; mis++) {
-        Buf<bf16> d_wte((size_t)V * C, mis), d_wpe((size_t)T * C, mis), out((size_t)N * C, mis);
+        Buf<floatX> d_wte((size_t)V * C, mis), d_wpe((size_t)T * C, mis), out((size_t)N * C, mis);
         put(d_wte.p, wte), put(d_wpe.p, wpe);
         gpu_encoder_forward(out.p, inp[0].data(), d_wte.p, d_wpe.p, B, T, C, 0);
         got[mis][0] = get(out.p, (size_t)N * C);
@@ -311,7 +309,7 @@ static void check_encoder(Rng *rng, int B, int T, int C, int V) {
         }
         got[mis][1] = get(g_wte.p, (size_t)V * C), got[mis][2] = get(g_wpe.p, (size_t)T * C);
         // forward: one rounding of a sum of two bf16; backward: fp32 sums in another association (dev/cuda's)
-        double e_f = excess(got[mis][0], ref, 0.0, BF16_U + 1e-6);
+        double e_f = excess(got[mis][0], ref, 0.0, FLOATX_UNIT_ROUNDOFF + 1e-6);
         double e_wte = excess(got[mis][1], dwte, 1e-5, 1e-5), e_wpe = excess(got[mis][2], dwpe, 1e-5, 1e-5);
         const char *path = mis ? "every buffer misaligned: element paths"
                            : C % 8 == 0 ? "vector paths"
@@ -346,8 +344,8 @@ static uint32_t host_hash_u32(uint64_t seed, uint64_t i) {  // splitmix64's fina
 
 static void check_adamw(Rng *rng, const ParamLayout *pl, int64_t begin, int64_t end) {
     const size_t P = (size_t)pl->num_elements, n = (size_t)(end - begin);
-    std::vector<float> p0 = random_bf16(rng, P, 1.0f), g = random_bf16(rng, P, 1.0f);
-    std::vector<float> m0 = random_bf16(rng, n, 0.1f), v0 = random_bf16(rng, n, 0.1f);
+    std::vector<float> p0 = random_floatX(rng, P, 1.0f), g = random_floatX(rng, P, 1.0f);
+    std::vector<float> m0 = random_floatX(rng, n, 0.1f), v0 = random_floatX(rng, n, 0.1f);
     for (float &x : v0) x = fabsf(x);
     std::vector<float> p = p0, m = m0, v = v0, gc = g;
     for (int step = 1; step <= 3; step++) {
@@ -359,7 +357,7 @@ static void check_adamw(Rng *rng, const ParamLayout *pl, int64_t begin, int64_t 
     std::vector<float> got[2][4];
     for (int mis = 0; mis < 2; mis++) {
         Buf<float> dp(P, mis), dg(P, mis), dm(n, mis), dv(n, mis);
-        Buf<bf16> db(P, mis);
+        Buf<floatX> db(P, mis);
         put(dp.p, p0), put(dg.p, g), put(dm.p, m0), put(dv.p, v0);
         const uint64_t last_seed = 99 + 3;
         for (int step = 1; step <= 3; step++) {
@@ -376,8 +374,8 @@ static void check_adamw(Rng *rng, const ParamLayout *pl, int64_t begin, int64_t 
             if ((int64_t)i >= begin && (int64_t)i < end) {
                 float x = got[mis][0][i];
                 wrong_bf16 += bits != host_stochastic_bf16(x, host_hash_u32(last_seed, i));
-                bias += (double)emu_bf16_to_float(db.p[i]) - x;
-                scale += fabs((double)emu_bf16_to_float(db.p[i]) - x);
+                bias += (double)to_float(db.p[i]) - x;
+                scale += fabs((double)to_float(db.p[i]) - x);
             } else {
                 touched += bits != 0xffffu || memcmp(&got[mis][0][i], &p0[i], 4) != 0;
             }
@@ -394,7 +392,7 @@ static void check_adamw(Rng *rng, const ParamLayout *pl, int64_t begin, int64_t 
                     e_p, e_mv, wrong_bf16, bias / (double)n, scale / (double)n, touched);
         if (!mis) {  // a second run from the same state, threads in reverse order: the same bits
             Buf<float> dp2(P, 0), dm2(n, 0), dv2(n, 0);
-            Buf<bf16> db2(P, 0);
+            Buf<floatX> db2(P, 0);
             std::vector<float> before_m = got[0][1], before_v = got[0][2];
             AdamWConfig cfg = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 4};
             put(dp2.p, got[0][0]), put(dm2.p, before_m), put(dv2.p, before_v);
@@ -424,7 +422,7 @@ static void check_adamw(Rng *rng, const ParamLayout *pl, int64_t begin, int64_t 
 // global norm: gpu_sum_of_squares (llmc/global_norm.cuh)
 
 static void check_global_norm(Rng *rng, size_t n, bool twice) {
-    std::vector<float> g = random_bf16(rng, n, 1.0f);
+    std::vector<float> g = random_floatX(rng, n, 1.0f);
     double ref = sum_of_squares(g.data(), (int64_t)n);
     double got[2];
     for (int mis = 0; mis < 2; mis++) {
@@ -454,7 +452,7 @@ static void check_global_norm(Rng *rng, size_t n, bool twice) {
 // out += column sums of an (N, C) bf16 matrix and of an fp32 one, against the
 // CPU's column_sum_accumulate: fp32 sums of N terms in another order
 template <class T> static void check_colsum(Rng *rng, int N, int C) {
-    std::vector<float> a = random_bf16(rng, (size_t)N * C, 1.0f), out0 = random_bf16(rng, (size_t)C, 1.0f);
+    std::vector<float> a = random_floatX(rng, (size_t)N * C, 1.0f), out0 = random_floatX(rng, (size_t)C, 1.0f);
     std::vector<float> ref = out0;
     column_sum_accumulate(ref.data(), a.data(), N, C);
     Buf<T> da((size_t)N * C, 0);
@@ -538,8 +536,8 @@ int main(void) {
     check_global_norm(&rng, 4 * 1024 * 512 + 4 * 700 + 3, true);
     // column sums: one partial chunk; several chunks with a partial last one, C not a multiple of 32 or 256
     rng_seed(&rng, 9);
-    check_colsum<bf16>(&rng, 5, 32);
-    check_colsum<bf16>(&rng, 600, 300);
+    check_colsum<floatX>(&rng, 5, 32);
+    check_colsum<floatX>(&rng, 600, 300);
     check_colsum<float>(&rng, 513, 77);
     return test_exit_code();
 }

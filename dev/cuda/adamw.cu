@@ -20,7 +20,7 @@
 // ---------------------------------------------------------------------------
 // version 1: one element per thread per iteration (the kernel version 2 replaced)
 
-__global__ void adamw_v1_kernel(float *params, bf16 *params_bf16, const float *grads, float *m, float *v,
+__global__ void adamw_v1_kernel(float *params, floatX *params_compute, const float *grads, float *m, float *v,
                                 const AdamWChunk *chunks, int64_t begin, AdamWArgs a) {
     AdamWChunk ch = chunks[blockIdx.x];
     float decay = ch.decay ? a.decay_factor : 1.0f;
@@ -35,20 +35,20 @@ __global__ void adamw_v1_kernel(float *params, bf16 *params_bf16, const float *g
         float denom = sqrtf(vi) / a.bc2_sqrt + a.eps;
         p = p - a.step_size * (mi / denom);
         params[i] = p;
-        params_bf16[i] = bf16_stochastic(p, hash_u32(a.seed, (uint64_t)(ch.global + k)));
+        params_compute[i] = to_floatX_stochastic(p, hash_u32(a.seed, (uint64_t)(ch.global + k)));
     }
 }
 
 // gpu_adamw_update with the version 1 kernel
-static void v1_adamw_update(const AdamWPlan *ap, float *params, bf16 *params_bf16, const float *grads, float *m,
+static void v1_adamw_update(const AdamWPlan *ap, float *params, floatX *params_compute, const float *grads, float *m,
                             float *v, const AdamWConfig *cfg, float grad_scale, uint64_t seed, cudaStream_t s) {
     AdamWArgs a = adamw_args(cfg, grad_scale, seed);
-    launch_kernel(adamw_v1_kernel, ap->num_chunks, 256, 0, s, params, params_bf16, grads, m, v, ap->d_chunks,
+    launch_kernel(adamw_v1_kernel, ap->num_chunks, 256, 0, s, params, params_compute, grads, m, v, ap->d_chunks,
                   ap->begin, a);
     CUDA_CHECK_LAUNCH();
 }
 
-typedef void (*UpdateFn)(const AdamWPlan *, float *, bf16 *, const float *, float *, float *, const AdamWConfig *, float,
+typedef void (*UpdateFn)(const AdamWPlan *, float *, floatX *, const float *, float *, float *, const AdamWConfig *, float,
                          uint64_t, cudaStream_t);
 typedef struct {
     const char *name;
@@ -73,7 +73,7 @@ static int is_bf16_neighbour(float x, float got) {
 // Device state of one run: the flat buffers (P) and the moments of [begin, end).
 typedef struct {
     float *p, *g, *m, *v;
-    bf16 *pb;
+    floatX *pb;
     int misaligned;
 } State;
 
@@ -83,7 +83,7 @@ static State state_from(const float *p, const float *g, const float *m, const fl
     s.misaligned = misaligned;
     s.p = device_buffer<float>(P, misaligned); s.g = device_buffer<float>(P, misaligned);
     s.m = device_buffer<float>(n, misaligned); s.v = device_buffer<float>(n, misaligned);
-    s.pb = device_buffer<bf16>(P, misaligned);
+    s.pb = device_buffer<floatX>(P, misaligned);
     CUDA_CHECK(cudaMemcpy(s.p, p, P * 4, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(s.g, g, P * 4, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(s.m, m, n * 4, cudaMemcpyHostToDevice));
@@ -122,7 +122,7 @@ static void check_range(Rng *rng, const ParamLayout *pl, int64_t begin, int64_t 
             ver->update(&ap, s.p, s.pb, s.g, s.m, s.v, &cfg, 0.5f, 99 + step, 0);
         }
         float *gp = host_from_f32(s.p, P), *gm = host_from_f32(s.m, n), *gv = host_from_f32(s.v, n);
-        float *gb = host_from_bf16(s.pb, P);
+        float *gb = host_from_floatX(s.pb, P);
         got[r][0] = gp; got[r][1] = gm; got[r][2] = gv; got[r][3] = gb;
         snprintf(what, sizeof(what), "%s adamw [%lld, %lld) of %zu, 3 steps: master weights", name, (long long)begin,
                  (long long)end, P);
@@ -152,7 +152,7 @@ static void check_range(Rng *rng, const ParamLayout *pl, int64_t begin, int64_t 
                 CUDA_CHECK(cudaMemcpy(s.m, gm, n * 4, cudaMemcpyHostToDevice));
                 CUDA_CHECK(cudaMemcpy(s.v, gv, n * 4, cudaMemcpyHostToDevice));
                 ver->update(&ap, s.p, s.pb, s.g, s.m, s.v, &cfg, 0.5f, 7, 0);
-                b12[t] = host_from_bf16(s.pb, P);
+                b12[t] = host_from_floatX(s.pb, P);
             }
             test_result(bits_equal(b12[0] + begin, b12[1] + begin, n * 4), "%s adamw is bit-reproducible [%lld, %lld)",
                         name, (long long)begin, (long long)end);
@@ -179,11 +179,11 @@ static void bench_model(Bench *b, const char *preset) {
     size_t P = (size_t)pl.num_elements;
     float *p = (float *)cudaMallocCheck(P * 4), *g = (float *)cudaMallocCheck(P * 4);
     float *m = (float *)cudaMallocCheck(P * 4), *v = (float *)cudaMallocCheck(P * 4);
-    bf16 *pb = (bf16 *)cudaMallocCheck(P * 2);
+    floatX *pb = (floatX *)cudaMallocCheck(P * 2);
     // random p, g, m (pairs of random bf16 read as fp32: finite, in [-1, 1]); v starts at 0 (it must stay >= 0)
     float *bufs[] = {p, g, m};
     for (int i = 0; i < 3; i++)
-        launch_kernel(fill_hash_bf16_kernel, ceil_div_int((int64_t)P * 2, 256), 256, 0, 0, (bf16 *)bufs[i],
+        launch_kernel(fill_hash_floatX_kernel, ceil_div_int((int64_t)P * 2, 256), 256, 0, 0, (floatX *)bufs[i],
                       (int64_t)P * 2, 20 + i);
     CUDA_CHECK_LAUNCH();
     CUDA_CHECK(cudaMemset(v, 0, P * 4));

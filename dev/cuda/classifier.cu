@@ -21,31 +21,31 @@
 // version 1: one block per row, scalar loads (the kernel version 2 replaced)
 
 __global__ void __launch_bounds__(CLASSIFIER_THREADS)
-    fused_classifier_v1_kernel(bf16 *logits, float *losses, const int *targets, int V, int Vp, float dloss,
+    fused_classifier_v1_kernel(floatX *logits, float *losses, const int *targets, int V, int Vp, float dloss,
                                int write_dlogits) {
     __shared__ float scratch[32];
     int64_t row = blockIdx.x;
-    bf16 *x = logits + row * Vp;
+    floatX *x = logits + row * Vp;
     float mx = -INFINITY;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, __bfloat162float(x[v]));
+    for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, to_float(x[v]));
     mx = block_max(mx, scratch);
     float sum = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) sum += expf(__bfloat162float(x[v]) - mx);
+    for (int v = threadIdx.x; v < V; v += blockDim.x) sum += expf(to_float(x[v]) - mx);
     sum = block_sum(sum, scratch);
     float lse = mx + logf(sum);
     int y = targets[row];
-    float xy = __bfloat162float(x[y]);
+    float xy = to_float(x[y]);
     __syncthreads();  // every thread has read x[y] before the row is overwritten
     if (threadIdx.x == 0) losses[row] = lse - xy;
     if (!write_dlogits) return;
     for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
         float d = 0.0f;
-        if (v < V) d = (expf(__bfloat162float(x[v]) - lse) - (v == y ? 1.0f : 0.0f)) * dloss;
-        x[v] = __float2bfloat16_rn(d);
+        if (v < V) d = (expf(to_float(x[v]) - lse) - (v == y ? 1.0f : 0.0f)) * dloss;
+        x[v] = to_floatX(d);
     }
 }
 
-static void v1_fused_classifier(bf16 *logits, float *losses, const int *targets, int N, int V, int Vp, float dloss,
+static void v1_fused_classifier(floatX *logits, float *losses, const int *targets, int N, int V, int Vp, float dloss,
                                 cudaStream_t s) {
     launch_kernel(fused_classifier_v1_kernel, N, CLASSIFIER_THREADS, 0, s, logits, losses, targets, V, Vp, dloss,
                   dloss != 0.0f);
@@ -54,7 +54,7 @@ static void v1_fused_classifier(bf16 *logits, float *losses, const int *targets,
 
 typedef struct {
     const char *name;
-    void (*run)(bf16 *, float *, const int *, int, int, int, float, cudaStream_t);
+    void (*run)(floatX *, float *, const int *, int, int, int, float, cudaStream_t);
 } Version;
 static const Version versions[] = {{"v1 scalar", v1_fused_classifier}, {"v2 llmc", gpu_fused_classifier}};
 
@@ -70,16 +70,16 @@ static Got run_version(const Version *v, const float *lp, const int *d_y, int N,
                        int misaligned) {
     size_t n = (size_t)N * Vp;
     Got g;
-    bf16 *tmp = device_bf16_from(lp, n), *l = device_copy(tmp, n, misaligned);
+    floatX *tmp = device_floatX_from(lp, n), *l = device_copy(tmp, n, misaligned);
     CUDA_CHECK(cudaFree(tmp));
     float *loss = device_buffer<float>(N, misaligned);
     v->run(l, loss, d_y, N, V, Vp, 0.0f, 0);  // eval mode: losses only, logits untouched
     g.eval_loss = host_from_f32(loss, N);
-    g.eval_logits = host_from_bf16(l, n);
+    g.eval_logits = host_from_floatX(l, n);
     poison(loss, N * 4);
     v->run(l, loss, d_y, N, V, Vp, dloss, 0);
     g.loss = host_from_f32(loss, N);
-    g.dlogits = host_from_bf16(l, n);
+    g.dlogits = host_from_floatX(l, n);
     device_buffer_free(l, misaligned);
     device_buffer_free(loss, misaligned);
     return g;
@@ -152,14 +152,14 @@ int main(void) {
     bench_init(&b);
     int N = 16 * 1024, V = 50257, Vp = pad_vocab(V);
     size_t n = (size_t)N * Vp;
-    bf16 *l = (bf16 *)cudaMallocCheck(n * 2);
+    floatX *l = (floatX *)cudaMallocCheck(n * 2);
     float *loss = (float *)cudaMallocCheck(N * 4);
     int *y = (int *)cudaMallocCheck(N * 4);
     CUDA_CHECK(cudaMemset(y, 0, N * 4));
     char name[96];
     for (const Version &v : versions) {
         // the logits are rewritten with dlogits each run: the input changes, the work does not
-        launch_kernel(fill_hash_bf16_kernel, ceil_div_int(n, 256), 256, 0, 0, l, (int64_t)n, 13);
+        launch_kernel(fill_hash_floatX_kernel, ceil_div_int(n, 256), 256, 0, 0, l, (int64_t)n, 13);
         CUDA_CHECK_LAUNCH();
         double ms = bench_ms(&b, 10, [&] { v.run(l, loss, y, N, V, Vp, 1.0f / N, 0); });
         snprintf(name, sizeof(name), "%s fused classifier 16384x50304", v.name);

@@ -41,20 +41,18 @@ static inline int dev_benchmarks(const char *name) {
     return !DEV_EMULATED;
 }
 
-static inline float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-
 // n host floats, uniform in [-scale, scale), rounded to bf16 values.
 static inline float *host_random(Rng *rng, size_t n, float scale) {
     float *h = (float *)mallocCheck(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) h[i] = bf16_round((2.0f * rng_uniform(rng) - 1.0f) * scale);
+    for (size_t i = 0; i < n; i++) h[i] = floatX_round((2.0f * rng_uniform(rng) - 1.0f) * scale);
     return h;
 }
 
-static inline bf16 *device_bf16_from(const float *h, size_t n) {
-    std::vector<bf16> tmp(n);
-    for (size_t i = 0; i < n; i++) tmp[i] = __float2bfloat16_rn(h[i]);
-    bf16 *d = (bf16 *)cudaMallocCheck(n * sizeof(bf16));
-    CUDA_CHECK(cudaMemcpy(d, tmp.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+static inline floatX *device_floatX_from(const float *h, size_t n) {
+    std::vector<floatX> tmp(n);
+    for (size_t i = 0; i < n; i++) tmp[i] = to_floatX(h[i]);
+    floatX *d = (floatX *)cudaMallocCheck(n * sizeof(floatX));
+    CUDA_CHECK(cudaMemcpy(d, tmp.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
     return d;
 }
 
@@ -64,12 +62,12 @@ static inline float *device_f32_from(const float *h, size_t n) {
     return d;
 }
 
-static inline float *host_from_bf16(const bf16 *d, size_t n) {
-    std::vector<bf16> tmp(n);
+static inline float *host_from_floatX(const floatX *d, size_t n) {
+    std::vector<floatX> tmp(n);
     CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(tmp.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(tmp.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
     float *h = (float *)mallocCheck(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) h[i] = __bfloat162float(tmp[i]);
+    for (size_t i = 0; i < n; i++) h[i] = to_float(tmp[i]);
     return h;
 }
 
@@ -107,8 +105,8 @@ static void device_buffer_free(T *p, int misaligned) { CUDA_CHECK(cudaFree(p - (
 
 // Host floats into a new device buffer as bf16 / fp32, aligned or (misaligned)
 // one element past a 256-byte boundary, as device_buffer.
-static inline bf16 *upload_bf16(const float *h, size_t n, int misaligned) {
-    bf16 *tmp = device_bf16_from(h, n), *p = device_copy(tmp, n, misaligned);
+static inline floatX *upload_floatX(const float *h, size_t n, int misaligned) {
+    floatX *tmp = device_floatX_from(h, n), *p = device_copy(tmp, n, misaligned);
     CUDA_CHECK(cudaFree(tmp));
     return p;
 }

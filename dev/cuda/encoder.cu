@@ -18,14 +18,14 @@
 // ---------------------------------------------------------------------------
 // version 1: one element per thread (the kernels version 2 replaced)
 
-__global__ void encoder_forward_v1_kernel(bf16 *out, const int *inp, const bf16 *wte, const bf16 *wpe, int N, int T,
+__global__ void encoder_forward_v1_kernel(floatX *out, const int *inp, const floatX *wte, const floatX *wpe, int N, int T,
                                           int C) {
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)N * C) return;
     int n = (int)(idx / C), c = (int)(idx % C);
     int t = n % T;
-    float v = __bfloat162float(wte[(int64_t)inp[n] * C + c]) + __bfloat162float(wpe[(int64_t)t * C + c]);
-    out[idx] = __float2bfloat16_rn(v);
+    float v = to_float(wte[(int64_t)inp[n] * C + c]) + to_float(wpe[(int64_t)t * C + c]);
+    out[idx] = to_floatX(v);
 }
 
 __global__ void encoder_backward_wte_v1_kernel(float *dwte, const float *dout, const int *tok, const int *start,
@@ -46,7 +46,7 @@ __global__ void encoder_backward_wpe_v1_kernel(float *dwpe, const float *dout, i
     dwpe[idx] += acc;
 }
 
-static void v1_encoder_forward(bf16 *out, const int *inp, const bf16 *wte, const bf16 *wpe, int B, int T, int C,
+static void v1_encoder_forward(floatX *out, const int *inp, const floatX *wte, const floatX *wpe, int B, int T, int C,
                                cudaStream_t s) {
     int64_t n = (int64_t)B * T * C;
     launch_kernel(encoder_forward_v1_kernel, ceil_div_int(n, 256), 256, 0, s, out, inp, wte, wpe, B * T, T, C);
@@ -64,7 +64,7 @@ static void v1_encoder_backward(float *dwte, float *dwpe, const float *dout, con
 
 typedef struct {
     const char *name;
-    void (*forward)(bf16 *, const int *, const bf16 *, const bf16 *, int, int, int, cudaStream_t);
+    void (*forward)(floatX *, const int *, const floatX *, const floatX *, int, int, int, cudaStream_t);
     void (*backward)(float *, float *, const float *, const EncoderIndex *, int, int, int, cudaStream_t);
 } Version;
 static const Version versions[] = {
@@ -100,10 +100,10 @@ static void check_shape(Rng *rng, int B, int T, int C, int V) {
         const Version *v = &versions[r == 0 ? 0 : 1];
         const char *name = r == 2 ? "v2 llmc (misaligned: element path)" : v->name;
         int mis = r == 2;
-        bf16 *d_wte = upload_bf16(wte, (size_t)V * C, mis), *d_wpe = upload_bf16(wpe, (size_t)T * C, mis);
-        bf16 *d_out = device_buffer<bf16>((size_t)N * C, mis);
+        floatX *d_wte = upload_floatX(wte, (size_t)V * C, mis), *d_wpe = upload_floatX(wpe, (size_t)T * C, mis);
+        floatX *d_out = device_buffer<floatX>((size_t)N * C, mis);
         v->forward(d_out, d_inp, d_wte, d_wpe, B, T, C, 0);
-        got[r][0] = host_from_bf16(d_out, (size_t)N * C);
+        got[r][0] = host_from_floatX(d_out, (size_t)N * C);
         snprintf(what, sizeof(what), "%s encoder forward B=%d T=%d C=%d V=%d", name, B, T, C, V);
         check_close(what, got[r][0], ref, (size_t)N * C, 1e-6, 8e-3);
         float *d_dwte = upload_f32(dwte0, (size_t)V * C, mis), *d_dwpe = upload_f32(dwpe0, (size_t)T * C, mis);
@@ -151,17 +151,17 @@ int main(void) {
     for (int i = 0; i < N; i++) inp[i] = (int)rng_below(&rng, (uint64_t)V);
     int *d_inp = (int *)cudaMallocCheck(sizeof(int) * (size_t)N);
     CUDA_CHECK(cudaMemcpy(d_inp, inp, sizeof(int) * (size_t)N, cudaMemcpyHostToDevice));
-    bf16 *wte = (bf16 *)cudaMallocCheck(sizeof(bf16) * (size_t)V * C), *wpe = (bf16 *)cudaMallocCheck(sizeof(bf16) * (size_t)T * C);
-    bf16 *out = (bf16 *)cudaMallocCheck(sizeof(bf16) * (size_t)N * C);
-    launch_kernel(fill_hash_bf16_kernel, ceil_div_int((int64_t)V * C, 256), 256, 0, 0, wte, (int64_t)V * C, 3);
-    launch_kernel(fill_hash_bf16_kernel, ceil_div_int((int64_t)T * C, 256), 256, 0, 0, wpe, (int64_t)T * C, 4);
+    floatX *wte = (floatX *)cudaMallocCheck(sizeof(floatX) * (size_t)V * C), *wpe = (floatX *)cudaMallocCheck(sizeof(floatX) * (size_t)T * C);
+    floatX *out = (floatX *)cudaMallocCheck(sizeof(floatX) * (size_t)N * C);
+    launch_kernel(fill_hash_floatX_kernel, ceil_div_int((int64_t)V * C, 256), 256, 0, 0, wte, (int64_t)V * C, 3);
+    launch_kernel(fill_hash_floatX_kernel, ceil_div_int((int64_t)T * C, 256), 256, 0, 0, wpe, (int64_t)T * C, 4);
     CUDA_CHECK_LAUNCH();
     float *dwte = (float *)cudaMallocCheck(sizeof(float) * (size_t)V * C), *dwpe = (float *)cudaMallocCheck(sizeof(float) * (size_t)T * C);
     float *dout = (float *)cudaMallocCheck(sizeof(float) * (size_t)N * C);
     CUDA_CHECK(cudaMemset(dwte, 0, sizeof(float) * (size_t)V * C));
     CUDA_CHECK(cudaMemset(dwpe, 0, sizeof(float) * (size_t)T * C));
     // random dout: pairs of random bf16 read as fp32 (finite, in [-1, 1])
-    launch_kernel(fill_hash_bf16_kernel, ceil_div_int((int64_t)N * C * 2, 256), 256, 0, 0, (bf16 *)dout,
+    launch_kernel(fill_hash_floatX_kernel, ceil_div_int((int64_t)N * C * 2, 256), 256, 0, 0, (floatX *)dout,
                   (int64_t)N * C * 2, 14);
     CUDA_CHECK_LAUNCH();
     EncoderIndex ix;

@@ -26,30 +26,30 @@ __device__ __forceinline__ float gelu_grad_v1(float x) {
     return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K0 * (1.0f + 3.0f * GELU_K1 * x * x);
 }
 
-__global__ void gelu_forward_v1_kernel(bf16 *out, const bf16 *inp, int64_t n) {
+__global__ void gelu_forward_v1_kernel(floatX *out, const floatX *inp, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = __float2bfloat16_rn(gelu_v1(__bfloat162float(inp[i])));
+    if (i < n) out[i] = to_floatX(gelu_v1(to_float(inp[i])));
 }
 
-__global__ void gelu_backward_inplace_v1_kernel(bf16 *dinout, const bf16 *inp, int64_t n) {
+__global__ void gelu_backward_inplace_v1_kernel(floatX *dinout, const floatX *inp, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dinout[i] = __float2bfloat16_rn(__bfloat162float(dinout[i]) * gelu_grad_v1(__bfloat162float(inp[i])));
+    if (i < n) dinout[i] = to_floatX(to_float(dinout[i]) * gelu_grad_v1(to_float(inp[i])));
 }
 
-static void v1_gelu_forward(bf16 *out, const bf16 *inp, int64_t n, cudaStream_t s) {
+static void v1_gelu_forward(floatX *out, const floatX *inp, int64_t n, cudaStream_t s) {
     launch_kernel(gelu_forward_v1_kernel, ceil_div_int(n, 256), 256, 0, s, out, inp, n);
     CUDA_CHECK_LAUNCH();
 }
 
-static void v1_gelu_backward_inplace(bf16 *dinout, const bf16 *inp, int64_t n, cudaStream_t s) {
+static void v1_gelu_backward_inplace(floatX *dinout, const floatX *inp, int64_t n, cudaStream_t s) {
     launch_kernel(gelu_backward_inplace_v1_kernel, ceil_div_int(n, 256), 256, 0, s, dinout, inp, n);
     CUDA_CHECK_LAUNCH();
 }
 
 typedef struct {
     const char *name;
-    void (*forward)(bf16 *, const bf16 *, int64_t, cudaStream_t);
-    void (*backward)(bf16 *, const bf16 *, int64_t, cudaStream_t);
+    void (*forward)(floatX *, const floatX *, int64_t, cudaStream_t);
+    void (*backward)(floatX *, const floatX *, int64_t, cudaStream_t);
 } Version;
 static const Version versions[] = {
     {"v1 scalar", v1_gelu_forward, v1_gelu_backward_inplace},
@@ -61,14 +61,14 @@ static const Version versions[] = {
 
 // One run of v on device copies of x and d (misaligned: one element past a
 // 16-byte boundary); host copies of the forward output and the backward result.
-static void run_version(const Version *v, const bf16 *d_x, const bf16 *d_d, size_t n, int misaligned, float **fwd,
+static void run_version(const Version *v, const floatX *d_x, const floatX *d_d, size_t n, int misaligned, float **fwd,
                         float **bwd) {
-    bf16 *x = device_copy(d_x, n, misaligned), *d = device_copy(d_d, n, misaligned);
-    bf16 *out = device_buffer<bf16>(n, misaligned);
+    floatX *x = device_copy(d_x, n, misaligned), *d = device_copy(d_d, n, misaligned);
+    floatX *out = device_buffer<floatX>(n, misaligned);
     v->forward(out, x, (int64_t)n, 0);
-    *fwd = host_from_bf16(out, n);
+    *fwd = host_from_floatX(out, n);
     v->backward(d, x, (int64_t)n, 0);
-    *bwd = host_from_bf16(d, n);
+    *bwd = host_from_floatX(d, n);
     device_buffer_free(x, misaligned);
     device_buffer_free(d, misaligned);
     device_buffer_free(out, misaligned);
@@ -78,7 +78,7 @@ static void check_size(Rng *rng, size_t n) {
     char what[128];
     float *x = host_random(rng, n, 6.0f), *d = host_random(rng, n, 1.0f), *ref = (float *)mallocCheck(n * 4);
     gelu_forward(ref, x, n);
-    bf16 *d_x = device_bf16_from(x, n), *d_d = device_bf16_from(d, n);
+    floatX *d_x = device_floatX_from(x, n), *d_d = device_floatX_from(d, n);
     gelu_backward_inplace(d, x, n);  // d becomes the backward's reference
     float *fwd[3], *bwd[3];
     for (int r = 0; r < 3; r++) {  // v1, v2, v2 misaligned
@@ -108,9 +108,9 @@ int main(void) {
     Bench b;
     bench_init(&b);
     size_t n = (size_t)16 * 1024 * 3072;
-    bf16 *x = (bf16 *)cudaMallocCheck(n * 2), *y = (bf16 *)cudaMallocCheck(n * 2);
-    launch_kernel(fill_hash_bf16_kernel, ceil_div_int(n, 256), 256, 0, 0, x, (int64_t)n, 9);
-    launch_kernel(fill_hash_bf16_kernel, ceil_div_int(n, 256), 256, 0, 0, y, (int64_t)n, 10);
+    floatX *x = (floatX *)cudaMallocCheck(n * 2), *y = (floatX *)cudaMallocCheck(n * 2);
+    launch_kernel(fill_hash_floatX_kernel, ceil_div_int(n, 256), 256, 0, 0, x, (int64_t)n, 9);
+    launch_kernel(fill_hash_floatX_kernel, ceil_div_int(n, 256), 256, 0, 0, y, (int64_t)n, 10);
     CUDA_CHECK_LAUNCH();
     char name[96];
     for (const Version &v : versions) {

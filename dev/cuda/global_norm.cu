@@ -95,7 +95,7 @@ int main(void) {
     param_layout_free(&pl);
     float *g = (float *)cudaMallocCheck(n * 4), *scratch = (float *)cudaMallocCheck(global_norm_scratch_floats() * 4);
     // pairs of random bf16 read as fp32: finite, in [-1, 1]
-    launch_kernel(fill_hash_bf16_kernel, ceil_div_int((int64_t)n * 2, 256), 256, 0, 0, (bf16 *)g, (int64_t)n * 2, 15);
+    launch_kernel(fill_hash_floatX_kernel, ceil_div_int((int64_t)n * 2, 256), 256, 0, 0, (floatX *)g, (int64_t)n * 2, 15);
     CUDA_CHECK_LAUNCH();
     for (const Version &v : versions) {
         double ms = bench_ms(&b, 20, [&] { v.run(scratch, g, (int64_t)n, 0); });

@@ -26,47 +26,47 @@
 
 #define V1_WARPS 8
 
-__device__ __forceinline__ void ln_row_v1(bf16 *out, float *mean_out, float *rstd_out, const bf16 *x, const bf16 *w,
-                                          const bf16 *b, int C) {
+__device__ __forceinline__ void ln_row_v1(floatX *out, float *mean_out, float *rstd_out, const floatX *x, const floatX *w,
+                                          const floatX *b, int C) {
     int lane = threadIdx.x % 32;
     float sum = 0.0f;
-    for (int c = lane; c < C; c += 32) sum += __bfloat162float(x[c]);
+    for (int c = lane; c < C; c += 32) sum += to_float(x[c]);
     float m = warp_sum(sum) / C;
     float var = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        float d = __bfloat162float(x[c]) - m;
+        float d = to_float(x[c]) - m;
         var += d * d;
     }
     float s = rsqrtf(warp_sum(var) / C + LN_EPS);
     for (int c = lane; c < C; c += 32) {
-        float n = (__bfloat162float(x[c]) - m) * s;
-        out[c] = __float2bfloat16_rn(n * __bfloat162float(w[c]) + __bfloat162float(b[c]));
+        float n = (to_float(x[c]) - m) * s;
+        out[c] = to_floatX(n * to_float(w[c]) + to_float(b[c]));
     }
     if (lane == 0) { *mean_out = m; *rstd_out = s; }
 }
 
-__global__ void layernorm_forward_v1_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w,
-                                            const bf16 *b, int N, int C) {
+__global__ void layernorm_forward_v1_kernel(floatX *out, float *mean, float *rstd, const floatX *inp, const floatX *w,
+                                            const floatX *b, int N, int C) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= N) return;
     int64_t off = (int64_t)row * C;
     ln_row_v1(out + off, mean + row, rstd + row, inp + off, w, b, C);
 }
 
-__global__ void fused_residual_layernorm_v1_kernel(bf16 *residual_out, bf16 *out, float *mean, float *rstd,
-                                                   const bf16 *res_in, const bf16 *x, const bf16 *w, const bf16 *b,
+__global__ void fused_residual_layernorm_v1_kernel(floatX *residual_out, floatX *out, float *mean, float *rstd,
+                                                   const floatX *res_in, const floatX *x, const floatX *w, const floatX *b,
                                                    int N, int C) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= N) return;
     int64_t off = (int64_t)row * C;
     for (int c = threadIdx.x % 32; c < C; c += 32)
-        residual_out[off + c] = __float2bfloat16_rn(__bfloat162float(res_in[off + c]) + __bfloat162float(x[off + c]));
+        residual_out[off + c] = to_floatX(to_float(res_in[off + c]) + to_float(x[off + c]));
     __syncwarp();
     ln_row_v1(out + off, mean + row, rstd + row, residual_out + off, w, b, C);
 }
 
-__global__ void layernorm_backward_rows_v1_kernel(float *dinp, bf16 *dinp_bf16, const bf16 *dout, const bf16 *inp,
-                                                  const bf16 *w, const float *mean, const float *rstd, int N, int C) {
+__global__ void layernorm_backward_rows_v1_kernel(float *dinp, floatX *dinp_compute, const floatX *dout, const floatX *inp,
+                                                  const floatX *w, const float *mean, const float *rstd, int N, int C) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= N) return;
     int lane = threadIdx.x % 32;
@@ -74,41 +74,41 @@ __global__ void layernorm_backward_rows_v1_kernel(float *dinp, bf16 *dinp_bf16, 
     float m = mean[row], s = rstd[row];
     float dmean = 0.0f, dnorm_mean = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        float norm = (__bfloat162float(inp[off + c]) - m) * s;
-        float dnorm = __bfloat162float(w[c]) * __bfloat162float(dout[off + c]);
+        float norm = (to_float(inp[off + c]) - m) * s;
+        float dnorm = to_float(w[c]) * to_float(dout[off + c]);
         dmean += dnorm;
         dnorm_mean += dnorm * norm;
     }
     dmean = warp_sum(dmean) / C;
     dnorm_mean = warp_sum(dnorm_mean) / C;
     for (int c = lane; c < C; c += 32) {
-        float norm = (__bfloat162float(inp[off + c]) - m) * s;
-        float dnorm = __bfloat162float(w[c]) * __bfloat162float(dout[off + c]);
+        float norm = (to_float(inp[off + c]) - m) * s;
+        float dnorm = to_float(w[c]) * to_float(dout[off + c]);
         float d = dinp[off + c] + (dnorm - dmean - norm * dnorm_mean) * s;
         dinp[off + c] = d;
-        dinp_bf16[off + c] = __float2bfloat16_rn(d);
+        dinp_compute[off + c] = to_floatX(d);
     }
 }
 
-static void v1_layernorm_forward(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w, const bf16 *b,
+static void v1_layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp, const floatX *w, const floatX *b,
                                  int N, int C, cudaStream_t s) {
     launch_kernel(layernorm_forward_v1_kernel, ceil_div_int(N, V1_WARPS), V1_WARPS * 32, 0, s, out, mean, rstd, inp,
                   w, b, N, C);
     CUDA_CHECK_LAUNCH();
 }
 
-static void v1_fused_residual_layernorm(bf16 *residual_out, bf16 *out, float *mean, float *rstd, const bf16 *res_in,
-                                        const bf16 *x, const bf16 *w, const bf16 *b, int N, int C, cudaStream_t s) {
+static void v1_fused_residual_layernorm(floatX *residual_out, floatX *out, float *mean, float *rstd, const floatX *res_in,
+                                        const floatX *x, const floatX *w, const floatX *b, int N, int C, cudaStream_t s) {
     launch_kernel(fused_residual_layernorm_v1_kernel, ceil_div_int(N, V1_WARPS), V1_WARPS * 32, 0, s, residual_out,
                   out, mean, rstd, res_in, x, w, b, N, C);
     CUDA_CHECK_LAUNCH();
 }
 
 // the rows kernel above, then llmc's scalar parameter-gradient kernels (unchanged from version 1)
-static void v1_layernorm_backward(float *dinp, bf16 *dinp_bf16, float *dw, float *db, float *scratch, const bf16 *dout,
-                                  const bf16 *inp, const bf16 *w, const float *mean, const float *rstd, int N, int C,
+static void v1_layernorm_backward(float *dinp, floatX *dinp_compute, float *dw, float *db, float *scratch, const floatX *dout,
+                                  const floatX *inp, const floatX *w, const float *mean, const float *rstd, int N, int C,
                                   cudaStream_t s) {
-    launch_kernel(layernorm_backward_rows_v1_kernel, ceil_div_int(N, V1_WARPS), V1_WARPS * 32, 0, s, dinp, dinp_bf16,
+    launch_kernel(layernorm_backward_rows_v1_kernel, ceil_div_int(N, V1_WARPS), V1_WARPS * 32, 0, s, dinp, dinp_compute,
                   dout, inp, w, mean, rstd, N, C);
     CUDA_CHECK_LAUNCH();
     int R = ceil_div_int(N, LN_ROWS_PER_CHUNK);
@@ -119,10 +119,10 @@ static void v1_layernorm_backward(float *dinp, bf16 *dinp_bf16, float *dw, float
     CUDA_CHECK_LAUNCH();
 }
 
-typedef void (*ForwardFn)(bf16 *, float *, float *, const bf16 *, const bf16 *, const bf16 *, int, int, cudaStream_t);
-typedef void (*FusedFn)(bf16 *, bf16 *, float *, float *, const bf16 *, const bf16 *, const bf16 *, const bf16 *, int,
+typedef void (*ForwardFn)(floatX *, float *, float *, const floatX *, const floatX *, const floatX *, int, int, cudaStream_t);
+typedef void (*FusedFn)(floatX *, floatX *, float *, float *, const floatX *, const floatX *, const floatX *, const floatX *, int,
                         int, cudaStream_t);
-typedef void (*BackwardFn)(float *, bf16 *, float *, float *, float *, const bf16 *, const bf16 *, const bf16 *,
+typedef void (*BackwardFn)(float *, floatX *, float *, float *, float *, const floatX *, const floatX *, const floatX *,
                            const float *, const float *, int, int, cudaStream_t);
 typedef struct {
     const char *name;
@@ -148,7 +148,7 @@ typedef struct {
 
 // Device inputs; misaligned: one element past a 16-byte boundary.
 typedef struct {
-    bf16 *x, *r, *res, *w, *b, *dout;
+    floatX *x, *r, *res, *w, *b, *dout;
     float *mean, *rstd;  // the reference statistics (the backward's input)
     int misaligned;
 } DevIn;
@@ -156,15 +156,15 @@ typedef struct {
 static DevIn dev_in(const Case *k, int misaligned) {
     DevIn d;
     d.misaligned = misaligned;
-    d.x = upload_bf16(k->x, k->nc, misaligned); d.r = upload_bf16(k->r, k->nc, misaligned);
-    d.res = upload_bf16(k->res, k->nc, misaligned); d.dout = upload_bf16(k->dout, k->nc, misaligned);
-    d.w = upload_bf16(k->w, k->C, misaligned); d.b = upload_bf16(k->b, k->C, misaligned);
+    d.x = upload_floatX(k->x, k->nc, misaligned); d.r = upload_floatX(k->r, k->nc, misaligned);
+    d.res = upload_floatX(k->res, k->nc, misaligned); d.dout = upload_floatX(k->dout, k->nc, misaligned);
+    d.w = upload_floatX(k->w, k->C, misaligned); d.b = upload_floatX(k->b, k->C, misaligned);
     d.mean = upload_f32(k->mean, k->N, misaligned); d.rstd = upload_f32(k->rstd, k->N, misaligned);
     return d;
 }
 
 static void dev_in_free(DevIn *d) {
-    bf16 *p[] = {d->x, d->r, d->res, d->dout, d->w, d->b};
+    floatX *p[] = {d->x, d->r, d->res, d->dout, d->w, d->b};
     for (int i = 0; i < 6; i++) device_buffer_free(p[i], d->misaligned);
     device_buffer_free(d->mean, d->misaligned);
     device_buffer_free(d->rstd, d->misaligned);
@@ -181,29 +181,29 @@ static Got run_version(const Version *v, const Case *k, int misaligned) {
     DevIn in = dev_in(k, misaligned);
     Got g;
     // plain forward of the (reference-rounded) residual
-    bf16 *out = device_buffer<bf16>(nc, misaligned), *res = device_buffer<bf16>(nc, misaligned);
+    floatX *out = device_buffer<floatX>(nc, misaligned), *res = device_buffer<floatX>(nc, misaligned);
     float *mean = device_buffer<float>(N, misaligned), *rstd = device_buffer<float>(N, misaligned);
     v->forward(out, mean, rstd, in.res, in.w, in.b, N, C, 0);
-    g.out = host_from_bf16(out, nc); g.mean = host_from_f32(mean, N); g.rstd = host_from_f32(rstd, N);
+    g.out = host_from_floatX(out, nc); g.mean = host_from_f32(mean, N); g.rstd = host_from_f32(rstd, N);
     // fused residual + forward
     poison(out, nc * 2); poison(mean, N * 4); poison(rstd, N * 4);
     v->fused(res, out, mean, rstd, in.r, in.x, in.w, in.b, N, C, 0);
-    g.fres = host_from_bf16(res, nc); g.fout = host_from_bf16(out, nc);
+    g.fres = host_from_floatX(res, nc); g.fout = host_from_floatX(out, nc);
     g.fmean = host_from_f32(mean, N); g.frstd = host_from_f32(rstd, N);
     // the recompute of --recompute 2: a plain forward of the fused kernel's residual
     poison(out, nc * 2); poison(mean, N * 4); poison(rstd, N * 4);
     v->forward(out, mean, rstd, res, in.w, in.b, N, C, 0);
-    g.rout = host_from_bf16(out, nc); g.rmean = host_from_f32(mean, N); g.rrstd = host_from_f32(rstd, N);
+    g.rout = host_from_floatX(out, nc); g.rmean = host_from_f32(mean, N); g.rrstd = host_from_f32(rstd, N);
     // backward from the start values, with the reference statistics
     float *dinp = device_buffer<float>(nc, misaligned), *dw = device_buffer<float>(C, misaligned);
     float *db = device_buffer<float>(C, misaligned);
-    bf16 *dinp_bf = device_buffer<bf16>(nc, misaligned);
+    floatX *dinp_bf = device_buffer<floatX>(nc, misaligned);
     float *scratch = (float *)cudaMallocCheck(layernorm_scratch_floats(N, C) * 4);
     CUDA_CHECK(cudaMemcpy(dinp, k->dinp0, nc * 4, cudaMemcpyHostToDevice));  // (over the poison)
     CUDA_CHECK(cudaMemcpy(dw, k->dw0, C * 4, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(db, k->db0, C * 4, cudaMemcpyHostToDevice));
     v->backward(dinp, dinp_bf, dw, db, scratch, in.dout, in.res, in.w, in.mean, in.rstd, N, C, 0);
-    g.dinp = host_from_f32(dinp, nc); g.dinp_bf = host_from_bf16(dinp_bf, nc);
+    g.dinp = host_from_f32(dinp, nc); g.dinp_bf = host_from_floatX(dinp_bf, nc);
     g.dw = host_from_f32(dw, C); g.db = host_from_f32(db, C);
     device_buffer_free(out, misaligned); device_buffer_free(res, misaligned); device_buffer_free(mean, misaligned);
     device_buffer_free(rstd, misaligned); device_buffer_free(dinp, misaligned); device_buffer_free(dw, misaligned);
@@ -257,7 +257,7 @@ static void check_shape(Rng *rng, int N, int C) {
     // reference: residual rounded to bf16 (as the GPU stores it), then LayerNorm
     k.res = (float *)mallocCheck(nc * 4); k.ref = (float *)mallocCheck(nc * 4);
     k.mean = (float *)mallocCheck(N * 4); k.rstd = (float *)mallocCheck(N * 4);
-    for (size_t i = 0; i < nc; i++) k.res[i] = bf16_round(k.r[i] + k.x[i]);
+    for (size_t i = 0; i < nc; i++) k.res[i] = floatX_round(k.r[i] + k.x[i]);
     layernorm_forward(k.ref, k.mean, k.rstd, k.res, k.w, k.b, N, C);
     // backward: dinp accumulates onto a random start, dw/db onto random starts
     k.dout = host_random(rng, nc, 1.0f);
@@ -301,15 +301,15 @@ static void check_shape(Rng *rng, int N, int C) {
 // Times both versions at N x C (random bf16 inputs).
 static void bench_shape(Bench *b, int N, int C) {
     size_t nc = (size_t)N * C;
-    bf16 *x = (bf16 *)cudaMallocCheck(nc * 2), *r = (bf16 *)cudaMallocCheck(nc * 2), *out = (bf16 *)cudaMallocCheck(nc * 2);
-    bf16 *res = (bf16 *)cudaMallocCheck(nc * 2), *w = (bf16 *)cudaMallocCheck(C * 2), *bb = (bf16 *)cudaMallocCheck(C * 2);
+    floatX *x = (floatX *)cudaMallocCheck(nc * 2), *r = (floatX *)cudaMallocCheck(nc * 2), *out = (floatX *)cudaMallocCheck(nc * 2);
+    floatX *res = (floatX *)cudaMallocCheck(nc * 2), *w = (floatX *)cudaMallocCheck(C * 2), *bb = (floatX *)cudaMallocCheck(C * 2);
     float *mean = (float *)cudaMallocCheck(N * 4), *rstd = (float *)cudaMallocCheck(N * 4);
     float *dinp = (float *)cudaMallocCheck(nc * 4), *dw = (float *)cudaMallocCheck(C * 4), *db = (float *)cudaMallocCheck(C * 4);
     float *scratch = (float *)cudaMallocCheck(layernorm_scratch_floats(N, C) * 4);
-    launch_kernel(fill_hash_bf16_kernel, ceil_div_int(nc, 256), 256, 0, 0, x, (int64_t)nc, 5);
-    launch_kernel(fill_hash_bf16_kernel, ceil_div_int(nc, 256), 256, 0, 0, r, (int64_t)nc, 6);
-    launch_kernel(fill_hash_bf16_kernel, ceil_div_int(C, 256), 256, 0, 0, w, C, 7);
-    launch_kernel(fill_hash_bf16_kernel, ceil_div_int(C, 256), 256, 0, 0, bb, C, 8);
+    launch_kernel(fill_hash_floatX_kernel, ceil_div_int(nc, 256), 256, 0, 0, x, (int64_t)nc, 5);
+    launch_kernel(fill_hash_floatX_kernel, ceil_div_int(nc, 256), 256, 0, 0, r, (int64_t)nc, 6);
+    launch_kernel(fill_hash_floatX_kernel, ceil_div_int(C, 256), 256, 0, 0, w, C, 7);
+    launch_kernel(fill_hash_floatX_kernel, ceil_div_int(C, 256), 256, 0, 0, bb, C, 8);
     CUDA_CHECK_LAUNCH();
     CUDA_CHECK(cudaMemset(dinp, 0, nc * 4));
     CUDA_CHECK(cudaMemset(dw, 0, C * 4));
