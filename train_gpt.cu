@@ -1,7 +1,7 @@
 // train_gpt.cu: the GPU trainer (train_gptcu). The same flags
 // (llmc/train_options.h), data, logs (llmc/logger.h) and llm.c model files as
 // the CPU trainer train_gpt.c, whose loop it mirrors step for step, on NVIDIA
-// GPUs: bf16 weights and activations, fp32 master weights, gradients and AdamW
+// GPUs: floatX weights and activations, fp32 master weights, gradients and AdamW
 // state (llmc/gpt_gpu.cuh). GPU-only flags: --attention flash|cudnn,
 // --recompute 0|1|2. Data parallel like train_gpt.c (one process per GPU,
 // started by mpirun or srun; alone it is a single process without MPI), with
@@ -34,7 +34,7 @@
 #include "llmc/zero_gpu.cuh"
 
 static const char *SUMMARY =
-    "Train a GPT-2 on NVIDIA GPUs, data parallel under mpirun or srun (bf16, cuBLASLt, flash or cuDNN attention). Data: llm.c token shards.\n"
+    "Train a GPT-2 on NVIDIA GPUs, data parallel under mpirun or srun (" FLOATX_NAME ", cuBLASLt, flash or cuDNN attention). Data: llm.c token shards.\n"
     "Example: ./train_gptcu --data-train 'data/default/*train*.bin' --model d12 --batch-size 16 --seq-len 1024";
 
 // TrainModel (llmc/train_loop.h) over the GPU model and its ZeRO layer.
@@ -42,7 +42,7 @@ typedef struct {
     GPTGPU *model;
     ZeroGPU *zero;
     PipelineGPU *pipeline;  // the stages' runtime when pipelined (--pp), else NULL
-    uint64_t seed;  // --seed, for the stochastic rounding of each step's bf16 weights
+    uint64_t seed;  // --seed, for the stochastic rounding of each step's floatX weights
     float dloss;    // d(objective)/d(loss at one position) (train_setup.h's batch plan)
     CommGroup *world;  // every rank, host buffers (the gradient norm's squares)
     TPContext host_tp;  // the tensor group on host buffers (sampling's scalars)
@@ -211,7 +211,7 @@ int main(int argc, char **argv) {
         peak_source = datasheet_text;
     }
     if (peak_tflops <= 0) {  // measured before the model takes the memory
-        peak_source = "measured bf16 cuBLASLt";
+        peak_source = "measured " FLOATX_NAME " cuBLASLt";
         MatmulContext probe;
         matmul_init(&probe);
         peak_tflops = matmul_measure_peak_tflops(&probe, 8192, 5, 0);
@@ -275,14 +275,14 @@ int main(int argc, char **argv) {
                    "(F = B = W; --print-schedule shows it)\n", pp_layout.stages, o.pp, pp_kind_names[pp_kind],
                    fused ? " (receives fused: NCCL)" : "", plan.accum,
                    pp_bubble_theory(pp_kind, o.pp, o.virtual_stages, plan.accum));
-        printf("memory per rank (ZeRO-%d: N = %lld elements%s, shard S = %lld): params %.3f MB (%zu B x %s, bf16) + grads "
+        printf("memory per rank (ZeRO-%d: N = %lld elements%s, shard S = %lld): params %.3f MB (%zu B x %s, " FLOATX_NAME ") + grads "
                "%.3f MB (%zu B x %s) + master weights and AdamW m,v %.3f MB (%zu B x %s) = %.3f MB | segment buffers "
                "and layer slots %.3f MB\n", o.zero, (long long)zero.map.num_elements,
                pipelined ? " of rank 0's stages" : "", (long long)zero.map.shard,
-               zm.params / 1e6, sizeof(bf16), o.zero >= 3 ? "S" : "N", zm.grads / 1e6, sizeof(float),
+               zm.params / 1e6, sizeof(floatX), o.zero >= 3 ? "S" : "N", zm.grads / 1e6, sizeof(float),
                o.zero >= 2 ? "S" : "N", zm.optimizer / 1e6, 3 * sizeof(float), o.zero >= 1 ? "S" : "N",
                (zm.params + zm.grads + zm.optimizer) / 1e6, mem->segment_buffers / 1e6);
-        printf("memory: params %.1f MB (fp32 + bf16), grads %.1f MB, AdamW %.1f MB, activations %.3f MB "
+        printf("memory: params %.1f MB (fp32 + " FLOATX_NAME "), grads %.1f MB, AdamW %.1f MB, activations %.3f MB "
                "(a layer %.3f MB, recompute %d%s), workspace %.1f MB | total %.2f GB of %.2f GB\n",
                mem->params / 1e6, mem->grads / 1e6, mem->optimizer / 1e6, mem->activations / 1e6,
                mem->layer_activations / 1e6, o.recompute,

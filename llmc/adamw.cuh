@@ -1,13 +1,13 @@
 // adamw.cuh: the fused multi-tensor AdamW on the GPU over a range [begin, end)
 // of the flat parameter buffer (model.h), so a ZeRO shard is just a range.
-// fp32 master weights, fp32 gradients and fp32 moments; the bf16 copy the
+// fp32 master weights, fp32 gradients and fp32 moments; the floatX copy the
 // model computes with is written from the updated master weight with
 // stochastic rounding (random bits hashed from seed and element index: the
 // same on every run). The arithmetic follows llmc/optimizer.h
 // (torch.optim.AdamW's order). One launch updates every tensor: the host
 // cuts the range into chunks that never cross a tensor, each with its
 // weight-decay flag, and block b updates chunk b: 4 elements per thread with
-// float4 loads and stores (the bf16 copy as one 8-byte store) when that chunk
+// float4 loads and stores (the floatX copy as one 8-byte store) when that chunk
 // of all five arrays is aligned for it (tested in the kernel, per chunk; a
 // shard whose start is not a multiple of 4 goes element by element), the last
 // len % 4 elements one by one. The same per-element arithmetic either way.
@@ -106,17 +106,17 @@ __device__ __forceinline__ float adamw_elem(float *p, float g, float *m, float *
     return *p;
 }
 
-// params, params_bf16, grads: indexed like the flat buffer; m, v: from begin.
-__global__ void adamw_kernel(float *__restrict__ params, bf16 *__restrict__ params_bf16,
+// params, params_compute, grads: indexed like the flat buffer; m, v: from begin.
+__global__ void adamw_kernel(float *__restrict__ params, floatX *__restrict__ params_compute,
                              const float *__restrict__ grads, float *__restrict__ m, float *__restrict__ v,
                              const AdamWChunk *__restrict__ chunks, int64_t begin, AdamWArgs a) {
     AdamWChunk ch = chunks[blockIdx.x];
     float decay = ch.decay ? a.decay_factor : 1.0f;
     const int64_t o = ch.offset, ob = ch.offset - begin;
     int done = 0;
-    // whole chunk, uniform per block: every array 16-byte aligned here (the bf16 copy 8-byte)
+    // whole chunk, uniform per block: every array 16-byte aligned here (the floatX copy 8-byte)
     if ((((uintptr_t)(params + o) | (uintptr_t)(grads + o) | (uintptr_t)(m + ob) | (uintptr_t)(v + ob)) & 15u) == 0 &&
-        ((uintptr_t)(params_bf16 + o) & 7u) == 0) {
+        ((uintptr_t)(params_compute + o) & 7u) == 0) {
         int nq = ch.len / 4;
         for (int k = threadIdx.x; k < nq; k += blockDim.x) {
             int64_t i = o + 4 * (int64_t)k;
@@ -130,12 +130,12 @@ __global__ void adamw_kernel(float *__restrict__ params, bf16 *__restrict__ para
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 float p = adamw_elem(&pf[j], gf[j], &mf[j], &vf[j], decay, a);
-                hb[j] = __bfloat16_as_ushort(bf16_stochastic(p, hash_u32(a.seed, (uint64_t)(ch.global + (i - o) + j))));
+                hb[j] = floatX_bits(to_floatX_stochastic(p, hash_u32(a.seed, (uint64_t)(ch.global + (i - o) + j))));
             }
             *reinterpret_cast<float4 *>(params + i) = make_float4(pf[0], pf[1], pf[2], pf[3]);
             *reinterpret_cast<float4 *>(m + (i - begin)) = make_float4(mf[0], mf[1], mf[2], mf[3]);
             *reinterpret_cast<float4 *>(v + (i - begin)) = make_float4(vf[0], vf[1], vf[2], vf[3]);
-            *reinterpret_cast<uint2 *>(params_bf16 + i) = make_uint2(hb[0] | (hb[1] << 16), hb[2] | (hb[3] << 16));
+            *reinterpret_cast<uint2 *>(params_compute + i) = make_uint2(hb[0] | (hb[1] << 16), hb[2] | (hb[3] << 16));
         }
         done = nq * 4;
     }
@@ -146,35 +146,35 @@ __global__ void adamw_kernel(float *__restrict__ params, bf16 *__restrict__ para
         params[i] = pf;
         m[i - begin] = mf;
         v[i - begin] = vf;
-        params_bf16[i] = bf16_stochastic(p, hash_u32(a.seed, (uint64_t)(ch.global + (i - o))));
+        params_compute[i] = to_floatX_stochastic(p, hash_u32(a.seed, (uint64_t)(ch.global + (i - o))));
     }
 }
 
 // One AdamW step (cfg as llmc/optimizer.h) on the plan's range. seed varies per
 // step (the caller mixes in the step number) so rounding noise is fresh.
-static inline void gpu_adamw_update(const AdamWPlan *ap, float *params, bf16 *params_bf16, const float *grads,
+static inline void gpu_adamw_update(const AdamWPlan *ap, float *params, floatX *params_compute, const float *grads,
                                     float *m, float *v, const AdamWConfig *cfg, float grad_scale, uint64_t seed,
                                     cudaStream_t s) {
     AdamWArgs a = adamw_args(cfg, grad_scale, seed);
     if (ap->num_chunks == 0) return;
-    launch_kernel(adamw_kernel, ap->num_chunks, 256, 0, s, params, params_bf16, grads, m, v, ap->d_chunks, ap->begin,
+    launch_kernel(adamw_kernel, ap->num_chunks, 256, 0, s, params, params_compute, grads, m, v, ap->d_chunks, ap->begin,
                   a);
     CUDA_CHECK_LAUNCH();
 }
 
-// The bf16 copy of the plan's master weights exactly as the AdamW step seeded
+// The floatX copy of the plan's master weights exactly as the AdamW step seeded
 // `seed` rounded them (a resumed run rebuilds it from a checkpoint's fp32
-// weights). params, params_bf16: indexed like the flat buffer.
-__global__ void adamw_round_kernel(bf16 *__restrict__ params_bf16, const float *__restrict__ params,
+// weights). params, params_compute: indexed like the flat buffer.
+__global__ void adamw_round_kernel(floatX *__restrict__ params_compute, const float *__restrict__ params,
                                    const AdamWChunk *__restrict__ chunks, uint64_t seed) {
     AdamWChunk ch = chunks[blockIdx.x];
     for (int k = threadIdx.x; k < ch.len; k += blockDim.x)
-        params_bf16[ch.offset + k] = bf16_stochastic(params[ch.offset + k], hash_u32(seed, (uint64_t)(ch.global + k)));
+        params_compute[ch.offset + k] = to_floatX_stochastic(params[ch.offset + k], hash_u32(seed, (uint64_t)(ch.global + k)));
 }
-static inline void gpu_adamw_round_like_step(const AdamWPlan *ap, bf16 *params_bf16, const float *params,
+static inline void gpu_adamw_round_like_step(const AdamWPlan *ap, floatX *params_compute, const float *params,
                                              uint64_t seed, cudaStream_t s) {
     if (ap->num_chunks == 0) return;
-    launch_kernel(adamw_round_kernel, ap->num_chunks, 256, 0, s, params_bf16, params, ap->d_chunks, seed);
+    launch_kernel(adamw_round_kernel, ap->num_chunks, 256, 0, s, params_compute, params, ap->d_chunks, seed);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -363,10 +363,10 @@ static CdShapes cd_shapes(const CudnnAttention *ca, int B, int T) {
 }
 
 // Forward: S = causal(scale * Q @ K^T); m = max(S); E = exp(S - m); s = sum(E);
-// stats = m + log(s); P = E / s (bf16); O = P @ V.
+// stats = m + log(s); P = E / s (floatX); O = P @ V.
 static void cd_graph_forward(const CudnnAttention *ca, CdGraph *g, int B, int T) {
     CdShapes d = cd_shapes(ca, B, T);
-    cudnnDataType_t F = CUDNN_DATA_FLOAT, BF = CUDNN_DATA_BFLOAT16;
+    cudnnDataType_t F = CUDNN_DATA_FLOAT, BF = CUDNN_DATA_FLOATX;
     memset(g, 0, sizeof(*g));
     g->next_virtual = 100;
     cudnnBackendDescriptor_t q = cdg_tensor(g, CD_Q, BF, d.qdim, d.qkv_str, false);
@@ -396,12 +396,12 @@ static void cd_graph_forward(const CudnnAttention *ca, CdGraph *g, int B, int T)
 
 // Backward: softmax_sum = rowsum(dO * O); P = exp(causal(scale * Q @ K^T - stats));
 // dV = P^T @ dO; dS = scale * P * (dO @ V^T - softmax_sum); dK = dS^T @ Q;
-// dQ = dS @ K (accumulated in an fp32 buffer, then written as bf16). The mask
+// dQ = dS @ K (accumulated in an fp32 buffer, then written as floatX). The mask
 // comes after the statistics are subtracted, as the current cudnn-frontend's
 // CompositeSDPABackwardNode builds it (1.0.3 masked before).
 static void cd_graph_backward(const CudnnAttention *ca, CdGraph *g, int B, int T) {
     CdShapes d = cd_shapes(ca, B, T);
-    cudnnDataType_t F = CUDNN_DATA_FLOAT, BF = CUDNN_DATA_BFLOAT16;
+    cudnnDataType_t F = CUDNN_DATA_FLOAT, BF = CUDNN_DATA_FLOATX;
     int64_t t = T, NH = ca->NH;
     const int64_t st_str[4] = {NH * t * t, t * t, 1, t};  // a (T,T) matrix read transposed
     memset(g, 0, sizeof(*g));
@@ -560,7 +560,7 @@ static inline void cudnn_attention_init(CudnnAttention *ca, const GPTConfig *cfg
 }
 
 // out (B,T,C), lse (B,NH,T) from qkv (B,T,3C).
-static inline void gpu_cudnn_attention_forward(CudnnAttention *ca, bf16 *out, float *lse, const bf16 *qkv, int B,
+static inline void gpu_cudnn_attention_forward(CudnnAttention *ca, floatX *out, float *lse, const floatX *qkv, int B,
                                                int T, int C, int NH, cudaStream_t s) {
     CHECK(ca->enabled && C == ca->C && NH == ca->NH, "cuDNN attention not set up for C=%d NH=%d", C, NH);
     int64_t uids[] = {CD_Q, CD_K, CD_V, CD_O, CD_STATS, CD_SCALE, CD_NEG_INF};
@@ -569,8 +569,8 @@ static inline void gpu_cudnn_attention_forward(CudnnAttention *ca, bf16 *out, fl
 }
 
 // dqkv (B,T,3C) overwritten; delta: (B,NH,T) floats of scratch (the softmax row sums).
-static inline void gpu_cudnn_attention_backward(CudnnAttention *ca, bf16 *dqkv, float *delta, const bf16 *dout,
-                                                const bf16 *qkv, const bf16 *out, const float *lse, int B, int T,
+static inline void gpu_cudnn_attention_backward(CudnnAttention *ca, floatX *dqkv, float *delta, const floatX *dout,
+                                                const floatX *qkv, const floatX *out, const float *lse, int B, int T,
                                                 int C, int NH, cudaStream_t s) {
     CHECK(ca->enabled && C == ca->C && NH == ca->NH, "cuDNN attention not set up for C=%d NH=%d", C, NH);
     CHECK(sizeof(float) * (size_t)B * T * C <= ca->dq_accum_bytes, "attention batch %d x %d over capacity", B, T);
@@ -605,13 +605,13 @@ static inline const char *cudnn_attention_try_init(CudnnAttention *ca, const GPT
     ca->enabled = 0;
     return "cuDNN is not in this build";
 }
-static inline void gpu_cudnn_attention_forward(CudnnAttention *ca, bf16 *out, float *lse, const bf16 *qkv, int B,
+static inline void gpu_cudnn_attention_forward(CudnnAttention *ca, floatX *out, float *lse, const floatX *qkv, int B,
                                                int T, int C, int NH, cudaStream_t s) {
     (void)ca; (void)out; (void)lse; (void)qkv; (void)B; (void)T; (void)C; (void)NH; (void)s;
     DIE("cuDNN attention is not in this build");
 }
-static inline void gpu_cudnn_attention_backward(CudnnAttention *ca, bf16 *dqkv, float *delta, const bf16 *dout,
-                                                const bf16 *qkv, const bf16 *out, const float *lse, int B, int T,
+static inline void gpu_cudnn_attention_backward(CudnnAttention *ca, floatX *dqkv, float *delta, const floatX *dout,
+                                                const floatX *qkv, const floatX *out, const float *lse, int B, int T,
                                                 int C, int NH, cudaStream_t s) {
     (void)ca; (void)dqkv; (void)delta; (void)dout; (void)qkv; (void)out; (void)lse; (void)B; (void)T; (void)C;
     (void)NH; (void)s;

@@ -1,5 +1,5 @@
 // attention_flash.cuh: our causal flash attention, forward and backward, on
-// bf16 q|k|v, with the matrix products on the tensor cores (nvcuda::wmma, bf16
+// floatX q|k|v, with the matrix products on the tensor cores (nvcuda::wmma, floatX
 // 16x16x16 fragments, fp32 accumulators; sm_80 and sm_90) and the softmax in
 // fp32. No (T,T) matrix is ever in memory: the forward keeps a running max and
 // sum per row (online softmax) and saves only the output and the natural-log
@@ -18,8 +18,8 @@
 // Tiles: 64 queries x 64 keys; a block is 4 warps (128 threads), each owning 16
 // rows of the block's 64 (queries in the forward and dq, keys in dk/dv), so a
 // warp's products are 16 x 64 x hs. Global -> shared copies are cp.async, two
-// tiles deep. Shared-memory rows are padded by 16 bytes (hs+8 bf16, 64+8 fp32 /
-// bf16) so the 8 rows a fragment load reads land in different banks. The grid is
+// tiles deep. Shared-memory rows are padded by 16 bytes (hs+8 floatX, 64+8 fp32 /
+// floatX) so the 8 rows a fragment load reads land in different banks. The grid is
 // (NH, B, T/64) with the tile index slowest, so the blocks at the long end of
 // the causal triangle, of every head and batch row, are dispatched first and
 // the short ones fill the tail. Dynamic shared memory at hs=64 (hs=32):
@@ -48,25 +48,25 @@
 #define FA_TILE 64                  // queries / keys per tile and per block
 #define FA_WARPS 4                  // each owns 16 of the block's 64 rows
 #define FA_THREADS (32 * FA_WARPS)
-#define FA_LDS (FA_TILE + 8)        // row stride (elements) of a warp's 16 x 64 scores, fp32 or bf16
+#define FA_LDS (FA_TILE + 8)        // row stride (elements) of a warp's 16 x 64 scores, fp32 or floatX
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.6931471805599453f
 
-typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, bf16, nvcuda::wmma::row_major> FaFragA;
+typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, floatX, nvcuda::wmma::row_major> FaFragA;
 // B operand read from a row-major (n, k) array, i.e. the transpose: k of (key, d) for q k^T
-typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, bf16, nvcuda::wmma::col_major> FaFragBt;
-typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, bf16, nvcuda::wmma::row_major> FaFragB;
+typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, floatX, nvcuda::wmma::col_major> FaFragBt;
+typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, floatX, nvcuda::wmma::row_major> FaFragB;
 typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> FaFragC;
 #define FA_ACC_N 8  // elements of an FaFragC per lane (static_assert below)
 
 // --- shared-memory plans (byte offsets; every region a multiple of 128 bytes) ---
-// A 64 x hs bf16 tile: 64 rows of hs+8.
+// A 64 x hs floatX tile: 64 rows of hs+8.
 template <int HS> struct FaTile {
     static constexpr int LDH = HS + 8;
     static constexpr int BYTES = FA_TILE * LDH * 2;
 };
 constexpr int FA_WARP_S_BYTES = 16 * FA_LDS * 4;  // a warp's 16 x 64 fp32 scores
-constexpr int FA_WARP_P_BYTES = 16 * FA_LDS * 2;  // a warp's 16 x 64 bf16 probabilities
+constexpr int FA_WARP_P_BYTES = 16 * FA_LDS * (int)sizeof(floatX);  // a warp's 16 x 64 floatX probabilities
 // forward: q tile | k tiles [2] | v tiles [2] | scores per warp | p per warp | a float per row
 template <int HS> struct FaFwdSmem {
     static constexpr int TB = FaTile<HS>::BYTES;
@@ -116,18 +116,18 @@ __device__ __forceinline__ float fa_exp2(float x) {
 }
 #endif
 
-// Rows [row0, row0 + 64) of a bf16 matrix with row stride `stride` elements,
+// Rows [row0, row0 + 64) of a floatX matrix with row stride `stride` elements,
 // hs columns from src, into a 64 x (hs+8) shared tile; rows >= T are zeros (so
 // no garbage, possibly NaN, meets a zero probability in a product). Issued by
 // all threads of the block, asynchronous (commit and wait by the caller).
 template <int HS>
-__device__ __forceinline__ void fa_load_tile(bf16 *dst, const bf16 *src, int64_t stride, int row0, int T) {
+__device__ __forceinline__ void fa_load_tile(floatX *dst, const floatX *src, int64_t stride, int row0, int T) {
     constexpr int CH = HS / 8;  // 16-byte chunks per row
     static_assert(FA_TILE * CH % FA_THREADS == 0, "whole chunks per thread");
     #pragma unroll
     for (int it = 0; it < FA_TILE * CH / FA_THREADS; it++) {
         int e = threadIdx.x + it * FA_THREADS, r = e / CH, c = e % CH, row = row0 + r;
-        bf16 *d = dst + r * FaTile<HS>::LDH + 8 * c;
+        floatX *d = dst + r * FaTile<HS>::LDH + 8 * c;
         if (row < T) fa_cp_async16(d, src + (int64_t)row * stride + 8 * c);
         else *(uint4 *)d = make_uint4(0, 0, 0, 0);
     }
@@ -152,10 +152,10 @@ __device__ __forceinline__ void fa_fragment_coords(int (&row)[FA_ACC_N], int (&c
     __syncwarp();
 }
 
-// 16 rows x hs fp32 (row stride FA_LDS) from shared memory -> bf16 rows of dst
+// 16 rows x hs fp32 (row stride FA_LDS) from shared memory -> floatX rows of dst
 // (row stride `stride`), rows with row0 + r >= T left alone. One warp.
 template <int HS>
-__device__ __forceinline__ void fa_store_rows(bf16 *dst, int64_t stride, const float *src, int row0, int T) {
+__device__ __forceinline__ void fa_store_rows(floatX *dst, int64_t stride, const float *src, int row0, int T) {
     constexpr int CH = HS / 8;
     static_assert(16 * CH % 32 == 0, "whole chunks per lane");
     #pragma unroll
@@ -164,8 +164,8 @@ __device__ __forceinline__ void fa_store_rows(bf16 *dst, int64_t stride, const f
         if (row0 + r >= T) continue;
         const float *p = src + r * FA_LDS + 8 * c;
         float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
-        __nv_bfloat162 h0 = __floats2bfloat162_rn(a.x, a.y), h1 = __floats2bfloat162_rn(a.z, a.w);
-        __nv_bfloat162 h2 = __floats2bfloat162_rn(b.x, b.y), h3 = __floats2bfloat162_rn(b.z, b.w);
+        floatX2 h0 = to_floatX2(a.x, a.y), h1 = to_floatX2(a.z, a.w);
+        floatX2 h2 = to_floatX2(b.x, b.y), h3 = to_floatX2(b.z, b.w);
         uint4 v;
         v.x = *(uint32_t *)&h0; v.y = *(uint32_t *)&h1; v.z = *(uint32_t *)&h2; v.w = *(uint32_t *)&h3;
         *(uint4 *)(dst + (int64_t)(row0 + r) * stride + 8 * c) = v;
@@ -177,7 +177,7 @@ __device__ __forceinline__ void fa_store_rows(bf16 *dst, int64_t stride, const f
 // for this thread's copies of tile kt (the caller's __syncthreads makes every
 // thread's visible).
 template <int HS>
-__device__ __forceinline__ void fa_next_kv_tile(bf16 *ks, bf16 *vs, const bf16 *kbase, const bf16 *vbase, int64_t C3,
+__device__ __forceinline__ void fa_next_kv_tile(floatX *ks, floatX *vs, const floatX *kbase, const floatX *vbase, int64_t C3,
                                                 int kt, int last, int T) {
     constexpr int TE = FA_TILE * FaTile<HS>::LDH;
     if (kt < last) {
@@ -191,10 +191,10 @@ __device__ __forceinline__ void fa_next_kv_tile(bf16 *ks, bf16 *vs, const bf16 *
     }
 }
 
-// acc (16 x hs: hs/16 fragments) += a (16 x 64 bf16, row stride FA_LDS: a
-// warp's p or ds) @ b (64 x hs bf16: a shared tile, row stride hs+8). One warp.
+// acc (16 x hs: hs/16 fragments) += a (16 x 64 floatX, row stride FA_LDS: a
+// warp's p or ds) @ b (64 x hs floatX: a shared tile, row stride hs+8). One warp.
 template <int HS>
-__device__ __forceinline__ void fa_mma_16x64_tile(FaFragC (&acc)[HS / 16], const bf16 *a, const bf16 *b) {
+__device__ __forceinline__ void fa_mma_16x64_tile(FaFragC (&acc)[HS / 16], const floatX *a, const floatX *b) {
     constexpr int LDH = FaTile<HS>::LDH;
     FaFragA af[4];
     #pragma unroll
@@ -215,25 +215,25 @@ __device__ __forceinline__ void fa_mma_16x64_tile(FaFragC (&acc)[HS / 16], const
 // warp w = its queries q0+16w .. q0+16w+15. For each key tile kt <= qt:
 // S = q k^T (16 x 64) to shared memory; two lanes per row take the row's max
 // over the causal keys (masked on the diagonal tile only), rescale the running
-// sum, write p = 2^(s*sl2 - m) as bf16; the output accumulators (registers) are
+// sum, write p = 2^(s*sl2 - m) as floatX; the output accumulators (registers) are
 // rescaled per row when some row's max moved, then O += p v. The running max m
 // is in the log2 domain (sl2 = log2(e) / sqrt(hs)); lse = (m + log2 l) ln 2.
 template <int HS>
-__global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, int T,
+__global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(floatX *out, float *lse, const floatX *qkv, int T,
                                                                    int NH, float sl2) {
     using namespace nvcuda;
     using SM = FaFwdSmem<HS>;
     constexpr int LDH = FaTile<HS>::LDH, ND = HS / 16, TE = FA_TILE * LDH;  // TE: elements per tile
     DYNAMIC_SMEM(unsigned char, fa_smem);
-    bf16 *qs = (bf16 *)(fa_smem + SM::Q), *ks = (bf16 *)(fa_smem + SM::K), *vs = (bf16 *)(fa_smem + SM::V);
+    floatX *qs = (floatX *)(fa_smem + SM::Q), *ks = (floatX *)(fa_smem + SM::K), *vs = (floatX *)(fa_smem + SM::V);
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *sw = (float *)(fa_smem + SM::S + w * FA_WARP_S_BYTES);
-    bf16 *pw = (bf16 *)(fa_smem + SM::P + w * FA_WARP_P_BYTES);
+    floatX *pw = (floatX *)(fa_smem + SM::P + w * FA_WARP_P_BYTES);
     float *stat = (float *)(fa_smem + SM::STAT) + 16 * w;
     const int h = blockIdx.x, b = blockIdx.y, qt = gridDim.z - 1 - blockIdx.z, q0 = qt * FA_TILE;
     const int C = NH * HS;
     const int64_t C3 = 3 * (int64_t)C;
-    const bf16 *qbase = qkv + (int64_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
+    const floatX *qbase = qkv + (int64_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
 
     fa_load_tile<HS>(qs, qbase, C3, q0, T);
     fa_load_tile<HS>(ks, kbase, C3, 0, T);
@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(bf16 *out, fl
             #pragma unroll
             for (int kk = 0; kk < ND; kk++) wmma::load_matrix_sync(qf[kk], qs + 16 * w * LDH + 16 * kk, LDH);
         }
-        const bf16 *kt_s = ks + buf * TE, *vt_s = vs + buf * TE;
+        const floatX *kt_s = ks + buf * TE, *vt_s = vs + buf * TE;
         #pragma unroll
         for (int n = 0; n < 4; n++) {  // S[:, 16n..16n+15] = q k^T
             FaFragC sacc;
@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(bf16 *out, fl
             #pragma unroll
             for (int j = 0; j < 4; j++) p[j] = fa_exp2(fmaf(s[4 * k + j], sl2, -mnew));  // masked: 2^-inf = 0
             ps += (p[0] + p[1]) + (p[2] + p[3]);
-            __nv_bfloat162 h01 = __floats2bfloat162_rn(p[0], p[1]), h23 = __floats2bfloat162_rn(p[2], p[3]);
+            floatX2 h01 = to_floatX2(p[0], p[1]), h23 = to_floatX2(p[2], p[3]);
             uint2 pv;
             pv.x = *(uint32_t *)&h01;
             pv.y = *(uint32_t *)&h23;
@@ -355,17 +355,17 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(bf16 *out, fl
 // One thread per 8 channels (16-byte loads), hs/8 consecutive lanes per row
 // and head, summed by shuffles in a fixed order.
 template <int HS>
-__global__ void flash_delta_kernel(float *delta, const bf16 *dout, const bf16 *out, int B, int T, int NH) {
+__global__ void flash_delta_kernel(float *delta, const floatX *dout, const floatX *out, int B, int T, int NH) {
     constexpr int G = HS / 8;
     int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;  // 16-byte chunk of (B,T,C)
     const int64_t n = (int64_t)B * T * NH * G;
     float acc = 0.0f;
     if (e < n) {
         uint4 a = ((const uint4 *)dout)[e], o = ((const uint4 *)out)[e];
-        const __nv_bfloat162 *a2 = (const __nv_bfloat162 *)&a, *o2 = (const __nv_bfloat162 *)&o;
+        const floatX2 *a2 = (const floatX2 *)&a, *o2 = (const floatX2 *)&o;
         #pragma unroll
         for (int k = 0; k < 4; k++) {
-            float2 af = __bfloat1622float2(a2[k]), of = __bfloat1622float2(o2[k]);
+            float2 af = to_float2(a2[k]), of = to_float2(o2[k]);
             acc += af.x * of.x + af.y * of.y;
         }
     }
@@ -387,7 +387,7 @@ __global__ void flash_delta_kernel(float *delta, const bf16 *dout, const bf16 *o
 // tile qt >= kt (64 queries, column c):
 // S^T = k q^T and dP^T = v dout^T (16 x 64), then in registers
 // p = 2^(s*sl2 - lse2[c]) where query >= key and query < T (else 0),
-// ds = p (dp - delta[c]); both as bf16 to shared memory, then dv += p^T dout,
+// ds = p (dp - delta[c]); both as floatX to shared memory, then dv += p^T dout,
 // dk += ds^T q. dk is scaled by 1/sqrt(hs) at the end.
 // Blocks per SM the dk/dv kernel is built for: its 73 KB of shared memory at
 // hs=64 fit 3 blocks in sm_90's and sm_100's 228 KB but only 2 in sm_80's 164
@@ -399,23 +399,23 @@ __global__ void flash_delta_kernel(float *delta, const bf16 *dout, const bf16 *o
 #define FA_DKDV_MIN_BLOCKS 3
 #endif
 template <int HS>
-__global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS) flash_backward_dkdv_kernel(bf16 *dqkv, const bf16 *qkv,
-                                                                         const bf16 *dout, const float *lse,
+__global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS) flash_backward_dkdv_kernel(floatX *dqkv, const floatX *qkv,
+                                                                         const floatX *dout, const float *lse,
                                                                          const float *delta, int T, int NH,
                                                                          float sl2, float scale) {
     using namespace nvcuda;
     using SM = FaDkvSmem<HS>;
     constexpr int LDH = FaTile<HS>::LDH, ND = HS / 16, TE = FA_TILE * LDH;
     DYNAMIC_SMEM(unsigned char, fa_smem);
-    bf16 *qs = (bf16 *)(fa_smem + SM::Q), *dos = (bf16 *)(fa_smem + SM::DO);
+    floatX *qs = (floatX *)(fa_smem + SM::Q), *dos = (floatX *)(fa_smem + SM::DO);
     float2 *lds = (float2 *)(fa_smem + SM::LD);  // [2][64] (lse * log2e, delta) per query
     const int w = threadIdx.x >> 5;
-    bf16 *pt = (bf16 *)(fa_smem + SM::PT + w * 2 * FA_WARP_P_BYTES), *dst = pt + 16 * FA_LDS;
-    const bf16 *kstage = (bf16 *)(fa_smem + SM::KV) + 16 * w * LDH, *vstage = kstage + TE;
+    floatX *pt = (floatX *)(fa_smem + SM::PT + w * 2 * FA_WARP_P_BYTES), *dst = pt + 16 * FA_LDS;
+    const floatX *kstage = (floatX *)(fa_smem + SM::KV) + 16 * w * LDH, *vstage = kstage + TE;
     const int h = blockIdx.x, b = blockIdx.y, kt = blockIdx.z, nt = gridDim.z, k0 = kt * FA_TILE;
     const int C = NH * HS;
     const int64_t C3 = 3 * (int64_t)C;
-    const bf16 *qbase = qkv + (int64_t)b * T * C3 + h * HS, *dobase = dout + (int64_t)b * T * C + h * HS;
+    const floatX *qbase = qkv + (int64_t)b * T * C3 + h * HS, *dobase = dout + (int64_t)b * T * C + h * HS;
     const float *lrow = lse + ((int64_t)b * NH + h) * T, *drow = delta + ((int64_t)b * NH + h) * T;
 
     // (lse*log2e, delta) of query tile qt into lds[buf] (plain stores, visible after a barrier)
@@ -425,8 +425,8 @@ __global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS) flash_backward
             lds[buf * FA_TILE + threadIdx.x] = q < T ? make_float2(lrow[q] * FA_LOG2E, drow[q]) : make_float2(0.0f, 0.0f);
         }
     };
-    fa_load_tile<HS>((bf16 *)(fa_smem + SM::KV), qbase + C, C3, k0, T);
-    fa_load_tile<HS>((bf16 *)(fa_smem + SM::KV) + TE, qbase + 2 * C, C3, k0, T);
+    fa_load_tile<HS>((floatX *)(fa_smem + SM::KV), qbase + C, C3, k0, T);
+    fa_load_tile<HS>((floatX *)(fa_smem + SM::KV) + TE, qbase + 2 * C, C3, k0, T);
     fa_load_tile<HS>(qs, qbase, C3, k0, T);  // query tile qt = kt into buffer 0
     fa_load_tile<HS>(dos, dobase, C, k0, T);
     load_stats(0, kt);
@@ -454,7 +454,7 @@ __global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS) flash_backward
             fa_cp_async_wait<0>();
         }
         __syncthreads();
-        const bf16 *q_s = qs + buf * TE, *do_s = dos + buf * TE;
+        const floatX *q_s = qs + buf * TE, *do_s = dos + buf * TE;
         const float2 *ld_s = lds + buf * FA_TILE;
         const int q0 = qt * FA_TILE;
         FaFragA kf[ND], vf[ND];
@@ -481,8 +481,8 @@ __global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS) flash_backward
                 const int c = 16 * n + fcol[e], qi = q0 + c, kj = k0 + 16 * w + frow[e];
                 const float2 st = ld_s[c];
                 const float p = (qi >= kj && qi < T) ? fa_exp2(sacc.x[e] * sl2 - st.x) : 0.0f;
-                pt[frow[e] * FA_LDS + c] = __float2bfloat16_rn(p);
-                dst[frow[e] * FA_LDS + c] = __float2bfloat16_rn(p * (pacc.x[e] - st.y));
+                pt[frow[e] * FA_LDS + c] = to_floatX(p);
+                dst[frow[e] * FA_LDS + c] = to_floatX(p * (pacc.x[e] - st.y));
             }
         }
         __syncwarp();
@@ -491,7 +491,7 @@ __global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS) flash_backward
         __syncthreads();  // buffer buf and this warp's p^T / ds^T free for the next tile
     }
     float *stage = (float *)fa_smem + w * (FA_WARP_S_BYTES / 4);  // over the q tiles, now unused
-    bf16 *drow0 = dqkv + (int64_t)b * T * C3 + h * HS;
+    floatX *drow0 = dqkv + (int64_t)b * T * C3 + h * HS;
     #pragma unroll
     for (int d = 0; d < ND; d++) {
         #pragma unroll
@@ -511,25 +511,25 @@ __global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS) flash_backward
 // warp w = its queries, whose q and dout fragments stay in registers, and whose
 // lse and delta per accumulator element are loaded once. For each key tile
 // kt <= qt: S = q k^T and dP = dout v^T (16 x 64), p and ds = p (dp - delta) in
-// registers (key <= query < T, else 0), ds as bf16 to shared memory, dq += ds k.
+// registers (key <= query < T, else 0), ds as floatX to shared memory, dq += ds k.
 template <int HS>
-__global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dq_kernel(bf16 *dqkv, const bf16 *qkv,
-                                                                       const bf16 *dout, const float *lse,
+__global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dq_kernel(floatX *dqkv, const floatX *qkv,
+                                                                       const floatX *dout, const float *lse,
                                                                        const float *delta, int T, int NH,
                                                                        float sl2, float scale) {
     using namespace nvcuda;
     using SM = FaDqSmem<HS>;
     constexpr int LDH = FaTile<HS>::LDH, ND = HS / 16, TE = FA_TILE * LDH;
     DYNAMIC_SMEM(unsigned char, fa_smem);
-    bf16 *ks = (bf16 *)(fa_smem + SM::K), *vs = (bf16 *)(fa_smem + SM::V);
+    floatX *ks = (floatX *)(fa_smem + SM::K), *vs = (floatX *)(fa_smem + SM::V);
     const int w = threadIdx.x >> 5;
-    bf16 *dsw = (bf16 *)(fa_smem + SM::DS + w * FA_WARP_P_BYTES);
-    bf16 *qstage = ks + TE, *dostage = vs + TE;  // buffer 1 of each, before the loop
+    floatX *dsw = (floatX *)(fa_smem + SM::DS + w * FA_WARP_P_BYTES);
+    floatX *qstage = ks + TE, *dostage = vs + TE;  // buffer 1 of each, before the loop
     const int h = blockIdx.x, b = blockIdx.y, qt = gridDim.z - 1 - blockIdx.z, q0 = qt * FA_TILE;
     const int C = NH * HS;
     const int64_t C3 = 3 * (int64_t)C;
-    const bf16 *qbase = qkv + (int64_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
-    const bf16 *dobase = dout + (int64_t)b * T * C + h * HS;
+    const floatX *qbase = qkv + (int64_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
+    const floatX *dobase = dout + (int64_t)b * T * C + h * HS;
 
     fa_load_tile<HS>(qstage, qbase, C3, q0, T);
     fa_load_tile<HS>(dostage, dobase, C, q0, T);
@@ -562,7 +562,7 @@ __global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dq_kernel(bf16 *
         const int buf = kt & 1;
         fa_next_kv_tile<HS>(ks, vs, kbase, vbase, C3, kt, qt, T);
         __syncthreads();
-        const bf16 *kt_s = ks + buf * TE, *vt_s = vs + buf * TE;
+        const floatX *kt_s = ks + buf * TE, *vt_s = vs + buf * TE;
         #pragma unroll
         for (int n = 0; n < 4; n++) {  // keys 16n..16n+15 of the tile
             FaFragC sacc, pacc;
@@ -580,7 +580,7 @@ __global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dq_kernel(bf16 *
             for (int e = 0; e < FA_ACC_N; e++) {
                 const int qi = q0 + 16 * w + frow[e], kj = kt * FA_TILE + 16 * n + fcol[e];
                 const float p = (kj <= qi && qi < T) ? fa_exp2(sacc.x[e] * sl2 - lse2[e]) : 0.0f;
-                dsw[frow[e] * FA_LDS + 16 * n + fcol[e]] = __float2bfloat16_rn(p * (pacc.x[e] - dl[e]));
+                dsw[frow[e] * FA_LDS + 16 * n + fcol[e]] = to_floatX(p * (pacc.x[e] - dl[e]));
             }
         }
         __syncwarp();
@@ -618,7 +618,7 @@ template <typename Kernel> static bool flash_smem_opt_in(Kernel kernel, int byte
 }
 
 template <int HS>
-static void flash_forward_hs(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, cudaStream_t s) {
+static void flash_forward_hs(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
     flash_check_aligned(qkv, "qkv");
     flash_check_aligned(out, "out");
     int bytes = FaFwdSmem<HS>::BYTES;
@@ -631,7 +631,7 @@ static void flash_forward_hs(bf16 *out, float *lse, const bf16 *qkv, int B, int 
 }
 
 template <int HS>
-static void flash_backward_hs(bf16 *dqkv, float *delta, const bf16 *dout, const bf16 *qkv, const bf16 *out,
+static void flash_backward_hs(floatX *dqkv, float *delta, const floatX *dout, const floatX *qkv, const floatX *out,
                               const float *lse, int B, int T, int NH, cudaStream_t s) {
     flash_check_aligned(qkv, "qkv");
     flash_check_aligned(out, "out");
@@ -655,7 +655,7 @@ static void flash_backward_hs(bf16 *dqkv, float *delta, const bf16 *dout, const 
 }
 
 // out (B,T,C), lse (B,NH,T) from qkv (B,T,3C).
-static inline void gpu_flash_attention_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int C, int NH,
+static inline void gpu_flash_attention_forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH,
                                                cudaStream_t s) {
     int hs = C / NH;
     if (hs == 64) flash_forward_hs<64>(out, lse, qkv, B, T, NH, s);
@@ -664,8 +664,8 @@ static inline void gpu_flash_attention_forward(bf16 *out, float *lse, const bf16
 }
 
 // dqkv (B,T,3C) overwritten; delta: (B,NH,T) floats of scratch.
-static inline void gpu_flash_attention_backward(bf16 *dqkv, float *delta, const bf16 *dout, const bf16 *qkv,
-                                                const bf16 *out, const float *lse, int B, int T, int C, int NH,
+static inline void gpu_flash_attention_backward(floatX *dqkv, float *delta, const floatX *dout, const floatX *qkv,
+                                                const floatX *out, const float *lse, int B, int T, int C, int NH,
                                                 cudaStream_t s) {
     int hs = C / NH;
     if (hs == 64) flash_backward_hs<64>(dqkv, delta, dout, qkv, out, lse, B, T, NH, s);

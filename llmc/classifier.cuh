@@ -1,5 +1,5 @@
 // classifier.cuh: the fused softmax + cross-entropy + its backward over the
-// logits (N, Vp) that the classifier matmul wrote (bf16). One block per row
+// logits (N, Vp) that the classifier matmul wrote (floatX). One block per row
 // reads the row once into registers (thread t holds the 8-element chunks t,
 // t + 1024, ...: 7 of them for Vp = 50304), takes the max, then the sum of
 // exponentials (fp32, exp2 on the special-function unit, fixed-order block
@@ -23,10 +23,10 @@
 // padding, or past the row) replaced by -inf: they drop out of the max, add
 // exp(-inf) = 0 to the sum and come out as dlogits 0, with no test per element.
 template <bool VEC>
-__device__ __forceinline__ uint4 cls_load(const bf16 *x, int e0, int V, int Vp) {
+__device__ __forceinline__ uint4 cls_load(const floatX *x, int e0, int V, int Vp) {
     uint4 v;
-    if constexpr (VEC) v = e0 < Vp ? ld_bf16x8(x + e0) : make_uint4(0u, 0u, 0u, 0u);
-    else v = ld_bf16x8_n(x + e0, Vp - e0);
+    if constexpr (VEC) v = e0 < Vp ? ld_floatX8(x + e0) : make_uint4(0u, 0u, 0u, 0u);
+    else v = ld_floatX8_n(x + e0, Vp - e0);
     if (e0 + 8 > V) {
         uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -39,13 +39,13 @@ __device__ __forceinline__ uint4 cls_load(const bf16 *x, int e0, int V, int Vp) 
 
 // Chunk k of this thread: from the registers r (NV > 0) or re-read from row x.
 template <int NV, bool VEC>
-__device__ __forceinline__ uint4 cls_chunk(const uint4 (&r)[NV > 0 ? NV : 1], const bf16 *x, int k, int V, int Vp) {
+__device__ __forceinline__ uint4 cls_chunk(const uint4 (&r)[NV > 0 ? NV : 1], const floatX *x, int k, int V, int Vp) {
     if constexpr (NV > 0) return r[k];
     else return cls_load<VEC>(x, (k * CLASSIFIER_THREADS + (int)threadIdx.x) * 8, V, Vp);
 }
 
-__device__ __forceinline__ __nv_bfloat162 u32_as_bf162(uint32_t u) {
-    __nv_bfloat162 h;
+__device__ __forceinline__ floatX2 u32_as_floatX2(uint32_t u) {
+    floatX2 h;
     memcpy(&h, &u, sizeof(h));
     return h;
 }
@@ -61,15 +61,15 @@ __device__ __forceinline__ float cls_exp2(float x) {
 }
 #endif
 
-// logits (N, Vp) bf16 in/out; losses (N) fp32; targets (N).
+// logits (N, Vp) floatX in/out; losses (N) fp32; targets (N).
 template <int NV, bool VEC>
 __global__ void __launch_bounds__(CLASSIFIER_THREADS)
-    fused_classifier_kernel(bf16 *logits, float *losses, const int *targets, int V, int Vp, float dloss,
+    fused_classifier_kernel(floatX *logits, float *losses, const int *targets, int V, int Vp, float dloss,
                             int write_dlogits) {
     __shared__ float scratch[32];
     const int t = threadIdx.x;
     const int64_t row = blockIdx.x;
-    bf16 *x = logits + row * Vp;
+    floatX *x = logits + row * Vp;
     const int nk = NV > 0 ? NV : (Vp + 8 * CLASSIFIER_THREADS - 1) / (8 * CLASSIFIER_THREADS);
     uint4 r[NV > 0 ? NV : 1];
     if constexpr (NV > 0) {
@@ -78,13 +78,13 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS)
     }
     const int y = targets[row];
     // read before the barriers in block_max: no thread writes the row before then
-    const float xy = t == 0 ? __bfloat162float(x[y]) : 0.0f;
-    // the max on the packed pairs (exact in bf16; no unpacking)
-    __nv_bfloat162 m2 = __floats2bfloat162_rn(-INFINITY, -INFINITY);
+    const float xy = t == 0 ? to_float(x[y]) : 0.0f;
+    // the max on the packed pairs (exact in floatX; no unpacking)
+    floatX2 m2 = to_floatX2(-INFINITY, -INFINITY);
 #pragma unroll
     for (int k = 0; k < nk; k++) {
         uint4 c = cls_chunk<NV, VEC>(r, x, k, V, Vp);
-        m2 = __hmax2(__hmax2(m2, u32_as_bf162(c.x)), __hmax2(u32_as_bf162(c.y), __hmax2(u32_as_bf162(c.z), u32_as_bf162(c.w))));
+        m2 = __hmax2(__hmax2(m2, u32_as_floatX2(c.x)), __hmax2(u32_as_floatX2(c.y), __hmax2(u32_as_floatX2(c.z), u32_as_floatX2(c.w))));
     }
     float mx = block_max(fmaxf(__low2float(m2), __high2float(m2)), scratch);
     reg_barrier_row<NV>(r);  // see reg_barrier
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS)
 #pragma unroll
     for (int k = 0; k < nk; k++) {
         float f[8];
-        bf16x8_unpack(f, cls_chunk<NV, VEC>(r, x, k, V, Vp));
+        floatX8_unpack(f, cls_chunk<NV, VEC>(r, x, k, V, Vp));
 #pragma unroll
         for (int j = 0; j < 8; j++) f[j] = cls_exp2(fmaf(f[j], CLS_LOG2E, -mxl));
         sum += ((f[0] + f[1]) + (f[2] + f[3])) + ((f[4] + f[5]) + (f[6] + f[7]));
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS)
         if (e0 >= Vp) continue;
         float f[8];
         // (NV = 0: re-read, this thread's own chunk, not yet written)
-        bf16x8_unpack_prmt(f, cls_chunk<NV, VEC>(r, x, k, V, Vp));
+        floatX8_unpack_prmt(f, cls_chunk<NV, VEC>(r, x, k, V, Vp));
 #pragma unroll
         for (int j = 0; j < 8; j++) f[j] = cls_exp2(fmaf(f[j], CLS_LOG2E, -lsel)) * dloss;
         if ((unsigned)(y - e0) < 8u) {
@@ -120,14 +120,14 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS)
             for (int j = 0; j < 8; j++)
                 if (e0 + j == y) f[j] -= dloss;
         }
-        uint4 o = bf16x8_pack(f);
-        if constexpr (VEC) st_bf16x8(x + e0, o);
-        else st_bf16x8_n(x + e0, o, Vp - e0);
+        uint4 o = floatX8_pack(f);
+        if constexpr (VEC) st_floatX8(x + e0, o);
+        else st_floatX8_n(x + e0, o, Vp - e0);
     }
 }
 
 // Losses of N rows; with dloss != 0 the rows become the logits' gradient.
-static inline void gpu_fused_classifier(bf16 *logits, float *losses, const int *targets, int N, int V, int Vp,
+static inline void gpu_fused_classifier(floatX *logits, float *losses, const int *targets, int N, int V, int Vp,
                                         float dloss, cudaStream_t s) {
     if (N <= 0) return;
     int vec = Vp % 8 == 0 && aligned16(logits);

@@ -1,6 +1,6 @@
 // colsum.cuh: deterministic column sums of an (N, C) matrix into an fp32
 // vector, out[c] += sum over rows of a[r][c], for the linear layers' bias
-// gradients (a: the bf16 output gradient, or an fp32 copy of it). Two stages,
+// gradients (a: the floatX output gradient, or an fp32 copy of it). Two stages,
 // no atomics: each block sums a 256-row chunk of 32 columns (8 row lanes, then
 // the 8 partial sums in order) into scratch (R = ceil(N/256), C), then one
 // thread per column adds the R partial sums in chunk order; the same inputs
@@ -18,7 +18,7 @@ __device__ __forceinline__ float colsum_load(T v);
 template <>
 __device__ __forceinline__ float colsum_load<float>(float v) { return v; }
 template <>
-__device__ __forceinline__ float colsum_load<bf16>(bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float colsum_load<floatX>(floatX v) { return to_float(v); }
 
 // partial[r][c] = sum of rows [r*CHUNK, (r+1)*CHUNK) of column c. block (32, 8).
 template <typename T>

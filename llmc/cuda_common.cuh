@@ -1,10 +1,9 @@
 // cuda_common.cuh: what every CUDA file shares: error-checking macros that
-// name file:line (CUDA_CHECK, CUBLAS_CHECK, CUDNN_CHECK, NCCL_CHECK), the bf16
-// type and its conversions (round-to-nearest and stochastic), warp and block
-// reductions in a fixed order (so results are bit-reproducible), 16-byte
-// vectors of 8 bf16 for the memory-bound kernels (and the alignment test that
-// picks them), NVTX ranges, and a checked device allocation that says how much
-// memory was wanted.
+// name file:line (CUDA_CHECK, CUBLAS_CHECK, CUDNN_CHECK, NCCL_CHECK), the
+// compute type floatX (precision.cuh), warp and block reductions in a fixed
+// order (so results are bit-reproducible), the alignment test that picks the
+// memory-bound kernels' 16-byte vector paths, NVTX ranges, and a checked device
+// allocation that says how much memory was wanted.
 // LLMC_CUDA_EMULATION (tests/cuda_emulator.h, included first, stands in for
 // the CUDA headers and runtime): the CPU tests compile everything below as it
 // is, but for launch_kernel and DYNAMIC_SMEM, which the emulator defines.
@@ -12,7 +11,6 @@
 #define LLMC_CUDA_COMMON_CUH
 
 #ifndef LLMC_CUDA_EMULATION
-#include <cuda_bf16.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
@@ -21,9 +19,8 @@
 #endif
 #include <stdint.h>
 
+#include "precision.cuh"
 #include "utils.h"
-
-typedef __nv_bfloat16 bf16;
 
 #define CUDA_CHECK(call)                                                                      \
     do {                                                                                      \
@@ -81,16 +78,7 @@ struct NvtxRange {
 #define NVTX_RANGE(name) NvtxRange NVTX_CONCAT(nvtx_range_, __LINE__)(name)
 
 // ---------------------------------------------------------------------------
-// bf16 conversions
-
-// fp32 -> bf16 with stochastic rounding: add 16 random low bits, truncate.
-// Unbiased: E[result] = x. bits is a per-element random 32-bit word.
-__device__ __forceinline__ bf16 bf16_stochastic(float x, uint32_t bits) {
-    uint32_t u = __float_as_uint(x);
-    if ((u & 0x7f800000u) == 0x7f800000u) return __float2bfloat16_rn(x);  // inf / nan unchanged
-    u += bits & 0xffffu;
-    return __ushort_as_bfloat16((unsigned short)(u >> 16));
-}
+// random bits
 
 // A stateless hash (splitmix64 finaliser): random bits from (seed, index), so
 // the stochastic rounding of a step is identical on every run.
@@ -135,64 +123,12 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
 }
 
 // ---------------------------------------------------------------------------
-// 16-byte vectors: 8 bf16 packed in a uint4 (element 2i in the low half of
-// word i, as in memory), moved with one 16-byte load or store. The memory-bound
-// kernels use them when their pointers are 16-byte aligned and the row length
-// is a multiple of 8 (aligned16 below, tested at launch); the _n forms move
-// only the first n elements one by one (n <= 0: none; the rest read as 0), for
-// the general case with the same element order.
-
-__device__ __forceinline__ uint4 ld_bf16x8(const bf16 *p) { return *reinterpret_cast<const uint4 *>(p); }
-__device__ __forceinline__ void st_bf16x8(bf16 *p, uint4 v) { *reinterpret_cast<uint4 *>(p) = v; }
-
-__device__ __forceinline__ uint4 ld_bf16x8_n(const bf16 *p, int n) {
-    uint32_t w[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-        if (j < n) w[j / 2] |= (uint32_t)__bfloat16_as_ushort(p[j]) << (16 * (j % 2));
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
-__device__ __forceinline__ void st_bf16x8_n(bf16 *p, uint4 v, int n) {
-    uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-        if (j < n) p[j] = __ushort_as_bfloat16((unsigned short)(w[j / 2] >> (16 * (j % 2))));
-}
-
-// The 8 values as floats (exact), and 8 floats rounded to nearest into a vector.
-__device__ __forceinline__ void bf16x8_unpack(float f[8], uint4 v) {
-    uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        f[2 * i] = __uint_as_float(w[i] << 16);
-        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
-}
-// The same values through byte permutes: a second unpacking that ptxas does not
-// recognise as the first one, so it re-derives the floats from a packed row
-// held in registers instead of keeping (or spilling) them from an earlier pass.
-__device__ __forceinline__ void bf16x8_unpack_prmt(float f[8], uint4 v) {
-    uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        f[2 * i] = __uint_as_float(__byte_perm(w[i], 0u, 0x1044));
-        f[2 * i + 1] = __uint_as_float(__byte_perm(w[i], 0u, 0x3244));
-    }
-}
-__device__ __forceinline__ uint4 bf16x8_pack(const float f[8]) {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);  // .x (low half) = f[2i]
-        w[i] = (uint32_t)__bfloat16_as_ushort(h.x) | ((uint32_t)__bfloat16_as_ushort(h.y) << 16);
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
+// rows held packed in registers
 
 // An empty asm that "may change" v, between passes over a row held packed in
 // registers: the front end cannot carry v's unpacked floats (twice the
 // registers) across it. ptxas sees no instruction and may still reuse them;
-// bf16x8_unpack_prmt below is the stronger tool where that spills.
+// floatX8_unpack_prmt (precision.cuh) is the stronger tool where that spills.
 __device__ __forceinline__ void reg_barrier(uint4 &v) {
     asm volatile("" : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w));
 }
@@ -238,6 +174,7 @@ static inline size_t cuda_free_bytes(void) {
 // The dense bf16 tensor-core peak (TFLOP/s) of a device NVIDIA names in its
 // datasheets, by the name CUDA reports (first match in order: the PCIe and
 // NVL parts before their SXM siblings); 0 when unknown (the caller measures).
+// bf16 by name: the datasheets' bf16 column (another floatX adds its own).
 static inline double cuda_datasheet_bf16_tflops(const char *device_name, const char **label) {
     static const struct { const char *a, *b; double tflops; const char *label; } known[] = {
         {"H100", "PCIe", 756.0, "H100 PCIe"}, {"H100", "NVL", 835.0, "H100 NVL"}, {"H100", "", 989.0, "H100 SXM"},

@@ -2,7 +2,7 @@
 // deterministic backward. The backward groups positions by token on the host
 // (a counting sort of the B*T input ids, which the host has anyway), so each
 // wte row is summed by one thread per group of channels in a fixed order: no
-// atomics, bit-identical on every run. The forward moves 8 bf16 per thread
+// atomics, bit-identical on every run. The forward moves 8 floatX per thread
 // (16-byte accesses), the backward 4 fp32 (float4), when C allows it (C % 8,
 // resp. C % 4, == 0) and the pointers are 16-byte aligned (tested at launch);
 // otherwise the same kernels go element by element, the last group of each
@@ -17,26 +17,26 @@
 // out (N,C) = wte[inp[n]] + wpe[n % T]; inp (N) on the device. Thread q: row
 // n = q / ceil(C/8), channels [c, c + 8) with c = 8 (q % ceil(C/8)), cut at C.
 template <bool VEC>
-__global__ void encoder_forward_kernel(bf16 *__restrict__ out, const int *__restrict__ inp,
-                                       const bf16 *__restrict__ wte, const bf16 *__restrict__ wpe, int N, int T,
+__global__ void encoder_forward_kernel(floatX *__restrict__ out, const int *__restrict__ inp,
+                                       const floatX *__restrict__ wte, const floatX *__restrict__ wpe, int N, int T,
                                        int C) {
     int C8 = (C + 7) / 8;
     int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (q >= (int64_t)N * C8) return;
     int n = (int)(q / C8), c = (int)(q - (int64_t)n * C8) * 8;
     int cnt = C - c < 8 ? C - c : 8;
-    const bf16 *we = wte + (int64_t)inp[n] * C + c, *pe = wpe + (int64_t)(n % T) * C + c;
+    const floatX *we = wte + (int64_t)inp[n] * C + c, *pe = wpe + (int64_t)(n % T) * C + c;
     float a[8], b[8];
-    bf16x8_unpack(a, VEC ? ld_bf16x8(we) : ld_bf16x8_n(we, cnt));
-    bf16x8_unpack(b, VEC ? ld_bf16x8(pe) : ld_bf16x8_n(pe, cnt));
+    floatX8_unpack(a, VEC ? ld_floatX8(we) : ld_floatX8_n(we, cnt));
+    floatX8_unpack(b, VEC ? ld_floatX8(pe) : ld_floatX8_n(pe, cnt));
 #pragma unroll
     for (int j = 0; j < 8; j++) a[j] += b[j];
-    uint4 v = bf16x8_pack(a);
-    if (VEC) st_bf16x8(out + (int64_t)n * C + c, v);
-    else st_bf16x8_n(out + (int64_t)n * C + c, v, cnt);
+    uint4 v = floatX8_pack(a);
+    if (VEC) st_floatX8(out + (int64_t)n * C + c, v);
+    else st_floatX8_n(out + (int64_t)n * C + c, v, cnt);
 }
 
-static inline void gpu_encoder_forward(bf16 *out, const int *inp, const bf16 *wte, const bf16 *wpe, int B, int T,
+static inline void gpu_encoder_forward(floatX *out, const int *inp, const floatX *wte, const floatX *wpe, int B, int T,
                                        int C, cudaStream_t s) {
     int64_t nq = (int64_t)B * T * ((C + 7) / 8);
     if (nq <= 0) return;

@@ -1,4 +1,4 @@
-// gelu.cuh: GELU (tanh approximation, as llmc/cpu_layers.h) on bf16 tensors.
+// gelu.cuh: GELU (tanh approximation, as llmc/cpu_layers.h) on floatX tensors.
 // The forward normally runs fused in the fc matmul's epilogue (matmul.cuh);
 // this kernel recomputes it for the backward under --recompute >= 1. The
 // backward multiplies the incoming gradient by GELU'(pre-activation) in place.
@@ -43,39 +43,39 @@ __device__ __forceinline__ float gelu_grad_f(float x) {
 
 // Elements [8i, 8i+8) of n for thread i; VEC: 16-byte accesses where the group is whole.
 template <bool VEC>
-__global__ void __launch_bounds__(GELU_THREADS) gelu_forward_kernel(bf16 *__restrict__ out,
-                                                                    const bf16 *__restrict__ inp, int64_t n) {
+__global__ void __launch_bounds__(GELU_THREADS) gelu_forward_kernel(floatX *__restrict__ out,
+                                                                    const floatX *__restrict__ inp, int64_t n) {
     int64_t e0 = ((int64_t)blockIdx.x * GELU_THREADS + threadIdx.x) * 8;
     if (e0 >= n) return;
     int cnt = n - e0 < 8 ? (int)(n - e0) : 8;
     float f[8];
-    bf16x8_unpack(f, VEC && cnt == 8 ? ld_bf16x8(inp + e0) : ld_bf16x8_n(inp + e0, cnt));
+    floatX8_unpack(f, VEC && cnt == 8 ? ld_floatX8(inp + e0) : ld_floatX8_n(inp + e0, cnt));
 #pragma unroll
     for (int j = 0; j < 8; j++) f[j] = gelu_f(f[j]);
-    uint4 v = bf16x8_pack(f);
-    if (VEC && cnt == 8) st_bf16x8(out + e0, v);
-    else st_bf16x8_n(out + e0, v, cnt);
+    uint4 v = floatX8_pack(f);
+    if (VEC && cnt == 8) st_floatX8(out + e0, v);
+    else st_floatX8_n(out + e0, v, cnt);
 }
 
 template <bool VEC>
-__global__ void __launch_bounds__(GELU_THREADS) gelu_backward_inplace_kernel(bf16 *__restrict__ dinout,
-                                                                             const bf16 *__restrict__ inp,
+__global__ void __launch_bounds__(GELU_THREADS) gelu_backward_inplace_kernel(floatX *__restrict__ dinout,
+                                                                             const floatX *__restrict__ inp,
                                                                              int64_t n) {
     int64_t e0 = ((int64_t)blockIdx.x * GELU_THREADS + threadIdx.x) * 8;
     if (e0 >= n) return;
     int cnt = n - e0 < 8 ? (int)(n - e0) : 8;
     float x[8], d[8];
-    bf16x8_unpack(x, VEC && cnt == 8 ? ld_bf16x8(inp + e0) : ld_bf16x8_n(inp + e0, cnt));
-    bf16x8_unpack(d, VEC && cnt == 8 ? ld_bf16x8(dinout + e0) : ld_bf16x8_n(dinout + e0, cnt));
+    floatX8_unpack(x, VEC && cnt == 8 ? ld_floatX8(inp + e0) : ld_floatX8_n(inp + e0, cnt));
+    floatX8_unpack(d, VEC && cnt == 8 ? ld_floatX8(dinout + e0) : ld_floatX8_n(dinout + e0, cnt));
 #pragma unroll
     for (int j = 0; j < 8; j++) d[j] *= gelu_grad_f(x[j]);
-    uint4 v = bf16x8_pack(d);
-    if (VEC && cnt == 8) st_bf16x8(dinout + e0, v);
-    else st_bf16x8_n(dinout + e0, v, cnt);
+    uint4 v = floatX8_pack(d);
+    if (VEC && cnt == 8) st_floatX8(dinout + e0, v);
+    else st_floatX8_n(dinout + e0, v, cnt);
 }
 
 // out (n) = gelu(inp)
-static inline void gpu_gelu_forward(bf16 *out, const bf16 *inp, int64_t n, cudaStream_t s) {
+static inline void gpu_gelu_forward(floatX *out, const floatX *inp, int64_t n, cudaStream_t s) {
     if (n <= 0) return;
     int blocks = ceil_div_int(n, 8 * GELU_THREADS);
     int vec = aligned16(out) && aligned16(inp);
@@ -85,7 +85,7 @@ static inline void gpu_gelu_forward(bf16 *out, const bf16 *inp, int64_t n, cudaS
 }
 
 // dinout (n): d/d(gelu output) in, d/d(gelu input) out; inp is the pre-activation.
-static inline void gpu_gelu_backward_inplace(bf16 *dinout, const bf16 *inp, int64_t n, cudaStream_t s) {
+static inline void gpu_gelu_backward_inplace(floatX *dinout, const floatX *inp, int64_t n, cudaStream_t s) {
     if (n <= 0) return;
     int blocks = ceil_div_int(n, 8 * GELU_THREADS);
     int vec = aligned16(dinout) && aligned16(inp);

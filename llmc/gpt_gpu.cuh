@@ -6,8 +6,8 @@
 // activations, gradient norm and AdamW, and the same segment hooks (model.h's
 // GPTHooks) for a distributed layer.
 // Precision: fp32 master weights, fp32 gradients (accumulated across
-// micro-steps in fp32) and fp32 AdamW moments; a bf16 copy of the weights and
-// bf16 activations for compute; LayerNorm statistics, losses and the residual
+// micro-steps in fp32) and fp32 AdamW moments; a floatX copy of the weights and
+// floatX activations for compute; LayerNorm statistics, losses and the residual
 // stream's gradient in fp32.
 // Tensor parallel (tensor_parallel.h): the model holds its slice of every
 // split tensor and runs its heads and MLP columns; a row-parallel layer's
@@ -22,12 +22,12 @@
 // Sharding (GPUSharding; zero_gpu.cuh does the communication), by ZeRO stage:
 //   0: everything whole.
 //   1: the fp32 master weights and AdamW moments of one shard (zero_shard.h) of the
-//      flat buffer only; the bf16 copy and the gradients whole.
+//      flat buffer only; the floatX copy and the gradients whole.
 //   2: also the reduced gradients of the shard only (grad_shard); the backward
 //      writes each layer's gradients into one of a few one-layer slots (the
 //      embeddings' and ln_f's into buffers of their own) that the
 //      distributed layer reduce-scatters into the shard as they complete.
-//   3: also the bf16 weights of the shard only (params_bf16_shard); a layer's
+//   3: also the floatX weights of the shard only (params_compute_shard); a layer's
 //      weights are gathered into one of GPU_PARAM_SLOTS one-layer slots before
 //      use (the embeddings' and ln_f's into buffers of their own).
 // The model reads weights and writes gradients of segment s through
@@ -102,13 +102,13 @@ static inline size_t gpu_memory_total(const GPUMemory *m) {
 // tensor-parallel regions with sequence parallel (else N).
 typedef struct {
     // (N,C) (N,3Cl) (N,Cl) (Nl,C) (N,C) (N,4Cl) (N,4Cl) (Nl,C): LayerNorm outputs whole (gathered)
-    bf16 **ln1, **qkv, **atty, **residual2, **ln2, **fch, **fch_gelu, **residual3;
+    floatX **ln1, **qkv, **atty, **residual2, **ln2, **fch, **fch_gelu, **residual3;
     float **ln1_mean, **ln1_rstd, **ln2_mean, **ln2_rstd, **lse;                    // (Nl) ... (B,NHl,T)
     // a split backward's weight gradients read these output gradients, kept per layer:
-    bf16 **dfcproj, **dfc, **dattproj, **dqkv;   // (N,C) (N,4Cl) (N,C) (N,3Cl)
-    bf16 *input;            // (Nl,C): stage 0: the embeddings; else the activation the stage before sent
+    floatX **dfcproj, **dfc, **dattproj, **dqkv;   // (N,C) (N,4Cl) (N,C) (N,3Cl)
+    floatX *input;            // (Nl,C): stage 0: the embeddings; else the activation the stage before sent
     float *lnf_mean, *lnf_rstd;  // (Nl) last stage
-    bf16 *dlnf;             // (Nl,C) last stage: the classifier's gradient into ln_f (a training forward)
+    floatX *dlnf;             // (Nl,C) last stage: the classifier's gradient into ln_f (a training forward)
     float *dres;            // (Nl,C) the residual stream's gradient: at the output (received), then the input's
     EncoderIndex index;     // stage 0: the micro-batch's positions grouped by token (the embedding backward)
     char *memory;
@@ -121,9 +121,9 @@ typedef struct {
 
 // Buffers one pass uses and the next may reuse (shared by all micro-batches).
 typedef struct {
-    bf16 *lnf, *logits, *proj;                   // (N,C) (N,Vp/tp) (N,C)
-    bf16 *dres_bf16, *dln, *dbig, *dqkv, *datty; // (N,C) (N,C) (N,4Cl) (N,3Cl) (N,Cl)
-    bf16 *ln1, *ln2, *fch_gelu;                  // recomputation's shared buffers ((N,C) (N,C) (N,4Cl); NULL unused)
+    floatX *lnf, *logits, *proj;                   // (N,C) (N,Vp/tp) (N,C)
+    floatX *dres_compute, *dln, *dbig, *dqkv, *datty; // (N,C) (N,C) (N,4Cl) (N,3Cl) (N,Cl)
+    floatX *ln1, *ln2, *fch_gelu;                  // recomputation's shared buffers ((N,C) (N,C) (N,4Cl); NULL unused)
     float *delta;                                // (B,NHl,T) attention backward scratch
     float *scratch;                              // column-reduction partials
     float *partial;                              // tp > 1: (N,C) a partial sum (fp32) completed over the group
@@ -148,18 +148,18 @@ typedef struct {
     AdamWPlan adamw;    // over the shard
     float *params;      // (shard.shard) fp32 master weights of the shard, indexed from shard.begin
     float *adam_m, *adam_v;  // (shard.shard) each, indexed from shard.begin
-    bf16 *params_bf16;  // (num_elements) the compute copy; stage 3: NULL
-    bf16 *params_bf16_shard;  // stage 3: (shard.shard) the compute copy of the shard, indexed from shard.begin
+    floatX *params_compute;  // (num_elements) the compute copy; stage 3: NULL
+    floatX *params_compute_shard;  // stage 3: (shard.shard) the compute copy of the shard, indexed from shard.begin
     float *grads;       // (num_elements); stage >= 2: NULL
     float *grad_shard;  // stage >= 2: (shard.shard) the reduced gradients of the shard, indexed from shard.begin
     SegmentBuffers param_segments;  // stage 3
     SegmentBuffers grad_segments;   // stage >= 2
-    bf16 **param_view;  // (L+2) per segment: weights, indexed like the flat buffer
+    floatX **param_view;  // (L+2) per segment: weights, indexed like the flat buffer
     float **grad_view;  // (L+2) per segment: gradients, indexed like the flat buffer
     // the classifier's weights when the layout lacks the embeddings (a
-    // pipeline's last stage): a bf16 copy of wte (Vp, C) and its fp32
+    // pipeline's last stage): a floatX copy of wte (Vp, C) and its fp32
     // gradient, kept equal to the first stage's by the pipeline; NULL otherwise
-    bf16 *tied_wte;
+    floatX *tied_wte;
     float *tied_dwte;
     uint64_t params_version;  // counts changes of the weights (upload, AdamW step)
     GPTHooks hooks;
@@ -175,35 +175,35 @@ typedef struct {
     int step_cap;
 } GPTGPU;
 
-// Weights of one layer in the bf16 copy.
+// Weights of one layer in the floatX copy.
 typedef struct {
-    const bf16 *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-} LayerWeightsBF16;
+    const floatX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} LayerWeights;
 
-static inline const bf16 *gpu_param_bf16(const GPTGPU *m, ParamKind k, int layer) {
+static inline const floatX *gpu_param_compute(const GPTGPU *m, ParamKind k, int layer) {
     return m->param_view[param_segment_of(&m->layout, k, layer)] + param_tensor(&m->layout, k, layer)->offset;
 }
 static inline float *gpu_grad(const GPTGPU *m, ParamKind k, int layer) {
     return m->grad_view[param_segment_of(&m->layout, k, layer)] + param_tensor(&m->layout, k, layer)->offset;
 }
 // The classifier's weights (tied to the token embedding) and their gradient.
-static inline const bf16 *gpu_wte(const GPTGPU *m) { return m->tied_wte ? m->tied_wte : gpu_param_bf16(m, PK_WTE, -1); }
+static inline const floatX *gpu_wte(const GPTGPU *m) { return m->tied_wte ? m->tied_wte : gpu_param_compute(m, PK_WTE, -1); }
 static inline float *gpu_dwte(const GPTGPU *m) { return m->tied_dwte ? m->tied_dwte : gpu_grad(m, PK_WTE, -1); }
 
-// The gradients and the bf16 weights of the shard as AdamW reads and writes
+// The gradients and the floatX weights of the shard as AdamW reads and writes
 // them: indexed like the flat buffer, valid over [shard.begin, shard.end).
 static inline float *gpu_shard_grads(const GPTGPU *m) {
     return m->grad_shard ? m->grad_shard - m->shard.begin : m->grads;
 }
-static inline bf16 *gpu_shard_params_bf16(const GPTGPU *m) {
-    return m->params_bf16_shard ? m->params_bf16_shard - m->shard.begin : m->params_bf16;
+static inline floatX *gpu_shard_params_compute(const GPTGPU *m) {
+    return m->params_compute_shard ? m->params_compute_shard - m->shard.begin : m->params_compute;
 }
 
-static inline LayerWeightsBF16 gpu_layer_weights(const GPTGPU *m, int l) {
-    LayerWeightsBF16 w;
-    const bf16 **slots[PER_LAYER_KINDS] = {&w.ln1w, &w.ln1b, &w.qkvw, &w.qkvb, &w.attprojw, &w.attprojb,
+static inline LayerWeights gpu_layer_weights(const GPTGPU *m, int l) {
+    LayerWeights w;
+    const floatX **slots[PER_LAYER_KINDS] = {&w.ln1w, &w.ln1b, &w.qkvw, &w.qkvb, &w.attprojw, &w.attprojb,
                                            &w.ln2w, &w.ln2b, &w.fcw,  &w.fcb,  &w.fcprojw, &w.fcprojb};
-    for (int k = 0; k < PER_LAYER_KINDS; k++) *slots[k] = gpu_param_bf16(m, (ParamKind)k, l);
+    for (int k = 0; k < PER_LAYER_KINDS; k++) *slots[k] = gpu_param_compute(m, (ParamKind)k, l);
     return w;
 }
 
@@ -219,7 +219,7 @@ static size_t gpu_acts_layout(GPUActs *a, const GPTConfig *c, int B, int T, int 
     size_t C = c->channels, Cl = C / tp, NH = c->num_heads / tp, N = (size_t)B * T, Nl = sp ? N / tp : N, off = 0;
     int L = c->num_layers;
     // (kept: the buffer exists; recomputed: it is the scratch's shared one)
-    struct { bf16 ***slot; size_t elems; bf16 *shared; int kept, recomputed; } bf[] = {
+    struct { floatX ***slot; size_t elems; floatX *shared; int kept, recomputed; } bf[] = {
         {&a->ln1, N * C, sc->ln1, 1, recompute >= 2}, {&a->qkv, N * 3 * Cl, NULL, 1, 0},
         {&a->atty, N * Cl, NULL, 1, 0}, {&a->residual2, Nl * C, NULL, 1, 0},
         {&a->ln2, N * C, sc->ln2, 1, recompute >= 2}, {&a->fch, N * 4 * Cl, NULL, 1, 0},
@@ -233,9 +233,9 @@ static size_t gpu_acts_layout(GPUActs *a, const GPTConfig *c, int B, int T, int 
     for (size_t s = 0; s < sizeof(bf) / sizeof(bf[0]); s++)
         for (int l = l0; l < l1; l++) {
             // a recomputed buffer is the scratch's (counted there); without recomputation each layer keeps its own
-            bf16 *p = !bf[s].kept ? NULL
+            floatX *p = !bf[s].kept ? NULL
                       : bf[s].recomputed ? bf[s].shared
-                                         : (bf16 *)GPU_TAKE(off, base, bf[s].elems * sizeof(bf16));
+                                         : (floatX *)GPU_TAKE(off, base, bf[s].elems * sizeof(floatX));
             if (base) (*bf[s].slot)[l] = p;
         }
     for (size_t s = 0; s < sizeof(f32) / sizeof(f32[0]); s++)
@@ -265,7 +265,7 @@ static size_t gpu_scratch_layout(GPUScratch *sc, const GPTConfig *c, int B, int 
     if (cs > scratch) scratch = cs;
     struct { void **slot; size_t bytes; } parts[] = {
         {(void **)&sc->lnf, last ? N * C * 2 : 0}, {(void **)&sc->logits, last ? N * Vl * 2 : 0},
-        {(void **)&sc->proj, N * C * 2}, {(void **)&sc->dres_bf16, N * C * 2}, {(void **)&sc->dln, N * C * 2},
+        {(void **)&sc->proj, N * C * 2}, {(void **)&sc->dres_compute, N * C * 2}, {(void **)&sc->dln, N * C * 2},
         {(void **)&sc->dbig, N * 4 * Cl * 2}, {(void **)&sc->dqkv, N * 3 * Cl * 2}, {(void **)&sc->datty, N * Cl * 2},
         {(void **)&sc->ln1, recompute >= 2 ? N * C * 2 : 0}, {(void **)&sc->ln2, recompute >= 2 ? N * C * 2 : 0},
         {(void **)&sc->fch_gelu, recompute >= 1 ? N * 4 * Cl * 2 : 0}, {(void **)&sc->delta, (size_t)B * NH * T * 4},
@@ -293,7 +293,7 @@ static size_t gpu_acts_bytes(const GPTConfig *c, int B, int T, int l0, int l1, i
 
 static void gpu_acts_free(GPUActs *a) {
     if (!a->memory) return;
-    bf16 **bs[] = {a->ln1, a->qkv, a->atty, a->residual2, a->ln2, a->fch, a->fch_gelu, a->residual3,
+    floatX **bs[] = {a->ln1, a->qkv, a->atty, a->residual2, a->ln2, a->fch, a->fch_gelu, a->residual3,
                    a->dfcproj, a->dfc, a->dattproj, a->dqkv};
     float **fs[] = {a->ln1_mean, a->ln1_rstd, a->ln2_mean, a->ln2_rstd, a->lse};
     for (size_t s = 0; s < sizeof(bs) / sizeof(bs[0]); s++) free(bs[s]);
@@ -308,10 +308,10 @@ static void gpu_acts_free(GPUActs *a) {
 static void gpu_acts_alloc(GPTGPU *m, GPUActs *a, int l0, int l1, int split) {
     memset(a, 0, sizeof(*a));
     size_t L = m->cfg.num_layers;
-    bf16 ***bs[] = {&a->ln1, &a->qkv, &a->atty, &a->residual2, &a->ln2, &a->fch, &a->fch_gelu, &a->residual3,
+    floatX ***bs[] = {&a->ln1, &a->qkv, &a->atty, &a->residual2, &a->ln2, &a->fch, &a->fch_gelu, &a->residual3,
                     &a->dfcproj, &a->dfc, &a->dattproj, &a->dqkv};
     float ***fs[] = {&a->ln1_mean, &a->ln1_rstd, &a->ln2_mean, &a->ln2_rstd, &a->lse};
-    for (size_t s = 0; s < sizeof(bs) / sizeof(bs[0]); s++) *bs[s] = (bf16 **)callocCheck(L, sizeof(bf16 *));
+    for (size_t s = 0; s < sizeof(bs) / sizeof(bs[0]); s++) *bs[s] = (floatX **)callocCheck(L, sizeof(floatX *));
     for (size_t s = 0; s < sizeof(fs) / sizeof(fs[0]); s++) *fs[s] = (float **)callocCheck(L, sizeof(float *));
     a->bytes = gpu_acts_layout(a, &m->cfg, m->B, m->T, l0, l1, m->recompute, split, m->tp.size, m->tp.sp, &m->scratch,
                                NULL);
@@ -375,10 +375,10 @@ static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, 
     memset(&sc, 0, sizeof(sc));
     size_t tied = last && !first ? (size_t)cfg->padded_vocab_size / tp * cfg->channels : 0;
     GPUMemory m;
-    m.params = (sh.stage >= 3 ? S + pseg : P) * sizeof(bf16) + S * sizeof(float) + tied * sizeof(bf16);
+    m.params = (sh.stage >= 3 ? S + pseg : P) * sizeof(floatX) + S * sizeof(float) + tied * sizeof(floatX);
     m.grads = (sh.stage >= 2 ? S + gseg : P) * sizeof(float) + tied * sizeof(float);
     m.optimizer = 2 * S * sizeof(float);
-    m.segment_buffers = pseg * sizeof(bf16) + gseg * sizeof(float);
+    m.segment_buffers = pseg * sizeof(floatX) + gseg * sizeof(float);
     // (the average chunk's layers, with the ends' buffers: an over-estimate for a middle stage)
     int layers = act_sets > 0 ? held_layers : 0;
     m.activations = (size_t)act_sets * gpu_acts_bytes(cfg, B, T, first ? 0 : 1, first ? layers : 1 + layers,
@@ -393,9 +393,9 @@ static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, 
     return m;
 }
 
-__global__ void f32_to_bf16_kernel(bf16 *out, const float *in, int64_t n) {
+__global__ void f32_to_floatX_kernel(floatX *out, const float *in, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = __float2bfloat16_rn(in[i]);
+    if (i < n) out[i] = to_floatX(in[i]);
 }
 
 // A pointer indexed like the flat buffer whose segment-s range is buf.
@@ -519,16 +519,16 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *he
     m->adam_v = (float *)cudaMallocCheck(S * sizeof(float));
     CUDA_CHECK(cudaMemset(m->adam_m, 0, S * sizeof(float)));
     CUDA_CHECK(cudaMemset(m->adam_v, 0, S * sizeof(float)));
-    m->param_view = (bf16 **)callocCheck((size_t)nseg, sizeof(bf16 *));
+    m->param_view = (floatX **)callocCheck((size_t)nseg, sizeof(floatX *));
     m->grad_view = (float **)callocCheck((size_t)nseg, sizeof(float *));
     if (sh.stage >= 3) {
-        m->params_bf16_shard = (bf16 *)cudaMallocCheck(S * sizeof(bf16));
-        CUDA_CHECK(cudaMemset(m->params_bf16_shard, 0, S * sizeof(bf16)));  // the shard's padding stays zero
+        m->params_compute_shard = (floatX *)cudaMallocCheck(S * sizeof(floatX));
+        CUDA_CHECK(cudaMemset(m->params_compute_shard, 0, S * sizeof(floatX)));  // the shard's padding stays zero
         segment_buffers_init(&m->param_segments, (void **)m->param_view, &m->layout,
-                             segment_num_slots(&m->layout, GPU_PARAM_SLOTS, 0), sizeof(bf16));
+                             segment_num_slots(&m->layout, GPU_PARAM_SLOTS, 0), sizeof(floatX));
     } else {
-        m->params_bf16 = (bf16 *)cudaMallocCheck(P * sizeof(bf16));
-        for (int s = 0; s < nseg; s++) m->param_view[s] = m->params_bf16;
+        m->params_compute = (floatX *)cudaMallocCheck(P * sizeof(floatX));
+        for (int s = 0; s < nseg; s++) m->param_view[s] = m->params_compute;
     }
     if (sh.stage >= 2) {
         m->grad_shard = (float *)cudaMallocCheck(S * sizeof(float));
@@ -547,9 +547,9 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *he
     }
     if (last && !param_segment_held(&m->layout, 0)) {
         size_t n = gpu_wte_elems(m);
-        m->tied_wte = (bf16 *)cudaMallocCheck(n * sizeof(bf16));
+        m->tied_wte = (floatX *)cudaMallocCheck(n * sizeof(floatX));
         m->tied_dwte = (float *)cudaMallocCheck(n * sizeof(float));
-        CUDA_CHECK(cudaMemset(m->tied_wte, 0, n * sizeof(bf16)));
+        CUDA_CHECK(cudaMemset(m->tied_wte, 0, n * sizeof(floatX)));
     }
     m->norm_scratch = (float *)cudaMallocCheck(global_norm_scratch_floats() * sizeof(float));
     if (tp.size > 1) gpu_norm_ranges_init(m);
@@ -563,8 +563,8 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *he
 static void gpu_gpt_free(GPTGPU *m) {
     if (m->tp.size > 1) tp_off_stream(&m->tp);
     gpu_acts_free(&m->acts);
-    void *bufs[] = {m->params, m->grads, m->grad_shard, m->adam_m, m->adam_v, m->norm_scratch, m->norm_ranges, m->params_bf16,
-                    m->params_bf16_shard, m->tied_wte, m->tied_dwte, m->scratch.memory, m->step_inputs,
+    void *bufs[] = {m->params, m->grads, m->grad_shard, m->adam_m, m->adam_v, m->norm_scratch, m->norm_ranges, m->params_compute,
+                    m->params_compute_shard, m->tied_wte, m->tied_dwte, m->scratch.memory, m->step_inputs,
                     m->step_targets, m->step_losses};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) CUDA_CHECK(cudaFree(bufs[i]));  // cudaFree(NULL) is a no-op
     segment_buffers_free(&m->param_segments);
@@ -582,22 +582,22 @@ static void gpu_gpt_free(GPTGPU *m) {
 }
 
 // Uploads fp32 weights (host, the layout's num_elements in its order): the
-// bf16 copy (all of it, or the shard's at stage 3) and the master copy of the
+// floatX copy (all of it, or the shard's at stage 3) and the master copy of the
 // shard. A buffer of the scratch stages the upload in chunks.
 static void gpu_gpt_set_params(GPTGPU *m, const float *host) {
     int64_t P = m->layout.num_elements, begin = m->shard.begin, end = m->shard.end;
     int64_t chunk = (int64_t)(m->scratch.bytes / sizeof(float));
     if (chunk > (1 << 24)) chunk = 1 << 24;
     float *staging = (float *)m->scratch.memory;
-    bf16 *bf = gpu_shard_params_bf16(m);
-    int whole_bf16 = m->params_bf16 != NULL;
+    floatX *bf = gpu_shard_params_compute(m);
+    int whole_compute = m->params_compute != NULL;
     for (int64_t lo = 0; lo < P; lo += chunk) {
         int64_t hi = lo + chunk < P ? lo + chunk : P;
         CUDA_CHECK(cudaMemcpyAsync(staging, host + lo, sizeof(float) * (size_t)(hi - lo), cudaMemcpyHostToDevice,
                                    m->stream));
-        int64_t a = whole_bf16 || lo > begin ? lo : begin, b = whole_bf16 || hi < end ? hi : end;
+        int64_t a = whole_compute || lo > begin ? lo : begin, b = whole_compute || hi < end ? hi : end;
         if (b > a) {
-            launch_kernel(f32_to_bf16_kernel, ceil_div_int(b - a, 256), 256, 0, m->stream, bf + a, staging + (a - lo),
+            launch_kernel(f32_to_floatX_kernel, ceil_div_int(b - a, 256), 256, 0, m->stream, bf + a, staging + (a - lo),
                           b - a);
             CUDA_CHECK_LAUNCH();
         }
@@ -622,14 +622,14 @@ static void gpu_gpt_stage_state(GPTGPU *m, float *staging, int64_t lo, int64_t h
 }
 
 // Installs the shard's master weights, m and v from host arrays (each over
-// [shard.begin, shard.end)) and the shard's bf16 copy as the AdamW step seeded
+// [shard.begin, shard.end)) and the shard's floatX copy as the AdamW step seeded
 // `seed` rounded it (the distributed layer then gathers the rest).
 static void gpu_gpt_load_state(GPTGPU *m, float *const states[3], uint64_t seed) {
     float *dst[3] = {m->params, m->adam_m, m->adam_v};
     int64_t n = m->shard.end - m->shard.begin;
     for (int k = 0; k < 3; k++)
         CUDA_CHECK(cudaMemcpyAsync(dst[k], states[k], sizeof(float) * (size_t)n, cudaMemcpyHostToDevice, m->stream));
-    gpu_adamw_round_like_step(&m->adamw, gpu_shard_params_bf16(m), m->params - m->shard.begin, seed, m->stream);
+    gpu_adamw_round_like_step(&m->adamw, gpu_shard_params_compute(m), m->params - m->shard.begin, seed, m->stream);
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     m->params_version++;
 }
@@ -658,7 +658,7 @@ static void gpu_gpt_get_grads(GPTGPU *m, float *host) {
     CUDA_CHECK(cudaMemcpy(host, m->grads, sizeof(float) * (size_t)m->layout.num_elements, cudaMemcpyDeviceToHost));
 }
 
-static void gpu_attention_forward(GPTGPU *m, bf16 *out, float *lse, const bf16 *qkv, int B, int T) {
+static void gpu_attention_forward(GPTGPU *m, floatX *out, float *lse, const floatX *qkv, int B, int T) {
     NVTX_RANGE("attention_forward");
     if (m->attention == ATTENTION_CUDNN)
         gpu_cudnn_attention_forward(&m->cudnn, out, lse, qkv, B, T, m->cfg.channels / m->tp.size,
@@ -667,7 +667,7 @@ static void gpu_attention_forward(GPTGPU *m, bf16 *out, float *lse, const bf16 *
                                      m->stream);
 }
 
-static void gpu_attention_backward(GPTGPU *m, bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const bf16 *out,
+static void gpu_attention_backward(GPTGPU *m, floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out,
                                    const float *lse, int B, int T) {
     NVTX_RANGE("attention_backward");
     if (m->attention == ATTENTION_CUDNN)
@@ -724,15 +724,15 @@ static double gpu_gpt_step_loss(GPTGPU *m, int n) {
 // ---------------------------------------------------------------------------
 // the tensor-parallel pieces (each one the one-GPU arithmetic at tp = 1)
 
-__global__ void residual_add_kernel(bf16 *out, const bf16 *a, const bf16 *b, int64_t n) {
+__global__ void residual_add_kernel(floatX *out, const floatX *a, const floatX *b, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = __float2bfloat16_rn(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+    if (i < n) out[i] = to_floatX(to_float(a[i]) + to_float(b[i]));
 }
 
-// A row-parallel layer's output before the residual add: proj (Nl,C) bf16 =
+// A row-parallel layer's output before the residual add: proj (Nl,C) floatX =
 // inp (N,IC) @ W^T + bias, the product's partial sums (this rank's IC
 // columns, fp32) completed over the tensor group.
-static void gpu_row_parallel_forward(GPTGPU *m, bf16 *proj, const bf16 *inp, const bf16 *W, const bf16 *bias, int N,
+static void gpu_row_parallel_forward(GPTGPU *m, floatX *proj, const floatX *inp, const floatX *W, const floatX *bias, int N,
                                      int IC, int C) {
     cudaStream_t s = m->stream;
     if (m->tp.size == 1) {
@@ -743,33 +743,33 @@ static void gpu_row_parallel_forward(GPTGPU *m, bf16 *proj, const bf16 *inp, con
     // partial^T (C,N) = W-as-stored (IC,C)^T @ inp^T (IC,N), fp32
     matmul_lt(&m->mm, partial, CUDA_R_32F, W, 1, IC, inp, 0, IC, C, N, IC, C, 0, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, s);
     const float *sum = (const float *)tp_complete_partial(&m->tp, partial, N, C, COMM_F32);
-    gpu_tp_bias_bf16(proj, sum, bias, tp_rows(&m->tp, N), C, s);
+    gpu_tp_bias_floatX(proj, sum, bias, tp_rows(&m->tp, N), C, s);
 }
 
 // A LayerNorm of the rank's rows fused with the residual add before it:
 // res_out (Nl,C) = res_in + x; ln_out rows [r0, r0+Nl) of (N,C), the whole
 // all-gathered with sequence parallel.
-static void gpu_residual_layernorm_gathered(GPTGPU *m, bf16 *res_out, bf16 *ln_out, float *mean, float *rstd,
-                                            const bf16 *res_in, const bf16 *x, const bf16 *w, const bf16 *b, int N,
+static void gpu_residual_layernorm_gathered(GPTGPU *m, floatX *res_out, floatX *ln_out, float *mean, float *rstd,
+                                            const floatX *res_in, const floatX *x, const floatX *w, const floatX *b, int N,
                                             int C) {
     gpu_fused_residual_layernorm(res_out, ln_out + (size_t)tp_row0(&m->tp, N) * C, mean, rstd, res_in, x, w, b,
                                  tp_rows(&m->tp, N), C, m->stream);
-    if (m->tp.sp) tp_gather_rows(&m->tp, ln_out, N, C, COMM_BF16);
+    if (m->tp.sp) tp_gather_rows(&m->tp, ln_out, N, C, COMM_FLOATX);
 }
 // The same without the residual add (a stage's first LayerNorm, or a recomputed one).
-static void gpu_layernorm_gathered(GPTGPU *m, bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w,
-                                   const bf16 *b, int N, int C) {
+static void gpu_layernorm_gathered(GPTGPU *m, floatX *out, float *mean, float *rstd, const floatX *inp, const floatX *w,
+                                   const floatX *b, int N, int C) {
     gpu_layernorm_forward(out + (size_t)tp_row0(&m->tp, N) * C, mean, rstd, inp, w, b, tp_rows(&m->tp, N), C,
                           m->stream);
-    if (m->tp.sp) tp_gather_rows(&m->tp, out, N, C, COMM_BF16);
+    if (m->tp.sp) tp_gather_rows(&m->tp, out, N, C, COMM_FLOATX);
 }
 
 // A column-parallel layer's backward: dW += dout^T @ inp and dbias over the
 // rank's columns, and the input gradient dinp (N,C) completed over the tensor
-// group into dln's first Nl rows (bf16).
+// group into dln's first Nl rows (floatX).
 template <typename T>
-static void gpu_column_parallel_backward(GPTGPU *m, bf16 *dln, float *dW, float *dbias, const bf16 *dout,
-                                         const T *dbias_src, const bf16 *inp, const bf16 *W, int N, int C, int OCl) {
+static void gpu_column_parallel_backward(GPTGPU *m, floatX *dln, float *dW, float *dbias, const floatX *dout,
+                                         const T *dbias_src, const floatX *inp, const floatX *W, int N, int C, int OCl) {
     cudaStream_t s = m->stream;
     if (m->tp.size == 1) {
         gpu_matmul_backward<T>(&m->mm, dln, dW, dbias, m->scratch.scratch, dout, dbias_src, inp, W, N, C, OCl, s);
@@ -782,16 +782,16 @@ static void gpu_column_parallel_backward(GPTGPU *m, bf16 *dln, float *dW, float 
               s);
     const float *sum = (const float *)tp_complete_partial(&m->tp, partial, N, C, COMM_F32);
     int64_t n = (int64_t)tp_rows(&m->tp, N) * C;
-    launch_kernel(f32_to_bf16_kernel, ceil_div_int(n, 256), 256, 0, s, dln, sum, n);
+    launch_kernel(f32_to_floatX_kernel, ceil_div_int(n, 256), 256, 0, s, dln, sum, n);
     CUDA_CHECK_LAUNCH();
 }
 
-// The residual gradient in bf16 the row-parallel layers read (N,C): the
+// The residual gradient in floatX the row-parallel layers read (N,C): the
 // LayerNorm backward wrote the rank's rows at their place; with sequence
 // parallel the others are gathered.
-static const bf16 *gpu_dres_gathered(GPTGPU *m, int N, int C) {
-    if (m->tp.sp) tp_gather_rows(&m->tp, m->scratch.dres_bf16, N, C, COMM_BF16);
-    return m->scratch.dres_bf16;
+static const floatX *gpu_dres_gathered(GPTGPU *m, int N, int C) {
+    if (m->tp.sp) tp_gather_rows(&m->tp, m->scratch.dres_compute, N, C, COMM_FLOATX);
+    return m->scratch.dres_compute;
 }
 
 // ---------------------------------------------------------------------------
@@ -823,7 +823,7 @@ static void gpu_stage_forward(GPTGPU *m, GPUActs *a, const int *x_host, int mb, 
     if (l0 == 0) {
         if (dloss != 0.0f) encoder_index_build(&a->index, x_host, N, v0, tp > 1 ? vreal : V, s);
         gpt_hooks_params_needed(h, 0, HOOK_FORWARD);
-        const bf16 *wte = gpu_param_bf16(m, PK_WTE, -1), *wpe = gpu_param_bf16(m, PK_WPE, -1);
+        const floatX *wte = gpu_param_compute(m, PK_WTE, -1), *wpe = gpu_param_compute(m, PK_WPE, -1);
         if (tp == 1) {
             gpu_encoder_forward(a->input, inputs, wte, wpe, B, T, C, s);
         } else {  // the rank's vocabulary rows, completed over the group, then the positions
@@ -833,14 +833,14 @@ static void gpu_stage_forward(GPTGPU *m, GPUActs *a, const int *x_host, int mb, 
         }
     }
     gpt_hooks_params_needed(h, l0 + 1, HOOK_FORWARD);
-    LayerWeightsBF16 w0 = gpu_layer_weights(m, l0);
+    LayerWeights w0 = gpu_layer_weights(m, l0);
     gpu_layernorm_gathered(m, a->ln1[l0], a->ln1_mean[l0], a->ln1_rstd[l0], a->input, w0.ln1w, w0.ln1b, N, C);
     for (int l = l0; l < l1; l++) {
         NVTX_RANGE("layer_forward");
         gpt_hooks_params_needed(h, l + 1, HOOK_FORWARD);
         gpt_hooks_prefetch(h, pl, l + 1 < l1 ? l + 2 : L + 1);
-        LayerWeightsBF16 w = gpu_layer_weights(m, l);
-        const bf16 *residual = l == l0 ? a->input : a->residual3[l - 1];
+        LayerWeights w = gpu_layer_weights(m, l);
+        const floatX *residual = l == l0 ? a->input : a->residual3[l - 1];
         gpu_matmul_forward(&m->mm, a->qkv[l], NULL, a->ln1[l], w.qkvw, w.qkvb, N, C, 3 * Cl, s);
         gpu_attention_forward(m, a->atty[l], a->lse[l], a->qkv[l], B, T);
         gpu_row_parallel_forward(m, sc->proj, a->atty[l], w.attprojw, w.attprojb, N, Cl, C);
@@ -850,13 +850,13 @@ static void gpu_stage_forward(GPTGPU *m, GPUActs *a, const int *x_host, int mb, 
         gpu_row_parallel_forward(m, sc->proj, a->fch_gelu[l], w.fcprojw, w.fcprojb, N, 4 * Cl, C);
         if (l + 1 < l1) {  // the next layer's ln_1 fused with this residual add
             gpt_hooks_params_needed(h, l + 2, HOOK_FORWARD);
-            LayerWeightsBF16 wn = gpu_layer_weights(m, l + 1);
+            LayerWeights wn = gpu_layer_weights(m, l + 1);
             gpu_residual_layernorm_gathered(m, a->residual3[l], a->ln1[l + 1], a->ln1_mean[l + 1], a->ln1_rstd[l + 1],
                                             a->residual2[l], sc->proj, wn.ln1w, wn.ln1b, N, C);
         } else if (l1 == L) {  // ln_f fused with the last residual add
             gpt_hooks_params_needed(h, L + 1, HOOK_FORWARD);
             gpu_residual_layernorm_gathered(m, a->residual3[l], sc->lnf, a->lnf_mean, a->lnf_rstd, a->residual2[l],
-                                            sc->proj, gpu_param_bf16(m, PK_LNFW, -1), gpu_param_bf16(m, PK_LNFB, -1), N,
+                                            sc->proj, gpu_param_compute(m, PK_LNFW, -1), gpu_param_compute(m, PK_LNFB, -1), N,
                                             C);
         } else {  // the stage's output, for the next stage (which computes its ln_1)
             int64_t n = (int64_t)Nl * C;
@@ -872,7 +872,7 @@ static void gpu_stage_forward(GPTGPU *m, GPUActs *a, const int *x_host, int mb, 
     NVTX_RANGE("classifier");
     // wte: segment 0's (made ready at the top of this pass on the whole model; no second params_needed(0),
     // which ZeRO-3 would take for a gather) or the last stage's copy; the rank's vocabulary rows
-    const bf16 *wte = gpu_wte(m);
+    const floatX *wte = gpu_wte(m);
     // logits (N,Vl) over the Vl rows of wte (the padded rows are zero, and excluded below)
     gpu_matmul_forward(&m->mm, sc->logits, NULL, sc->lnf, wte, NULL, N, C, Vl, s);
     if (!with_targets) return;
@@ -898,14 +898,14 @@ static void gpu_stage_forward(GPTGPU *m, GPUActs *a, const int *x_host, int mb, 
         // dlnf = dlogits @ wte (a partial sum over the vocabulary slices); dwte += dlogits^T @ lnf (padded columns of
         // dlogits are 0)
         if (!m->tied_dwte) gpt_hooks_params_needed(h, 0, HOOK_GRADS);
-        gpu_column_parallel_backward<bf16>(m, a->dlnf, gpu_dwte(m), NULL, sc->logits, NULL, sc->lnf, wte, N, C, Vl);
+        gpu_column_parallel_backward<floatX>(m, a->dlnf, gpu_dwte(m), NULL, sc->logits, NULL, sc->lnf, wte, N, C, Vl);
         a->trained = 1;
     }
 }
 
 // The inputs a layer's weight gradients read, recomputed where --recompute
 // shares their buffers (the same kernels: the forward's bits).
-static void gpu_layer_recompute(GPTGPU *m, GPUActs *a, int l, const LayerWeightsBF16 *w, int N) {
+static void gpu_layer_recompute(GPTGPU *m, GPUActs *a, int l, const LayerWeights *w, int N) {
     int C = m->cfg.channels, Cl = C / m->tp.size;
     if (m->recompute >= 1) gpu_gelu_forward(a->fch_gelu[l], a->fch[l], (int64_t)N * 4 * Cl, m->stream);
     if (m->recompute >= 2) {
@@ -953,32 +953,32 @@ static void gpu_stage_backward(GPTGPU *m, GPUActs *a) {
     const ParamLayout *pl = &m->layout;
     const GPTHooks *h = &m->hooks;
     GPUScratch *sc = &m->scratch;
-    bf16 *dres_bf16 = sc->dres_bf16 + (size_t)r0 * C;  // (the rank's rows at their place: gathered for the matmuls)
+    floatX *dres_compute = sc->dres_compute + (size_t)r0 * C;  // (the rank's rows at their place: gathered for the matmuls)
     if (l1 == L) {
         CUDA_CHECK(cudaMemsetAsync(a->dres, 0, sizeof(float) * (size_t)Nl * C, s));
         gpt_hooks_params_needed(h, L + 1, HOOK_BACKWARD);
         gpt_hooks_prefetch(h, pl, l1);
-        gpu_layernorm_backward(a->dres, dres_bf16, gpu_grad(m, PK_LNFW, -1), gpu_grad(m, PK_LNFB, -1), sc->scratch,
-                               a->dlnf, a->residual3[L - 1], gpu_param_bf16(m, PK_LNFW, -1), a->lnf_mean, a->lnf_rstd,
+        gpu_layernorm_backward(a->dres, dres_compute, gpu_grad(m, PK_LNFW, -1), gpu_grad(m, PK_LNFB, -1), sc->scratch,
+                               a->dlnf, a->residual3[L - 1], gpu_param_compute(m, PK_LNFW, -1), a->lnf_mean, a->lnf_rstd,
                                Nl, C, s);
         gpt_hooks_grads_ready(h, L + 1);
-    } else {  // the received gradient, in bf16 for the first matmul
+    } else {  // the received gradient, in floatX for the first matmul
         int64_t n = (int64_t)Nl * C;
-        launch_kernel(f32_to_bf16_kernel, ceil_div_int(n, 256), 256, 0, s, dres_bf16, a->dres, n);
+        launch_kernel(f32_to_floatX_kernel, ceil_div_int(n, 256), 256, 0, s, dres_compute, a->dres, n);
         CUDA_CHECK_LAUNCH();
     }
     for (int l = l1 - 1; l >= l0; l--) {
         NVTX_RANGE("layer_backward");
         gpt_hooks_params_needed(h, l + 1, HOOK_BACKWARD);
         if (l > l0) gpt_hooks_prefetch(h, pl, l);
-        LayerWeightsBF16 w = gpu_layer_weights(m, l);
+        LayerWeights w = gpu_layer_weights(m, l);
         LayerTensors g = layer_tensors(pl, m->grad_view[l + 1], l);
-        const bf16 *residual = l == l0 ? a->input : a->residual3[l - 1];
-        bf16 *dbig = split ? a->dfc[l] : sc->dbig, *dqkv = split ? a->dqkv[l] : sc->dqkv;
+        const floatX *residual = l == l0 ? a->input : a->residual3[l - 1];
+        floatX *dbig = split ? a->dfc[l] : sc->dbig, *dqkv = split ? a->dqkv[l] : sc->dqkv;
         // dres: gradient w.r.t. residual3 = residual2 + mlp(ln2(residual2))
         if (m->recompute >= 1) gpu_gelu_forward(a->fch_gelu[l], a->fch[l], (int64_t)N * 4 * Cl, s);
-        const bf16 *dout = gpu_dres_gathered(m, N, C);
-        if (split) CUDA_CHECK(cudaMemcpyAsync(a->dfcproj[l], dout, sizeof(bf16) * (size_t)N * C,
+        const floatX *dout = gpu_dres_gathered(m, N, C);
+        if (split) CUDA_CHECK(cudaMemcpyAsync(a->dfcproj[l], dout, sizeof(floatX) * (size_t)N * C,
                                               cudaMemcpyDeviceToDevice, s));
         gpu_matmul_backward<float>(&m->mm, dbig, split ? NULL : g.fcprojw, NULL, NULL, dout, NULL, a->fch_gelu[l],
                                    w.fcprojw, N, 4 * Cl, C, s);
@@ -986,13 +986,13 @@ static void gpu_stage_backward(GPTGPU *m, GPUActs *a) {
         gpu_gelu_backward_inplace(dbig, a->fch[l], (int64_t)N * 4 * Cl, s);
         if (m->recompute >= 2)
             gpu_layernorm_gathered(m, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w.ln2w, w.ln2b, N, C);
-        gpu_column_parallel_backward<bf16>(m, sc->dln, split ? NULL : g.fcw, g.fcb, dbig, dbig, a->ln2[l], w.fcw, N, C,
+        gpu_column_parallel_backward<floatX>(m, sc->dln, split ? NULL : g.fcw, g.fcb, dbig, dbig, a->ln2[l], w.fcw, N, C,
                                            4 * Cl);
-        gpu_layernorm_backward(a->dres, dres_bf16, g.ln2w, g.ln2b, sc->scratch, sc->dln, a->residual2[l], w.ln2w,
+        gpu_layernorm_backward(a->dres, dres_compute, g.ln2w, g.ln2b, sc->scratch, sc->dln, a->residual2[l], w.ln2w,
                                a->ln2_mean[l], a->ln2_rstd[l], Nl, C, s);
         // dres: gradient w.r.t. residual2 = residual + attn(ln1(residual))
         dout = gpu_dres_gathered(m, N, C);
-        if (split) CUDA_CHECK(cudaMemcpyAsync(a->dattproj[l], dout, sizeof(bf16) * (size_t)N * C,
+        if (split) CUDA_CHECK(cudaMemcpyAsync(a->dattproj[l], dout, sizeof(floatX) * (size_t)N * C,
                                               cudaMemcpyDeviceToDevice, s));
         gpu_matmul_backward<float>(&m->mm, sc->datty, split ? NULL : g.attprojw, NULL, NULL, dout, NULL, a->atty[l],
                                    w.attprojw, N, Cl, C, s);
@@ -1000,9 +1000,9 @@ static void gpu_stage_backward(GPTGPU *m, GPUActs *a) {
         gpu_attention_backward(m, dqkv, sc->datty, a->qkv[l], a->atty[l], a->lse[l], B, T);
         if (m->recompute >= 2)
             gpu_layernorm_gathered(m, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C);
-        gpu_column_parallel_backward<bf16>(m, sc->dln, split ? NULL : g.qkvw, g.qkvb, dqkv, dqkv, a->ln1[l], w.qkvw, N,
+        gpu_column_parallel_backward<floatX>(m, sc->dln, split ? NULL : g.qkvw, g.qkvb, dqkv, dqkv, a->ln1[l], w.qkvw, N,
                                            C, 3 * Cl);
-        gpu_layernorm_backward(a->dres, dres_bf16, g.ln1w, g.ln1b, sc->scratch, sc->dln, residual, w.ln1w,
+        gpu_layernorm_backward(a->dres, dres_compute, g.ln1w, g.ln1b, sc->scratch, sc->dln, residual, w.ln1w,
                                a->ln1_mean[l], a->ln1_rstd[l], Nl, C, s);
         if (!split) gpt_hooks_grads_ready(h, l + 1);
     }
@@ -1022,17 +1022,17 @@ static void gpu_stage_backward_weights(GPTGPU *m, GPUActs *a) {
         gpt_hooks_params_needed(&m->hooks, l + 1, m->recompute >= 2 ? HOOK_BACKWARD : HOOK_GRADS);
         LayerTensors g = layer_tensors(&m->layout, m->grad_view[l + 1], l);
         if (m->recompute >= 1) {  // (the LayerNorms' recomputation reads their weights)
-            LayerWeightsBF16 w;
+            LayerWeights w;
             memset(&w, 0, sizeof(w));
             if (m->recompute >= 2) w = gpu_layer_weights(m, l);
             gpu_layer_recompute(m, a, l, &w, N);
         }
-        gpu_matmul_backward<bf16>(&m->mm, NULL, g.fcprojw, NULL, NULL, a->dfcproj[l], NULL, a->fch_gelu[l], NULL, N,
+        gpu_matmul_backward<floatX>(&m->mm, NULL, g.fcprojw, NULL, NULL, a->dfcproj[l], NULL, a->fch_gelu[l], NULL, N,
                                   4 * Cl, C, s);
-        gpu_matmul_backward<bf16>(&m->mm, NULL, g.fcw, NULL, NULL, a->dfc[l], NULL, a->ln2[l], NULL, N, C, 4 * Cl, s);
-        gpu_matmul_backward<bf16>(&m->mm, NULL, g.attprojw, NULL, NULL, a->dattproj[l], NULL, a->atty[l], NULL, N, Cl,
+        gpu_matmul_backward<floatX>(&m->mm, NULL, g.fcw, NULL, NULL, a->dfc[l], NULL, a->ln2[l], NULL, N, C, 4 * Cl, s);
+        gpu_matmul_backward<floatX>(&m->mm, NULL, g.attprojw, NULL, NULL, a->dattproj[l], NULL, a->atty[l], NULL, N, Cl,
                                   C, s);
-        gpu_matmul_backward<bf16>(&m->mm, NULL, g.qkvw, NULL, NULL, a->dqkv[l], NULL, a->ln1[l], NULL, N, C, 3 * Cl, s);
+        gpu_matmul_backward<floatX>(&m->mm, NULL, g.qkvw, NULL, NULL, a->dqkv[l], NULL, a->ln1[l], NULL, N, C, 3 * Cl, s);
         gpt_hooks_grads_ready(&m->hooks, l + 1);
     }
     if (a->l0 == 0) gpu_embedding_backward(m, a);
@@ -1093,7 +1093,7 @@ static double gpu_gpt_grad_sumsq(GPTGPU *m, int skip_replicated) {
 // The L2 norm of the gradients of the shard (of all of them on an unsharded model).
 static float gpu_gpt_grad_norm(GPTGPU *m) { return (float)sqrt(gpu_gpt_grad_sumsq(m, 0)); }
 
-// One AdamW step over the shard (the bf16 copy of the shard is rewritten);
+// One AdamW step over the shard (the floatX copy of the shard is rewritten);
 // seed makes the stochastic rounding of this step.
 static void gpu_gpt_update(GPTGPU *m, const AdamWConfig *cfg, float grad_scale, uint64_t seed) {
     NVTX_RANGE("adamw");
@@ -1101,7 +1101,7 @@ static void gpu_gpt_update(GPTGPU *m, const AdamWConfig *cfg, float grad_scale, 
     m->params_version++;
     if (m->adamw.num_chunks == 0) return;  // a shard of padding only
     // adamw.cuh indexes the master weights like the flat buffer, the moments from the shard's start
-    gpu_adamw_update(&m->adamw, m->params - m->shard.begin, gpu_shard_params_bf16(m), gpu_shard_grads(m), m->adam_m,
+    gpu_adamw_update(&m->adamw, m->params - m->shard.begin, gpu_shard_params_compute(m), gpu_shard_grads(m), m->adam_m,
                      m->adam_v, cfg, grad_scale, seed, m->stream);
 }
 
@@ -1112,12 +1112,12 @@ static void gpu_gpt_logits(GPTGPU *m, int row0, int rows, float *out) {
     int v0, vreal, Vl = m->cfg.padded_vocab_size / m->tp.size;
     tp_vocab_slice(&m->cfg, &m->tp, &v0, &vreal);
     size_t n = (size_t)rows * Vl;
-    bf16 *h = (bf16 *)mallocCheck(n * sizeof(bf16));
-    CUDA_CHECK(cudaMemcpyAsync(h, m->scratch.logits + (size_t)row0 * Vl, n * sizeof(bf16), cudaMemcpyDeviceToHost,
+    floatX *h = (floatX *)mallocCheck(n * sizeof(floatX));
+    CUDA_CHECK(cudaMemcpyAsync(h, m->scratch.logits + (size_t)row0 * Vl, n * sizeof(floatX), cudaMemcpyDeviceToHost,
                                m->stream));
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     for (int r = 0; r < rows; r++)
-        for (int v = 0; v < vreal; v++) out[(size_t)r * vreal + v] = __bfloat162float(h[(size_t)r * Vl + v]);
+        for (int v = 0; v < vreal; v++) out[(size_t)r * vreal + v] = to_float(h[(size_t)r * Vl + v]);
     free(h);
 }
 

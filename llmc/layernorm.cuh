@@ -1,4 +1,4 @@
-// layernorm.cuh: LayerNorm (eps 1e-5) on the GPU in bf16 with fp32 statistics:
+// layernorm.cuh: LayerNorm (eps 1e-5) on the GPU in floatX with fp32 statistics:
 // the plain forward, the fused residual add + LayerNorm forward, and a
 // deterministic backward (row pass, then parameter gradients as fixed-order
 // column reductions through a scratch of per-row-chunk partial sums).
@@ -31,19 +31,19 @@ static inline int ln_nv(int C) {
 
 // The chunk of row p starting at element e0 (< C: a chunk of the row; else zeros).
 template <bool VEC>
-__device__ __forceinline__ uint4 ln_load(const bf16 *p, int e0, int C) {
-    if constexpr (VEC) return e0 < C ? ld_bf16x8(p + e0) : make_uint4(0u, 0u, 0u, 0u);
-    else return ld_bf16x8_n(p + e0, C - e0);
+__device__ __forceinline__ uint4 ln_load(const floatX *p, int e0, int C) {
+    if constexpr (VEC) return e0 < C ? ld_floatX8(p + e0) : make_uint4(0u, 0u, 0u, 0u);
+    else return ld_floatX8_n(p + e0, C - e0);
 }
 template <bool VEC>
-__device__ __forceinline__ void ln_store(bf16 *p, uint4 v, int e0, int C) {
-    if constexpr (VEC) { if (e0 < C) st_bf16x8(p + e0, v); }
-    else st_bf16x8_n(p + e0, v, C - e0);
+__device__ __forceinline__ void ln_store(floatX *p, uint4 v, int e0, int C) {
+    if constexpr (VEC) { if (e0 < C) st_floatX8(p + e0, v); }
+    else st_floatX8_n(p + e0, v, C - e0);
 }
 
 // Chunk k of this lane: from the registers r (NV > 0) or re-read from row x.
 template <int NV, bool VEC>
-__device__ __forceinline__ uint4 ln_chunk(const uint4 (&r)[NV > 0 ? NV : 1], const bf16 *x, int k, int lane, int C) {
+__device__ __forceinline__ uint4 ln_chunk(const uint4 (&r)[NV > 0 ? NV : 1], const floatX *x, int k, int lane, int C) {
     if constexpr (NV > 0) return r[k];
     else return ln_load<VEC>(x, (k * 32 + lane) * 8, C);
 }
@@ -53,8 +53,8 @@ __device__ __forceinline__ uint4 ln_chunk(const uint4 (&r)[NV > 0 ? NV : 1], con
 // sums its elements in chunk order, then warp_sum's fixed butterfly. Explicit
 // fmas (__fmaf_rn), so no contraction choice can differ between the kernels.
 template <int NV, bool VEC>
-__device__ __forceinline__ void ln_row(bf16 *out, float *mean_out, float *rstd_out, uint4 (&r)[NV > 0 ? NV : 1],
-                                       const bf16 *x, const bf16 *w, const bf16 *b, int C) {
+__device__ __forceinline__ void ln_row(floatX *out, float *mean_out, float *rstd_out, uint4 (&r)[NV > 0 ? NV : 1],
+                                       const floatX *x, const floatX *w, const floatX *b, int C) {
     const int lane = threadIdx.x % 32;
     const int nk = NV > 0 ? NV : (C + 255) / 256;
     float sum = 0.0f;
@@ -62,7 +62,7 @@ __device__ __forceinline__ void ln_row(bf16 *out, float *mean_out, float *rstd_o
     for (int k = 0; k < nk; k++) {
         int e0 = (k * 32 + lane) * 8;
         float f[8];
-        bf16x8_unpack(f, ln_chunk<NV, VEC>(r, x, k, lane, C));
+        floatX8_unpack(f, ln_chunk<NV, VEC>(r, x, k, lane, C));
 #pragma unroll
         for (int j = 0; j < 8; j++)
             if (e0 + j < C) sum += f[j];
@@ -74,7 +74,7 @@ __device__ __forceinline__ void ln_row(bf16 *out, float *mean_out, float *rstd_o
     for (int k = 0; k < nk; k++) {
         int e0 = (k * 32 + lane) * 8;
         float f[8];
-        bf16x8_unpack(f, ln_chunk<NV, VEC>(r, x, k, lane, C));
+        floatX8_unpack(f, ln_chunk<NV, VEC>(r, x, k, lane, C));
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             float d = f[j] - m;
@@ -88,12 +88,12 @@ __device__ __forceinline__ void ln_row(bf16 *out, float *mean_out, float *rstd_o
         int e0 = (k * 32 + lane) * 8;
         if (e0 < C) {
             float f[8], wf[8], bf[8], o[8];
-            bf16x8_unpack(f, ln_chunk<NV, VEC>(r, x, k, lane, C));
-            bf16x8_unpack(wf, ln_load<VEC>(w, e0, C));
-            bf16x8_unpack(bf, ln_load<VEC>(b, e0, C));
+            floatX8_unpack(f, ln_chunk<NV, VEC>(r, x, k, lane, C));
+            floatX8_unpack(wf, ln_load<VEC>(w, e0, C));
+            floatX8_unpack(bf, ln_load<VEC>(b, e0, C));
 #pragma unroll
             for (int j = 0; j < 8; j++) o[j] = __fmaf_rn((f[j] - m) * s, wf[j], bf[j]);
-            ln_store<VEC>(out, bf16x8_pack(o), e0, C);
+            ln_store<VEC>(out, floatX8_pack(o), e0, C);
         }
     }
     if (lane == 0) { *mean_out = m; *rstd_out = s; }
@@ -102,14 +102,14 @@ __device__ __forceinline__ void ln_row(bf16 *out, float *mean_out, float *rstd_o
 // out (N,C), mean (N), rstd (N) from inp (N,C).
 template <int NV, bool VEC>
 __global__ void __launch_bounds__(LN_WARPS * 32)
-    layernorm_forward_kernel(bf16 *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
-                             const bf16 *__restrict__ inp, const bf16 *__restrict__ w, const bf16 *__restrict__ b,
+    layernorm_forward_kernel(floatX *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
+                             const floatX *__restrict__ inp, const floatX *__restrict__ w, const floatX *__restrict__ b,
                              int N, int C) {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32;
     if (row >= N) return;
     int lane = threadIdx.x % 32;
     int64_t off = (int64_t)row * C;
-    const bf16 *x = inp + off;
+    const floatX *x = inp + off;
     uint4 r[NV > 0 ? NV : 1];
     if constexpr (NV > 0) {
 #pragma unroll
@@ -118,14 +118,14 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
     ln_row<NV, VEC>(out + off, mean + row, rstd + row, r, x, w, b, C);
 }
 
-// residual_out (N,C) = res_in + x (rounded to bf16), then LayerNorm of it (from
+// residual_out (N,C) = res_in + x (rounded to floatX), then LayerNorm of it (from
 // the rounded values kept in registers: what a LayerNorm of residual_out reads).
 template <int NV, bool VEC>
 __global__ void __launch_bounds__(LN_WARPS * 32)
-    fused_residual_layernorm_kernel(bf16 *__restrict__ residual_out, bf16 *__restrict__ out,
+    fused_residual_layernorm_kernel(floatX *__restrict__ residual_out, floatX *__restrict__ out,
                                     float *__restrict__ mean, float *__restrict__ rstd,
-                                    const bf16 *__restrict__ res_in, const bf16 *__restrict__ x,
-                                    const bf16 *__restrict__ w, const bf16 *__restrict__ b, int N, int C) {
+                                    const floatX *__restrict__ res_in, const floatX *__restrict__ x,
+                                    const floatX *__restrict__ w, const floatX *__restrict__ b, int N, int C) {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32;
     if (row >= N) return;
     int lane = threadIdx.x % 32;
@@ -142,30 +142,30 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
 #pragma unroll
         for (int k = 0; k < NV; k++) {
             float a[8], c[8];
-            bf16x8_unpack(a, r[k]);
-            bf16x8_unpack(c, rx[k]);
+            floatX8_unpack(a, r[k]);
+            floatX8_unpack(c, rx[k]);
 #pragma unroll
             for (int j = 0; j < 8; j++) a[j] += c[j];
-            r[k] = bf16x8_pack(a);
+            r[k] = floatX8_pack(a);
             ln_store<VEC>(residual_out + off, r[k], (k * 32 + lane) * 8, C);
         }
     } else {
         // long rows: write the residual, then normalise it re-reading residual_out
         for (int e0 = lane * 8; e0 < C; e0 += 32 * 8) {
             float a[8], c[8];
-            bf16x8_unpack(a, ln_load<VEC>(res_in + off, e0, C));
-            bf16x8_unpack(c, ln_load<VEC>(x + off, e0, C));
+            floatX8_unpack(a, ln_load<VEC>(res_in + off, e0, C));
+            floatX8_unpack(c, ln_load<VEC>(x + off, e0, C));
 #pragma unroll
             for (int j = 0; j < 8; j++) a[j] += c[j];
-            ln_store<VEC>(residual_out + off, bf16x8_pack(a), e0, C);
+            ln_store<VEC>(residual_out + off, floatX8_pack(a), e0, C);
         }
         __syncwarp();  // orders the warp's stores before its loads of the same row
     }
     ln_row<NV, VEC>(out + off, mean + row, rstd + row, r, residual_out + off, w, b, C);
 }
 
-static inline void gpu_layernorm_forward(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w,
-                                         const bf16 *b, int N, int C, cudaStream_t s) {
+static inline void gpu_layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp, const floatX *w,
+                                         const floatX *b, int N, int C, cudaStream_t s) {
     if (N <= 0) return;
     int vec = C % 8 == 0 && aligned16(out) && aligned16(inp) && aligned16(w) && aligned16(b);
     dim3 grid(ceil_div_int(N, LN_WARPS)), block(LN_WARPS * 32);
@@ -177,8 +177,8 @@ static inline void gpu_layernorm_forward(bf16 *out, float *mean, float *rstd, co
     CUDA_CHECK_LAUNCH();
 }
 
-static inline void gpu_fused_residual_layernorm(bf16 *residual_out, bf16 *out, float *mean, float *rstd,
-                                                const bf16 *res_in, const bf16 *x, const bf16 *w, const bf16 *b,
+static inline void gpu_fused_residual_layernorm(floatX *residual_out, floatX *out, float *mean, float *rstd,
+                                                const floatX *res_in, const floatX *x, const floatX *w, const floatX *b,
                                                 int N, int C, cudaStream_t s) {
     if (N <= 0) return;
     int vec = C % 8 == 0 && aligned16(residual_out) && aligned16(out) && aligned16(res_in) && aligned16(x) &&
@@ -195,23 +195,23 @@ static inline void gpu_fused_residual_layernorm(bf16 *residual_out, bf16 *out, f
 // ---------------------------------------------------------------------------
 // backward
 
-// dinp (N,C) fp32 += d/dinp, and dinp_bf16 = its bf16 copy (the next matmul's
+// dinp (N,C) fp32 += d/dinp, and dinp_compute = its floatX copy (the next matmul's
 // input). Chunks as in the forward; dout and inp stay in registers (NV > 0)
 // between the two passes.
 template <int NV, bool VEC>
 __global__ void __launch_bounds__(LN_WARPS * 32)
-    layernorm_backward_rows_kernel(float *__restrict__ dinp, bf16 *__restrict__ dinp_bf16,
-                                   const bf16 *__restrict__ dout, const bf16 *__restrict__ inp,
-                                   const bf16 *__restrict__ w, const float *__restrict__ mean,
+    layernorm_backward_rows_kernel(float *__restrict__ dinp, floatX *__restrict__ dinp_compute,
+                                   const floatX *__restrict__ dout, const floatX *__restrict__ inp,
+                                   const floatX *__restrict__ w, const float *__restrict__ mean,
                                    const float *__restrict__ rstd, int N, int C) {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32;
     if (row >= N) return;
     const int lane = threadIdx.x % 32;
     const int nk = NV > 0 ? NV : (C + 255) / 256;
     int64_t off = (int64_t)row * C;
-    const bf16 *dy = dout + off, *x = inp + off;
+    const floatX *dy = dout + off, *x = inp + off;
     float *di = dinp + off;
-    bf16 *dib = dinp_bf16 + off;
+    floatX *dib = dinp_compute + off;
     uint4 rd[NV > 0 ? NV : 1], rx[NV > 0 ? NV : 1];
     if constexpr (NV > 0) {
 #pragma unroll
@@ -227,9 +227,9 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
     for (int k = 0; k < nk; k++) {
         int e0 = (k * 32 + lane) * 8;
         float fd[8], fx[8], fw[8];
-        bf16x8_unpack(fd, ln_chunk<NV, VEC>(rd, dy, k, lane, C));
-        bf16x8_unpack(fx, ln_chunk<NV, VEC>(rx, x, k, lane, C));
-        bf16x8_unpack(fw, ln_load<VEC>(w, e0, C));
+        floatX8_unpack(fd, ln_chunk<NV, VEC>(rd, dy, k, lane, C));
+        floatX8_unpack(fx, ln_chunk<NV, VEC>(rx, x, k, lane, C));
+        floatX8_unpack(fw, ln_load<VEC>(w, e0, C));
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             float norm = (fx[j] - m) * s, dnorm = fw[j] * fd[j];
@@ -245,9 +245,9 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
         int e0 = (k * 32 + lane) * 8;
         if (e0 >= C) continue;
         float fd[8], fx[8], fw[8], d[8];
-        bf16x8_unpack(fd, ln_chunk<NV, VEC>(rd, dy, k, lane, C));
-        bf16x8_unpack(fx, ln_chunk<NV, VEC>(rx, x, k, lane, C));
-        bf16x8_unpack(fw, ln_load<VEC>(w, e0, C));
+        floatX8_unpack(fd, ln_chunk<NV, VEC>(rd, dy, k, lane, C));
+        floatX8_unpack(fx, ln_chunk<NV, VEC>(rx, x, k, lane, C));
+        floatX8_unpack(fw, ln_load<VEC>(w, e0, C));
         if constexpr (VEC) {
             float4 a = *reinterpret_cast<const float4 *>(di + e0), c = *reinterpret_cast<const float4 *>(di + e0 + 4);
             d[0] = a.x; d[1] = a.y; d[2] = a.z; d[3] = a.w; d[4] = c.x; d[5] = c.y; d[6] = c.z; d[7] = c.w;
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
             for (int j = 0; j < 8; j++)
                 if (e0 + j < C) di[e0 + j] = d[j];
         }
-        ln_store<VEC>(dib, bf16x8_pack(d), e0, C);
+        ln_store<VEC>(dib, floatX8_pack(d), e0, C);
     }
 }
 
@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
 // partial[2][R][C]: for row chunk r (blockIdx.y), sums of dout * norm and of dout.
 // block (32, 8): 32 columns, 8 row lanes reduced in shared memory in a fixed order.
 // The general case (any C, any alignment).
-__global__ void layernorm_backward_params_kernel(float *partial, const bf16 *dout, const bf16 *inp,
+__global__ void layernorm_backward_params_kernel(float *partial, const floatX *dout, const floatX *inp,
                                                  const float *mean, const float *rstd, int N, int C) {
     __shared__ float sw[8][33], sb[8][33];
     int c = blockIdx.x * 32 + threadIdx.x;
@@ -287,8 +287,8 @@ __global__ void layernorm_backward_params_kernel(float *partial, const bf16 *dou
     if (c < C) {
         for (int r = r0 + threadIdx.y; r < r1; r += 8) {
             int64_t off = (int64_t)r * C + c;
-            float d = __bfloat162float(dout[off]);
-            aw += (__bfloat162float(inp[off]) - mean[r]) * rstd[r] * d;
+            float d = to_float(dout[off]);
+            aw += (to_float(inp[off]) - mean[r]) * rstd[r] * d;
             ab += d;
         }
     }
@@ -308,8 +308,8 @@ __global__ void layernorm_backward_params_kernel(float *partial, const bf16 *dou
 // row lane y the rows r0 + y, r0 + y + 8, ...; the 8 row lanes are added in
 // order through shared memory, one column per thread.
 __global__ void __launch_bounds__(256)
-    layernorm_backward_params_vec_kernel(float *__restrict__ partial, const bf16 *__restrict__ dout,
-                                         const bf16 *__restrict__ inp, const float *__restrict__ mean,
+    layernorm_backward_params_vec_kernel(float *__restrict__ partial, const floatX *__restrict__ dout,
+                                         const floatX *__restrict__ inp, const float *__restrict__ mean,
                                          const float *__restrict__ rstd, int N, int C) {
     __shared__ float sw[8][256], sb[8][256];
     int c0 = (blockIdx.x * 32 + threadIdx.x) * 8;
@@ -323,8 +323,8 @@ __global__ void __launch_bounds__(256)
         for (int r = r0 + threadIdx.y; r < r1; r += 8) {
             int64_t off = (int64_t)r * C + c0;
             float fd[8], fx[8];
-            bf16x8_unpack(fd, ld_bf16x8(dout + off));
-            bf16x8_unpack(fx, ld_bf16x8(inp + off));
+            floatX8_unpack(fd, ld_floatX8(dout + off));
+            floatX8_unpack(fx, ld_floatX8(inp + off));
             float m = mean[r], s = rstd[r];
 #pragma unroll
             for (int j = 0; j < 8; j++) {
@@ -365,17 +365,17 @@ static inline size_t layernorm_scratch_floats(int N, int C) {
     return 2 * (size_t)ceil_div_int(N, LN_ROWS_PER_CHUNK) * (size_t)C;
 }
 
-// dinp (N,C) fp32 += ..., dinp_bf16 = bf16(dinp); dw, db (C) fp32 += ...
-static inline void gpu_layernorm_backward(float *dinp, bf16 *dinp_bf16, float *dw, float *db, float *scratch,
-                                          const bf16 *dout, const bf16 *inp, const bf16 *w, const float *mean,
+// dinp (N,C) fp32 += ..., dinp_compute = floatX(dinp); dw, db (C) fp32 += ...
+static inline void gpu_layernorm_backward(float *dinp, floatX *dinp_compute, float *dw, float *db, float *scratch,
+                                          const floatX *dout, const floatX *inp, const floatX *w, const float *mean,
                                           const float *rstd, int N, int C, cudaStream_t s) {
     if (N <= 0) return;
     int vec_in = C % 8 == 0 && aligned16(dout) && aligned16(inp);
-    int vec = vec_in && aligned16(dinp) && aligned16(dinp_bf16) && aligned16(w);
+    int vec = vec_in && aligned16(dinp) && aligned16(dinp_compute) && aligned16(w);
     dim3 grid(ceil_div_int(N, LN_WARPS)), block(LN_WARPS * 32);
 #define LN_BWD(NV)                                                                                          \
     launch_kernel(vec ? layernorm_backward_rows_kernel<NV, true> : layernorm_backward_rows_kernel<NV, false>,   \
-                  grid, block, 0, s, dinp, dinp_bf16, dout, inp, w, mean, rstd, N, C)
+                  grid, block, 0, s, dinp, dinp_compute, dout, inp, w, mean, rstd, N, C)
     LLMC_NV_SWITCH(ln_nv(C), LN_BWD);
 #undef LN_BWD
     CUDA_CHECK_LAUNCH();

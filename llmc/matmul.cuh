@@ -1,8 +1,8 @@
-// matmul.cuh: the model's linear layers through cuBLASLt, bf16 operands with
+// matmul.cuh: the model's linear layers through cuBLASLt, floatX operands with
 // fp32 accumulation. Forward: out (N,OC) = inp (N,IC) @ W (OC,IC)^T + bias,
 // with the bias (and, for the MLP's fc layer, GELU) fused into the epilogue;
 // GELU saves its pre-activation as the epilogue's auxiliary output. Backward:
-// dinp (bf16) = dout @ W; dW (fp32, +=) = dout^T @ inp, accumulated by the
+// dinp (floatX) = dout @ W; dW (fp32, +=) = dout^T @ inp, accumulated by the
 // matmul itself (beta = 1) so gradient accumulation across micro-steps stays in
 // fp32; dbias (fp32, +=) as a deterministic two-stage column sum (colsum.cuh).
 // Row-major (N,K) is column-major (K,N): every call below is written in
@@ -66,7 +66,7 @@ static inline void matmul_free(MatmulContext *mc) {
 }
 
 // The largest power of two up to 256 that divides a pointer. cuBLASLt's
-// heuristic assumes 256-byte aligned operands unless told otherwise, and bf16
+// heuristic assumes 256-byte aligned operands unless told otherwise, and floatX
 // weights are only 128-byte aligned (model.h's PARAM_ALIGN) when C is not a
 // multiple of 128.
 static inline int matmul_ptr_alignment(const void *p) {
@@ -98,9 +98,9 @@ static MatmulPlan *matmul_plan(MatmulContext *mc, const MatmulKey *key, const vo
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
     }
     // stored shapes: A is (m,k) or, transposed, (k,m); B is (k,n) or (n,k); D is (m,n)
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, key->transa ? key->k : key->m,
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_FLOATX, key->transa ? key->k : key->m,
                                             key->transa ? key->m : key->k, key->lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, key->transb ? key->n : key->k,
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_FLOATX, key->transb ? key->n : key->k,
                                             key->transb ? key->k : key->n, key->ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, key->dtype, key->m, key->n, key->ldd));
     cublasLtMatmulPreference_t pref;
@@ -123,7 +123,7 @@ static MatmulPlan *matmul_plan(MatmulContext *mc, const MatmulKey *key, const vo
         DIE("cuBLASLt has no algorithm for m=%d n=%d k=%d lda=%d ldb=%d ldd=%d transa=%d transb=%d epilogue=%d "
             "output %s, alignments a/b/d/bias/aux %d/%d/%d/%d/%d bytes (cuBLASLt status %d)", key->m, key->n, key->k,
             key->lda, key->ldb, key->ldd, key->transa, key->transb, key->epilogue,
-            key->dtype == CUDA_R_32F ? "fp32" : "bf16", key->align_a, key->align_b, key->align_d, key->align_bias,
+            key->dtype == CUDA_R_32F ? "fp32" : FLOATX_NAME, key->align_a, key->align_b, key->align_d, key->align_bias,
             key->align_aux, (int)st);
     CUBLAS_CHECK(st);
     p->algo = result.algo;
@@ -132,9 +132,9 @@ static MatmulPlan *matmul_plan(MatmulContext *mc, const MatmulKey *key, const vo
 }
 
 // D (m,n, column-major, ld ldd) = op(A) @ op(B) (+ D when accumulate), with an epilogue.
-static void matmul_lt(MatmulContext *mc, void *d, cudaDataType_t dtype, const bf16 *a, int transa, int lda,
-                      const bf16 *b, int transb, int ldb, int m, int n, int k, int ldd, int accumulate,
-                      cublasLtEpilogue_t epilogue, const bf16 *bias, bf16 *aux, cudaStream_t s) {
+static void matmul_lt(MatmulContext *mc, void *d, cudaDataType_t dtype, const floatX *a, int transa, int lda,
+                      const floatX *b, int transb, int ldb, int m, int n, int k, int ldd, int accumulate,
+                      cublasLtEpilogue_t epilogue, const floatX *bias, floatX *aux, cudaStream_t s) {
     MatmulKey key;
     memset(&key, 0, sizeof(key));  // the key is compared bytewise
     key.transa = transa; key.transb = transb; key.m = m; key.n = n; key.k = k;
@@ -152,28 +152,28 @@ static void matmul_lt(MatmulContext *mc, void *d, cudaDataType_t dtype, const bf
 
 // out (N,OC) = inp (N,IC) @ W (OC,IC)^T + bias (OC, or NULL). With pre_gelu:
 // pre_gelu (N,OC) gets the pre-activation and out = gelu(pre_gelu).
-static inline void gpu_matmul_forward(MatmulContext *mc, bf16 *out, bf16 *pre_gelu, const bf16 *inp, const bf16 *W,
-                                      const bf16 *bias, int N, int IC, int OC, cudaStream_t s) {
+static inline void gpu_matmul_forward(MatmulContext *mc, floatX *out, floatX *pre_gelu, const floatX *inp, const floatX *W,
+                                      const floatX *bias, int N, int IC, int OC, cudaStream_t s) {
     cublasLtEpilogue_t epi = pre_gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                                       : (bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
     // out^T (OC,N) = W^T-as-stored (IC,OC)^T @ inp^T (IC,N)
-    matmul_lt(mc, out, CUDA_R_16BF, W, 1, IC, inp, 0, IC, OC, N, IC, OC, 0, epi, bias, pre_gelu, s);
+    matmul_lt(mc, out, CUDA_R_FLOATX, W, 1, IC, inp, 0, IC, OC, N, IC, OC, 0, epi, bias, pre_gelu, s);
 }
 
 // ---------------------------------------------------------------------------
 // bias gradient: dbias (OC) += column sums of dout (N,OC), in a fixed order.
 
-// dinp (N,IC) = dout (N,OC) @ W (OC,IC) (bf16, overwritten; skipped when NULL);
+// dinp (N,IC) = dout (N,OC) @ W (OC,IC) (floatX, overwritten; skipped when NULL);
 // dW (OC,IC) += dout^T @ inp (fp32; skipped when NULL: a split backward's
 // input gradients run apart from its weight gradients, each call the same
 // matmul); dbias (OC) += colsum(dbias_src) when dbias is given (dbias_src:
 // dout, or an fp32 copy of it). scratch: colsum_scratch_floats(N, OC).
 template <typename T>
-static inline void gpu_matmul_backward(MatmulContext *mc, bf16 *dinp, float *dW, float *dbias, float *scratch,
-                                       const bf16 *dout, const T *dbias_src, const bf16 *inp, const bf16 *W, int N,
+static inline void gpu_matmul_backward(MatmulContext *mc, floatX *dinp, float *dW, float *dbias, float *scratch,
+                                       const floatX *dout, const T *dbias_src, const floatX *inp, const floatX *W, int N,
                                        int IC, int OC, cudaStream_t s) {
     // dinp^T (IC,N) = W-as-stored (IC,OC) @ dout^T (OC,N)
-    if (dinp) matmul_lt(mc, dinp, CUDA_R_16BF, W, 0, IC, dout, 0, OC, IC, N, OC, IC, 0, CUBLASLT_EPILOGUE_DEFAULT,
+    if (dinp) matmul_lt(mc, dinp, CUDA_R_FLOATX, W, 0, IC, dout, 0, OC, IC, N, OC, IC, 0, CUBLASLT_EPILOGUE_DEFAULT,
                         NULL, NULL, s);
     // dW^T (IC,OC) += inp^T (IC,N) @ (dout^T (OC,N))^T (skipped when NULL)
     if (dW) matmul_lt(mc, dW, CUDA_R_32F, inp, 0, IC, dout, 1, OC, IC, OC, N, IC, 1, CUBLASLT_EPILOGUE_DEFAULT, NULL,
@@ -182,21 +182,21 @@ static inline void gpu_matmul_backward(MatmulContext *mc, bf16 *dinp, float *dW,
 }
 
 // ---------------------------------------------------------------------------
-// the chip's measured bf16 matmul rate (for MFU and the dev/cuda benchmarks)
+// the chip's measured floatX matmul rate (for MFU and the dev/cuda benchmarks)
 
-__global__ void fill_hash_bf16_kernel(bf16 *p, int64_t n, uint64_t seed) {
+__global__ void fill_hash_floatX_kernel(floatX *p, int64_t n, uint64_t seed) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) p[i] = __float2bfloat16_rn((float)(hash_u32(seed, (uint64_t)i) >> 8) * (2.0f / 16777216.0f) - 1.0f);
+    if (i < n) p[i] = to_floatX((float)(hash_u32(seed, (uint64_t)i) >> 8) * (2.0f / 16777216.0f) - 1.0f);
 }
 
-// Median TFLOP/s of an (n x n) @ (n x n) bf16 product on random data over reps runs.
+// Median TFLOP/s of an (n x n) @ (n x n) floatX product on random data over reps runs.
 static double matmul_measure_peak_tflops(MatmulContext *mc, int n, int reps, cudaStream_t s) {
     size_t elems = (size_t)n * n;
-    bf16 *a = (bf16 *)cudaMallocCheck(elems * sizeof(bf16));
-    bf16 *b = (bf16 *)cudaMallocCheck(elems * sizeof(bf16));
-    bf16 *d = (bf16 *)cudaMallocCheck(elems * sizeof(bf16));
-    launch_kernel(fill_hash_bf16_kernel, ceil_div_int(elems, 256), 256, 0, s, a, (int64_t)elems, 1);
-    launch_kernel(fill_hash_bf16_kernel, ceil_div_int(elems, 256), 256, 0, s, b, (int64_t)elems, 2);
+    floatX *a = (floatX *)cudaMallocCheck(elems * sizeof(floatX));
+    floatX *b = (floatX *)cudaMallocCheck(elems * sizeof(floatX));
+    floatX *d = (floatX *)cudaMallocCheck(elems * sizeof(floatX));
+    launch_kernel(fill_hash_floatX_kernel, ceil_div_int(elems, 256), 256, 0, s, a, (int64_t)elems, 1);
+    launch_kernel(fill_hash_floatX_kernel, ceil_div_int(elems, 256), 256, 0, s, b, (int64_t)elems, 2);
     CUDA_CHECK_LAUNCH();
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
@@ -204,7 +204,7 @@ static double matmul_measure_peak_tflops(MatmulContext *mc, int n, int reps, cud
     std::vector<float> ms((size_t)reps);
     for (int r = -2; r < reps; r++) {  // two warm-up runs
         CUDA_CHECK(cudaEventRecord(e0, s));
-        matmul_lt(mc, d, CUDA_R_16BF, a, 1, n, b, 0, n, n, n, n, n, 0, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, s);
+        matmul_lt(mc, d, CUDA_R_FLOATX, a, 1, n, b, 0, n, n, n, n, n, 0, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, s);
         CUDA_CHECK(cudaEventRecord(e1, s));
         CUDA_CHECK(cudaEventSynchronize(e1));
         if (r >= 0) CUDA_CHECK(cudaEventElapsedTime(&ms[(size_t)r], e0, e1));

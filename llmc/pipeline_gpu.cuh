@@ -4,12 +4,12 @@
 // and, as pipeline_cpu.h does for the CPU trainer, the rest of a pipeline
 // rank's step: its ZeRO layer (zero_gpu.cuh, any stage) over the ranks holding
 // the same stages, and the tied token embedding (the first stage updates wte;
-// the last stage's bf16 copy receives the new weights after each step, so it
+// the last stage's floatX copy receives the new weights after each step, so it
 // is the same bits; its gradient is reduced over the last stage's data group
 // and added to the first stage's reduced one; the norm is summed over the
 // stages, the copy not counted).
 //
-// Messages go over the device pipeline group: bf16 activations, fp32 gradients.
+// Messages go over the device pipeline group: floatX activations, fp32 gradients.
 // Over NCCL, whose point-to-point calls run in order on one stream and pair
 // by order, the runtime executes the fused lists (pp_schedule.h: each receive
 // in one group with the sends before its consumer; each group one NCCL
@@ -151,7 +151,7 @@ static void pipeline_gpu_init(PipelineGPU *pp, GPTGPU *model, ZeroGPU *zero, Com
     pp->B = B, pp->T = T, pp->dloss = dloss;
     PPStageOps ops = {pp, ppg_slot_new, ppg_slot_free, ppg_forward, ppg_backward, ppg_weights, ppg_buffer,
                       ppg_eval_forward, ppg_eval_buffer, ppg_consume, ppg_sync};
-    pp_runner_init(&pp->run, ops, pp->pipe, COMM_BF16, COMM_F32, B, T, model->cfg.channels,
+    pp_runner_init(&pp->run, ops, pp->pipe, COMM_FLOATX, COMM_F32, B, T, model->cfg.channels,
                    model->tp.sp ? model->tp.size : 1, layout, kind, fuse, trace_path, comm->rank);
     pp->first = pp->pipe->rank == 0;
     pp->last = pp->pipe->rank == pp->pipe->size - 1;
@@ -177,7 +177,7 @@ static void pipeline_gpu_free(PipelineGPU *pp) {
     memset(pp, 0, sizeof(*pp));
 }
 
-// The first stage's bf16 wte (its shard piece from each data rank) into the
+// The first stage's floatX wte (its shard piece from each data rank) into the
 // last stage's copy, which its data group all-gathers: after each update, and
 // once the weights are set (initialised, loaded or resumed).
 static void pipeline_gpu_sync_tied(PipelineGPU *pp) {
@@ -186,14 +186,14 @@ static void pipeline_gpu_sync_tied(PipelineGPU *pp) {
     size_t n = (size_t)(phi - plo);
     GPTGPU *m = pp->model;
     if (pp->first) {
-        CommRequest r = comm_send_start(pp->pipe, gpu_shard_params_bf16(m) + plo, n, COMM_BF16, pp->pipe->size - 1,
+        CommRequest r = comm_send_start(pp->pipe, gpu_shard_params_compute(m) + plo, n, COMM_FLOATX, pp->pipe->size - 1,
                                         PP_TAG_WTE);
         comm_wait(&r);
     } else if (pp->last) {
-        CommRequest r = comm_recv_start(pp->pipe, m->tied_wte + plo, n, COMM_BF16, 0, PP_TAG_WTE);
+        CommRequest r = comm_recv_start(pp->pipe, m->tied_wte + plo, n, COMM_FLOATX, 0, PP_TAG_WTE);
         comm_wait(&r);
         shard_counts(&pp->wte_shards, 0, pp->wte_elems, pp->counts);
-        r = comm_all_gather_start(pp->dp, NULL, m->tied_wte, pp->counts, COMM_BF16);
+        r = comm_all_gather_start(pp->dp, NULL, m->tied_wte, pp->counts, COMM_FLOATX);
         comm_wait(&r);
     }
     CUDA_CHECK(cudaDeviceSynchronize());

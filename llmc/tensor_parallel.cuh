@@ -6,7 +6,7 @@
 // reductions (each row's maximum, then the sum of exponentials and the
 // target's logit, then losses and the logits' gradient), so the logits are
 // never gathered. Partial sums travel in fp32 (NCCL and the staged backend sum
-// fp32; a bf16 partial would be rounded twice). One block per row where a row
+// fp32; a floatX partial would be rounded twice). One block per row where a row
 // is reduced; the sums run in a fixed order (deterministic).
 #ifndef LLMC_TENSOR_PARALLEL_CUH
 #define LLMC_TENSOR_PARALLEL_CUH
@@ -15,42 +15,42 @@
 
 #define TP_ROW_THREADS 256
 
-// out (n = rows x C) bf16 = in fp32 + bias (C) bf16: a row-parallel layer's completed output.
-__global__ void tp_bias_bf16_kernel(bf16 *out, const float *in, const bf16 *bias, int64_t n, int C) {
+// out (n = rows x C) floatX = in fp32 + bias (C) floatX: a row-parallel layer's completed output.
+__global__ void tp_bias_floatX_kernel(floatX *out, const float *in, const floatX *bias, int64_t n, int C) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = __float2bfloat16_rn(in[i] + __bfloat162float(bias[i % C]));
+    if (i < n) out[i] = to_floatX(in[i] + to_float(bias[i % C]));
 }
-static inline void gpu_tp_bias_bf16(bf16 *out, const float *in, const bf16 *bias, int rows, int C, cudaStream_t s) {
+static inline void gpu_tp_bias_floatX(floatX *out, const float *in, const floatX *bias, int rows, int C, cudaStream_t s) {
     int64_t n = (int64_t)rows * C;
     if (n <= 0) return;
-    launch_kernel(tp_bias_bf16_kernel, ceil_div_int(n, 256), 256, 0, s, out, in, bias, n, C);
+    launch_kernel(tp_bias_floatX_kernel, ceil_div_int(n, 256), 256, 0, s, out, in, bias, n, C);
     CUDA_CHECK_LAUNCH();
 }
 
 // out (N, C) fp32: row i the token's row of this rank's vocabulary slice of
 // wte (ids [v0, v0 + vreal)), or zeros; the group's sum is the embedding.
-__global__ void tp_embed_rows_kernel(float *out, const int *inp, const bf16 *wte, int v0, int vreal, int64_t n, int C) {
+__global__ void tp_embed_rows_kernel(float *out, const int *inp, const floatX *wte, int v0, int vreal, int64_t n, int C) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     int t = inp[i / C] - v0;
-    out[i] = t >= 0 && t < vreal ? __bfloat162float(wte[(int64_t)t * C + i % C]) : 0.0f;
+    out[i] = t >= 0 && t < vreal ? to_float(wte[(int64_t)t * C + i % C]) : 0.0f;
 }
-// encoded (rows, C) bf16 = sum + wpe at each row's position (rows from r0, T a sequence).
-__global__ void tp_embed_finish_kernel(bf16 *encoded, const float *sum, const bf16 *wpe, int r0, int T, int64_t n,
+// encoded (rows, C) floatX = sum + wpe at each row's position (rows from r0, T a sequence).
+__global__ void tp_embed_finish_kernel(floatX *encoded, const float *sum, const floatX *wpe, int r0, int T, int64_t n,
                                        int C) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     int64_t row = i / C;
     int t = (int)((r0 + row) % T);
-    encoded[i] = __float2bfloat16_rn(sum[i] + __bfloat162float(wpe[(int64_t)t * C + i % C]));
+    encoded[i] = to_floatX(sum[i] + to_float(wpe[(int64_t)t * C + i % C]));
 }
-static inline void gpu_tp_embed_rows(float *out, const int *inp, const bf16 *wte, int v0, int vreal, int N, int C,
+static inline void gpu_tp_embed_rows(float *out, const int *inp, const floatX *wte, int v0, int vreal, int N, int C,
                                      cudaStream_t s) {
     int64_t n = (int64_t)N * C;
     launch_kernel(tp_embed_rows_kernel, ceil_div_int(n, 256), 256, 0, s, out, inp, wte, v0, vreal, n, C);
     CUDA_CHECK_LAUNCH();
 }
-static inline void gpu_tp_embed_finish(bf16 *encoded, const float *sum, const bf16 *wpe, int r0, int T, int rows, int C,
+static inline void gpu_tp_embed_finish(floatX *encoded, const float *sum, const floatX *wpe, int r0, int T, int rows, int C,
                                        cudaStream_t s) {
     int64_t n = (int64_t)rows * C;
     launch_kernel(tp_embed_finish_kernel, ceil_div_int(n, 256), 256, 0, s, encoded, sum, wpe, r0, T, n, C);
@@ -72,53 +72,53 @@ static inline void gpu_tp_wpe_backward(float *dwpe, const float *dout, int r0, i
 }
 
 // ---------------------------------------------------------------------------
-// vocabulary-parallel cross-entropy over the rank's logits (N, Vl) bf16, of
+// vocabulary-parallel cross-entropy over the rank's logits (N, Vl) floatX, of
 // which the first vreal columns are real tokens [v0, v0 + vreal)
 
 // mx (N): each row's maximum over the rank's real columns (-inf without any).
-__global__ void tp_vocab_max_kernel(float *mx, const bf16 *logits, int Vl, int vreal) {
+__global__ void tp_vocab_max_kernel(float *mx, const floatX *logits, int Vl, int vreal) {
     __shared__ float scratch[32];
-    const bf16 *x = logits + (int64_t)blockIdx.x * Vl;
+    const floatX *x = logits + (int64_t)blockIdx.x * Vl;
     float m = -INFINITY;
-    for (int v = threadIdx.x; v < vreal; v += blockDim.x) m = fmaxf(m, __bfloat162float(x[v]));
+    for (int v = threadIdx.x; v < vreal; v += blockDim.x) m = fmaxf(m, to_float(x[v]));
     m = block_max(m, scratch);
     if (threadIdx.x == 0) mx[blockIdx.x] = m;
 }
 
 // With the group's maxima maxes (tp, N): gmax (N) their maximum, stats (2, N)
 // the rank's sum of exp(logit - gmax) and the target's logit if the rank holds it.
-__global__ void tp_vocab_sums_kernel(float *stats, float *gmax, const float *maxes, int tp, const bf16 *logits,
+__global__ void tp_vocab_sums_kernel(float *stats, float *gmax, const float *maxes, int tp, const floatX *logits,
                                      const int *targets, int N, int Vl, int vreal, int v0) {
     __shared__ float scratch[32];
     const int64_t row = blockIdx.x;
     float g = -INFINITY;
     for (int r = 0; r < tp; r++) g = fmaxf(g, maxes[(int64_t)r * N + row]);
-    const bf16 *x = logits + row * Vl;
+    const floatX *x = logits + row * Vl;
     float sum = 0.0f;
-    for (int v = threadIdx.x; v < vreal; v += blockDim.x) sum += expf(__bfloat162float(x[v]) - g);
+    for (int v = threadIdx.x; v < vreal; v += blockDim.x) sum += expf(to_float(x[v]) - g);
     sum = block_sum(sum, scratch);
     if (threadIdx.x == 0) {
         int t = targets[row] - v0;
         gmax[row] = g;
         stats[row] = sum;
-        stats[N + row] = t >= 0 && t < vreal ? __bfloat162float(x[t]) : 0.0f;
+        stats[N + row] = t >= 0 && t < vreal ? to_float(x[t]) : 0.0f;
     }
 }
 
 // With the group's sums: losses (N) = log(sum) + gmax - target logit; with
 // write, the logits become dloss * (softmax - onehot) (the padding's 0).
-__global__ void tp_vocab_finish_kernel(bf16 *logits, float *losses, const float *stats, const float *gmax,
+__global__ void tp_vocab_finish_kernel(floatX *logits, float *losses, const float *stats, const float *gmax,
                                        const int *targets, int N, int Vl, int vreal, int v0, float dloss, int write) {
     const int64_t row = blockIdx.x;
     const float lse = gmax[row] + logf(stats[row]);
     if (threadIdx.x == 0) losses[row] = lse - stats[N + row];
     if (!write) return;
-    bf16 *x = logits + row * Vl;
+    floatX *x = logits + row * Vl;
     int t = targets[row] - v0;
     for (int v = threadIdx.x; v < Vl; v += blockDim.x) {
-        float d = v < vreal ? expf(__bfloat162float(x[v]) - lse) * dloss : 0.0f;
+        float d = v < vreal ? expf(to_float(x[v]) - lse) * dloss : 0.0f;
         if (v == t) d -= dloss;
-        x[v] = __float2bfloat16_rn(d);
+        x[v] = to_floatX(d);
     }
 }
 

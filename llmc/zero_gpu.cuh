@@ -9,7 +9,7 @@
 //   --zero 1: the gradients are reduce-scattered in place (each rank's sum
 //             lands at its place in the whole buffer); the model holds master
 //             weights and AdamW moments of its shard only, updates them, and
-//             the updated bf16 weights are all-gathered in buckets.
+//             the updated floatX weights are all-gathered in buckets.
 //   --zero 2: as 1, but every pass's gradients are reduce-scattered, from
 //             the slot the backward wrote a layer's gradients into (the
 //             embeddings' and ln_f's buffers: their own), into the rank's
@@ -18,7 +18,7 @@
 //             it. Accumulation over passes: before a reduction the rank adds
 //             its shard so far into its own piece of the buffer, so the
 //             reduce-scatter's result is the running sum.
-//   --zero 3: as 2, and the bf16 weights are sharded too: a layer's weights
+//   --zero 3: as 2, and the floatX weights are sharded too: a layer's weights
 //             are all-gathered into a slot before its forward or backward
 //             (GPTHooks.params_needed), and the layer the model will need next
 //             (GPTHooks.prefetch) is gathered while this one computes; the
@@ -71,11 +71,11 @@ typedef struct {
 
 static inline int zero_gpu_is_layer(const ZeroGPU *z, int s) { return s >= 1 && s <= z->num_segments - 2; }
 
-// The memory this rank holds (zero_shard.h's formula): bf16 weights, fp32
+// The memory this rank holds (zero_shard.h's formula): floatX weights, fp32
 // gradients, fp32 master weights + AdamW m, v; the model's segment buffers
 // and slots (stages 2 and 3) come on top (model->mem.segment_buffers).
 static inline ZeroMemory zero_gpu_memory(const ZeroGPU *z) {
-    return zero_memory(z->stage, &z->map, sizeof(bf16), sizeof(float), 3 * sizeof(float));
+    return zero_memory(z->stage, &z->map, sizeof(floatX), sizeof(float), 3 * sizeof(float));
 }
 
 // Completes every reduction started so far (host wait).
@@ -179,7 +179,7 @@ static void zero_gpu_prepare_grads(ZeroGPU *z, int s) {
 // ---------------------------------------------------------------------------
 // stage 3: weights by segment
 
-// Starts gathering segment s's bf16 weights into its buffer or slot.
+// Starts gathering segment s's floatX weights into its buffer or slot.
 static void zero_gpu_gather_start(ZeroGPU *z, int s) {
     comm_test_fault(z->dp->comm);  // (tests only: LLMC_TEST_FAULT)
     GPTGPU *m = z->model;
@@ -192,14 +192,14 @@ static void zero_gpu_gather_start(ZeroGPU *z, int s) {
             m->param_view[old] = NULL;
         }
         z->param_slot_segment[k] = s;
-        m->param_view[s] = (bf16 *)segment_view(&m->layout, m->param_segments.slot[k], s, sizeof(bf16));
+        m->param_view[s] = (floatX *)segment_view(&m->layout, m->param_segments.slot[k], s, sizeof(floatX));
     }
     int64_t lo, hi, plo, phi;
     param_segment_range(&m->layout, s, &lo, &hi);
     shard_piece(&z->map, lo, hi, &plo, &phi);
     shard_counts(&z->map, lo, hi, z->counts);
-    const bf16 *mine = phi > plo ? gpu_shard_params_bf16(m) + plo : m->params_bf16_shard;
-    z->gather[s] = comm_all_gather_start(z->dp, mine, m->param_view[s] + lo, z->counts, COMM_BF16);
+    const floatX *mine = phi > plo ? gpu_shard_params_compute(m) + plo : m->params_compute_shard;
+    z->gather[s] = comm_all_gather_start(z->dp, mine, m->param_view[s] + lo, z->counts, COMM_FLOATX);
     z->gathered[s] = m->params_version + 1;
 }
 
@@ -321,18 +321,18 @@ static inline float *zero_gpu_reduced_grads(ZeroGPU *z, int64_t lo, int64_t hi, 
     return gpu_shard_grads(z->model);
 }
 
-// After the AdamW step on the shard: every rank gets every updated bf16
+// After the AdamW step on the shard: every rank gets every updated floatX
 // weight (stages 1 and 2; stage 3 gathers segments when they are next needed).
 static inline void zero_gpu_gather_weights(ZeroGPU *z) {
     if (z->stage == 0 || z->stage == 3) return;
     NVTX_RANGE("gather_weights");
-    bf16 *w = z->model->params_bf16;
+    floatX *w = z->model->params_compute;
     int64_t n = z->map.num_elements, chunks = ceil_div_i64(n, z->bucket_elems);
     CommRequest *reqs = (CommRequest *)mallocCheck(sizeof(CommRequest) * (size_t)chunks);
     for (int64_t c = 0; c < chunks; c++) {
         int64_t lo = c * z->bucket_elems, hi = shard_clip(lo + z->bucket_elems, n);
         shard_counts(&z->map, lo, hi, z->counts);
-        reqs[c] = comm_all_gather_start(z->dp, NULL, w + lo, z->counts, COMM_BF16);
+        reqs[c] = comm_all_gather_start(z->dp, NULL, w + lo, z->counts, COMM_FLOATX);
     }
     comm_wait_all(reqs, (int)chunks);
     free(reqs);

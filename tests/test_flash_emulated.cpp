@@ -24,13 +24,13 @@ struct Case {
 
 // normal values (q, the first C channels of each 3C row when C > 0, scaled by
 // scale_q) as bf16 for the kernels and as their exact floats for the CPU
-static void round_to_bf16(std::vector<bf16> &dev, std::vector<float> &host, Rng *rng, float scale_q, int C) {
+static void round_to_bf16(std::vector<floatX> &dev, std::vector<float> &host, Rng *rng, float scale_q, int C) {
     for (size_t i = 0; i < host.size(); i++) {
         float x = 0;
         rng_normal_fill(rng, &x, 1, 1.0f);
         if (C > 0 && (int)(i % (3 * (size_t)C)) < C) x *= scale_q;  // q: a sharper softmax
-        dev[i] = __float2bfloat16_rn(x);
-        host[i] = emu_bf16_to_float(dev[i]);
+        dev[i] = to_floatX(x);
+        host[i] = to_float(dev[i]);
     }
 }
 
@@ -38,7 +38,7 @@ static void round_to_bf16(std::vector<bf16> &dev, std::vector<float> &host, Rng 
 // slice with row stride `stride` (NaN: infinite); pass when <= 1. The absolute
 // part scales with the slice's largest value: a gradient's rounding error
 // follows the size of the terms summed into it, not the (cancelled) result.
-static double excess(const std::vector<bf16> &got, const float *ref, size_t offset, size_t stride, size_t width,
+static double excess(const std::vector<floatX> &got, const float *ref, size_t offset, size_t stride, size_t width,
                      size_t rows, double atol, double rtol) {
     double scale = 0, worst = 0;
     for (size_t r = 0; r < rows; r++)
@@ -47,7 +47,7 @@ static double excess(const std::vector<bf16> &got, const float *ref, size_t offs
     for (size_t r = 0; r < rows; r++)
         for (size_t c = 0; c < width; c++) {
             size_t i = offset + r * stride + c;
-            double g = emu_bf16_to_float(got[i]), e = fabs(g - ref[i]) / (atol * scale + rtol * fabs(ref[i]) + 1e-30);
+            double g = to_float(got[i]), e = fabs(g - ref[i]) / (atol * scale + rtol * fabs(ref[i]) + 1e-30);
             if (e != e) return INFINITY;
             if (e > worst) worst = e;
         }
@@ -59,7 +59,7 @@ template <int HS> static void run_case(const Case &k, bool copy_at_issue, uint64
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nrow = (size_t)B * NH * T;
     Rng rng;
     rng_seed(&rng, seed);
-    std::vector<bf16> qkv(nqkv), dout(nout), out(nout, bf16{0x7fc0}), dqkv(nqkv, bf16{0x7fc0});
+    std::vector<floatX> qkv(nqkv), dout(nout), out(nout, floatX_from_bits(0x7fc0)), dqkv(nqkv, floatX_from_bits(0x7fc0));
     std::vector<float> qkv_f(nqkv), dout_f(nout), lse(nrow, NAN), delta(nrow, NAN);
     round_to_bf16(qkv, qkv_f, &rng, 2.0f, C);
     round_to_bf16(dout, dout_f, &rng, 1.0f, 0);

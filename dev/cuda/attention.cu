@@ -29,11 +29,11 @@
 // Keys and values kt*TILE .. +TILE of one head (base: its q columns in qkv,
 // rows 3C apart) into shared fp32 tiles; rows >= T are 0. All TILE threads.
 template <int HS>
-__device__ void scalar_load_kv_tile(float (*ks)[HS], float (*vs)[HS], const bf16 *base, int kt, int T, int C) {
+__device__ void scalar_load_kv_tile(float (*ks)[HS], float (*vs)[HS], const floatX *base, int kt, int T, int C) {
     for (int e = threadIdx.x; e < SCALAR_TILE * HS; e += SCALAR_TILE) {
         int r = e / HS, d = e % HS, j = kt * SCALAR_TILE + r;
-        ks[r][d] = j < T ? __bfloat162float(base[(int64_t)j * 3 * C + C + d]) : 0.0f;
-        vs[r][d] = j < T ? __bfloat162float(base[(int64_t)j * 3 * C + 2 * C + d]) : 0.0f;
+        ks[r][d] = j < T ? to_float(base[(int64_t)j * 3 * C + C + d]) : 0.0f;
+        vs[r][d] = j < T ? to_float(base[(int64_t)j * 3 * C + 2 * C + d]) : 0.0f;
     }
 }
 
@@ -43,17 +43,17 @@ __device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
 
 // grid (T/TILE, NH, B), block TILE: thread = query row i.
 template <int HS>
-__global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_forward_kernel(bf16 *out, float *lse, const bf16 *qkv,
+__global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_forward_kernel(floatX *out, float *lse, const floatX *qkv,
                                                                            int T, int NH, float scale) {
     __shared__ float ks[SCALAR_TILE][HS], vs[SCALAR_TILE][HS];
     int b = blockIdx.z, h = blockIdx.y, tile = blockIdx.x;
     int C = NH * HS;
     int i = tile * SCALAR_TILE + threadIdx.x;
-    const bf16 *base = qkv + (int64_t)b * T * 3 * C + h * HS;
+    const floatX *base = qkv + (int64_t)b * T * 3 * C + h * HS;
     float q[HS], acc[HS];
     #pragma unroll
     for (int d = 0; d < HS; d++) {
-        q[d] = i < T ? __bfloat162float(base[(int64_t)i * 3 * C + d]) * scale : 0.0f;
+        q[d] = i < T ? to_float(base[(int64_t)i * 3 * C + d]) * scale : 0.0f;
         acc[d] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
@@ -81,9 +81,9 @@ __global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_forward_kernel(bf16 
     }
     if (i >= T) return;
     float inv = 1.0f / l;
-    bf16 *o = out + ((int64_t)b * T + i) * C + h * HS;
+    floatX *o = out + ((int64_t)b * T + i) * C + h * HS;
     #pragma unroll
-    for (int d = 0; d < HS; d++) o[d] = __float2bfloat16_rn(acc[d] * inv);
+    for (int d = 0; d < HS; d++) o[d] = to_floatX(acc[d] * inv);
     lse[((int64_t)b * NH + h) * T + i] = m + logf(l);
 }
 
@@ -92,8 +92,8 @@ __global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_forward_kernel(bf16 
 // (TILE, HS+1) this block's keys (padded: each thread reads its own row),
 // qs, dos (TILE, HS) the query tile (broadcast reads), lse and delta (TILE).
 template <int HS>
-__global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_backward_dkdv_kernel(bf16 *dqkv, const bf16 *qkv,
-                                                                                 const bf16 *dout, const float *lse,
+__global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_backward_dkdv_kernel(floatX *dqkv, const floatX *qkv,
+                                                                                 const floatX *dout, const float *lse,
                                                                                  const float *delta, int T, int NH,
                                                                                  float scale) {
     DYNAMIC_SMEM(float, smem);
@@ -106,13 +106,13 @@ __global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_backward_dkdv_kernel
     int b = blockIdx.z, h = blockIdx.y, tile = blockIdx.x, ntiles = gridDim.x;
     int C = NH * HS;
     int j = tile * SCALAR_TILE + threadIdx.x;
-    const bf16 *base = qkv + (int64_t)b * T * 3 * C + h * HS;
-    const bf16 *dobase = dout + (int64_t)b * T * C + h * HS;
+    const floatX *base = qkv + (int64_t)b * T * 3 * C + h * HS;
+    const floatX *dobase = dout + (int64_t)b * T * C + h * HS;
     const float *lrow = lse + ((int64_t)b * NH + h) * T, *drow = delta + ((int64_t)b * NH + h) * T;
     for (int e = threadIdx.x; e < SCALAR_TILE * HS; e += SCALAR_TILE) {
         int r = e / HS, d = e % HS, jj = tile * SCALAR_TILE + r;
-        kpad[r][d] = jj < T ? __bfloat162float(base[(int64_t)jj * 3 * C + C + d]) : 0.0f;
-        vpad[r][d] = jj < T ? __bfloat162float(base[(int64_t)jj * 3 * C + 2 * C + d]) : 0.0f;
+        kpad[r][d] = jj < T ? to_float(base[(int64_t)jj * 3 * C + C + d]) : 0.0f;
+        vpad[r][d] = jj < T ? to_float(base[(int64_t)jj * 3 * C + 2 * C + d]) : 0.0f;
     }
     float dk[HS], dv[HS];
     #pragma unroll
@@ -121,8 +121,8 @@ __global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_backward_dkdv_kernel
         __syncthreads();
         for (int e = threadIdx.x; e < SCALAR_TILE * HS; e += SCALAR_TILE) {
             int r = e / HS, d = e % HS, i = qt * SCALAR_TILE + r;
-            qs[r][d] = i < T ? __bfloat162float(base[(int64_t)i * 3 * C + d]) : 0.0f;
-            dos[r][d] = i < T ? __bfloat162float(dobase[(int64_t)i * C + d]) : 0.0f;
+            qs[r][d] = i < T ? to_float(base[(int64_t)i * 3 * C + d]) : 0.0f;
+            dos[r][d] = i < T ? to_float(dobase[(int64_t)i * C + d]) : 0.0f;
         }
         int i0 = qt * SCALAR_TILE + threadIdx.x;
         ls[threadIdx.x] = i0 < T ? lrow[i0] : 0.0f;
@@ -147,11 +147,11 @@ __global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_backward_dkdv_kernel
         }
     }
     if (j >= T) return;
-    bf16 *o = dqkv + ((int64_t)b * T + j) * 3 * C + h * HS;
+    floatX *o = dqkv + ((int64_t)b * T + j) * 3 * C + h * HS;
     #pragma unroll
     for (int d = 0; d < HS; d++) {
-        o[C + d] = __float2bfloat16_rn(dk[d]);
-        o[2 * C + d] = __float2bfloat16_rn(dv[d]);
+        o[C + d] = to_floatX(dk[d]);
+        o[2 * C + d] = to_floatX(dv[d]);
     }
 }
 
@@ -159,8 +159,8 @@ __global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_backward_dkdv_kernel
 // tiles up to the diagonal. Dynamic shared memory: ks, vs (TILE, HS) the key
 // tile (broadcast reads), dopad (TILE, HS+1) this block's output gradients.
 template <int HS>
-__global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_backward_dq_kernel(bf16 *dqkv, const bf16 *qkv,
-                                                                               const bf16 *dout, const float *lse,
+__global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_backward_dq_kernel(floatX *dqkv, const floatX *qkv,
+                                                                               const floatX *dout, const float *lse,
                                                                                const float *delta, int T, int NH,
                                                                                float scale) {
     DYNAMIC_SMEM(float, smem);
@@ -170,16 +170,16 @@ __global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_backward_dq_kernel(b
     int b = blockIdx.z, h = blockIdx.y, tile = blockIdx.x;
     int C = NH * HS;
     int i = tile * SCALAR_TILE + threadIdx.x;
-    const bf16 *base = qkv + (int64_t)b * T * 3 * C + h * HS;
-    const bf16 *dobase = dout + (int64_t)b * T * C + h * HS;
+    const floatX *base = qkv + (int64_t)b * T * 3 * C + h * HS;
+    const floatX *dobase = dout + (int64_t)b * T * C + h * HS;
     for (int e = threadIdx.x; e < SCALAR_TILE * HS; e += SCALAR_TILE) {
         int r = e / HS, d = e % HS, ii = tile * SCALAR_TILE + r;
-        dopad[r][d] = ii < T ? __bfloat162float(dobase[(int64_t)ii * C + d]) : 0.0f;
+        dopad[r][d] = ii < T ? to_float(dobase[(int64_t)ii * C + d]) : 0.0f;
     }
     float q[HS], dq[HS];
     #pragma unroll
     for (int d = 0; d < HS; d++) {
-        q[d] = i < T ? __bfloat162float(base[(int64_t)i * 3 * C + d]) : 0.0f;
+        q[d] = i < T ? to_float(base[(int64_t)i * 3 * C + d]) : 0.0f;
         dq[d] = 0.0f;
     }
     float li = i < T ? lse[((int64_t)b * NH + h) * T + i] : 0.0f;
@@ -203,13 +203,13 @@ __global__ void __launch_bounds__(SCALAR_TILE) scalar_flash_backward_dq_kernel(b
         }
     }
     if (i >= T) return;
-    bf16 *o = dqkv + ((int64_t)b * T + i) * 3 * C + h * HS;
+    floatX *o = dqkv + ((int64_t)b * T + i) * 3 * C + h * HS;
     #pragma unroll
-    for (int d = 0; d < HS; d++) o[d] = __float2bfloat16_rn(dq[d]);
+    for (int d = 0; d < HS; d++) o[d] = to_floatX(dq[d]);
 }
 
 template <int HS>
-static void scalar_forward_hs(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH) {
+static void scalar_forward_hs(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH) {
     dim3 grid(ceil_div_int(T, SCALAR_TILE), NH, B);
     launch_kernel(scalar_flash_forward_kernel<HS>, grid, SCALAR_TILE, 0, 0, out, lse, qkv, T, NH,
                   1.0f / sqrtf((float)HS));
@@ -217,7 +217,7 @@ static void scalar_forward_hs(bf16 *out, float *lse, const bf16 *qkv, int B, int
 }
 
 template <int HS>
-static void scalar_backward_hs(bf16 *dqkv, float *delta, const bf16 *dout, const bf16 *qkv, const bf16 *out,
+static void scalar_backward_hs(floatX *dqkv, float *delta, const floatX *dout, const floatX *qkv, const floatX *out,
                                const float *lse, int B, int T, int NH) {
     float scale = 1.0f / sqrtf((float)HS);
     int64_t chunks = (int64_t)B * T * NH * (HS / 8);
@@ -238,13 +238,13 @@ static void scalar_backward_hs(bf16 *dqkv, float *delta, const bf16 *dout, const
     CUDA_CHECK_LAUNCH();
 }
 
-static void scalar_attention_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int C, int NH) {
+static void scalar_attention_forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH) {
     if (C / NH == 64) scalar_forward_hs<64>(out, lse, qkv, B, T, NH);
     else if (C / NH == 32) scalar_forward_hs<32>(out, lse, qkv, B, T, NH);
     else DIE("scalar flash: head size %d", C / NH);
 }
 
-static void scalar_attention_backward(bf16 *dqkv, float *delta, const bf16 *dout, const bf16 *qkv, const bf16 *out,
+static void scalar_attention_backward(floatX *dqkv, float *delta, const floatX *dout, const floatX *qkv, const floatX *out,
                                       const float *lse, int B, int T, int C, int NH) {
     if (C / NH == 64) scalar_backward_hs<64>(dqkv, delta, dout, qkv, out, lse, B, T, NH);
     else if (C / NH == 32) scalar_backward_hs<32>(dqkv, delta, dout, qkv, out, lse, B, T, NH);
@@ -277,7 +277,7 @@ static void scalar_attention_backward(bf16 *dqkv, float *delta, const bf16 *dout
 typedef struct {
     int B, T, C, NH;
     size_t nq, no, nl;
-    bf16 *qkv, *dout;
+    floatX *qkv, *dout;
     float *ref_out, *ref_dqkv, *ref_lse;
 } Shape;
 
@@ -292,8 +292,8 @@ static void shape_init(Shape *s, Rng *rng, int B, int T, int C, int NH) {
     s->ref_lse = (float *)mallocCheck(s->nl * 4);
     attention_forward(s->ref_out, att, s->ref_lse, qkv, B, T, C, NH);
     attention_backward(s->ref_dqkv, scratch, dout, qkv, att, B, T, C, NH);
-    s->qkv = device_bf16_from(qkv, s->nq);
-    s->dout = device_bf16_from(dout, s->no);
+    s->qkv = device_floatX_from(qkv, s->nq);
+    s->dout = device_floatX_from(dout, s->no);
     free(qkv); free(dout); free(att); free(scratch);
 }
 
@@ -314,14 +314,14 @@ typedef struct {
 template <typename F, typename G>
 static Result run_version(const Shape *s, const char *name, F fwd, G bwd) {
     char what[200];
-    bf16 *out = (bf16 *)cudaMallocCheck(s->no * 2), *dqkv = (bf16 *)cudaMallocCheck(s->nq * 2);
+    floatX *out = (floatX *)cudaMallocCheck(s->no * 2), *dqkv = (floatX *)cudaMallocCheck(s->nq * 2);
     float *lse = (float *)cudaMallocCheck(s->nl * 4), *delta = (float *)cudaMallocCheck(s->nl * 4);
     poison(out, s->no * 2); poison(dqkv, s->nq * 2); poison(lse, s->nl * 4); poison(delta, s->nl * 4);
     fwd(out, lse);
     CUDA_CHECK_LAUNCH();
     bwd(dqkv, delta, out, lse);
     CUDA_CHECK_LAUNCH();
-    Result r = {host_from_bf16(out, s->no), host_from_bf16(dqkv, s->nq), host_from_f32(lse, s->nl)};
+    Result r = {host_from_floatX(out, s->no), host_from_floatX(dqkv, s->nq), host_from_f32(lse, s->nl)};
     snprintf(what, sizeof(what), "%s vs cpu B=%d T=%d C=%d NH=%d: out", name, s->B, s->T, s->C, s->NH);
     check_close(what, r.out, s->ref_out, s->no, TOL_OUT);
     snprintf(what, sizeof(what), "%s vs cpu B=%d T=%d C=%d NH=%d: lse", name, s->B, s->T, s->C, s->NH);
@@ -342,12 +342,12 @@ static void check_flash(const Shape *s) {
     int B = s->B, T = s->T, C = s->C, NH = s->NH;
     Result v1 = run_version(
         s, "v1 flash scalar",
-        [&](bf16 *out, float *lse) { scalar_attention_forward(out, lse, s->qkv, B, T, C, NH); },
-        [&](bf16 *dqkv, float *delta, bf16 *out, float *lse) {
+        [&](floatX *out, float *lse) { scalar_attention_forward(out, lse, s->qkv, B, T, C, NH); },
+        [&](floatX *dqkv, float *delta, floatX *out, float *lse) {
             scalar_attention_backward(dqkv, delta, s->dout, s->qkv, out, lse, B, T, C, NH);
         });
-    auto v3_fwd = [&](bf16 *out, float *lse) { gpu_flash_attention_forward(out, lse, s->qkv, B, T, C, NH, 0); };
-    auto v3_bwd = [&](bf16 *dqkv, float *delta, bf16 *out, float *lse) {
+    auto v3_fwd = [&](floatX *out, float *lse) { gpu_flash_attention_forward(out, lse, s->qkv, B, T, C, NH, 0); };
+    auto v3_bwd = [&](floatX *dqkv, float *delta, floatX *out, float *lse) {
         gpu_flash_attention_backward(dqkv, delta, s->dout, s->qkv, out, lse, B, T, C, NH, 0);
     };
     Result v3 = run_version(s, "v3 flash wmma", v3_fwd, v3_bwd);
@@ -367,8 +367,8 @@ static void check_cudnn(const Shape *s, CudnnAttention *ca) {
     int B = s->B, T = s->T, C = s->C, NH = s->NH;
     Result v2 = run_version(
         s, "v2 cudnn",
-        [&](bf16 *out, float *lse) { gpu_cudnn_attention_forward(ca, out, lse, s->qkv, B, T, C, NH, 0); },
-        [&](bf16 *dqkv, float *delta, bf16 *out, float *lse) {
+        [&](floatX *out, float *lse) { gpu_cudnn_attention_forward(ca, out, lse, s->qkv, B, T, C, NH, 0); },
+        [&](floatX *dqkv, float *delta, floatX *out, float *lse) {
             gpu_cudnn_attention_backward(ca, dqkv, delta, s->dout, s->qkv, out, lse, B, T, C, NH, 0);
         });
     result_free(&v2);
@@ -399,18 +399,18 @@ int main(void) {
     Bench b;
     int B = 16, T = 1024, C = 768, NH = 12;
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
-    bf16 *qkv = NULL, *out = NULL, *dout = NULL, *dqkv = NULL;
+    floatX *qkv = NULL, *out = NULL, *dout = NULL, *dqkv = NULL;
     float *lse = NULL, *delta = NULL;
     // causal: half of the (T,T) scores; forward 2 matmuls, backward 5 (dq, dk, dv, and the recomputed p and dp;
     // versions 1 and 3 recompute p and dp twice, once per backward kernel: 7 done, 5 counted)
     double fwd_flops = 2.0 * 2.0 * B * NH * (double)T * T * (C / NH) / 2.0, ms;
     if (bench) {
         bench_init(&b);
-        qkv = (bf16 *)cudaMallocCheck(nq * 2), out = (bf16 *)cudaMallocCheck(no * 2);
-        dout = (bf16 *)cudaMallocCheck(no * 2), dqkv = (bf16 *)cudaMallocCheck(nq * 2);
+        qkv = (floatX *)cudaMallocCheck(nq * 2), out = (floatX *)cudaMallocCheck(no * 2);
+        dout = (floatX *)cudaMallocCheck(no * 2), dqkv = (floatX *)cudaMallocCheck(nq * 2);
         lse = (float *)cudaMallocCheck(nl * 4), delta = (float *)cudaMallocCheck(nl * 4);
-        launch_kernel(fill_hash_bf16_kernel, ceil_div_int(nq, 256), 256, 0, 0, qkv, (int64_t)nq, 11);
-        launch_kernel(fill_hash_bf16_kernel, ceil_div_int(no, 256), 256, 0, 0, dout, (int64_t)no, 12);
+        launch_kernel(fill_hash_floatX_kernel, ceil_div_int(nq, 256), 256, 0, 0, qkv, (int64_t)nq, 11);
+        launch_kernel(fill_hash_floatX_kernel, ceil_div_int(no, 256), 256, 0, 0, dout, (int64_t)no, 12);
         ms = bench_ms(&b, 5, [&] { scalar_attention_forward(out, lse, qkv, B, T, C, NH); });
         bench_report(&b, "v1 flash scalar forward d12 16x1024", ms, 0, fwd_flops);
         ms = bench_ms(&b, 5, [&] { scalar_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH); });

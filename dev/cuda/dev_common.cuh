@@ -1,14 +1,15 @@
-// dev_common.cuh: the harness of the dev/cuda kernel checks. Random inputs
-// (rounded to bf16 on the host, so the CPU reference in llmc/cpu_layers.h sees
-// exactly what the GPU sees), poisoned outputs (NaN bits, so an unwritten
-// element fails), abs+rel comparison printing PASS/FAIL (tests/testing.h),
-// and timing: the median of CUDA-event-timed runs with the L2 flushed before
-// each, reported against the chip's measured ceilings (a device-to-device copy
-// and a cuBLASLt bf16 matmul, measured in the same run). Kernels with a 16-byte
-// vector path and an element-by-element fallback are checked on both: the
-// fallback through copies of the buffers at a misaligned address
-// (device_buffer, device_copy), and paths that must agree bit for bit through
-// bits_equal.
+// dev_common.cuh: the harness of the dev/cuda kernel checkers. The memory-bound
+// kernels' checks are the rows of tests/kernel_cases.h (included here), which a
+// checker runs for each of its versions (kernel_cases_run_versions). For the
+// checks still written in their checker (attention, matmul, tensor_parallel):
+// random inputs (rounded to floatX on the host, so the CPU reference in
+// llmc/cpu_layers.h sees exactly what the GPU sees), poisoned outputs (NaN
+// bits, so an unwritten element fails), abs+rel comparison printing PASS/FAIL
+// (tests/testing.h), copies at a misaligned address (device_buffer,
+// device_copy) and bits_equal. And timing: the median of CUDA-event-timed runs
+// with the L2 flushed before each, reported against the chip's measured
+// ceilings (a device-to-device copy and a cuBLASLt floatX matmul, measured in
+// the same run).
 #ifndef DEV_CUDA_DEV_COMMON_CUH
 #define DEV_CUDA_DEV_COMMON_CUH
 
@@ -18,6 +19,7 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/rand.h"
+#include "tests/kernel_cases.h"
 #include "tests/testing.h"
 
 // Exits 0 with a SKIP line when no GPU is present (the emulator has one).
@@ -31,30 +33,24 @@ static inline void dev_require_gpu(const char *name) {
 // Compiled for tests/cuda_emulator.h (build/emu/dev_<family>, run by
 // tests/run_tests.sh), a checker validates at the small shapes it lists under
 // DEV_EMULATED and skips its benchmarks: 0 then, after one SKIP line.
-#ifdef LLMC_CUDA_EMULATION
-#define DEV_EMULATED 1
-#else
-#define DEV_EMULATED 0
-#endif
+#define DEV_EMULATED KC_EMULATED
 static inline int dev_benchmarks(const char *name) {
     if (DEV_EMULATED) test_skip("%s benchmarks (they need a GPU)", name);
     return !DEV_EMULATED;
 }
 
-static inline float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-
 // n host floats, uniform in [-scale, scale), rounded to bf16 values.
 static inline float *host_random(Rng *rng, size_t n, float scale) {
     float *h = (float *)mallocCheck(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) h[i] = bf16_round((2.0f * rng_uniform(rng) - 1.0f) * scale);
+    for (size_t i = 0; i < n; i++) h[i] = floatX_round((2.0f * rng_uniform(rng) - 1.0f) * scale);
     return h;
 }
 
-static inline bf16 *device_bf16_from(const float *h, size_t n) {
-    std::vector<bf16> tmp(n);
-    for (size_t i = 0; i < n; i++) tmp[i] = __float2bfloat16_rn(h[i]);
-    bf16 *d = (bf16 *)cudaMallocCheck(n * sizeof(bf16));
-    CUDA_CHECK(cudaMemcpy(d, tmp.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+static inline floatX *device_floatX_from(const float *h, size_t n) {
+    std::vector<floatX> tmp(n);
+    for (size_t i = 0; i < n; i++) tmp[i] = to_floatX(h[i]);
+    floatX *d = (floatX *)cudaMallocCheck(n * sizeof(floatX));
+    CUDA_CHECK(cudaMemcpy(d, tmp.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
     return d;
 }
 
@@ -64,12 +60,12 @@ static inline float *device_f32_from(const float *h, size_t n) {
     return d;
 }
 
-static inline float *host_from_bf16(const bf16 *d, size_t n) {
-    std::vector<bf16> tmp(n);
+static inline float *host_from_floatX(const floatX *d, size_t n) {
+    std::vector<floatX> tmp(n);
     CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(tmp.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(tmp.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
     float *h = (float *)mallocCheck(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) h[i] = __bfloat162float(tmp[i]);
+    for (size_t i = 0; i < n; i++) h[i] = to_float(tmp[i]);
     return h;
 }
 
@@ -105,16 +101,11 @@ static T *device_copy(const T *d, size_t n, int misaligned) {
 template <typename T>
 static void device_buffer_free(T *p, int misaligned) { CUDA_CHECK(cudaFree(p - (misaligned ? 1 : 0))); }
 
-// Host floats into a new device buffer as bf16 / fp32, aligned or (misaligned)
+// Host floats into a new device buffer as floatX, aligned or (misaligned)
 // one element past a 256-byte boundary, as device_buffer.
-static inline bf16 *upload_bf16(const float *h, size_t n, int misaligned) {
-    bf16 *tmp = device_bf16_from(h, n), *p = device_copy(tmp, n, misaligned);
+static inline floatX *upload_floatX(const float *h, size_t n, int misaligned) {
+    floatX *tmp = device_floatX_from(h, n), *p = device_copy(tmp, n, misaligned);
     CUDA_CHECK(cudaFree(tmp));
-    return p;
-}
-static inline float *upload_f32(const float *h, size_t n, int misaligned) {
-    float *p = device_buffer<float>(n, misaligned);
-    CUDA_CHECK(cudaMemcpy(p, h, n * sizeof(float), cudaMemcpyHostToDevice));
     return p;
 }
 

@@ -11,11 +11,11 @@
 
 // n bf16 device values (from h, or uninitialised when h is NULL) starting
 // shift elements past a cudaMalloc'd base; free with cudaFree(p - shift).
-static bf16 *bf16_shifted(const float *h, size_t n, int shift) {
-    bf16 *p = (bf16 *)cudaMallocCheck((n + (size_t)shift) * 2) + shift;
+static floatX *bf16_shifted(const float *h, size_t n, int shift) {
+    floatX *p = (floatX *)cudaMallocCheck((n + (size_t)shift) * 2) + shift;
     if (h) {
-        std::vector<bf16> tmp(n);
-        for (size_t i = 0; i < n; i++) tmp[i] = __float2bfloat16_rn(h[i]);
+        std::vector<floatX> tmp(n);
+        for (size_t i = 0; i < n; i++) tmp[i] = to_floatX(h[i]);
         CUDA_CHECK(cudaMemcpy(p, tmp.data(), n * 2, cudaMemcpyHostToDevice));
     }
     return p;
@@ -29,19 +29,19 @@ static void check_shape(Rng *rng, MatmulContext *mc, int N, int IC, int OC, int 
     float *ref = (float *)mallocCheck(no * 4), *ref_gelu = (float *)mallocCheck(no * 4);
     linear_forward(ref, inp, w, bias, NULL, N, IC, OC);
     gelu_forward(ref_gelu, ref, no);
-    bf16 *d_inp = bf16_shifted(inp, ni, shift), *d_w = bf16_shifted(w, wo, shift), *d_bias = bf16_shifted(bias, OC, shift);
-    bf16 *d_out = bf16_shifted(NULL, no, shift), *d_pre = bf16_shifted(NULL, no, shift);
+    floatX *d_inp = bf16_shifted(inp, ni, shift), *d_w = bf16_shifted(w, wo, shift), *d_bias = bf16_shifted(bias, OC, shift);
+    floatX *d_out = bf16_shifted(NULL, no, shift), *d_pre = bf16_shifted(NULL, no, shift);
     poison(d_out, no * 2);
     gpu_matmul_forward(mc, d_out, NULL, d_inp, d_w, d_bias, N, IC, OC, 0);
-    float *got = host_from_bf16(d_out, no);
+    float *got = host_from_floatX(d_out, no);
     snprintf(what, sizeof(what), "matmul forward + bias N=%d IC=%d OC=%d shift=%d", N, IC, OC, shift);
     check_close(what, got, ref, no, 1e-2, 1e-2);
     free(got);
     poison(d_out, no * 2);
     poison(d_pre, no * 2);
     gpu_matmul_forward(mc, d_out, d_pre, d_inp, d_w, d_bias, N, IC, OC, 0);
-    got = host_from_bf16(d_out, no);
-    float *pre = host_from_bf16(d_pre, no);
+    got = host_from_floatX(d_out, no);
+    float *pre = host_from_floatX(d_pre, no);
     snprintf(what, sizeof(what), "matmul forward + bias + GELU N=%d IC=%d OC=%d: out", N, IC, OC);
     check_close(what, got, ref_gelu, no, 1e-2, 1e-2);
     snprintf(what, sizeof(what), "matmul forward + bias + GELU N=%d IC=%d OC=%d: pre-activation", N, IC, OC);
@@ -50,12 +50,12 @@ static void check_shape(Rng *rng, MatmulContext *mc, int N, int IC, int OC, int 
     float *dout = host_random(rng, no, 1.0f), *dinp = (float *)mallocCheck(ni * 4);
     float *dw = host_random(rng, wo, 1.0f), *db = host_random(rng, OC, 1.0f);
     float *d_dw = device_f32_from(dw, wo), *d_db = device_f32_from(db, OC);
-    bf16 *d_dout = bf16_shifted(dout, no, shift), *d_dinp = bf16_shifted(NULL, ni, shift);
+    floatX *d_dout = bf16_shifted(dout, no, shift), *d_dinp = bf16_shifted(NULL, ni, shift);
     float *d_scratch = (float *)cudaMallocCheck(colsum_scratch_floats(N, OC) * 4);
     linear_backward(dinp, dw, db, dout, inp, w, N, IC, OC);
     poison(d_dinp, ni * 2);
-    gpu_matmul_backward<bf16>(mc, d_dinp, d_dw, d_db, d_scratch, d_dout, d_dout, d_inp, d_w, N, IC, OC, 0);
-    float *g_dinp = host_from_bf16(d_dinp, ni), *g_dw = host_from_f32(d_dw, wo), *g_db = host_from_f32(d_db, OC);
+    gpu_matmul_backward<floatX>(mc, d_dinp, d_dw, d_db, d_scratch, d_dout, d_dout, d_inp, d_w, N, IC, OC, 0);
+    float *g_dinp = host_from_floatX(d_dinp, ni), *g_dw = host_from_f32(d_dw, wo), *g_db = host_from_f32(d_db, OC);
     snprintf(what, sizeof(what), "matmul backward N=%d IC=%d OC=%d: dinp", N, IC, OC);
     check_close(what, g_dinp, dinp, ni, 1e-2, 1e-2);
     snprintf(what, sizeof(what), "matmul backward N=%d IC=%d OC=%d: dW (fp32, accumulated)", N, IC, OC);
@@ -71,7 +71,7 @@ static void check_shape(Rng *rng, MatmulContext *mc, int N, int IC, int OC, int 
     linear_forward(ref_nb, inp, w, NULL, NULL, N, IC, OC);
     poison(d_out, no * 2);
     gpu_matmul_forward(mc, d_out, NULL, d_inp, d_w, NULL, N, IC, OC, 0);
-    float *got_nb = host_from_bf16(d_out, no);
+    float *got_nb = host_from_floatX(d_out, no);
     snprintf(what, sizeof(what), "matmul forward, no bias N=%d IC=%d OC=%d", N, IC, OC);
     check_close(what, got_nb, ref_nb, no, 1e-2, 1e-2);
     for (size_t i = 0; i < no; i++) dsrc[i] = 2.0f * rng_uniform(rng) - 1.0f;
@@ -85,7 +85,7 @@ static void check_shape(Rng *rng, MatmulContext *mc, int N, int IC, int OC, int 
     snprintf(what, sizeof(what), "matmul backward, fp32 dbias source N=%d IC=%d OC=%d: dbias", N, IC, OC);
     check_close(what, g_db2, db, OC, 1e-3, 1e-3);
 
-    bf16 *dev_bf[] = {d_inp, d_w, d_bias, d_out, d_pre, d_dout, d_dinp};
+    floatX *dev_bf[] = {d_inp, d_w, d_bias, d_out, d_pre, d_dout, d_dinp};
     for (size_t i = 0; i < sizeof(dev_bf) / sizeof(dev_bf[0]); i++) CUDA_CHECK(cudaFree(dev_bf[i] - shift));
     void *dev[] = {d_dw, d_db, d_scratch, d_dsrc};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
@@ -124,13 +124,13 @@ int main(void) {
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
         int IC = shapes[s].IC, OC = shapes[s].OC;
         size_t ni = (size_t)N * IC, no = (size_t)N * OC, wo = (size_t)OC * IC;
-        bf16 *inp = (bf16 *)cudaMallocCheck(ni * 2), *w = (bf16 *)cudaMallocCheck(wo * 2), *bias = (bf16 *)cudaMallocCheck(OC * 2);
-        bf16 *out = (bf16 *)cudaMallocCheck(no * 2), *pre = (bf16 *)cudaMallocCheck(no * 2), *dinp = (bf16 *)cudaMallocCheck(ni * 2);
+        floatX *inp = (floatX *)cudaMallocCheck(ni * 2), *w = (floatX *)cudaMallocCheck(wo * 2), *bias = (floatX *)cudaMallocCheck(OC * 2);
+        floatX *out = (floatX *)cudaMallocCheck(no * 2), *pre = (floatX *)cudaMallocCheck(no * 2), *dinp = (floatX *)cudaMallocCheck(ni * 2);
         float *dw = (float *)cudaMallocCheck(wo * 4), *db = (float *)cudaMallocCheck(OC * 4);
         float *scratch = (float *)cudaMallocCheck(colsum_scratch_floats(N, OC) * 4);
-        launch_kernel(fill_hash_bf16_kernel, ceil_div_int(ni, 256), 256, 0, 0, inp, (int64_t)ni, 10 + s);
-        launch_kernel(fill_hash_bf16_kernel, ceil_div_int(wo, 256), 256, 0, 0, w, (int64_t)wo, 20 + s);
-        launch_kernel(fill_hash_bf16_kernel, ceil_div_int(OC, 256), 256, 0, 0, bias, OC, 30 + s);
+        launch_kernel(fill_hash_floatX_kernel, ceil_div_int(ni, 256), 256, 0, 0, inp, (int64_t)ni, 10 + s);
+        launch_kernel(fill_hash_floatX_kernel, ceil_div_int(wo, 256), 256, 0, 0, w, (int64_t)wo, 20 + s);
+        launch_kernel(fill_hash_floatX_kernel, ceil_div_int(OC, 256), 256, 0, 0, bias, OC, 30 + s);
         CUDA_CHECK(cudaMemset(dw, 0, wo * 4));
         CUDA_CHECK(cudaMemset(db, 0, OC * 4));
         double flops = 2.0 * N * (double)IC * OC;
@@ -142,7 +142,7 @@ int main(void) {
         bench_report(&b, name, ms, 0, flops);
         snprintf(name, sizeof(name), "bwd %s", shapes[s].name);
         ms = bench_ms(&b, 20, [&] {
-            gpu_matmul_backward<bf16>(&mc, dinp, dw, db, scratch, out, out, inp, w, N, IC, OC, 0);
+            gpu_matmul_backward<floatX>(&mc, dinp, dw, db, scratch, out, out, inp, w, N, IC, OC, 0);
         });
         bench_report(&b, name, ms, 0, 2 * flops);
         void *dev[] = {inp, w, bias, out, pre, dinp, dw, db, scratch};

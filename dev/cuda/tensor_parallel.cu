@@ -17,7 +17,7 @@
 //       and last real column. V = 1000 (the last slice partly padding), 10
 //       (every slice after the first all padding), 640 (no padding), 50257
 //       (GPT-2: the last slice partly padding), at N = 5..8 rows;
-//   gpu_tp_bias_bf16 against fp32 in + bias rounded once (bits), rows x C
+//   gpu_tp_bias_floatX against fp32 in + bias rounded once (bits), rows x C
 //       = 7 x 64, 5 x 30, 3 x 768 (partial blocks);
 //   the vocabulary-parallel embedding: each rank's partial (gpu_tp_embed_rows:
 //       the rows its slice holds, zeros for the others' tokens) and the
@@ -53,7 +53,7 @@ static void vocab_slice(int V, int tp, int rank, int *v0, int *vreal) {
 
 typedef struct {
     int v0, vreal;
-    bf16 *logits;                           // (N, Vl): the rank's columns of the logits
+    floatX *logits;                           // (N, Vl): the rank's columns of the logits
     float *ce_max, *stats, *gmax, *losses;  // (tp, N), (2, N), (N), (N)
 } TPRank;
 
@@ -107,7 +107,7 @@ static CEGot vocab_ce_run(const float *lp, const int *d_y, int N, int V, int tp,
         TPRank *k = &rk[r];
         vocab_slice(V, tp, r, &k->v0, &k->vreal);
         for (int i = 0; i < N; i++) memcpy(slice + (size_t)i * Vl, lp + (size_t)i * Vp + k->v0, sizeof(float) * Vl);
-        k->logits = upload_bf16(slice, (size_t)N * Vl, 0);
+        k->logits = upload_floatX(slice, (size_t)N * Vl, 0);
         k->ce_max = device_buffer<float>((size_t)tp * N, 0);
         k->stats = device_buffer<float>(2 * (size_t)N, 0);
         k->gmax = device_buffer<float>(N, 0);
@@ -119,7 +119,7 @@ static CEGot vocab_ce_run(const float *lp, const int *d_y, int N, int V, int tp,
     g.logits = (float *)mallocCheck(sizeof(float) * (size_t)N * Vp);
     for (int r = 0; r < tp; r++) {
         TPRank *k = &rk[r];
-        float *l = host_from_f32(k->losses, N), *x = host_from_bf16(k->logits, (size_t)N * Vl);
+        float *l = host_from_f32(k->losses, N), *x = host_from_floatX(k->logits, (size_t)N * Vl);
         memcpy(g.losses + (size_t)r * N, l, sizeof(float) * N);
         for (int i = 0; i < N; i++) memcpy(g.logits + (size_t)i * Vp + k->v0, x + (size_t)i * Vl, sizeof(float) * Vl);
         free(l);
@@ -199,13 +199,13 @@ static void check_bias(Rng *rng, int rows, int C) {
     float *in = (float *)mallocCheck(sizeof(float) * n), *ref = (float *)mallocCheck(sizeof(float) * n);
     for (size_t i = 0; i < n; i++) in[i] = (2.0f * rng_uniform(rng) - 1.0f) * 4.0f;  // fp32: not bf16 values
     float *bias = host_random(rng, C, 1.0f);
-    for (size_t i = 0; i < n; i++) ref[i] = bf16_round(in[i] + bias[i % C]);
+    for (size_t i = 0; i < n; i++) ref[i] = floatX_round(in[i] + bias[i % C]);
     float *d_in = device_f32_from(in, n);
-    bf16 *d_bias = device_bf16_from(bias, C), *d_out = device_buffer<bf16>(n, 0);
-    gpu_tp_bias_bf16(d_out, d_in, d_bias, rows, C, 0);
-    float *got = host_from_bf16(d_out, n);
+    floatX *d_bias = device_floatX_from(bias, C), *d_out = device_buffer<floatX>(n, 0);
+    gpu_tp_bias_floatX(d_out, d_in, d_bias, rows, C, 0);
+    float *got = host_from_floatX(d_out, n);
     char what[120];
-    snprintf(what, sizeof(what), "gpu_tp_bias_bf16 rows=%d C=%d: in + bias rounded once", rows, C);
+    snprintf(what, sizeof(what), "gpu_tp_bias_floatX rows=%d C=%d: in + bias rounded once", rows, C);
     check_close(what, got, ref, n, 0, 0);
     CUDA_CHECK(cudaFree(d_in));
     CUDA_CHECK(cudaFree(d_bias));
@@ -233,17 +233,17 @@ static void check_embedding(Rng *rng, int B, int T, int C, int V, int tp) {
     float *lookup = (float *)mallocCheck(sizeof(float) * n), *ref = (float *)mallocCheck(sizeof(float) * n);
     for (int i = 0; i < N; i++) memcpy(lookup + (size_t)i * C, wte + (size_t)inp[i] * C, sizeof(float) * C);
     encoder_forward(ref, inp, wte, wpe, B, T, C);
-    for (size_t i = 0; i < n; i++) ref[i] = bf16_round(ref[i]);
+    for (size_t i = 0; i < n; i++) ref[i] = floatX_round(ref[i]);
     int *d_inp = (int *)cudaMallocCheck(sizeof(int) * N);
     CUDA_CHECK(cudaMemcpy(d_inp, inp, sizeof(int) * N, cudaMemcpyHostToDevice));
-    bf16 *d_wpe = device_bf16_from(wpe, (size_t)T * C);
+    floatX *d_wpe = device_floatX_from(wpe, (size_t)T * C);
 
     // each rank's partial, and their sum (the all-reduce / reduce-scatter's)
     float *sum = (float *)callocCheck(n, sizeof(float)), *want = (float *)mallocCheck(sizeof(float) * n);
     for (int r = 0; r < tp; r++) {
         int v0, vreal;
         vocab_slice(V, tp, r, &v0, &vreal);
-        bf16 *d_wte = device_bf16_from(wte + (size_t)v0 * C, (size_t)Vl * C);  // the rank's rows, padding included
+        floatX *d_wte = device_floatX_from(wte + (size_t)v0 * C, (size_t)Vl * C);  // the rank's rows, padding included
         float *d_part = device_buffer<float>(n, 0);
         gpu_tp_embed_rows(d_part, d_inp, d_wte, v0, vreal, N, C, 0);
         float *got = host_from_f32(d_part, n);
@@ -270,9 +270,9 @@ static void check_embedding(Rng *rng, int B, int T, int C, int V, int tp) {
         for (int r = 0; r < tp; r++) {
             int r0 = sp ? r * Nl : 0;
             float *d_sum = device_f32_from(sum + (size_t)r0 * C, (size_t)Nl * C);
-            bf16 *d_enc = device_buffer<bf16>((size_t)Nl * C, 0);
+            floatX *d_enc = device_buffer<floatX>((size_t)Nl * C, 0);
             gpu_tp_embed_finish(d_enc, d_sum, d_wpe, r0, T, Nl, C, 0);
-            float *got = host_from_bf16(d_enc, (size_t)Nl * C);
+            float *got = host_from_floatX(d_enc, (size_t)Nl * C);
             snprintf(what, sizeof(what), "tp %d%s rank %d gpu_tp_embed_finish B=%d T=%d C=%d: rows %d..%d", tp,
                      sp ? " sp" : "", r, B, T, C, r0, r0 + Nl - 1);
             check_close(what, got, ref + (size_t)r0 * C, (size_t)Nl * C, 0, 0);
@@ -358,14 +358,14 @@ int main(void) {
         int Vl = Vp / tp, r = tp - 1, v0, vreal;  // the last rank: its slice partly padding
         vocab_slice(V, tp, r, &v0, &vreal);
         size_t n = (size_t)N * Vl;
-        bf16 *l = (bf16 *)cudaMallocCheck(n * sizeof(bf16));
+        floatX *l = (floatX *)cudaMallocCheck(n * sizeof(floatX));
         float *mx = (float *)cudaMallocCheck(sizeof(float) * (size_t)tp * N);
         float *stats = (float *)cudaMallocCheck(sizeof(float) * 2 * N);
         float *gmax = (float *)cudaMallocCheck(sizeof(float) * N);
         float *loss = (float *)cudaMallocCheck(sizeof(float) * N);
         CUDA_CHECK(cudaMemset(mx, 0, sizeof(float) * (size_t)tp * N));  // (the other ranks' maxima)
         // the logits are rewritten with dlogits each run: the input changes, the work does not
-        launch_kernel(fill_hash_bf16_kernel, ceil_div_int((int64_t)n, 256), 256, 0, 0, l, (int64_t)n, 17);
+        launch_kernel(fill_hash_floatX_kernel, ceil_div_int((int64_t)n, 256), 256, 0, 0, l, (int64_t)n, 17);
         CUDA_CHECK_LAUNCH();
         double ms = bench_ms(&b, 10, [&] {
             launch_kernel(tp_vocab_max_kernel, N, TP_ROW_THREADS, 0, 0, mx + (size_t)r * N, l, Vl, vreal);
@@ -374,19 +374,19 @@ int main(void) {
                           1.0f / N, 1);
         });
         snprintf(name, sizeof(name), "tp %d vocab-parallel CE 16384x%d", tp, Vl);
-        bench_report(&b, name, ms, 4.0 * n * sizeof(bf16), 0);  // the slice read 3 times, written once
+        bench_report(&b, name, ms, 4.0 * n * sizeof(floatX), 0);  // the slice read 3 times, written once
         CUDA_CHECK(cudaFree(l)); CUDA_CHECK(cudaFree(mx)); CUDA_CHECK(cudaFree(stats));
         CUDA_CHECK(cudaFree(gmax)); CUDA_CHECK(cudaFree(loss));
     }
     size_t n = (size_t)N * C;
     float *in = (float *)cudaMallocCheck(sizeof(float) * n);
-    bf16 *bias = (bf16 *)cudaMallocCheck(sizeof(bf16) * C), *out = (bf16 *)cudaMallocCheck(sizeof(bf16) * n);
+    floatX *bias = (floatX *)cudaMallocCheck(sizeof(floatX) * C), *out = (floatX *)cudaMallocCheck(sizeof(floatX) * n);
     // random fp32 in: pairs of random bf16 read as fp32 (finite)
-    launch_kernel(fill_hash_bf16_kernel, ceil_div_int((int64_t)n * 2, 256), 256, 0, 0, (bf16 *)in, (int64_t)n * 2, 18);
-    launch_kernel(fill_hash_bf16_kernel, ceil_div_int(C, 256), 256, 0, 0, bias, (int64_t)C, 19);
+    launch_kernel(fill_hash_floatX_kernel, ceil_div_int((int64_t)n * 2, 256), 256, 0, 0, (floatX *)in, (int64_t)n * 2, 18);
+    launch_kernel(fill_hash_floatX_kernel, ceil_div_int(C, 256), 256, 0, 0, bias, (int64_t)C, 19);
     CUDA_CHECK_LAUNCH();
-    double ms = bench_ms(&b, 20, [&] { gpu_tp_bias_bf16(out, in, bias, N, C, 0); });
-    bench_report(&b, "gpu_tp_bias_bf16 16384x768", ms, (double)n * (sizeof(float) + sizeof(bf16)), 0);
+    double ms = bench_ms(&b, 20, [&] { gpu_tp_bias_floatX(out, in, bias, N, C, 0); });
+    bench_report(&b, "gpu_tp_bias_floatX 16384x768", ms, (double)n * (sizeof(float) + sizeof(floatX)), 0);
     CUDA_CHECK(cudaFree(in)); CUDA_CHECK(cudaFree(bias)); CUDA_CHECK(cudaFree(out)); CUDA_CHECK(cudaFree(y));
     bench_free(&b);
     return test_exit_code();

@@ -55,15 +55,15 @@ static void regions_collect(double ms[NUM_KINDS], double flops[NUM_KINDS]) {
     g_num_regions = 0;
 }
 
-static inline void timed_matmul_forward(MatmulContext *mc, bf16 *out, bf16 *pre_gelu, const bf16 *inp, const bf16 *W,
-                                        const bf16 *bias, int N, int IC, int OC, cudaStream_t s) {
+static inline void timed_matmul_forward(MatmulContext *mc, floatX *out, floatX *pre_gelu, const floatX *inp, const floatX *W,
+                                        const floatX *bias, int N, int IC, int OC, cudaStream_t s) {
     region_start(KIND_MATMUL, 2.0 * N * IC * OC, s);
     gpu_matmul_forward(mc, out, pre_gelu, inp, W, bias, N, IC, OC, s);
     region_stop(s);
 }
 template <typename T>
-static inline void timed_matmul_backward(MatmulContext *mc, bf16 *dinp, float *dW, float *dbias, float *scratch,
-                                         const bf16 *dout, const T *dbias_src, const bf16 *inp, const bf16 *W, int N,
+static inline void timed_matmul_backward(MatmulContext *mc, floatX *dinp, float *dW, float *dbias, float *scratch,
+                                         const floatX *dout, const T *dbias_src, const floatX *inp, const floatX *W, int N,
                                          int IC, int OC, cudaStream_t s) {
     region_start(KIND_MATMUL, (dW ? 4.0 : 2.0) * N * IC * OC, s);
     gpu_matmul_backward<T>(mc, dinp, dW, dbias, scratch, dout, dbias_src, inp, W, N, IC, OC, s);
@@ -71,26 +71,26 @@ static inline void timed_matmul_backward(MatmulContext *mc, bf16 *dinp, float *d
 }
 // Attention FLOPs as gpt_flops_per_token counts them (no causal halving):
 // forward Q K^T and P V, 4 B T^2 C; backward twice that.
-static inline void timed_flash_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int C, int NH,
+static inline void timed_flash_forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH,
                                        cudaStream_t s) {
     region_start(KIND_ATTENTION, 4.0 * B * T * T * C, s);
     gpu_flash_attention_forward(out, lse, qkv, B, T, C, NH, s);
     region_stop(s);
 }
-static inline void timed_flash_backward(bf16 *dqkv, float *delta, const bf16 *dout, const bf16 *qkv, const bf16 *out,
+static inline void timed_flash_backward(floatX *dqkv, float *delta, const floatX *dout, const floatX *qkv, const floatX *out,
                                         const float *lse, int B, int T, int C, int NH, cudaStream_t s) {
     region_start(KIND_ATTENTION, 8.0 * B * T * T * C, s);
     gpu_flash_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, s);
     region_stop(s);
 }
-static inline void timed_cudnn_forward(CudnnAttention *ca, bf16 *out, float *lse, const bf16 *qkv, int B, int T,
+static inline void timed_cudnn_forward(CudnnAttention *ca, floatX *out, float *lse, const floatX *qkv, int B, int T,
                                        int C, int NH, cudaStream_t s) {
     region_start(KIND_ATTENTION, 4.0 * B * T * T * C, s);
     gpu_cudnn_attention_forward(ca, out, lse, qkv, B, T, C, NH, s);
     region_stop(s);
 }
-static inline void timed_cudnn_backward(CudnnAttention *ca, bf16 *dqkv, float *delta, const bf16 *dout,
-                                        const bf16 *qkv, const bf16 *out, const float *lse, int B, int T, int C,
+static inline void timed_cudnn_backward(CudnnAttention *ca, floatX *dqkv, float *delta, const floatX *dout,
+                                        const floatX *qkv, const floatX *out, const float *lse, int B, int T, int C,
                                         int NH, cudaStream_t s) {
     region_start(KIND_ATTENTION, 8.0 * B * T * T * C, s);
     gpu_cudnn_attention_backward(ca, dqkv, delta, dout, qkv, out, lse, B, T, C, NH, s);
