@@ -210,12 +210,7 @@ int main(int argc, char **argv) {
                      cpu_profile, NULL, NULL, cpu_ckpt_stage, NULL, cpu_ckpt_load, omp_threads()};
     // checkpoints: each rank's ZeRO shard of its buffer (ranges of it; the manifest maps them)
     CkptRanges ranges = ckpt_ranges(&zero.map, o.zero, 3, &model.layout);
-    float *ckpt_staging = NULL;  // what this rank writes of each checkpoint
-    if (o.ckpt_dir[0]) {  // (touched now, once: no checkpoint pays the first-touch page faults)
-        size_t bytes = sizeof(float) * CKPT_STATES * (size_t)(ckpt_pieces_elems(&ranges.write) + 1);
-        ckpt_staging = (float *)alignedMallocCheck(bytes);
-        memset(ckpt_staging, 0, bytes);
-    }
+    float *ckpt_staging = o.ckpt_dir[0] ? ckpt_staging_alloc(&ranges) : NULL;  // what this rank writes of each checkpoint
     TrainRun run = {&o, &cfg, plan, &tm, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL,
                     have_tokenizer ? &tokenizer : NULL, dp, comm_group(&comm, COMM_WORLD), rank,
                     flops_per_step, peak_gflops * 1e9 * comm.world, peak_rss_bytes, "host RSS",
