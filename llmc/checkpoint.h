@@ -76,6 +76,9 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #ifdef LLMC_ZSTD
 #include <zstd.h>
 #endif
@@ -622,6 +625,8 @@ typedef struct {
     double stall_ms;            // what the checkpoint in flight has cost the loop so far
     int stall_open;             // its copy is not known done yet: its JSON record is still to come
     int low_priority;           // no core spare beside the training threads: the thread runs at nice 19
+    int thread_copies;          // a core is spare and stage copies at once (CPU): the thread makes the copy
+    int copy_pending;           // the thread's copy of the checkpoint in flight is not known done (the update waits)
     CkptCost cost;              // the checkpoint in flight's cost
     CkptCost ended[2];          // those committed in the step now running (the one before and one staged in it)
     double clean_ms[CKPT_BASELINE_STEPS];  // the last steps that overlapped no checkpoint (a ring)
@@ -634,6 +639,7 @@ typedef struct {
     CkptPhase phase;
     CkptPoint point;
     double staged_at, write_s;  // wall clock when staged; seconds its data took to write (this rank)
+    double write_cpu_s;         // the thread's CPU seconds for it (its copy, CRC, writes)
     int direct;                 // some of its data file went with O_DIRECT (this rank)
     int64_t last_staged;        // step of the last checkpoint staged (-1: none)
     CkptFileRecord mine;        // this rank's file (set by the thread)
@@ -645,6 +651,7 @@ typedef struct {
     pthread_cond_t cv;
     CkptJob job;
     int job_done, job_failed;
+    int copied;                 // the thread's copy of the checkpoint in flight is done
     char err[CKPT_ERR_MAX];
 } CkptWriter;
 
@@ -680,9 +687,19 @@ static inline void ckpt_stage_pieces(CkptWriter *w) {
     }
 }
 
-// The thread's WRITE job: this rank's data file into step_N.tmp/.
+// The thread's WRITE job: (thread_copies: the copy into staging, beside
+// the next step's forward and backward; the update waits for it) this rank's
+// data file into step_N.tmp/.
 static inline int ckpt_do_write(CkptWriter *w, CkptIO *io) {
     char tmp_dir[CKPT_PATH_MAX], path[CKPT_FILE_MAX];
+    double cpu0 = thread_cpu_seconds();
+    if (w->thread_copies) {
+        ckpt_stage_pieces(w);
+        pthread_mutex_lock(&w->mu);
+        w->copied = 1;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+    }
     ckpt_step_dir(tmp_dir, sizeof(tmp_dir), w->dir, w->point.step, ".tmp");
     double t0 = wall_seconds();
     int err = ckpt_make_tmp_dir(tmp_dir);
@@ -706,6 +723,7 @@ static inline int ckpt_do_write(CkptWriter *w, CkptIO *io) {
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
     }
     w->write_s = wall_seconds() - t0;
+    w->write_cpu_s = thread_cpu_seconds() - cpu0;
     ckpt_kill_point(io, "after-data");
     return 1;
 }
@@ -748,6 +766,9 @@ static inline void *ckpt_thread_main(void *arg) {
     CkptWriter *w = (CkptWriter *)arg;
     // (no spare core: the training threads' idle time only; lowering its own priority never needs a privilege)
     if (w->low_priority) setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+#ifdef _OPENMP
+    if (w->thread_copies) omp_set_num_threads(1);  // (its copy on its own core, not a team beside the training threads)
+#endif
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (w->job == CKPT_JOB_NONE || w->job_done) pthread_cond_wait(&w->cv, &w->mu);
@@ -772,6 +793,7 @@ static inline void ckpt_submit(CkptWriter *w, CkptJob job) {
     w->job = job;
     w->job_done = 0;
     w->job_failed = 0;
+    w->copied = 0;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
 }
@@ -868,10 +890,12 @@ static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup
     if (w->rank == 0) w->data_set = dataloader_identity(train, train->num_shards);
     int cores, spare = ckpt_spare_cores(train_threads, &cores);
     w->low_priority = spare < 1;
+    w->thread_copies = spare >= 1 && !wait_staged;
     if (w->rank == 0) {
         if (spare >= 1)
-            printf("checkpoint: the writer has %d core%s beside %d training thread%s a rank (%d cores)\n", spare,
-                   spare > 1 ? "s" : "", train_threads, train_threads > 1 ? "s" : "", cores);
+            printf("checkpoint: the writer has %d core%s beside %d training thread%s a rank (%d cores)%s\n", spare,
+                   spare > 1 ? "s" : "", train_threads, train_threads > 1 ? "s" : "", cores,
+                   w->thread_copies ? ": it copies each checkpoint beside the next step" : "");
         else
             printf("checkpoint: no core spare beside %d training thread%s a rank (%d cores): the writer runs at "
                    "nice 19, on their idle time\n", train_threads, train_threads > 1 ? "s" : "", cores);
@@ -958,9 +982,9 @@ static inline void ckpt_log_commit(CkptWriter *w, Logger *log, int64_t at_step) 
     char dir[CKPT_PATH_MAX];
     ckpt_step_dir(dir, sizeof(dir), w->dir, w->point.step, "");
     printf("checkpoint %s committed at step %lld: %.1f MB on disk (%.2fx compression), rank 0 wrote at %.0f MB/s "
-           "(%s), %.2f s after staging\n", dir, (long long)at_step, total / 1e6, raw / (total > 0 ? total : 1),
-           (double)w->mine.bytes / 1e6 / (w->write_s > 0 ? w->write_s : 1e-9),
-           w->direct ? "O_DIRECT" : "through the page cache", secs);
+           "(%s; its writer's CPU time %.2f s), %.2f s after staging\n", dir, (long long)at_step, total / 1e6,
+           raw / (total > 0 ? total : 1), (double)w->mine.bytes / 1e6 / (w->write_s > 0 ? w->write_s : 1e-9),
+           w->direct ? "O_DIRECT" : "through the page cache", w->write_cpu_s, secs);
     fflush(stdout);
     logger_ckpt(log, w->point.step, "committed", 0.0, total, secs);
     w->phase = CKPT_IDLE;
@@ -1001,6 +1025,7 @@ static inline void ckpt_drain(CkptWriter *w, Logger *log, int64_t at_step) {
     ckpt_hand_to_thread(w);
     if (w->phase == CKPT_WRITING) {
         ckpt_job_done(w, 1, &failed);
+        w->copy_pending = 0;
         ckpt_stall_close(w, 0.0);  // (the run's end, or the next checkpoint, waited for all of it)
         double f[2] = {1.0, (double)failed};
         comm_all_reduce(w->dp, f, 2, COMM_F64);
@@ -1080,8 +1105,14 @@ static inline int ckpt_step_boundary(CkptWriter *w, int64_t steps_done, int fina
     w->log = log;
     w->last_staged = steps_done;
     w->phase = CKPT_STAGING;
-    ckpt_stage_pieces(w);  // (GPU: queued)
-    if (!w->wait_staged) ckpt_hand_to_thread(w);
+    if (w->thread_copies) {  // (the thread copies, then writes; the update waits for the copy: ckpt_before_update)
+        w->copy_pending = 1;
+        w->phase = CKPT_WRITING;
+        ckpt_submit(w, CKPT_JOB_WRITE);
+    } else {
+        ckpt_stage_pieces(w);  // (GPU: queued)
+        if (!w->wait_staged) ckpt_hand_to_thread(w);
+    }
     w->staged_at = wall_seconds();
     double stall_ms = (w->staged_at - t0) * 1e3;
     if (w->rank == 0) {
@@ -1099,9 +1130,23 @@ static inline int ckpt_step_boundary(CkptWriter *w, int64_t steps_done, int fina
         c.baseline_ms = quantile(v, n, 0.5);
     }
     w->cost = c;
-    if (!w->wait_staged) ckpt_stall_close(w, 0.0);  // (the copy is done)
+    if (!w->wait_staged && !w->copy_pending) ckpt_stall_close(w, 0.0);  // (the copy is done)
     if (final || preempt) ckpt_drain(w, log, steps_done);
     return preempt;
+}
+
+// Before the update, which rewrites what a checkpoint's copy reads: waits
+// for the thread's copy of the checkpoint staged at the boundary before
+// (thread_copies; done long before, as a rule: it ran beside the step's
+// forward and backward); the wait is the checkpoint's stall. w: NULL, none.
+static inline void ckpt_before_update(CkptWriter *w) {
+    if (!w || !w->copy_pending) return;
+    double t0 = wall_seconds();
+    pthread_mutex_lock(&w->mu);
+    while (!w->copied) pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    w->copy_pending = 0;
+    ckpt_stall_close(w, (wall_seconds() - t0) * 1e3);
 }
 
 // After step `step` (0-based) took ms (this rank's wall time, its line

@@ -251,7 +251,8 @@ TINY=1 TRAIN=$TRAIN TOKENIZE=$BUILD/tokenize TMPDIR=$tmp bash scripts/bench_ckpt
 rc=$?
 check "bench_ckpt.sh (TINY=1): lost time per checkpoint beside the synchronous write, 2 checkpoints counted" \
     "[ $rc -eq 0 ] && grep -q '^trainer  *lost_ms  *log_lost  *stall_ms  *sync_ms  *lost%' '$tmp/bench.log' &&
-     grep -Eq '^train_gpt +-?[0-9.]+ +-?[0-9.]+ +[0-9.]+ +[0-9.]+ +-?[0-9.]+% ' '$tmp/bench.log' &&
+     grep -Eq '^train_gpt +-?[0-9.]+ +-?[0-9.]+ +[0-9.]+ +[0-9.]+ +-?[0-9.]+% +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9.]+ ' \
+         '$tmp/bench.log' &&
      grep -q '12 steps, a checkpoint every 4 steps, 2 counted' '$tmp/bench.log' &&
      grep -Eq '^  checkpoint: (the writer has [0-9]+ cores? beside|no core spare beside) 1 training thread a rank' '$tmp/bench.log'" \
     "rc=$rc: $(tr '\n' '|' <"$tmp/bench.log")"
