@@ -88,8 +88,8 @@ static void cpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scal
     else zero_optimizer_step(t->zero, ac, grad_scale);
 }
 // [lo, hi) of this rank's buffer: weights, m and v into staging
-static void cpu_ckpt_stage(void *ctx, float *staging, int64_t lo, int64_t hi) {
-    zero_ckpt_stage(((CpuTrainer *)ctx)->zero, staging, lo, hi);
+static void cpu_ckpt_stage(void *ctx, float *staging, int64_t lo, int64_t hi, uint32_t *crcs) {
+    zero_ckpt_stage(((CpuTrainer *)ctx)->zero, staging, lo, hi, crcs);
 }
 static void cpu_ckpt_load(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step) {
     (void)step;

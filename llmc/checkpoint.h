@@ -84,6 +84,7 @@
 #endif
 
 #include "ckpt_dir.h"
+#include "ckpt_stage.h"
 #include "ckpt_manifest.h"
 #include "comm.h"
 #include "crc32c.h"
@@ -448,18 +449,19 @@ static inline int ckpt_direct(int fd, int on) {
 }
 
 // Writes data[0..n) to fd, the new file path, zstd-compressed at level
-// compress > 0, fsynced and closed (removed on a failure). Raw data from a
+// compress > 0, fsynced and closed (removed on a failure). crc_known: raw
+// data whose CRC32C *crc already holds (the staging copy's). Raw data from a
 // CKPT_DIRECT_ALIGN-aligned buffer goes with O_DIRECT where the file system
 // takes it (the tail that is not a whole block, and everything after a
 // direct write it refuses with EINVAL, buffered; *direct says whether any
 // went direct; NULL: buffered). Returns 1 with its size and CRC32C, or 0
 // (io->err).
 static inline int ckpt_write_fd(CkptIO *io, int fd, const char *path, const void *data, size_t n, int compress,
-                                int *direct, int64_t *bytes, uint32_t *crc) {
+                                int *direct, int64_t *bytes, uint32_t *crc, int crc_known) {
     int err = 0;
     double t0 = wall_seconds(), next_s = CKPT_PROGRESS_S;
     *bytes = 0;
-    *crc = 0;
+    if (!crc_known || compress > 0) *crc = 0;
     if (compress <= 0) {
         int on = direct && n >= CKPT_DIRECT_ALIGN && (uintptr_t)data % CKPT_DIRECT_ALIGN == 0 && ckpt_direct(fd, 1);
         int refuse = on && io->kill_point && strcmp(io->kill_point, "direct-refused") == 0;  // (tests)
@@ -478,7 +480,7 @@ static inline int ckpt_write_fd(CkptIO *io, int fd, const char *path, const void
                 continue;
             }
             if (on && !err) *direct = 1;
-            *crc = crc32c_update(*crc, (const char *)data + off, len);
+            if (!crc_known) *crc = crc32c_update(*crc, (const char *)data + off, len);
             off += len;
         }
         *bytes = (int64_t)n;
@@ -518,10 +520,10 @@ static inline int ckpt_write_fd(CkptIO *io, int fd, const char *path, const void
 
 // The same into path, created (never over an existing file or a link).
 static inline int ckpt_write_file(CkptIO *io, const char *path, const void *data, size_t n, int compress,
-                                  int *direct, int64_t *bytes, uint32_t *crc) {
+                                  int *direct, int64_t *bytes, uint32_t *crc, int crc_known) {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) return ckpt_io_fail(io, "creating", path, errno);
-    return ckpt_write_fd(io, fd, path, data, n, compress, direct, bytes, crc);
+    return ckpt_write_fd(io, fd, path, data, n, compress, direct, bytes, crc, crc_known);
 }
 
 // `latest` in dir names the step directory `name`: written to a temporary
@@ -543,7 +545,7 @@ static inline int ckpt_write_latest(CkptIO *io, const char *dir, const char *nam
         unlink(tmp);
         return ckpt_io_fail(io, "creating", tmp, err);
     }
-    if (!ckpt_write_fd(io, fd, tmp, text, (size_t)len, 0, NULL, &bytes, &crc)) return 0;
+    if (!ckpt_write_fd(io, fd, tmp, text, (size_t)len, 0, NULL, &bytes, &crc, 0)) return 0;
     if (rename(tmp, path) != 0) {
         err = errno;
         unlink(tmp);
@@ -621,7 +623,8 @@ typedef struct {
     CkptRanges ranges;
     float *staging;             // (3 x write's elements, the file's order): what this rank writes, from the trainer
     void (*wait_staged)(void *ctx);  // the trainer's: waits for its queued staging copy (NULL: stage copies at once)
-    void (*stage)(void *ctx, float *staging, int64_t lo, int64_t hi);  // the trainer's copy into staging
+    void (*stage)(void *ctx, float *staging, int64_t lo, int64_t hi, uint32_t *crcs);  // the trainer's copy into staging
+    uint32_t *chunk_crcs;       // the copy's chunks' CRC32Cs (ckpt_stage.h), when the copy takes them (CPU, raw data)
     double stall_ms;            // what the checkpoint in flight has cost the loop so far
     int stall_open;             // its copy is not known done yet: its JSON record is still to come
     int low_priority;           // no core spare beside the training threads: the thread runs at nice 19
@@ -677,14 +680,28 @@ static inline float *ckpt_staging_alloc(const CkptRanges *ranges) {
     return (float *)p;
 }
 
-// The trainer's copy of each piece this rank writes into its place in staging.
+// The trainer's copy of each piece this rank writes into its place in staging
+// (and its chunks' CRC32Cs, wanted).
 static inline void ckpt_stage_pieces(CkptWriter *w) {
-    int64_t at = 0;
+    int64_t at = 0, chunks = 0;
     for (int k = 0; k < w->ranges.write.n; k++) {
         const CkptRange *q = &w->ranges.write.r[k];
-        w->stage(w->ctx, w->staging + CKPT_STATES * at, q->lo, q->hi);
+        w->stage(w->ctx, w->staging + CKPT_STATES * at, q->lo, q->hi, w->chunk_crcs ? w->chunk_crcs + chunks : NULL);
         at += q->hi - q->lo;
+        chunks += ckpt_stage_chunks(q->hi - q->lo);
     }
+}
+
+// The CRC32C of the staged data, from its chunks'.
+static inline uint32_t ckpt_staged_crc(const CkptWriter *w) {
+    uint32_t crc = 0;
+    int64_t chunks = 0;
+    for (int k = 0; k < w->ranges.write.n; k++) {
+        int64_t n = w->ranges.write.r[k].hi - w->ranges.write.r[k].lo;
+        crc = ckpt_stage_crc(crc, w->chunk_crcs + chunks, n);
+        chunks += ckpt_stage_chunks(n);
+    }
+    return crc;
 }
 
 // The thread's WRITE job: (thread_copies: the copy into staging, beside
@@ -714,7 +731,9 @@ static inline int ckpt_do_write(CkptWriter *w, CkptIO *io) {
         size_t n = sizeof(float) * (size_t)total * CKPT_STATES;
         if (io->kill_point && strcmp(io->kill_point, "write-error") == 0) return ckpt_io_fail(io, "writing", path, ENOSPC);
         io->progress = w->rank == 0 ? path : NULL;
-        int ok = ckpt_write_file(io, path, w->staging, n, w->compress, &w->direct, &w->mine.bytes, &w->mine.crc32c);
+        if (w->chunk_crcs) w->mine.crc32c = ckpt_staged_crc(w);
+        int ok = ckpt_write_file(io, path, w->staging, n, w->compress, &w->direct, &w->mine.bytes, &w->mine.crc32c,
+                                 w->chunk_crcs != NULL);
         io->progress = NULL;
         if (!ok) return 0;
     }
@@ -746,7 +765,7 @@ static inline int ckpt_do_commit(CkptWriter *w, CkptIO *io) {
     }
     int64_t bytes;
     uint32_t crc;
-    int ok = ckpt_write_file(io, path, manifest, strlen(manifest), 0, NULL, &bytes, &crc);
+    int ok = ckpt_write_file(io, path, manifest, strlen(manifest), 0, NULL, &bytes, &crc, 0);
     free(manifest);
     if (!ok) return 0;
     int err = fsync_dir_err(tmp_dir);
@@ -891,6 +910,11 @@ static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup
     int cores, spare = ckpt_spare_cores(train_threads, &cores);
     w->low_priority = spare < 1;
     w->thread_copies = spare >= 1 && !wait_staged;
+    if (!wait_staged && w->compress <= 0) {  // (the CPU's copy takes each chunk's CRC32C while it is in cache)
+        int64_t chunks = 0;
+        for (int k = 0; k < w->ranges.write.n; k++) chunks += ckpt_stage_chunks(w->ranges.write.r[k].hi - w->ranges.write.r[k].lo);
+        w->chunk_crcs = (uint32_t *)mallocCheck(sizeof(uint32_t) * (size_t)(chunks > 0 ? chunks : 1));
+    }
     if (w->rank == 0) {
         if (spare >= 1)
             printf("checkpoint: the writer has %d core%s beside %d training thread%s a rank (%d cores)%s\n", spare,
@@ -1062,11 +1086,11 @@ static inline int ckpt_stop_before_first_step(CkptWriter *w, int64_t start) {
 // At the boundary after `steps_done` optimizer steps: progresses the
 // checkpoint in flight, stages a new one when one is due (every --ckpt-every
 // steps, at the end of the run, or after a preemption signal) through
-// stage(ctx, staging, lo, hi), and, at the end or on a signal, waits for its
+// stage(ctx, staging, lo, hi, crcs), and, at the end or on a signal, waits for its
 // commit. Collective over the data ranks. Returns 1 when the run must stop
 // (preempted: the checkpoint is committed). The JSON log gets the stall.
 static inline int ckpt_step_boundary(CkptWriter *w, int64_t steps_done, int final, const DataLoader *train,
-                                     const Rng *sample_rng, void (*stage)(void *, float *, int64_t, int64_t),
+                                     const Rng *sample_rng, void (*stage)(void *, float *, int64_t, int64_t, uint32_t *),
                                      Logger *log) {
     double t0 = wall_seconds();
     ckpt_hand_to_thread(w);
@@ -1183,6 +1207,7 @@ static inline void ckpt_writer_free(CkptWriter *w) {
     pthread_cond_destroy(&w->cv);
     for (int r = 0; r < w->world; r++) ckpt_record_free(&w->files[r]);
     free(w->files);
+    free(w->chunk_crcs);
     memset(w, 0, sizeof(*w));
 }
 

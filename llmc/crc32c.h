@@ -83,4 +83,26 @@ static inline uint32_t crc32c_update(uint32_t crc, const void *data, size_t n) {
     return ~crc;
 }
 
+// a(x) b(x) mod P(x), bit-reflected (the CRC's own order: bit 31 is x^0).
+static inline uint32_t crc32c_multiply(uint32_t a, uint32_t b) {
+    uint32_t product = 0;
+    for (uint32_t m = 1u << 31; m != 0; m >>= 1) {
+        if (a & m) product ^= b;
+        b = b & 1 ? (b >> 1) ^ 0x82F63B78u : b >> 1;
+    }
+    return product;
+}
+
+// The CRC32C of A followed by B, from crc_a, crc_b (each crc32c_update's
+// from 0) and B's length: crc_a moved over len_b zero bytes (a product with
+// x^(8 len_b), from the powers x^(2^k)), xored with crc_b.
+static inline uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b) {
+    uint32_t power = 1u << 23;  // x^8: one byte
+    for (; len_b > 0; len_b >>= 1) {
+        if (len_b & 1) crc_a = crc32c_multiply(power, crc_a);
+        power = crc32c_multiply(power, power);
+    }
+    return crc_a ^ crc_b;
+}
+
 #endif  // LLMC_CRC32C_H

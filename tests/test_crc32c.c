@@ -1,7 +1,8 @@
 // test_crc32c.c: llmc/crc32c.h against a bit-at-a-time CRC32C: the standard
 // check value, every length around the three-chain block (3 x 4096 bytes) and
 // its multiples at every alignment mod 8, and a long buffer fed in uneven
-// pieces (the running CRC continued across calls, as the checkpoint writer does).
+// pieces (the running CRC continued across calls, as the checkpoint writer
+// does, and the pieces' own CRCs combined, as it does with the staging copy's).
 #include <stdlib.h>
 
 #include "llmc/crc32c.h"
@@ -41,6 +42,13 @@ int main(void) {
         running = crc32c_update(running, buf + at, len);
     }
     test_result(running == crc32c_bitwise(0, buf, n), "continued_across_pieces");
+    uint32_t joined = 0;
+    size_t at = 0;
+    for (size_t piece = 1; at < n; at += piece, piece = piece * 5 + 3) {
+        size_t len = n - at < piece ? n - at : piece;
+        joined = crc32c_combine(joined, crc32c_update(0, buf + at, len), len);
+    }
+    test_result(joined == crc32c_bitwise(0, buf, n) && crc32c_combine(7, 0, 0) == 7, "combined_from_pieces");
     free(buf);
     return test_exit_code();
 }
