@@ -381,15 +381,16 @@ static inline void zero_state_views(Zero *z, float *views[3]) {
 
 // Copies [lo, hi) of the weights, m and v, one after the other, into
 // staging (ckpt_stage.h's chunks, their CRC32Cs into crcs unless NULL),
-// the chunks split over the threads of the calling one's team: the
+// the chunks shared by the threads of the calling one's team: the
 // training threads at the step boundary, where they are idle, or the
-// checkpoint writer alone.
+// checkpoint writer alone. Taken one at a time: a thread that loses its
+// core (a shared machine) holds the others back by one chunk at most.
 static inline void zero_ckpt_stage(Zero *z, float *staging, int64_t lo, int64_t hi, uint32_t *crcs) {
     float *views[3];
     zero_state_views(z, views);
     const float *src[3] = {views[0] + lo, views[1] + lo, views[2] + lo};
     const int64_t chunks = ckpt_stage_chunks(hi - lo);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (int64_t k = 0; k < chunks; k++) ckpt_stage_chunk(staging, src, hi - lo, k, crcs);
 }
 
