@@ -37,14 +37,18 @@
 // removed through a symbolic link or unless the writer wrote it.
 //
 // Asynchronous: at a checkpoint step every rank copies what it writes into a
-// host staging buffer (the trainer's ckpt_stage, allocated and pre-faulted
-// once) and training goes on: on the CPU the training threads make the copy
-// at the step boundary (they are idle there anyway); on the GPU a
+// host staging buffer (the trainer's ckpt_stage, allocated page-aligned and
+// pre-faulted once) and training goes on: on the CPU the training threads
+// make the copy at the step boundary (they are idle there anyway), or, where
+// a core is spare, the thread makes it beside the next forward and backward
+// and the next update waits for it (ckpt_before_update); either takes each
+// chunk's CRC32C while it is in cache (ckpt_stage.h). On the GPU a
 // device-to-host copy into pinned memory is queued on a side stream, the next
 // update waits for it on the device, and the loop hands the buffer to the
-// thread at the next step boundary. The thread then (compresses,) writes and
-// fsyncs; where the node has no core beside the training threads it runs at
-// the lowest priority (nice 19), on the time they leave idle. What each
+// thread at the next step boundary. The thread then (compresses,) writes,
+// with O_DIRECT where the file system takes it, and fsyncs; where the node
+// has no core beside the training threads it runs at the lowest priority
+// (nice 19), on the time they leave idle. What each
 // checkpoint cost the run (the steps it overlapped, against the steps before
 // it) goes to the JSON log (ckpt_step_cost). At each later step boundary the ranks
 // sum three flags (writes finished, writes failed, preemption signal): once
@@ -461,7 +465,7 @@ static inline int ckpt_write_fd(CkptIO *io, int fd, const char *path, const void
     int err = 0;
     double t0 = wall_seconds(), next_s = CKPT_PROGRESS_S;
     *bytes = 0;
-    if (!crc_known || compress > 0) *crc = 0;
+    if (!crc_known) *crc = 0;
     if (compress <= 0) {
         int on = direct && n >= CKPT_DIRECT_ALIGN && (uintptr_t)data % CKPT_DIRECT_ALIGN == 0 && ckpt_direct(fd, 1);
         int refuse = on && io->kill_point && strcmp(io->kill_point, "direct-refused") == 0;  // (tests)
@@ -475,7 +479,8 @@ static inline int ckpt_write_fd(CkptIO *io, int fd, const char *path, const void
             ckpt_write_progress(io, off, n, t0, &next_s);
             err = refuse ? EINVAL : ckpt_write_all(fd, (const char *)data + off, len);
             if (err == EINVAL && on) {  // the flag taken, the write refused: this chunk again, and the rest, buffered
-                on = refuse = ckpt_direct(fd, 0);
+                ckpt_direct(fd, 0);
+                on = refuse = 0;
                 err = lseek(fd, (off_t)off, SEEK_SET) < 0 ? errno : 0;
                 continue;
             }
