@@ -105,10 +105,12 @@ for trainer in "${trainers[@]}"; do
     sync_ms=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", (b - a) * 1e3}')
     writer=$(grep -ao 'rank 0 wrote at [0-9]* MB/s' "$tmp/ck.log" | grep -o '[0-9]* MB' | cut -d' ' -f1 | median)
     cpu=$({ grep -ao "writer's CPU time [0-9.]*" "$tmp/ck.log" || true; } | awk '{print $NF}' | median)  # (nan: an older trainer)
-    ratio=nan
-    if command -v zstd >/dev/null 2>&1; then
-        zbytes=$(zstd -3 -c -q "$data" | wc -c)
-        ratio=$(awk -v a="$bytes" -v b="$zbytes" 'BEGIN{printf "%.3f", a / b}')
+    if [ -z "${ratio:-}" ]; then  # (once: every case trains the same model on the same data)
+        ratio=nan
+        if command -v zstd >/dev/null 2>&1; then
+            zbytes=$(zstd -3 -c -q "$data" | wc -c)
+            ratio=$(awk -v a="$bytes" -v b="$zbytes" 'BEGIN{printf "%.3f", a / b}')
+        fi
     fi
     awk -v n="$name" -v c="$ck_ms" -v z0="$none_ms" -v k="$taken" -v l="$log_lost" -v s="$stall" -v w="$sync_ms" \
         -v b="$step_none" -v a="$after" -v mb="$writer" -v cpu="$cpu" -v zr="$ratio" 'BEGIN{
