@@ -250,7 +250,7 @@ FLAGS_NOW := $(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS) | $(CXX) $(CXXFLAGS) | $(NVCC)
 $(shell mkdir -p $(BUILD) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
 
 DEV_BINS := $(BUILD)/dev/perf/bench_comm $(BUILD)/dev/perf/bench_dataloader $(BUILD)/dev/perf/profile_step_cpu \
-            $(BUILD)/dev/perf/bench_matmul_cpu  # benchmarks (docs/benchmarks.md)
+            $(BUILD)/dev/perf/bench_matmul_cpu $(BUILD)/dev/perf/bench_crc32c  # benchmarks (docs/benchmarks.md)
 
 .PHONY: all test test-all debug run bench clean
 # the product only; the tests, benchmarks, kernel checkers and emulated programs are make test's

@@ -114,8 +114,8 @@ static void cpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scal
     else zero_optimizer_step(t->zero, ac, grad_scale);
 }
 // [lo, hi) of this rank's buffer: weights, m and v into staging
-static void cpu_ckpt_stage(void *ctx, float *staging, int64_t lo, int64_t hi) {
-    zero_ckpt_stage(((CpuTrainer *)ctx)->zero, staging, lo, hi);
+static void cpu_ckpt_stage(void *ctx, float *staging, int64_t lo, int64_t hi, uint32_t *crcs) {
+    zero_ckpt_stage(((CpuTrainer *)ctx)->zero, staging, lo, hi, crcs);
 }
 static void cpu_ckpt_load(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step) {
     (void)step;
@@ -245,12 +245,7 @@ int main(int argc, char **argv) {
                      cpu_profile, NULL, NULL, cpu_ckpt_stage, NULL, cpu_ckpt_load, omp_threads()};
     // checkpoints: each rank's ZeRO shard of its buffer (ranges of it; the manifest maps them)
     CkptRanges ranges = ckpt_ranges(&zero.map, o.zero, 3, &model.layout);
-    float *ckpt_staging = NULL;  // what this rank writes of each checkpoint
-    if (o.ckpt_dir[0]) {  // (touched now, once: no checkpoint pays the first-touch page faults)
-        size_t bytes = sizeof(float) * CKPT_STATES * (size_t)(ckpt_pieces_elems(&ranges.write) + 1);
-        ckpt_staging = (float *)alignedMallocCheck(bytes);
-        memset(ckpt_staging, 0, bytes);
-    }
+    float *ckpt_staging = o.ckpt_dir[0] ? ckpt_staging_alloc(&ranges) : NULL;  // what this rank writes of each checkpoint
     TrainRun run = {&o, &cfg, plan, &tm, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL,
                     have_tokenizer ? &tokenizer : NULL, replica, comm_group(&comm, COMM_WORLD), rank,
                     flops_per_step, peak_gflops * 1e9 * comm.world, peak_rss_bytes, "host RSS",

@@ -110,7 +110,8 @@ static void gpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scal
     CUDA_CHECK(cudaStreamSynchronize(t->model->stream));
 }
 // [lo, hi) of this rank's buffer (inside its shard)
-static void gpu_ckpt_stage(void *ctx, float *staging, int64_t lo, int64_t hi) {
+static void gpu_ckpt_stage(void *ctx, float *staging, int64_t lo, int64_t hi, uint32_t *crcs) {
+    (void)crcs;  // (NULL: the copy is queued; the writer takes the CRC32C)
     GpuTrainer *t = (GpuTrainer *)ctx;
     CUDA_CHECK(cudaEventRecord(t->ckpt_ready, t->model->stream));
     CUDA_CHECK(cudaStreamWaitEvent(t->ckpt_stream, t->ckpt_ready, 0));

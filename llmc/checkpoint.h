@@ -37,14 +37,18 @@
 // removed through a symbolic link or unless the writer wrote it.
 //
 // Asynchronous: at a checkpoint step every rank copies what it writes into a
-// host staging buffer (the trainer's ckpt_stage, allocated and pre-faulted
-// once) and training goes on: on the CPU the training threads make the copy
-// at the step boundary (they are idle there anyway); on the GPU a
+// host staging buffer (the trainer's ckpt_stage, allocated page-aligned and
+// pre-faulted once) and training goes on: on the CPU the training threads
+// make the copy at the step boundary (they are idle there anyway), or, where
+// a core is spare, the thread makes it beside the next forward and backward
+// and the next update waits for it (ckpt_before_update); either takes each
+// chunk's CRC32C while it is in cache (ckpt_stage.h). On the GPU a
 // device-to-host copy into pinned memory is queued on a side stream, the next
 // update waits for it on the device, and the loop hands the buffer to the
-// thread at the next step boundary. The thread then (compresses,) writes and
-// fsyncs; where the node has no core beside the training threads it runs at
-// the lowest priority (nice 19), on the time they leave idle. What each
+// thread at the next step boundary. The thread then (compresses,) writes,
+// with O_DIRECT where the file system takes it, and fsyncs; where the node
+// has no core beside the training threads it runs at the lowest priority
+// (nice 19), on the time they leave idle. What each
 // checkpoint cost the run (the steps it overlapped, against the steps before
 // it) goes to the JSON log (ckpt_step_cost). At each later step boundary the ranks
 // sum three flags (writes finished, writes failed, preemption signal): once
@@ -58,9 +62,10 @@
 // of the first checkpoint at a step >= STEP, or (POINT write-error) fail the
 // data file's write as a full disk would, (latest-error) `latest`'s, (POINT
 // slow-MS) sleep MS ms after the data file, a slow disk the loop must not wait
-// for, or (crawl-MS) sleep MS ms before each chunk of it, a disk whose write
-// takes long enough to report its progress (tests/test_checkpoint.sh,
-// tests/test_ckpt_dir.sh).
+// for, (crawl-MS) sleep MS ms before each chunk of it, a disk whose write
+// takes long enough to report its progress, or (direct-refused) fail its
+// first O_DIRECT write with EINVAL, as a file system that takes the flag but
+// not the write (tests/test_checkpoint.sh, tests/test_ckpt_dir.sh).
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
 
@@ -75,11 +80,15 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #ifdef LLMC_ZSTD
 #include <zstd.h>
 #endif
 
 #include "ckpt_dir.h"
+#include "ckpt_stage.h"
 #include "ckpt_manifest.h"
 #include "comm.h"
 #include "crc32c.h"
@@ -96,6 +105,7 @@
 
 #define CKPT_ERR_MAX 1400
 #define CKPT_CHUNK ((size_t)8 << 20)  // bytes per read, write, compression call
+#define CKPT_DIRECT_ALIGN 4096         // O_DIRECT writes: the buffer's address, the offsets and lengths multiples of this
 #define CKPT_PROGRESS_S 5.0            // a data file's write longer than this says how far it got, this often
 
 // The flags a resume must keep (checked against the command line), by their
@@ -433,21 +443,50 @@ static inline int ckpt_write_all(int fd, const void *buf, size_t n) {
     return 0;
 }
 
+// O_DIRECT on fd (on = 1) or off: 1 when it is now on. A direct write goes
+// from the buffer to the disk with no copy into the page cache, the largest
+// CPU cost of a buffered one (taken from the training threads where no core
+// is spare). A file system may refuse the flag (EINVAL: 0, buffered writes).
+static inline int ckpt_direct(int fd, int on) {
+    int fl = fcntl(fd, F_GETFL);
+    return fl >= 0 && fcntl(fd, F_SETFL, on ? fl | O_DIRECT : fl & ~O_DIRECT) == 0 && on;
+}
+
 // Writes data[0..n) to fd, the new file path, zstd-compressed at level
-// compress > 0, fsynced and closed (removed on a failure). Returns 1 with its
-// size and CRC32C, or 0 (io->err).
+// compress > 0, fsynced and closed (removed on a failure). crc_known: raw
+// data whose CRC32C *crc already holds (the staging copy's). Raw data from a
+// CKPT_DIRECT_ALIGN-aligned buffer goes with O_DIRECT where the file system
+// takes it (the tail that is not a whole block, and everything after a
+// direct write it refuses with EINVAL, buffered; *direct says whether any
+// went direct; NULL: buffered). Returns 1 with its size and CRC32C, or 0
+// (io->err).
 static inline int ckpt_write_fd(CkptIO *io, int fd, const char *path, const void *data, size_t n, int compress,
-                                int64_t *bytes, uint32_t *crc) {
+                                int *direct, int64_t *bytes, uint32_t *crc, int crc_known) {
     int err = 0;
     double t0 = wall_seconds(), next_s = CKPT_PROGRESS_S;
     *bytes = 0;
-    *crc = 0;
+    if (!crc_known) *crc = 0;
     if (compress <= 0) {
-        for (size_t off = 0; off < n && !err; off += CKPT_CHUNK) {
+        int on = direct && n >= CKPT_DIRECT_ALIGN && (uintptr_t)data % CKPT_DIRECT_ALIGN == 0 && ckpt_direct(fd, 1);
+        int refuse = on && io->kill_point && strcmp(io->kill_point, "direct-refused") == 0;  // (tests)
+        if (direct) *direct = 0;
+        for (size_t off = 0; off < n && !err;) {
             size_t len = n - off < CKPT_CHUNK ? n - off : CKPT_CHUNK;
+            if (on && len % CKPT_DIRECT_ALIGN != 0) {  // the last chunk's whole blocks direct, then its tail buffered
+                if (len > CKPT_DIRECT_ALIGN) len -= len % CKPT_DIRECT_ALIGN;
+                else on = ckpt_direct(fd, 0);
+            }
             ckpt_write_progress(io, off, n, t0, &next_s);
-            *crc = crc32c_update(*crc, (const char *)data + off, len);
-            err = ckpt_write_all(fd, (const char *)data + off, len);
+            err = refuse ? EINVAL : ckpt_write_all(fd, (const char *)data + off, len);
+            if (err == EINVAL && on) {  // the flag taken, the write refused: this chunk again, and the rest, buffered
+                ckpt_direct(fd, 0);
+                on = refuse = 0;
+                err = lseek(fd, (off_t)off, SEEK_SET) < 0 ? errno : 0;
+                continue;
+            }
+            if (on && !err) *direct = 1;
+            if (!crc_known) *crc = crc32c_update(*crc, (const char *)data + off, len);
+            off += len;
         }
         *bytes = (int64_t)n;
     } else {
@@ -486,10 +525,10 @@ static inline int ckpt_write_fd(CkptIO *io, int fd, const char *path, const void
 
 // The same into path, created (never over an existing file or a link).
 static inline int ckpt_write_file(CkptIO *io, const char *path, const void *data, size_t n, int compress,
-                                  int64_t *bytes, uint32_t *crc) {
+                                  int *direct, int64_t *bytes, uint32_t *crc, int crc_known) {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) return ckpt_io_fail(io, "creating", path, errno);
-    return ckpt_write_fd(io, fd, path, data, n, compress, bytes, crc);
+    return ckpt_write_fd(io, fd, path, data, n, compress, direct, bytes, crc, crc_known);
 }
 
 // `latest` in dir names the step directory `name`: written to a temporary
@@ -511,7 +550,7 @@ static inline int ckpt_write_latest(CkptIO *io, const char *dir, const char *nam
         unlink(tmp);
         return ckpt_io_fail(io, "creating", tmp, err);
     }
-    if (!ckpt_write_fd(io, fd, tmp, text, (size_t)len, 0, &bytes, &crc)) return 0;
+    if (!ckpt_write_fd(io, fd, tmp, text, (size_t)len, 0, NULL, &bytes, &crc, 0)) return 0;
     if (rename(tmp, path) != 0) {
         err = errno;
         unlink(tmp);
@@ -589,10 +628,13 @@ typedef struct {
     CkptRanges ranges;
     float *staging;             // (3 x write's elements, the file's order): what this rank writes, from the trainer
     void (*wait_staged)(void *ctx);  // the trainer's: waits for its queued staging copy (NULL: stage copies at once)
-    void (*stage)(void *ctx, float *staging, int64_t lo, int64_t hi);  // the trainer's copy into staging
+    void (*stage)(void *ctx, float *staging, int64_t lo, int64_t hi, uint32_t *crcs);  // the trainer's copy into staging
+    uint32_t *chunk_crcs;       // the copy's chunks' CRC32Cs (ckpt_stage.h), when the copy takes them (CPU, raw data)
     double stall_ms;            // what the checkpoint in flight has cost the loop so far
     int stall_open;             // its copy is not known done yet: its JSON record is still to come
     int low_priority;           // no core spare beside the training threads: the thread runs at nice 19
+    int thread_copies;          // a core is spare and stage copies at once (CPU): the thread makes the copy
+    int copy_pending;           // the thread's copy of the checkpoint in flight is not known done (the update waits)
     CkptCost cost;              // the checkpoint in flight's cost
     CkptCost ended[2];          // those committed in the step now running (the one before and one staged in it)
     double clean_ms[CKPT_BASELINE_STEPS];  // the last steps that overlapped no checkpoint (a ring)
@@ -605,6 +647,8 @@ typedef struct {
     CkptPhase phase;
     CkptPoint point;
     double staged_at, write_s;  // wall clock when staged; seconds its data took to write (this rank)
+    double write_cpu_s;         // the thread's CPU seconds for it (its copy, CRC, writes)
+    int direct;                 // some of its data file went with O_DIRECT (this rank)
     int64_t last_staged;        // step of the last checkpoint staged (-1: none)
     CkptFileRecord mine;        // this rank's file (set by the thread)
     CkptFileRecord *files;      // (world) every rank's, gathered (rank 0)
@@ -615,6 +659,7 @@ typedef struct {
     pthread_cond_t cv;
     CkptJob job;
     int job_done, job_failed;
+    int copied;                 // the thread's copy of the checkpoint in flight is done
     char err[CKPT_ERR_MAX];
 } CkptWriter;
 
@@ -627,19 +672,56 @@ static inline const char *ckpt_kill_point_for(const CkptWriter *w, int64_t step)
     return point;
 }
 
-// The trainer's copy of each piece this rank writes into its place in staging.
+// A CPU trainer's staging buffer for what this rank writes (the ranges'
+// write), aligned for O_DIRECT and touched now, once, so that no checkpoint
+// pays the first-touch page faults (1.5 GB: 360k of them). free() frees it.
+static inline float *ckpt_staging_alloc(const CkptRanges *ranges) {
+    size_t bytes = sizeof(float) * CKPT_STATES * (size_t)(ckpt_pieces_elems(&ranges->write) + 1);
+    bytes = (bytes + CKPT_DIRECT_ALIGN - 1) / CKPT_DIRECT_ALIGN * CKPT_DIRECT_ALIGN;
+    void *p = NULL;
+    CHECK(posix_memalign(&p, CKPT_DIRECT_ALIGN, bytes) == 0, "out of memory allocating %zu bytes of checkpoint staging",
+          bytes);
+    memset(p, 0, bytes);
+    return (float *)p;
+}
+
+// The trainer's copy of each piece this rank writes into its place in staging
+// (and its chunks' CRC32Cs, wanted).
 static inline void ckpt_stage_pieces(CkptWriter *w) {
-    int64_t at = 0;
+    int64_t at = 0, chunks = 0;
     for (int k = 0; k < w->ranges.write.n; k++) {
         const CkptRange *q = &w->ranges.write.r[k];
-        w->stage(w->ctx, w->staging + CKPT_STATES * at, q->lo, q->hi);
+        w->stage(w->ctx, w->staging + CKPT_STATES * at, q->lo, q->hi, w->chunk_crcs ? w->chunk_crcs + chunks : NULL);
         at += q->hi - q->lo;
+        chunks += ckpt_stage_chunks(q->hi - q->lo);
     }
 }
 
-// The thread's WRITE job: this rank's data file into step_N.tmp/.
+// The CRC32C of the staged data, from its chunks'.
+static inline uint32_t ckpt_staged_crc(const CkptWriter *w) {
+    uint32_t crc = 0;
+    int64_t chunks = 0;
+    for (int k = 0; k < w->ranges.write.n; k++) {
+        int64_t n = w->ranges.write.r[k].hi - w->ranges.write.r[k].lo;
+        crc = ckpt_stage_crc(crc, w->chunk_crcs + chunks, n);
+        chunks += ckpt_stage_chunks(n);
+    }
+    return crc;
+}
+
+// The thread's WRITE job: (thread_copies: the copy into staging, beside
+// the next step's forward and backward; the update waits for it) this rank's
+// data file into step_N.tmp/.
 static inline int ckpt_do_write(CkptWriter *w, CkptIO *io) {
     char tmp_dir[CKPT_PATH_MAX], path[CKPT_FILE_MAX];
+    double cpu0 = thread_cpu_seconds();
+    if (w->thread_copies) {
+        ckpt_stage_pieces(w);
+        pthread_mutex_lock(&w->mu);
+        w->copied = 1;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+    }
     ckpt_step_dir(tmp_dir, sizeof(tmp_dir), w->dir, w->point.step, ".tmp");
     double t0 = wall_seconds();
     int err = ckpt_make_tmp_dir(tmp_dir);
@@ -654,7 +736,9 @@ static inline int ckpt_do_write(CkptWriter *w, CkptIO *io) {
         size_t n = sizeof(float) * (size_t)total * CKPT_STATES;
         if (io->kill_point && strcmp(io->kill_point, "write-error") == 0) return ckpt_io_fail(io, "writing", path, ENOSPC);
         io->progress = w->rank == 0 ? path : NULL;
-        int ok = ckpt_write_file(io, path, w->staging, n, w->compress, &w->mine.bytes, &w->mine.crc32c);
+        if (w->chunk_crcs) w->mine.crc32c = ckpt_staged_crc(w);
+        int ok = ckpt_write_file(io, path, w->staging, n, w->compress, &w->direct, &w->mine.bytes, &w->mine.crc32c,
+                                 w->chunk_crcs != NULL);
         io->progress = NULL;
         if (!ok) return 0;
     }
@@ -663,6 +747,7 @@ static inline int ckpt_do_write(CkptWriter *w, CkptIO *io) {
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
     }
     w->write_s = wall_seconds() - t0;
+    w->write_cpu_s = thread_cpu_seconds() - cpu0;
     ckpt_kill_point(io, "after-data");
     return 1;
 }
@@ -685,7 +770,7 @@ static inline int ckpt_do_commit(CkptWriter *w, CkptIO *io) {
     }
     int64_t bytes;
     uint32_t crc;
-    int ok = ckpt_write_file(io, path, manifest, strlen(manifest), 0, &bytes, &crc);
+    int ok = ckpt_write_file(io, path, manifest, strlen(manifest), 0, NULL, &bytes, &crc, 0);
     free(manifest);
     if (!ok) return 0;
     int err = fsync_dir_err(tmp_dir);
@@ -705,6 +790,9 @@ static inline void *ckpt_thread_main(void *arg) {
     CkptWriter *w = (CkptWriter *)arg;
     // (no spare core: the training threads' idle time only; lowering its own priority never needs a privilege)
     if (w->low_priority) setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+#ifdef _OPENMP
+    if (w->thread_copies) omp_set_num_threads(1);  // (its copy on its own core, not a team beside the training threads)
+#endif
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (w->job == CKPT_JOB_NONE || w->job_done) pthread_cond_wait(&w->cv, &w->mu);
@@ -729,6 +817,7 @@ static inline void ckpt_submit(CkptWriter *w, CkptJob job) {
     w->job = job;
     w->job_done = 0;
     w->job_failed = 0;
+    w->copied = 0;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
 }
@@ -825,10 +914,17 @@ static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup
     if (w->rank == 0) w->data_set = dataloader_identity(train, train->num_shards);
     int cores, spare = ckpt_spare_cores(train_threads, &cores);
     w->low_priority = spare < 1;
+    w->thread_copies = spare >= 1 && !wait_staged;
+    if (!wait_staged && w->compress <= 0) {  // (the CPU's copy takes each chunk's CRC32C while it is in cache)
+        int64_t chunks = 0;
+        for (int k = 0; k < w->ranges.write.n; k++) chunks += ckpt_stage_chunks(w->ranges.write.r[k].hi - w->ranges.write.r[k].lo);
+        w->chunk_crcs = (uint32_t *)mallocCheck(sizeof(uint32_t) * (size_t)(chunks > 0 ? chunks : 1));
+    }
     if (w->rank == 0) {
         if (spare >= 1)
-            printf("checkpoint: the writer has %d core%s beside %d training thread%s a rank (%d cores)\n", spare,
-                   spare > 1 ? "s" : "", train_threads, train_threads > 1 ? "s" : "", cores);
+            printf("checkpoint: the writer has %d core%s beside %d training thread%s a rank (%d cores)%s\n", spare,
+                   spare > 1 ? "s" : "", train_threads, train_threads > 1 ? "s" : "", cores,
+                   w->thread_copies ? ": it copies each checkpoint beside the next step" : "");
         else
             printf("checkpoint: no core spare beside %d training thread%s a rank (%d cores): the writer runs at "
                    "nice 19, on their idle time\n", train_threads, train_threads > 1 ? "s" : "", cores);
@@ -914,9 +1010,10 @@ static inline void ckpt_log_commit(CkptWriter *w, Logger *log, int64_t at_step) 
     double raw = (double)w->run.pl->num_elements * CKPT_STATES * 4, secs = wall_seconds() - w->staged_at;
     char dir[CKPT_PATH_MAX];
     ckpt_step_dir(dir, sizeof(dir), w->dir, w->point.step, "");
-    printf("checkpoint %s committed at step %lld: %.1f MB on disk (%.2fx compression), rank 0 wrote at %.0f MB/s, "
-           "%.2f s after staging\n", dir, (long long)at_step, total / 1e6, raw / (total > 0 ? total : 1),
-           (double)w->mine.bytes / 1e6 / (w->write_s > 0 ? w->write_s : 1e-9), secs);
+    printf("checkpoint %s committed at step %lld: %.1f MB on disk (%.2fx compression), rank 0 wrote at %.0f MB/s "
+           "(%s; its writer's CPU time %.2f s), %.2f s after staging\n", dir, (long long)at_step, total / 1e6,
+           raw / (total > 0 ? total : 1), (double)w->mine.bytes / 1e6 / (w->write_s > 0 ? w->write_s : 1e-9),
+           w->direct ? "O_DIRECT" : "through the page cache", w->write_cpu_s, secs);
     fflush(stdout);
     logger_ckpt(log, w->point.step, "committed", 0.0, total, secs);
     w->phase = CKPT_IDLE;
@@ -957,6 +1054,7 @@ static inline void ckpt_drain(CkptWriter *w, Logger *log, int64_t at_step) {
     ckpt_hand_to_thread(w);
     if (w->phase == CKPT_WRITING) {
         ckpt_job_done(w, 1, &failed);
+        w->copy_pending = 0;
         ckpt_stall_close(w, 0.0);  // (the run's end, or the next checkpoint, waited for all of it)
         double f[2] = {1.0, (double)failed};
         comm_all_reduce(w->dp, f, 2, COMM_F64);
@@ -993,11 +1091,11 @@ static inline int ckpt_stop_before_first_step(CkptWriter *w, int64_t start) {
 // At the boundary after `steps_done` optimizer steps: progresses the
 // checkpoint in flight, stages a new one when one is due (every --ckpt-every
 // steps, at the end of the run, or after a preemption signal) through
-// stage(ctx, staging, lo, hi), and, at the end or on a signal, waits for its
+// stage(ctx, staging, lo, hi, crcs), and, at the end or on a signal, waits for its
 // commit. Collective over the data ranks. Returns 1 when the run must stop
 // (preempted: the checkpoint is committed). The JSON log gets the stall.
 static inline int ckpt_step_boundary(CkptWriter *w, int64_t steps_done, int final, const DataLoader *train,
-                                     const Rng *sample_rng, void (*stage)(void *, float *, int64_t, int64_t),
+                                     const Rng *sample_rng, void (*stage)(void *, float *, int64_t, int64_t, uint32_t *),
                                      Logger *log) {
     double t0 = wall_seconds();
     ckpt_hand_to_thread(w);
@@ -1036,8 +1134,14 @@ static inline int ckpt_step_boundary(CkptWriter *w, int64_t steps_done, int fina
     w->log = log;
     w->last_staged = steps_done;
     w->phase = CKPT_STAGING;
-    ckpt_stage_pieces(w);  // (GPU: queued)
-    if (!w->wait_staged) ckpt_hand_to_thread(w);
+    if (w->thread_copies) {  // (the thread copies, then writes; the update waits for the copy: ckpt_before_update)
+        w->copy_pending = 1;
+        w->phase = CKPT_WRITING;
+        ckpt_submit(w, CKPT_JOB_WRITE);
+    } else {
+        ckpt_stage_pieces(w);  // (GPU: queued)
+        if (!w->wait_staged) ckpt_hand_to_thread(w);
+    }
     w->staged_at = wall_seconds();
     double stall_ms = (w->staged_at - t0) * 1e3;
     if (w->rank == 0) {
@@ -1055,9 +1159,23 @@ static inline int ckpt_step_boundary(CkptWriter *w, int64_t steps_done, int fina
         c.baseline_ms = quantile(v, n, 0.5);
     }
     w->cost = c;
-    if (!w->wait_staged) ckpt_stall_close(w, 0.0);  // (the copy is done)
+    if (!w->wait_staged && !w->copy_pending) ckpt_stall_close(w, 0.0);  // (the copy is done)
     if (final || preempt) ckpt_drain(w, log, steps_done);
     return preempt;
+}
+
+// Before the update, which rewrites what a checkpoint's copy reads: waits
+// for the thread's copy of the checkpoint staged at the boundary before
+// (thread_copies; done long before, as a rule: it ran beside the step's
+// forward and backward); the wait is the checkpoint's stall. w: NULL, none.
+static inline void ckpt_before_update(CkptWriter *w) {
+    if (!w || !w->copy_pending) return;
+    double t0 = wall_seconds();
+    pthread_mutex_lock(&w->mu);
+    while (!w->copied) pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    w->copy_pending = 0;
+    ckpt_stall_close(w, (wall_seconds() - t0) * 1e3);
 }
 
 // After step `step` (0-based) took ms (this rank's wall time, its line
@@ -1094,6 +1212,7 @@ static inline void ckpt_writer_free(CkptWriter *w) {
     pthread_cond_destroy(&w->cv);
     for (int r = 0; r < w->world; r++) ckpt_record_free(&w->files[r]);
     free(w->files);
+    free(w->chunk_crcs);
     memset(w, 0, sizeof(*w));
 }
 

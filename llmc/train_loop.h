@@ -49,11 +49,13 @@ typedef struct {
     void (*range_pop)(void);
     // Checkpoints (checkpoint.h). stage: copies [lo, hi) of the global order
     // (held by this rank) of the fp32 master weights, AdamW m and v into
-    // staging (CKPT_STATES, hi - lo), or queues that copy; wait_staged: waits
+    // staging (CKPT_STATES, hi - lo), in ckpt_stage.h's chunks with their
+    // CRC32Cs into crcs (NULL: none wanted), or queues that copy (crcs then
+    // NULL: the writer takes the CRC32C); wait_staged: waits
     // for a queued copy (NULL: stage copies at once, on the training threads,
     // at the step boundary); load: installs the states over ranges->hold from host arrays
     // (states[s]: hold[s]'s pieces one after the other), as they were after `step` steps.
-    void (*ckpt_stage)(void *ctx, float *staging, int64_t lo, int64_t hi);
+    void (*ckpt_stage)(void *ctx, float *staging, int64_t lo, int64_t hi, uint32_t *crcs);
     void (*ckpt_wait_staged)(void *ctx);
     void (*ckpt_load)(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step);
     int host_threads;  // the CPU threads a step keeps busy on this rank (the checkpoint writer gets the other cores)
@@ -476,6 +478,7 @@ static int train_loop(const TrainRun *r, Logger *log) {
         float norm = tm->finish_grads(tm->ctx);
         float lr = lr_at_step(&sched, step);
         AdamWConfig ac = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, step + 1};
+        ckpt_before_update(ckpt);
         tm->optimizer_step(tm->ctx, &ac, grad_clip_scale(norm, o->grad_clip), step);
         step_time_enter(STEP_CKPT);
         int stop = ckpt && ckpt_step_boundary(ckpt, step + 1, step + 1 == o->steps, r->train, &sample_rng,

@@ -218,6 +218,13 @@ static inline double wall_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+// The calling thread's CPU time (user and system).
+static inline double thread_cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 // A duration for people: "42.0s", "3m05s" or "2h07m".
 static inline void duration_text(char *out, size_t n, double s) {
     if (s < 60) snprintf(out, n, "%.1fs", s);

@@ -35,6 +35,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "ckpt_stage.h"
 #include "comm.h"
 #include "gpt_cpu.h"
 #include "optimizer.h"
@@ -379,18 +380,18 @@ static inline void zero_state_views(Zero *z, float *views[3]) {
 }
 
 // Copies [lo, hi) of the weights, m and v, one after the other, into
-// staging: 1 MB chunks split over the training threads (at the step
-// boundary, where they are idle).
-static inline void zero_ckpt_stage(Zero *z, float *staging, int64_t lo, int64_t hi) {
+// staging (ckpt_stage.h's chunks, their CRC32Cs into crcs unless NULL),
+// the chunks shared by the threads of the calling one's team: the
+// training threads at the step boundary, where they are idle, or the
+// checkpoint writer alone. Taken one at a time: a thread that loses its
+// core (a shared machine) holds the others back by one chunk at most.
+static inline void zero_ckpt_stage(Zero *z, float *staging, int64_t lo, int64_t hi, uint32_t *crcs) {
     float *views[3];
     zero_state_views(z, views);
-    const int64_t n = hi - lo, chunk = (int64_t)1 << 18, chunks = (n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < 3 * chunks; k++) {
-        int s = (int)(k / chunks);
-        int64_t at = (k % chunks) * chunk, len = n - at < chunk ? n - at : chunk;
-        memcpy(staging + (size_t)s * (size_t)n + (size_t)at, views[s] + lo + at, sizeof(float) * (size_t)len);
-    }
+    const float *src[3] = {views[0] + lo, views[1] + lo, views[2] + lo};
+    const int64_t chunks = ckpt_stage_chunks(hi - lo);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t k = 0; k < chunks; k++) ckpt_stage_chunk(staging, src, hi - lo, k, crcs);
 }
 
 // Installs the states over holds[s] (what this rank holds, a range of its

@@ -16,13 +16,20 @@
 #   step_none  the median step time without checkpoints
 #   after_ms   the median time of the first step after each checkpoint's
 #              commit (it should be step_none's)
-#   MB/s       the writer's (its log line), zstd3 the data's zstd ratio
+#   MB/s       the writer's (its log line), cpu_s the writer thread's CPU
+#              seconds a checkpoint (its log line: its copy when it makes
+#              it, the CRC32C, the writes), zstd3 the data's zstd ratio
 # and the trainer's line on the cores it leaves the writer. Every figure is
 # the machine's at the time: run it on a quiet one.
-# Env: MODEL STEPS (30, a multiple of EVERY) EVERY (10) BATCH (1) SEQ (64); TRAIN=path: that trainer
-# binary only (another build's, e.g. an older commit's, against this script);
-# TINY=1: a 2-layer model, 12 steps, every 4 (the tests' plumbing check).
+# Env: MODEL STEPS (30, a multiple of EVERY) EVERY (10) BATCH (1) SEQ (64);
+# THREADS: a list of OpenMP thread counts a rank, each measured in turn (on 2
+# cores "2 1": no core spare for the writer, then one; default: as
+# OMP_NUM_THREADS says); BEFORE=path: another build's trainer (an older
+# commit's) measured beside this tree's, each case before then after;
+# TRAIN=path: that trainer binary only; TINY=1: a 2-layer model, 12 steps,
+# every 4 (the tests' plumbing check).
 # Run from anywhere: bash scripts/bench_ckpt.sh
+#   BEFORE=/path/to/old/train_gpt THREADS="2 1" bash scripts/bench_ckpt.sh   (the figures of docs/checkpoints.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=(--model "${MODEL:-d12}")
@@ -44,7 +51,7 @@ if [ -n "${TRAIN:-}" ]; then
     trainers=("$TRAIN")
 else
     make --no-print-directory -s train_gpt >/dev/null
-    trainers=(./train_gpt)
+    trainers=(${BEFORE:+"$BEFORE"} ./train_gpt)
     if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU' && [ -x ./train_gptcu ]; then
         trainers+=(./train_gptcu)
     fi
@@ -62,10 +69,15 @@ step_ms() {
         awk -v o="$(steps_done_offset "$1")" '{print $1 - o, $2}'
 }
 
-printf '%-12s %10s %10s %10s %10s %8s %10s %10s %7s %7s\n' trainer lost_ms log_lost stall_ms sync_ms "lost%" \
-    step_none after_ms MB/s zstd3
+printf '%-16s %10s %10s %10s %10s %8s %10s %10s %7s %6s %7s\n' trainer lost_ms log_lost stall_ms sync_ms "lost%" \
+    step_none after_ms MB/s cpu_s zstd3
+for threads in ${THREADS:-${OMP_NUM_THREADS:-default}}; do
+[ "$threads" = default ] || export OMP_NUM_THREADS=$threads
 for trainer in "${trainers[@]}"; do
     name=$(basename "$trainer")
+    [ "$trainer" = "${BEFORE:-}" ] && name=before
+    [ -n "${BEFORE:-}" ] && [ "$trainer" = ./train_gpt ] && name=after
+    [ -z "${THREADS:-}" ] || name="$name ${threads}t"
     common=(--data-train "$tmp/bench_train_*.bin" "${model[@]}" --batch-size "${BATCH:-1}" --seq-len "${SEQ:-64}"
             --steps "$steps" --peak-tflops 1)
     "$trainer" "${common[@]}" --log-json "$tmp/none.json" >"$tmp/none.log" 2>&1 ||
@@ -92,15 +104,19 @@ for trainer in "${trainers[@]}"; do
     t1=$(date +%s.%N)
     sync_ms=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", (b - a) * 1e3}')
     writer=$(grep -ao 'rank 0 wrote at [0-9]* MB/s' "$tmp/ck.log" | grep -o '[0-9]* MB' | cut -d' ' -f1 | median)
-    ratio=nan
-    if command -v zstd >/dev/null 2>&1; then
-        zbytes=$(zstd -3 -c -q "$data" | wc -c)
-        ratio=$(awk -v a="$bytes" -v b="$zbytes" 'BEGIN{printf "%.3f", a / b}')
+    cpu=$({ grep -ao "writer's CPU time [0-9.]*" "$tmp/ck.log" || true; } | awk '{print $NF}' | median)  # (nan: an older trainer)
+    if [ -z "${ratio:-}" ]; then  # (once: every case trains the same model on the same data)
+        ratio=nan
+        if command -v zstd >/dev/null 2>&1; then
+            zbytes=$(zstd -3 -c -q "$data" | wc -c)
+            ratio=$(awk -v a="$bytes" -v b="$zbytes" 'BEGIN{printf "%.3f", a / b}')
+        fi
     fi
     awk -v n="$name" -v c="$ck_ms" -v z0="$none_ms" -v k="$taken" -v l="$log_lost" -v s="$stall" -v w="$sync_ms" \
-        -v b="$step_none" -v a="$after" -v mb="$writer" -v zr="$ratio" 'BEGIN{
+        -v b="$step_none" -v a="$after" -v mb="$writer" -v cpu="$cpu" -v zr="$ratio" 'BEGIN{
         lost = k > 0 ? (c - z0) / k : 0
-        printf "%-12s %10.1f %10s %10.2f %10.1f %7.1f%% %10.1f %10s %7s %7s\n", n, lost, l, s, w, 100 * lost / w, b, a, mb, zr}'
+        printf "%-16s %10.1f %10s %10.2f %10.1f %7.1f%% %10.1f %10s %7s %6s %7s\n", n, lost, l, s, w, 100 * lost / w, b, a,
+               mb, cpu, zr}'
     echo "  ($name: ${model[*]}, $((bytes / 1000000)) MB per checkpoint on rank 0, $steps steps, a checkpoint every" \
          "$every steps, $taken counted)"
     grep -a '^checkpoint: .*core' "$tmp/ck.log" | sed 's/^/  /' || true
@@ -108,4 +124,5 @@ for trainer in "${trainers[@]}"; do
         echo "  note: a checkpoint waited for the one before: its writer needs more than $every steps here (raise EVERY)"
     fi
     rm -rf "$tmp/ck" "$tmp/sync.bin"
+done
 done

@@ -9,7 +9,8 @@
 # file, another model or version, a conflicting flag) are one line and exit 2; --resume auto skips a damaged newest one; the
 # writer killed at each write boundary, or the whole run killed from outside,
 # resumes to the same final weights; a failed write stops the run and leaves
-# the previous checkpoint. The corpus is this repository's own source.
+# the previous checkpoint; the data file's O_DIRECT write and its buffered
+# fallback (and /dev/shm) give the same bytes. The corpus is this repository's own source.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
@@ -245,13 +246,43 @@ check "a checkpoint write that takes seconds says how far it got (rank 0's file,
     '[ $rc -eq 0 ] && grep -aq "^checkpoint: writing .*/rank_00000.bin: 8 of 20 MB (41%) after 5 s$" "$tmp/crawl.log"' \
     "rc=$rc $(grep -a 'checkpoint' "$tmp/crawl.log" | tr '\n' ' ')"
 
+# --- O_DIRECT: the raw data file goes direct where the file system takes it (its last partial block buffered); one
+# that takes the flag but refuses the write (direct-refused) gets that chunk and the rest buffered; /dev/shm (tmpfs),
+# where there is one, whichever it does: the same bytes each way, and each resumes ---
+"$TRAIN" "${RUN[@]}" --steps 4 --ckpt-dir "$tmp/direct" >"$tmp/direct.log" 2>&1
+rc1=$?
+LLMC_TEST_CKPT_FAULT=direct-refused:0 "$TRAIN" "${RUN[@]}" --steps 4 --ckpt-dir "$tmp/refused" >"$tmp/refused.log" 2>&1
+rc2=$?
+"$TRAIN" "${RUN[@]}" --steps 5 --resume "$tmp/refused/step_00000004" >"$tmp/refused_resume.log" 2>&1
+rc3=$?
+how=$(grep -ao '(O_DIRECT;\|(through the page cache;' "$tmp/direct.log" | head -1)
+check "the data file goes with O_DIRECT ($how), buffered where the write is refused, the same bytes, and resumes" \
+    '[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ "$how" = "(O_DIRECT;" ] &&
+     grep -aq "(through the page cache;" "$tmp/refused.log" &&
+     cmp -s "$tmp/direct/step_00000004/rank_00000.bin" "$tmp/refused/step_00000004/rank_00000.bin" &&
+     cmp -s "$tmp/direct/step_00000004/manifest.json" "$tmp/refused/step_00000004/manifest.json"' \
+    "rc=$rc1,$rc2,$rc3 $(grep -a 'committed\|error' "$tmp/direct.log" "$tmp/refused.log" "$tmp/refused_resume.log" | tr '\n' ' ')"
+if [ -d /dev/shm ] && [ -w /dev/shm ] && shm=$(mktemp -d /dev/shm/llmc_ckpt.XXXXXX); then
+    "$TRAIN" "${RUN[@]}" --steps 4 --ckpt-dir "$shm/ck" >"$tmp/shm.log" 2>&1
+    rc1=$?
+    "$TRAIN" "${RUN[@]}" --steps 5 --resume "$shm/ck/step_00000004" >"$tmp/shm_resume.log" 2>&1
+    rc2=$?
+    same=$(cmp -s "$tmp/direct/step_00000004/rank_00000.bin" "$shm/ck/step_00000004/rank_00000.bin" && echo yes)
+    rm -rf "$shm"
+    check "a checkpoint on /dev/shm (tmpfs: $(grep -ao '(O_DIRECT;\|(through the page cache;' "$tmp/shm.log" | head -1)) has the same bytes, and resumes" \
+        '[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ "$same" = yes ]' "rc=$rc1,$rc2 $(tail -1 "$tmp/shm.log")"
+else
+    echo "SKIP: a checkpoint on /dev/shm (none writable here)"
+fi
+
 # --- scripts/bench_ckpt.sh at its tiny size: a row with the lost time per checkpoint, the synchronous write
 # and their ratio, the log's own figure, and the cores left to the writer (plumbing: no speed asserted) ---
 TINY=1 TRAIN=$TRAIN TOKENIZE=$BUILD/tokenize TMPDIR=$tmp bash scripts/bench_ckpt.sh >"$tmp/bench.log" 2>&1
 rc=$?
 check "bench_ckpt.sh (TINY=1): lost time per checkpoint beside the synchronous write, 2 checkpoints counted" \
     "[ $rc -eq 0 ] && grep -q '^trainer  *lost_ms  *log_lost  *stall_ms  *sync_ms  *lost%' '$tmp/bench.log' &&
-     grep -Eq '^train_gpt +-?[0-9.]+ +-?[0-9.]+ +[0-9.]+ +[0-9.]+ +-?[0-9.]+% ' '$tmp/bench.log' &&
+     grep -Eq '^train_gpt +-?[0-9.]+ +-?[0-9.]+ +[0-9.]+ +[0-9.]+ +-?[0-9.]+% +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9.]+ ' \
+         '$tmp/bench.log' &&
      grep -q '12 steps, a checkpoint every 4 steps, 2 counted' '$tmp/bench.log' &&
      grep -Eq '^  checkpoint: (the writer has [0-9]+ cores? beside|no core spare beside) 1 training thread a rank' '$tmp/bench.log'" \
     "rc=$rc: $(tr '\n' '|' <"$tmp/bench.log")"
