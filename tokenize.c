@@ -16,11 +16,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "llmc/args.h"
-#include "llmc/file_io.h"
-#include "llmc/shards.h"
-#include "llmc/tokenizer.h"
-#include "llmc/utils.h"
+#include "llmc/args.h"       // defines: FLAGS_COUNT, flags_parse
+#include "llmc/file_io.h"    // defines: read_stream, read_whole_file, output_refuse_input, output_path_check, ...
+#include "llmc/shards.h"     // defines: ShardWriter, SHARD_PATH_MAX, shard_writer_open, shard_writer_append, ...
+#include "llmc/tokenizer.h"  // defines: Tokenizer, tokenizer_split, U32Vec, tokenizer_eot, ...
+#include "llmc/utils.h"      // defines: die_usage, CHECK, wall_seconds, duration_text, ...
 
 typedef struct {
     char gpt2[FLAG_STR_MAX];

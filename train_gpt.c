@@ -8,23 +8,22 @@
 // sequence over context ranks (llmc/context_parallel.h).
 #include <sys/resource.h>
 
-#include "llmc/comm.h"
-#include "llmc/dataloader.h"
-#include "llmc/generate.h"
-#include "llmc/gpt_cpu.h"
-#include "llmc/logger.h"
-#include "llmc/model_source.h"
-#include "llmc/modelfile.h"
-#include "llmc/optimizer.h"
-#include "llmc/param_gather.h"
-#include "llmc/perf_control.h"
-#include "llmc/pipeline_cpu.h"
-#include "llmc/rank_memory.h"
-#include "llmc/tokenizer.h"
-#include "llmc/train_options.h"
-#include "llmc/train_loop.h"
-#include "llmc/train_setup.h"
-#include "llmc/zero_cpu.h"
+#include "llmc/comm.h"           // defines: CommGroup, comm_broadcast, COMM_F64, Comm, ...
+#include "llmc/dataloader.h"     // defines: DataLoader, dataloader_init, dataloader_free
+#include "llmc/generate.h"       // defines: generate_check, train_generate
+#include "llmc/gpt_cpu.h"        // defines: GPT, gpt_forward, gpt_backward, gpt_sample_row, ...
+#include "llmc/logger.h"         // defines: Logger, logger_open, logger_close
+#include "llmc/model_source.h"   // defines: train_build_config, train_load_weights
+#include "llmc/optimizer.h"      // defines: AdamWConfig
+#include "llmc/param_gather.h"   // defines: ParamGather, param_gather_init, param_gather_fetch, param_gather_free
+#include "llmc/perf_control.h"   // defines: perf_control, perf_control_attached
+#include "llmc/pipeline_cpu.h"   // defines: Pipeline, pipeline_step, pipeline_forward, pipeline_sample, ...
+#include "llmc/rank_memory.h"    // defines: RankPlace, RankMemory, cpu_rank_memory
+#include "llmc/tokenizer.h"      // defines: Tokenizer, tokenizer_eot, tokenizer_free
+#include "llmc/train_options.h"  // defines: TrainOptions, train_options_parse
+#include "llmc/train_loop.h"     // defines: train_load_tokenizer, train_print_header, TrainModel, TrainRun, ...
+#include "llmc/train_setup.h"    // defines: train_print_schedule_and_exit, train_check_layout, train_grid, BatchPlan, ...
+#include "llmc/zero_cpu.h"       // defines: Zero, zero_begin_step, zero_begin_pass, zero_finish_grads, ...
 
 static const char *SUMMARY =
     "Train a GPT-2 on the CPU (fp32, OpenMP). Data: llm.c token shards (see ./tokenize).\n"

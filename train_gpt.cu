@@ -10,28 +10,27 @@
 // ranks on one GPU).
 #include <math.h>
 
-#include "llmc/comm.h"
+#include "llmc/comm.h"  // defines: CommGroup, Comm, comm_init, comm_group, ...
 #ifdef LLMC_NCCL
-#include "llmc/comm_nccl.cuh"
+#include "llmc/comm_nccl.cuh"  // defines: comm_nccl_init, COMM_NCCL, comm_nccl_set_compute_stream, comm_nccl_free
 #endif
-#include "llmc/comm_staged.cuh"
-#include "llmc/dataloader.h"
-#include "llmc/generate.h"
-#include "llmc/device_check.cuh"
-#include "llmc/gpt_gpu.cuh"
-#include "llmc/logger.h"
-#include "llmc/model_init.h"
-#include "llmc/model_source.h"
-#include "llmc/modelfile.h"
-#include "llmc/optimizer.h"
-#include "llmc/param_gather.h"
-#include "llmc/pipeline_gpu.cuh"
-#include "llmc/step_time_gpu.cuh"
-#include "llmc/tokenizer.h"
-#include "llmc/train_options.h"
-#include "llmc/train_loop.h"
-#include "llmc/train_setup.h"
-#include "llmc/zero_gpu.cuh"
+#include "llmc/comm_staged.cuh"    // defines: comm_staged_init, comm_pick_device, comm_staged_free
+#include "llmc/dataloader.h"       // defines: DataLoader, dataloader_init, dataloader_free
+#include "llmc/generate.h"         // defines: generate_check, train_generate
+#include "llmc/device_check.cuh"   // defines: device_check_ranks, DeviceCode, device_check_code
+#include "llmc/gpt_gpu.cuh"        // defines: GPTGPU, gpu_gpt_upload_tokens, gpu_stage_forward, gpu_stage_backward, ...
+#include "llmc/logger.h"           // defines: Logger, logger_open, logger_close
+#include "llmc/model_init.h"       // defines: gpt2_init_params
+#include "llmc/model_source.h"     // defines: train_build_config, train_load_weights
+#include "llmc/optimizer.h"        // defines: AdamWConfig
+#include "llmc/param_gather.h"     // defines: ParamGather, param_gather_init, param_gather_fetch, param_gather_free
+#include "llmc/pipeline_gpu.cuh"   // defines: PipelineGPU, pipeline_gpu_step, pipeline_gpu_forward, pipeline_gpu_sample, ...
+#include "llmc/step_time_gpu.cuh"  // defines: StepEventClock, step_event_clock_init, step_event_clock_free
+#include "llmc/tokenizer.h"        // defines: Tokenizer, tokenizer_eot, tokenizer_free
+#include "llmc/train_options.h"    // defines: TrainOptions, train_options_parse
+#include "llmc/train_loop.h"       // defines: train_load_tokenizer, train_print_header, TrainModel, TrainRun, ...
+#include "llmc/train_setup.h"      // defines: train_print_schedule_and_exit, train_check_layout, train_grid, BatchPlan, ...
+#include "llmc/zero_gpu.cuh"       // defines: ZeroGPU, zero_gpu_begin_step, zero_gpu_begin_pass, zero_gpu_finish_grads, ...
 
 static const char *SUMMARY =
     "Train a GPT-2 on NVIDIA GPUs, data parallel under mpirun or srun (" FLOATX_NAME ", cuBLASLt, flash or cuDNN attention). Data: llm.c token shards.\n"

@@ -16,10 +16,10 @@
 
 // tests/test_kernels_emulated.cpp runs this header, launcher and plan
 // included, on the CPU through tests/cuda_emulator.h.
-#include "cuda_common.cuh"
-#include "model.h"
-#include "optimizer.h"
-#include "param_map.h"
+#include "cuda_common.cuh"  // defines: cudaMallocCheck, CUDA_CHECK, hash_u32, launch_kernel, ...
+#include "model.h"          // defines: ParamLayout, ParamTensor
+#include "optimizer.h"      // defines: AdamWConfig
+#include "param_map.h"      // defines: ParamMap, param_map_global_of
 
 #define ADAMW_CHUNK 8192  // elements per block
 

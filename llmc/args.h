@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "utils.h"
+#include "utils.h"  // defines: die_usage
 
 typedef enum { FLAG_INT, FLAG_INT64, FLAG_FLOAT, FLAG_STRING, FLAG_CHOICE, FLAG_BOOL } FlagType;
 

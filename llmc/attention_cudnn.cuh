@@ -22,8 +22,8 @@
 #ifndef LLMC_ATTENTION_CUDNN_CUH
 #define LLMC_ATTENTION_CUDNN_CUH
 
-#include "cuda_common.cuh"
-#include "model.h"
+#include "cuda_common.cuh"  // defines: CUDNN_CHECK, CUDA_CHECK, cudaMallocCheck
+#include "model.h"          // defines: GPTConfig
 
 #ifdef LLMC_CUDNN
 #include <cudnn.h>

@@ -43,7 +43,7 @@
 #include <mma.h>
 #endif
 
-#include "cuda_common.cuh"
+#include "cuda_common.cuh"  // defines: DYNAMIC_SMEM, CUDA_CHECK, ceil_div_int, launch_kernel, ...
 
 #define FA_TILE 64                  // queries / keys per tile and per block
 #define FA_WARPS 4                  // each owns 16 of the block's 64 rows

@@ -87,21 +87,20 @@
 #include <zstd.h>
 #endif
 
-#include "ckpt_dir.h"
-#include "ckpt_stage.h"
-#include "ckpt_manifest.h"
-#include "comm.h"
-#include "crc32c.h"
-#include "dataloader.h"
-#include "file_io.h"
-#include "json.h"
-#include "logger.h"
-#include "model.h"
-#include "param_map.h"
-#include "rand.h"
-#include "train_options.h"
-#include "train_setup.h"
-#include "zero_shard.h"
+#include "ckpt_dir.h"       // defines: CKPT_FILE_MAX, CKPT_NAME_MAX, CKPT_LATEST_FILE, CKPT_PATH_MAX, ...
+#include "ckpt_stage.h"     // defines: ckpt_stage_chunks, ckpt_stage_crc
+#include "ckpt_manifest.h"  // defines: CKPT_STATES, CKPT_FORMAT, CKPT_VERSION, CKPT_STATE_NAMES, ...
+#include "comm.h"           // defines: Comm, comm_size, GRID_DP, GRID_TP, ...
+#include "crc32c.h"         // defines: crc32c_update
+#include "dataloader.h"     // defines: DataLoaderState, DataSetId, DataLoader, dataloader_identity, ...
+#include "file_io.h"        // defines: fsync_dir_err, make_dirs
+#include "json.h"           // defines: JsonValue, json_int64, json_get, JSON_ARRAY, ...
+#include "logger.h"         // defines: Logger, logger_ckpt, logger_ckpt_cost
+#include "model.h"          // defines: ParamLayout, param_segment_held, GPTConfig, param_tp_problem, ...
+#include "param_map.h"      // defines: ParamMap, param_map_runs, param_map_init, param_map_free
+#include "train_options.h"  // defines: TrainOptions, TRAIN_FLAGS
+#include "train_setup.h"    // defines: BatchPlan
+#include "zero_shard.h"     // defines: ShardMap
 
 #define CKPT_ERR_MAX 1400
 #define CKPT_CHUNK ((size_t)8 << 20)  // bytes per read, write, compression call

@@ -40,7 +40,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "utils.h"
+#include "utils.h"  // defines: die_usage, mallocCheck, reallocCheck, CHECK
 
 #define CKPT_PATH_MAX 1024                  // a directory
 #define CKPT_FILE_MAX (CKPT_PATH_MAX + 300)  // a file in one

@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "crc32c.h"
-#include "dataloader.h"
+#include "crc32c.h"      // defines: crc32c_update
+#include "dataloader.h"  // defines: DataLoaderState, DataSetId
 
 #define CKPT_FORMAT "llmc-checkpoint"
 #define CKPT_VERSION 3

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "crc32c.h"
+#include "crc32c.h"  // defines: crc32c_update, crc32c_combine
 
 #define CKPT_STAGE_CHUNK ((int64_t)1 << 18)  // floats a chunk (1 MB)
 

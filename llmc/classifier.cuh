@@ -14,7 +14,7 @@
 
 // tests/test_kernels_emulated.cpp runs this header on the CPU through
 // tests/cuda_emulator.h (LLMC_CUDA_EMULATION: the PTX helper is the emulator's).
-#include "cuda_common.cuh"
+#include "cuda_common.cuh"  // defines: block_max, reg_barrier_row, block_sum, aligned16, ...
 
 #define CLASSIFIER_THREADS 1024
 #define CLASSIFIER_MAX_NV 8  // chunks per thread held in registers: rows up to 8 * 1024 * 8 = 65536

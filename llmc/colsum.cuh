@@ -9,7 +9,7 @@
 #ifndef LLMC_COLSUM_CUH
 #define LLMC_COLSUM_CUH
 
-#include "cuda_common.cuh"
+#include "cuda_common.cuh"  // defines: ceil_div_int, launch_kernel, CUDA_CHECK_LAUNCH
 
 #define COLSUM_ROWS_PER_CHUNK 256
 

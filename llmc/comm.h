@@ -45,10 +45,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "launcher_env.h"
-#include "phase_watchdog.h"
-#include "step_time.h"
-#include "utils.h"
+#include "launcher_env.h"    // defines: LaunchInfo, launch_detect
+#include "phase_watchdog.h"  // defines: PhaseWatchdog, phase_watchdog_begin, phase_watchdog_end, phase_watchdog_start, ...
+#include "step_time.h"       // defines: STEP_BUBBLE, STEP_COMM, step_time_enter
+#include "utils.h"           // defines: DIE, CHECK, mallocCheck, wall_seconds, ...
 #ifdef LLMC_MPI
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1  // C only, also when a .cu file (C++) includes this

@@ -44,8 +44,8 @@
 #include <nccl.h>
 #include <pthread.h>
 
-#include "comm.h"
-#include "cuda_common.cuh"
+#include "comm.h"           // defines: COMM_F64, COMM_F32, CommGroup, Comm, ...
+#include "cuda_common.cuh"  // defines: CUDA_CHECK, NCCL_CHECK
 
 typedef struct {
     ncclComm_t nccl;         // NULL: a group of one rank

@@ -13,8 +13,8 @@
 #ifndef LLMC_COMM_STAGED_CUH
 #define LLMC_COMM_STAGED_CUH
 
-#include "comm.h"
-#include "cuda_common.cuh"
+#include "comm.h"           // defines: CommRequest, CommGroup, comm_dtype_size, COMM_MPI, ...
+#include "cuda_common.cuh"  // defines: CUDA_CHECK
 
 // The staging buffers (pinned), each free or lent to one operation in flight.
 typedef struct {

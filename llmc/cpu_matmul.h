@@ -18,8 +18,8 @@
 #include <cblas.h>
 #endif
 
-#include "cpu_vec.h"
-#include "utils.h"
+#include "cpu_vec.h"  // defines: VEC_LANES, VEC_ISA, vf_set1, vf_load, ...
+#include "utils.h"    // defines: die_usage, ceil_div_i64, round_up_i64, alignedMallocCheck, ...
 
 typedef enum { MATMUL_NATIVE = 0, MATMUL_BLAS = 1 } MatmulBackend;
 

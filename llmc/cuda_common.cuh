@@ -19,8 +19,8 @@
 #endif
 #include <stdint.h>
 
-#include "precision.cuh"
-#include "utils.h"
+#include "precision.cuh"  // defines: floatX, to_floatX, to_float (for every kernel that includes this file)
+#include "utils.h"        // defines: DIE, die_at
 
 #define CUDA_CHECK(call)                                                                      \
     do {                                                                                      \

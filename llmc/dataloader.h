@@ -35,10 +35,10 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "crc32c.h"
-#include "rand.h"
-#include "shards.h"
-#include "utils.h"
+#include "crc32c.h"  // defines: crc32c_update
+#include "rand.h"    // defines: splitmix64
+#include "shards.h"  // defines: SHARD_PATH_MAX, ShardReader, shard_reader_close, shard_reader_open, ...
+#include "utils.h"   // defines: CHECK, die_usage, mallocCheck
 
 // The loader's position, as checkpoints store it. It is global, not per rank:
 // the epoch and the global sample number (in the epoch's order) where the next

@@ -14,7 +14,7 @@
 #ifndef LLMC_DEVICE_CHECK_CUH
 #define LLMC_DEVICE_CHECK_CUH
 
-#include "cuda_common.cuh"
+#include "cuda_common.cuh"  // defines: CUDA_CHECK
 
 // NULL when this rank has a GPU of its own or does not need one, else why
 // not (written to buf). local_ranks: the node's rank count, 0 when unknown;

@@ -12,7 +12,7 @@
 
 // tests/test_kernels_emulated.cpp runs this header, launchers and index
 // included, on the CPU through tests/cuda_emulator.h.
-#include "cuda_common.cuh"
+#include "cuda_common.cuh"  // defines: aligned16, launch_kernel, ceil_div_int, CUDA_CHECK_LAUNCH, ...
 
 // out (N,C) = wte[inp[n]] + wpe[n % T]; inp (N) on the device. Thread q: row
 // n = q / ceil(C/8), channels [c, c + 8) with c = 8 (q % ceil(C/8)), cut at C.

@@ -29,7 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "utils.h"
+#include "utils.h"  // defines: die_usage, mallocCheck, CHECK
 
 // "--flag: " or "" before a message about a file.
 #define FILE_WHAT_FMT "%s%s"

@@ -13,7 +13,7 @@
 
 // tests/test_kernels_emulated.cpp runs this header on the CPU through
 // tests/cuda_emulator.h.
-#include "cuda_common.cuh"
+#include "cuda_common.cuh"  // defines: ceil_div_int, aligned16, launch_kernel, CUDA_CHECK_LAUNCH
 
 #define GELU_K0 0.7978845608028654f  // sqrt(2 / pi)
 #define GELU_K1 0.044715f

@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sampler.h"
-#include "tokenizer.h"
-#include "train_loop.h"
+#include "sampler.h"     // defines: SampleWindow, sample_window_init, sample_window_push, sample_window_free
+#include "tokenizer.h"   // defines: Tokenizer, U32Vec, tokenizer_encode_text, u32vec_push, ...
+#include "train_loop.h"  // defines: TrainRun, TrainModel, sample_start_token, sample_print_token, ...
 
 #define GENERATE_NO_TOKENIZER \
     "give --tokenizer DIR (GPT-2's encoder.json + vocab.bpe, or a Hugging Face model directory's vocab.json + " \

@@ -11,7 +11,7 @@
 
 // tests/test_kernels_emulated.cpp runs this header on the CPU through
 // tests/cuda_emulator.h.
-#include "cuda_common.cuh"
+#include "cuda_common.cuh"  // defines: block_sum, launch_kernel, aligned16, CUDA_CHECK_LAUNCH, ...
 
 #define NORM_BLOCKS 1024   // fixed, so the summation order never depends on the device
 #define NORM_THREADS 512

@@ -40,21 +40,21 @@
 #ifndef LLMC_GPT_GPU_CUH
 #define LLMC_GPT_GPU_CUH
 
-#include "adamw.cuh"
-#include "attention_cudnn.cuh"
-#include "attention_flash.cuh"
-#include "classifier.cuh"
-#include "cuda_common.cuh"
-#include "encoder.cuh"
-#include "gelu.cuh"
-#include "global_norm.cuh"
-#include "layernorm.cuh"
-#include "matmul.cuh"
-#include "model.h"
-#include "param_map.h"
-#include "tensor_parallel.cuh"
-#include "tensor_parallel.h"
-#include "zero_shard.h"
+#include "adamw.cuh"            // defines: AdamWPlan, adamw_plan_init, adamw_plan_free, gpu_adamw_round_like_step, ...
+#include "attention_cudnn.cuh"  // defines: CudnnAttention, cudnn_attention_workspace_bytes, cudnn_attention_available, cudnn_attention_init, ...
+#include "attention_flash.cuh"  // defines: flash_supports_head_size, gpu_flash_attention_forward, gpu_flash_attention_backward
+#include "classifier.cuh"       // defines: gpu_fused_classifier
+#include "cuda_common.cuh"      // defines: CUDA_CHECK, cudaMallocCheck, cuda_free_bytes, launch_kernel, ...
+#include "encoder.cuh"          // defines: EncoderIndex, encoder_index_free, encoder_index_init, encoder_index_build, ...
+#include "gelu.cuh"             // defines: gpu_gelu_forward, gpu_gelu_backward_inplace
+#include "global_norm.cuh"      // defines: global_norm_scratch_floats, gpu_sum_of_squares, global_norm_result, gpu_sum_of_squares_ranges
+#include "layernorm.cuh"        // defines: layernorm_scratch_floats, gpu_fused_residual_layernorm, gpu_layernorm_forward, gpu_layernorm_backward
+#include "matmul.cuh"           // defines: MatmulContext, MATMUL_WORKSPACE_BYTES, matmul_init, matmul_free, ...
+#include "model.h"              // defines: GPTConfig, ParamLayout, GPTHooks, ParamKind, ...
+#include "param_map.h"          // defines: ParamMap, param_map_init, param_map_free
+#include "tensor_parallel.cuh"  // defines: gpu_tp_bias_floatX, gpu_tp_embed_rows, gpu_tp_embed_finish, tp_vocab_max_kernel, ...
+#include "tensor_parallel.h"    // defines: TPContext, tp_on_stream, tp_off_stream, tp_complete_partial, ...
+#include "zero_shard.h"         // defines: ShardMap, shard_map_init
 
 typedef enum { ATTENTION_FLASH, ATTENTION_CUDNN } AttentionKind;
 

@@ -23,12 +23,12 @@
 #include <stdarg.h>
 #include <sys/stat.h>
 
-#include "file_io.h"
-#include "json.h"
-#include "model.h"
-#include "modelfile.h"
-#include "param_map.h"
-#include "safetensors.h"
+#include "file_io.h"      // defines: path_dirname, read_whole_file, AtomicOut, atomic_out_open, ...
+#include "json.h"         // defines: JsonValue, json_parse, JSON_OBJECT, json_int64, ...
+#include "model.h"        // defines: ParamTensor, GPTConfig, PK_WTE, GPT_MAX_HEADS, ...
+#include "modelfile.h"    // defines: ModelFileFetch, MODELFILE_CHUNK_ELEMS
+#include "param_map.h"    // defines: param_slice_from_global
+#include "safetensors.h"  // defines: StEntry, StTensor, StFile, ST_NAME_MAX, ...
 
 #define HF_WEIGHTS_FILE "model.safetensors"
 #define HF_CONFIG_MAX_BYTES (1 << 20)

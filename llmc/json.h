@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "utils.h"
+#include "utils.h"  // defines: mallocCheck, reallocCheck, callocCheck
 
 #define JSON_MAX_DEPTH 32
 

@@ -15,7 +15,7 @@
 
 #include <stdlib.h>
 
-#include "utils.h"
+#include "utils.h"  // defines: die_usage
 
 typedef struct {
     const char *launcher;  // "mpirun", "mpich", "slurm", "env" or "single"

@@ -17,7 +17,7 @@
 
 // tests/test_kernels_emulated.cpp runs this header on the CPU through
 // tests/cuda_emulator.h.
-#include "cuda_common.cuh"
+#include "cuda_common.cuh"  // defines: warp_sum, reg_barrier_row, aligned16, ceil_div_int, ...
 
 #define LN_EPS 1e-5f
 #define LN_WARPS 4    // rows (warps) per block in the forwards and the backward row pass

@@ -32,9 +32,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "step_time.h"
-#include "tensorboard.h"
-#include "utils.h"
+#include "step_time.h"    // defines: STEP_PARTS, step_part_names
+#include "tensorboard.h"  // defines: TBWriter, tb_open, tb_scalar, tb_close
+#include "utils.h"        // defines: wall_seconds, die_usage, duration_text
 
 typedef struct {
     FILE *json;

@@ -19,8 +19,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "colsum.cuh"
-#include "cuda_common.cuh"
+#include "colsum.cuh"       // defines: gpu_colsum_accumulate
+#include "cuda_common.cuh"  // defines: CUBLAS_CHECK, cudaMallocCheck, CUDA_CHECK, hash_u32, ...
 
 #define MATMUL_WORKSPACE_BYTES (32u << 20)
 #define MATMUL_MAX_PLANS 128

@@ -22,7 +22,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "utils.h"
+#include "utils.h"  // defines: round_up_i64, mallocCheck, CHECK
 
 #define PARAM_ALIGN 64        // elements; keeps every tensor 256-byte aligned
 #define VOCAB_PAD_MULTIPLE 128

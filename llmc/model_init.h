@@ -7,9 +7,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "model.h"
-#include "param_map.h"
-#include "rand.h"
+#include "model.h"      // defines: ParamLayout, param_layout_init, ParamTensor, PK_WTE, ...
+#include "param_map.h"  // defines: param_slice_from_global
+#include "rand.h"       // defines: rng_seed, rng_skip_normals, rng_normal_fill
 
 // GPT-2 initialisation: matmul weights and embeddings normal(0, 0.02), the two
 // residual projections scaled by 1/sqrt(2L), biases 0, LayerNorm weights 1.

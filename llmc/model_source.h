@@ -14,11 +14,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
-#include "hf_gpt2.h"
-#include "model.h"
-#include "modelfile.h"
-#include "train_options.h"
+#include "checkpoint.h"     // defines: CkptReader, CKPT_ERR_MAX, ckpt_manifest_open, ckpt_check_tensor_table, ...
+#include "hf_gpt2.h"        // defines: hf_model_weights, hf_read_config, hf_load
+#include "model.h"          // defines: GPTConfig, gpt_config_problem, ParamLayout, param_layout_init, ...
+#include "modelfile.h"      // defines: modelfile_read_config, modelfile_load
+#include "train_options.h"  // defines: TrainOptions
 
 // Whether path is a checkpoint: a directory holding manifest.json (a step
 // directory, *step_dir = path), or a checkpoint directory holding step

@@ -18,9 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "file_io.h"
-#include "model.h"
-#include "param_map.h"
+#include "file_io.h"    // defines: open_input, AtomicOut, atomic_out_write, atomic_out_open, ...
+#include "model.h"      // defines: ParamKind, NUM_PARAM_KINDS, PK_WTE, PK_WPE, ...
+#include "param_map.h"  // defines: param_slice_from_global
 
 #define MODELFILE_MAGIC 20240326
 #define MODELFILE_FP32 3

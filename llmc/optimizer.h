@@ -9,8 +9,8 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "cpu_vec.h"
-#include "model.h"
+#include "cpu_vec.h"  // defines: vec_sum_squares
+#include "model.h"    // defines: ParamLayout, ParamTensor
 
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;

@@ -18,11 +18,11 @@
 
 #include <stdint.h>
 
-#include "checkpoint.h"
-#include "comm.h"
-#include "modelfile.h"
-#include "param_map.h"
-#include "utils.h"
+#include "checkpoint.h"  // defines: CkptPieces
+#include "comm.h"        // defines: CommGroup, CommRequest, comm_all_gather_start, COMM_F64, ...
+#include "modelfile.h"   // defines: ModelFileFetch, MODELFILE_CHUNK_ELEMS
+#include "param_map.h"   // defines: ParamMap, param_map_runs
+#include "utils.h"       // defines: CHECK, mallocCheck
 
 #define PARAM_GATHER_TAG_RUNS 7101
 #define PARAM_GATHER_TAG_DATA 7102

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "model.h"  // defines: ParamLayout, ParamTensor, SPLIT_COLS, SPLIT_QKV, ...
 
 typedef struct {
     int64_t local;   // first element in the rank's buffer

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "utils.h"
+#include "utils.h"  // defines: die_usage
 
 // Whether a perf control FIFO is given.
 static inline int perf_control_attached(void) {

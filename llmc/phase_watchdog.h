@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "utils.h"
+#include "utils.h"  // defines: wall_seconds, CHECK
 
 #define PHASE_WATCHDOG_POLL_MS 100  // how often the watchdog looks at the page (and the time past a deadline)
 

@@ -31,10 +31,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm.h"
-#include "pp_layout.h"
-#include "pp_schedule.h"
-#include "utils.h"
+#include "comm.h"         // defines: CommRequest, CommGroup, comm_wait, comm_batch_begin, ...
+#include "pp_layout.h"    // defines: PPLayout, pp_layout_free
+#include "pp_schedule.h"  // defines: PPSchedule, pp_stage_of, PP_ZB1P, pp_schedule_free, ...
+#include "utils.h"        // defines: die_usage, CHECK, mallocCheck, wall_seconds
 
 #define PP_TAG_BASE 200  // point-to-point tags on the pipeline group: PP_TAG_BASE + (stage, micro-batch, direction)
 #define PP_TAG_EVAL 100

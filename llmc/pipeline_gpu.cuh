@@ -22,12 +22,12 @@
 #ifndef LLMC_PIPELINE_GPU_CUH
 #define LLMC_PIPELINE_GPU_CUH
 
-#include "comm.h"
-#include "gpt_gpu.cuh"
-#include "pipeline.h"
-#include "pp_layout.h"
-#include "rand.h"  // defines: Rng
-#include "zero_gpu.cuh"
+#include "comm.h"        // defines: CommGroup, CommRequest, comm_stream_wait, Comm, ...
+#include "gpt_gpu.cuh"   // defines: GPTGPU, GPUActs, gpu_acts_alloc, gpu_acts_free, ...
+#include "pipeline.h"    // defines: PPRunner, pp_runner_stage, PPBuffer, PP_BUF_IN, ...
+#include "pp_layout.h"   // defines: PPLayout, pp_holding
+#include "rand.h"        // defines: Rng
+#include "zero_gpu.cuh"  // defines: ZeroGPU, zero_gpu_begin_pass, zero_gpu_begin_step, zero_gpu_complete, ...
 
 #define PP_TAG_WTE 101
 

@@ -17,8 +17,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "file_io.h"
-#include "utils.h"
+#include "file_io.h"  // defines: open_input
+#include "utils.h"    // defines: checked_mul_i64, die_usage
 
 typedef struct {
     char name[64];

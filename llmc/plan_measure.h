@@ -10,11 +10,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "comm.h"
-#include "cpu_layers.h"
-#include "cpu_matmul.h"
-#include "model.h"
-#include "optimizer.h"
+#include "comm.h"        // defines: CommGroup, comm_barrier, comm_mean, comm_all_reduce, ...
+#include "cpu_layers.h"  // defines: layernorm_forward, linear_forward, attention_forward, gelu_forward, ...
+#include "cpu_matmul.h"  // defines: matmul
+#include "model.h"       // defines: GPTConfig, ParamLayout, ParamTensor, param_layout_init, ...
+#include "optimizer.h"   // defines: AdamWConfig, adamw_update_range
 
 // Seconds of one micro-batch's work on one rank, by part (the trainer's order:
 // gpt_cpu.h's gpt_stage_forward and gpt_stage_backward).

@@ -27,9 +27,9 @@
 #ifndef LLMC_PLAN_MODEL_H
 #define LLMC_PLAN_MODEL_H
 
-#include "plan_cluster.h"
-#include "plan_measure.h"
-#include "rank_memory.h"
+#include "plan_cluster.h"  // defines: Cluster
+#include "plan_measure.h"  // defines: StageKernelTimes, GELU, PLAN_ALL_REDUCE, PLAN_ALL_GATHER, ...
+#include "rank_memory.h"   // defines: RankMemory, RankPlace, cpu_rank_memory
 
 typedef struct {
     int dp, tp, pp, sp, zero;

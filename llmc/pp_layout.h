@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "model.h"  // defines: ParamHolding, GPTConfig, ParamLayout, param_layout_init_held, ...
 
 typedef struct {
     int pp, v, stages;  // pipeline ranks, chunks per rank, stages = pp * v

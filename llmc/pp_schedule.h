@@ -48,7 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "utils.h"
+#include "utils.h"  // defines: CHECK, mallocCheck, callocCheck
 
 typedef enum { PP_F, PP_B, PP_W, PP_SEND_F, PP_RECV_F, PP_SEND_B, PP_RECV_B } PPOp;
 typedef enum { PP_GPIPE, PP_1F1B, PP_INTERLEAVED, PP_ZB1P } PPKind;

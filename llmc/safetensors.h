@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "file_io.h"
-#include "json.h"
-#include "utils.h"
+#include "file_io.h"  // defines: open_input
+#include "json.h"     // defines: JsonValue, json_get, JSON_OBJECT, JSON_STRING, ...
+#include "utils.h"    // defines: die_usage, mallocCheck, callocCheck, freadExact
 
 #define ST_MAX_HEADER_BYTES (100 << 20)  // safetensors' own limit
 #define ST_MAX_TENSORS 65536

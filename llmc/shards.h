@@ -36,8 +36,8 @@
 #include <zstd.h>
 #endif
 
-#include "file_io.h"
-#include "utils.h"
+#include "file_io.h"  // defines: AtomicOut, atomic_out_open, atomic_out_write, atomic_out_fail, ...
+#include "utils.h"    // defines: CHECK, die_usage, callocCheck, mallocCheck, ...
 
 #define SHARD_HEADER_INTS 256
 #define SHARD_HEADER_BYTES (SHARD_HEADER_INTS * (int64_t)sizeof(int32_t))

@@ -7,8 +7,8 @@
 #ifndef LLMC_STEP_TIME_GPU_CUH
 #define LLMC_STEP_TIME_GPU_CUH
 
-#include "cuda_common.cuh"
-#include "step_time.h"
+#include "cuda_common.cuh"  // defines: CUDA_CHECK
+#include "step_time.h"      // defines: STEP_PARTS, StepDeviceClock
 
 #define STEP_EVENTS 16384
 

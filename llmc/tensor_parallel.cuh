@@ -11,7 +11,7 @@
 #ifndef LLMC_TENSOR_PARALLEL_CUH
 #define LLMC_TENSOR_PARALLEL_CUH
 
-#include "cuda_common.cuh"
+#include "cuda_common.cuh"  // defines: launch_kernel, ceil_div_int, CUDA_CHECK_LAUNCH, block_max, ...
 
 #define TP_ROW_THREADS 256
 

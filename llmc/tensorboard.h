@@ -17,9 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "crc32c.h"
-#include "file_io.h"
-#include "utils.h"
+#include "crc32c.h"   // defines: crc32c_update
+#include "file_io.h"  // defines: make_dirs
+#include "utils.h"    // defines: die_usage, DIE
 
 typedef struct {
     FILE *f;  // NULL: no --tensorboard

@@ -22,9 +22,9 @@
 #include <omp.h>
 #endif
 
-#include "file_io.h"
-#include "unicode_classes.h"
-#include "utils.h"
+#include "file_io.h"          // defines: read_whole_file, AtomicOut, atomic_out_open, atomic_out_write, ...
+#include "unicode_classes.h"  // defines: UNICODE_LETTER_RANGES, UNICODE_NUMBER_RANGES, UNICODE_SPACE_RANGES
+#include "utils.h"            // defines: CHECK, callocCheck, mallocCheck, die_usage
 
 #define TOKENIZER_BIN_MAGIC 20240328
 #define TOKENIZER_EOT_STRING "<|endoftext|>"

@@ -10,17 +10,17 @@
 
 #include <stdio.h>
 
-#include "checkpoint.h"
-#include "comm.h"
-#include "dataloader.h"
-#include "file_io.h"
-#include "logger.h"
-#include "optimizer.h"
-#include "sampler.h"
-#include "schedule.h"
-#include "tokenizer.h"
-#include "train_options.h"
-#include "train_setup.h"
+#include "checkpoint.h"     // defines: CkptRanges, CkptRun, ckpt_ranges, CkptTargets, ...
+#include "comm.h"           // defines: CommGroup, comm_mean, Comm, comm_size, ...
+#include "dataloader.h"     // defines: DataLoader, dataloader_reset, dataloader_next, dataloader_restore
+#include "file_io.h"        // defines: make_dirs, output_refuse_input, path_is_or_under, output_path_check
+#include "logger.h"         // defines: Logger, logger_flush_checked, StepRecord, logger_step, ...
+#include "optimizer.h"      // defines: AdamWConfig, grad_clip_scale
+#include "sampler.h"        // defines: SampleParams, SampleWindow, sample_window_push, sample_window_init, ...
+#include "schedule.h"       // defines: LrSchedule, lr_at_step
+#include "tokenizer.h"      // defines: Tokenizer, tokenizer_load, tokenizer_vocab_size, tokenizer_eot, ...
+#include "train_options.h"  // defines: TrainOptions, TRAIN_FLAGS, train_profile_range
+#include "train_setup.h"    // defines: BatchPlan, train_tokenizer_dir, train_sample_rng, train_lr_schedule, ...
 
 // A model with its distributed layer, as the loop drives it.
 typedef struct {

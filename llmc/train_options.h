@@ -7,9 +7,9 @@
 
 #include <stddef.h>
 
-#include "args.h"
-#include "launcher_env.h"
-#include "model.h"
+#include "args.h"          // defines: flags_parse, FLAGS_COUNT
+#include "launcher_env.h"  // defines: launch_detect
+#include "model.h"         // defines: GPT_MAX_LAYERS, GPT_MAX_CHANNELS, GPT_MAX_HEADS, GPT_MAX_VOCAB, ...
 
 typedef struct {
     char data_train[FLAG_STR_MAX];

@@ -11,17 +11,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "comm.h"
-#include "file_io.h"
-#include "hf_gpt2.h"
-#include "model.h"
-#include "modelfile.h"
-#include "logger.h"
-#include "pp_layout.h"
-#include "pp_schedule.h"
-#include "rand.h"
-#include "schedule.h"
-#include "train_options.h"
+#include "comm.h"           // defines: CommGrid, grid_model_parallel, GRID_TP, GRID_PP, ...
+#include "file_io.h"        // defines: make_dirs
+#include "hf_gpt2.h"        // defines: hf_save_streamed
+#include "model.h"          // defines: GPTConfig, param_tp_problem, ParamLayout
+#include "modelfile.h"      // defines: ModelFileFetch, modelfile_save_streamed
+#include "pp_layout.h"      // defines: PPLayout, pp_layout_init, pp_layout_free, pp_stage_params
+#include "pp_schedule.h"    // defines: pp_kind_from_name, pp_schedule_unusable, pp_kind_names, PPSchedule, ...
+#include "rand.h"           // defines: rng_seed
+#include "schedule.h"       // defines: LrSchedule, lr_schedule_kind
+#include "train_options.h"  // defines: TrainOptions, train_flags_checked
 
 // How a step is made of micro-steps: B x T tokens per rank per micro-step,
 // accum micro-steps, total_tokens over all ranks; dloss is d(objective)/d(loss

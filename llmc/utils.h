@@ -72,6 +72,9 @@ static inline void die_usage(const char *fmt, ...) {
     va_start(ap, fmt);
     if (!die_usage_quiet) stderr_line_v("error: ", fmt, ap);
     va_end(ap);
+    // A silent rank waits before it exits: under mpirun a rank's non-zero exit aborts the job, which would
+    // otherwise kill rank 0 before its line is written (rank 0's own exit ends the wait)
+    if (die_usage_quiet) sleep(2);
     exit(EXIT_USAGE);
 }
 

@@ -35,11 +35,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "ckpt_stage.h"
-#include "comm.h"
-#include "gpt_cpu.h"
-#include "optimizer.h"
-#include "zero_shard.h"
+#include "ckpt_stage.h"  // defines: ckpt_stage_chunks, ckpt_stage_chunk
+#include "comm.h"        // defines: CommRequest, CommGroup, comm_wait, comm_test, ...
+#include "gpt_cpu.h"     // defines: GPT, gpt_zero_grad
+#include "optimizer.h"   // defines: sum_of_squares, AdamWConfig, adamw_update_range, ADAMW_ZERO_GRADS, ...
+#include "zero_shard.h"  // defines: ShardMap, shard_piece, shard_counts, shard_clip, ...
 
 #define ZERO_SLOTS 2  // staging buffers for accumulating reduce-scatters (ZeRO-2/3 with accumulation)
 

@@ -40,9 +40,9 @@
 
 #include <math.h>
 
-#include "comm.h"
-#include "gpt_gpu.cuh"
-#include "zero_shard.h"
+#include "comm.h"        // defines: CommRequest, CommGroup, comm_wait, comm_test, ...
+#include "gpt_gpu.cuh"   // defines: GPTGPU, GPU_PARAM_SLOTS, gpu_shard_grads, segment_slot, ...
+#include "zero_shard.h"  // defines: ShardMap, ZeroMemory, zero_memory, shard_clip, ...
 
 typedef struct {
     int segment;      // whose gradients it reduces

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model.h"
+#include "model.h"  // defines: PARAM_ALIGN
 
 typedef struct {
     int rank, world;
