@@ -33,6 +33,9 @@ COMMA := ,
 SANITIZER_DIR := $(subst $(COMMA),-,$(SANITIZER))
 ifneq ($(SANITIZER),)
   OPT := -O1 -g -march=native -fno-omit-frame-pointer -fsanitize=$(SANITIZER) -fno-sanitize-recover=all
+  # --matmul auto takes OpenBLAS here whatever its kernel (llmc/cpu_matmul.h): the library is not instrumented,
+  # our kernel is and runs several times slower; test_cpu_kernels and test_gpt_cpu run it under the sanitizers
+  OPT += -DLLMC_MATMUL_AUTO_BLAS
   LDFLAGS += -fsanitize=$(SANITIZER)
   BUILD := build-$(SANITIZER_DIR)
 endif

@@ -23,7 +23,7 @@ for v in "${variants[@]}"; do
 done
 
 # The combined sanitizer build's own directory: one name, no comma in it
-make -n --no-print-directory SANITIZER=address,undefined >"$tmp/plan.txt" 2>&1
+make -n -B --no-print-directory SANITIZER=address,undefined >"$tmp/plan.txt" 2>&1  # (-B: whatever is built already)
 check "make SANITIZER=address,undefined builds into build-address-undefined/ with both sanitizers" \
     'grep -q -- "-o build-address-undefined/train_gpt " "$tmp/plan.txt" && grep -q -- "-fsanitize=address,undefined" "$tmp/plan.txt"' \
     "$(grep -m2 -- '-o build' "$tmp/plan.txt")"
