@@ -344,7 +344,10 @@ static void matmul_team(int transA, int transB, int M, int N, int K, float alpha
 // them), the best of all: the CPU's practical peak, against which MFU and
 // benchmarks are reported. Several probes of several sizes, so that one slow
 // moment (another process on the cores) or one size that fits the kernel
-// badly does not lower it, and MFU does not read above 100%.
+// badly does not lower it, and MFU does not read above 100%. Each size is
+// multiplied both ways the trainer multiplies: by the backend's own threads
+// (matmul outside a parallel region) and by a team of threads each taking its
+// slice (matmul_team, as gpt_cpu.h's layers do).
 static double matmul_measure_peak_gflops(int max_n, int reps) {
     size_t max_nn = (size_t)max_n * max_n;
     float *a = (float *)alignedMallocCheck(sizeof(float) * max_nn * 3);
@@ -352,15 +355,22 @@ static double matmul_measure_peak_gflops(int max_n, int reps) {
     double best = 0.0;
     for (int n = max_n < 256 ? max_n : 256; n <= max_n; n *= 2) {
         size_t nn = (size_t)n * n;
-        matmul(0, 1, n, n, n, 1.0f, a, n, a + nn, n, 0.0f, a + 2 * nn, n);  // warm up threads and caches
-        double spent = 0.0;
-        for (int r = 0; r < reps || spent < 0.1; r++) {
-            double t0 = wall_seconds();
-            matmul(0, 1, n, n, n, 1.0f, a, n, a + nn, n, 0.0f, a + 2 * nn, n);
-            double dt = wall_seconds() - t0, gflops = 2.0 * n * (double)nn / dt * 1e-9;
-            spent += dt;
-            best = gflops > best ? gflops : best;
-            if (r >= 1000) break;  // (a clock too coarse to see the product)
+        for (int team = 0; team < 2; team++) {
+            double spent = 0.0;
+            for (int r = -1; r < reps || spent < 0.1; r++) {  // (r = -1: warm up threads and caches, untimed)
+                double t0 = wall_seconds();
+                if (team) {
+#pragma omp parallel
+                    matmul_team(0, 1, n, n, n, 1.0f, a, n, a + nn, n, 0.0f, a + 2 * nn, n);
+                } else {
+                    matmul(0, 1, n, n, n, 1.0f, a, n, a + nn, n, 0.0f, a + 2 * nn, n);
+                }
+                double dt = wall_seconds() - t0, gflops = 2.0 * n * (double)nn / dt * 1e-9;
+                if (r < 0) continue;
+                spent += dt;
+                best = gflops > best ? gflops : best;
+                if (r >= 1000) break;  // (a clock too coarse to see the product)
+            }
         }
     }
     free(a);
