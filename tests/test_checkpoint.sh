@@ -218,18 +218,17 @@ check "a failed write leaves the previous checkpoint and no .tmp ($dirs)" '[ "$d
 # --- a slow disk: the writer takes 800 ms (or more, below) more per checkpoint; the steps that run while it writes take what
 # they take without checkpoints (the same steps of a run without --ckpt-dir; a loop that waited for the writer
 # would add the 800 ms to one of them), and the commit is logged steps after the staging ---
-"$TRAIN" "${RUN[@]}" --steps 20 --log-json "$tmp/nock.json" >"$tmp/nock.log" 2>&1
-# the writer's delay: 800 ms, or twice what steps 11-19 take without checkpoints where that is longer (a
-# sanitizer build's steps), so the commit comes after step 19 whatever the build's speed
-slow_ms=$(awk -F'"ms":' '/"loss"/ {split($1, a, "[:,]"); if (a[2] >= 11 && a[2] <= 19) {split($2, b, ","); s += b[1]}}
-                         END {d = int(2 * s); print (d > 800 ? d : 800)}' "$tmp/nock.json")
-LLMC_TEST_CKPT_FAULT=slow-$slow_ms:0 "$TRAIN" "${RUN[@]}" --steps 20 --ckpt-dir "$tmp/slow" --ckpt-every 10 \
-    --log-json "$tmp/slow.json" >"$tmp/slow.log" 2>&1
-rc=$?
 # mean and max "ms" of steps 11..19 (the step-10 checkpoint is in flight; step 20 waits for it by design, and that
 # wait is its ckpt time)
 step_ms() { awk -F'"ms":' '/"loss"/ && !/"ckpt":"/ {split($1, a, "[:,]"); if (a[2] >= 11 && a[2] <= 19) {split($2, b, ","); s += b[1]; n++; if (b[1] > m) m = b[1]}} END {if (n) printf "%.1f %.1f %d", s / n, m, n}' "$1"; }
+"$TRAIN" "${RUN[@]}" --steps 20 --log-json "$tmp/nock.json" >"$tmp/nock.log" 2>&1
+# the writer's delay: 800 ms, or twice what steps 11-19 take without checkpoints where that is longer (a
+# sanitizer build's steps), so the commit comes after step 19 whatever the build's speed
 read -r base_mean base_max base_n <<<"$(step_ms "$tmp/nock.json")"
+slow_ms=$(awk -v m="${base_mean:-0}" -v n="${base_n:-0}" 'BEGIN {d = int(2 * m * n); print (d > 800 ? d : 800)}')
+LLMC_TEST_CKPT_FAULT=slow-$slow_ms:0 "$TRAIN" "${RUN[@]}" --steps 20 --ckpt-dir "$tmp/slow" --ckpt-every 10 \
+    --log-json "$tmp/slow.json" >"$tmp/slow.log" 2>&1
+rc=$?
 read -r slow_mean slow_max slow_n <<<"$(step_ms "$tmp/slow.json")"
 staged=$(grep -an 'checkpoint step_00000010 staged' "$tmp/slow.log" | cut -d: -f1)
 last_in_flight=$(grep -an '^step  *19/20' "$tmp/slow.log" | cut -d: -f1)
