@@ -122,7 +122,9 @@ SBATCH=(env TRAINER="$TRAIN" CKPT_EVERY=100000 sbatch --parsable --nodes 1 --nta
 tl=$("${SBATCH[@]}" --time 1 --signal USR1@59 --output "$tmp/tl.out" scripts/train_slurm.sbatch "${LONG[@]}" \
      --ckpt-dir "$tmp/tl.ck" --data-val "$tmp/val/v_val_*.bin" --eval-every 1000000 --eval-batches 20000 2>&1)
 early_resume=no
-wait_for 30 'grep -q "^resume: " "$tmp/tl.out" 2>/dev/null' "$tl" && ! grep -q 'val loss\|^step ' "$tmp/tl.out" && early_resume=yes
+# (the wait is long because a loaded machine's slurmctld may start the job late; it ends at the line)
+wait_for 120 'grep -q "^resume: " "$tmp/tl.out" 2>/dev/null' "$tl" && ! grep -q 'val loss\|^step ' "$tmp/tl.out" && early_resume=yes
+tl_started="submitted $(job_field "$tl" SubmitTime), started $(job_field "$tl" StartTime), seen $(date +%FT%T)"
 
 # --- srun --mpi=pmix: data, pipeline and tensor parallel, each with mpirun's losses ---
 for layout in "dp:--zero 1" "pp:--pp 2" "tp:--tp 2"; do
@@ -164,7 +166,7 @@ check "time limit: SIGUSR1 from --signal, the trainer stops ($how), exits 75, th
      grep -q "Exited with exit code 75" "$tmp/tl.out" && grep -q "requeueing job $tl" "$tmp/tl.out"' \
     "job $tl $(job_field "$tl" JobState) restarts $(job_field "$tl" Restarts): $(grep -a 'error\|srun\|train_slurm' "$tmp/tl.out" | tail -3 | tr '\n' ' ')"
 check "the resume: line is in the job's output before the first evaluation ends" '[ $early_resume = yes ]' \
-    "$(grep -a -m2 '^resume\|val loss' "$tmp/tl.out" | tr '\n' ' ')"
+    "$tl_started: $(grep -a -m2 '^resume\|val loss' "$tmp/tl.out" | tr '\n' ' ')"
 scontrol update JobId="$tl" StartTime=now TimeLimit=10 >/dev/null 2>&1
 at=$(echo "$how" | grep -o '[0-9]*$')
 wait_for 30 "grep -q 'resume: continuing at step ${at:-0} \|resume: no checkpoint' '$tmp/tl.out' || ended $tl" "$tl"
