@@ -11,7 +11,9 @@
 // for each layer until the backward, B x T x 2C/tp floats a layer, and the
 // softmax probabilities of its queries against them, B x NH/tp x T/cp x T a
 // layer (one process: B x NH x T x T), in the micro-batch's activations
-// (CPActs, made at a layer's first use). The backward computes dK and dV of
+// (CPActs, made at a layer's first use; the layers that recompute their
+// attention under --recompute share one slot, gathered again before their
+// backward). The backward computes dK and dV of
 // every position from the rank's queries and reduce-scatters them back to
 // the positions' owners. Causal masking uses the global positions.
 //

@@ -124,10 +124,9 @@ typedef struct {
     int weights_pending;    // a split backward's W has yet to run
 } GPUActs;
 
-// A layer's buffers in GPUActs's order: GPU_ACT_BF floatX ones (the last
-// GPU_ACT_SPLIT only with a split backward), GPU_ACT_F32 fp32 ones.
+// A layer's buffers' elements in GPUActs's order: GPU_ACT_BF floatX ones (the
+// last 4 only with a split backward: else 0), GPU_ACT_F32 fp32 ones.
 #define GPU_ACT_BF 12
-#define GPU_ACT_SPLIT 4
 #define GPU_ACT_F32 5
 #define GPU_ACT_FCH_GELU 6
 #define GPU_ACT_RESIDUAL3 7
@@ -383,9 +382,6 @@ static inline int64_t segment_buffer_elems(const ParamLayout *pl, int num_slots)
     return n;
 }
 
-// The device memory a model of `held` (NULL: all of it) needs, without
-// allocating anything, at its sharding, with act_sets micro-batches'
-// activations (1; a pipeline: the schedule's peak of its average chunk).
 // What a layer keeps of a micro-batch's activations, on average over the
 // model's layers (their recompute policies differ under full:K).
 static size_t gpu_layer_acts_bytes(const GPTConfig *c, int B, int T, const RecomputePolicy *rp, int split, int tp,
@@ -402,6 +398,9 @@ static size_t gpu_layer_acts_bytes(const GPTConfig *c, int B, int T, const Recom
     return total / (size_t)c->num_layers;
 }
 
+// The device memory a model of `held` (NULL: all of it) needs, without
+// allocating anything, at its sharding, with act_sets micro-batches'
+// activations (1; a pipeline: the schedule's peak of its held layers).
 static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, int tp, int sp, int B, int T,
                                 const RecomputePolicy *rp, AttentionKind attention, GPUSharding sh, int act_sets,
                                 int split) {

@@ -7,8 +7,8 @@
 # as the formula (llmc/gpt_activation_sizes.h) says: a full layer keeps only its output, one shared copy
 # of the rest; selective drops the probabilities and the GELU output; at T 512 (the probabilities 8 MB a
 # layer) the measured peak RSS falls by the formula's bytes within 10%; at cp 2 the attention state a
-# rank keeps falls too. Bad values end with one line and exit 2. The sanitizer builds run one process
-# and cp 2.
+# rank keeps falls too. A checkpoint written under full resumes under none to none's model. Bad values
+# end with one line and exit 2. The sanitizer builds run one process and cp 2.
 set -u
 cd "$(dirname "$0")/.."
 P=recompute_
@@ -42,6 +42,12 @@ same_as_none() {
     done
 }
 POLICIES="selective full full:2" OMP_NUM_THREADS=2 same_as_none one 1
+# a checkpoint written under full resumes under none (the policy is no part of the state): none's model
+OMP_NUM_THREADS=2 run ck_full 1 --recompute full --ckpt-dir "$tmp/ck" --ckpt-every 2
+mkdir -p "$tmp/ck2" && cp -r "$tmp/ck/step_00000002" "$tmp/ck2/"
+OMP_NUM_THREADS=2 run ck_resumed 1 --ckpt-dir "$tmp/ck2" --resume auto
+check "a_full_checkpoint_resumed_under_none_equals_none_bit_for_bit" \
+    "grep -aq 'resume: continuing at step 2' '$tmp/ck_resumed.log' && cmp -s '$tmp/one_none.bin' '$tmp/ck_resumed.bin'"
 
 # the activation bytes of the memory line against the formula: per layer (floats, N = B*T = 128, C = 32)
 # ln1 N*C, means and rstds 4N, qkv 3NC, atty NC, att B*NH*T*T, residual2 NC, ln2 NC, fch 4NC, fch_gelu 4NC,
