@@ -159,7 +159,7 @@ int main(int argc, char **argv) {
     const int pipe_rank = comm_group(&comm, COMM_PIPELINE)->rank;
     // the memory this rank will hold (rank_memory.h), checked before anything is allocated
     RankPlace place = {o.zero, replica->size, replica->rank, tp.size, tp.rank, tp.sp, pipelined ? &pp_layout : NULL,
-                       pp_kind, pipe_rank, plan.accum, B, Tl};
+                       pp_kind, pipe_rank, plan.accum, B, Tl, o.recompute_policy};
     RankMemory need = cpu_rank_memory(&cfg, &place);
     train_check_host_memory(&o, need.params + need.tied / 2, need.grads + need.tied / 2, need.optimizer,
                             need.activations);
@@ -168,6 +168,7 @@ int main(int argc, char **argv) {
     if (pipelined) holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
     GPT model;
     gpt_init_held(&model, &cfg, &holding, tp);
+    model.recompute = o.recompute_policy;
     if (o.cp > 1)
         cp_init(&model.cp, comm_group(&comm, COMM_CONTEXT), B, T, plan.accum, cfg.num_layers, cfg.channels,
                 cfg.channels / tp.size, cfg.num_heads / tp.size);
@@ -202,8 +203,8 @@ int main(int argc, char **argv) {
     if (!pipelined) gpt_alloc_activations(&model, B, Tl);
     double act_bytes = 4.0 * (pipelined ? pipeline_rank_activation_floats(&cfg, &pipeline.run.layout, pp_kind,
                                                                             pipe_rank, plan.accum, B, Tl, tp.size,
-                                                                            tp.sp)
-                                        : model.acts.num_floats + cp_memory_floats(&model.cp));
+                                                                            tp.sp, &o.recompute_policy)
+                                        : model.acts.num_floats + cp_memory_floats(&model.cp, gpt_cp_slots(&model)));
 
     // a rank's peak: every rank probes at once (they share the cores), the mean of their probes; measured once
     double peak_gflops = o.peak_tflops > 0 ? o.peak_tflops * 1e3
@@ -228,11 +229,11 @@ int main(int argc, char **argv) {
                    plan.accum, pp_bubble_theory(pp_kind, o.pp, o.virtual_stages, plan.accum));
         printf("memory per rank (ZeRO-%d: N = %lld elements%s, shard S = %lld): params %.3f MB (4 B x %s) + grads "
                "%.3f MB (4 B x %s) + AdamW m,v %.3f MB (8 B x %s; the fp32 params are the master copy) = %.3f MB | "
-               "activations %.3f MB%s\n", o.zero, (long long)zero.map.num_elements,
+               "activations %.3f MB%s (recompute %s)\n", o.zero, (long long)zero.map.num_elements,
                pipelined ? " of rank 0's stages" : "", (long long)zero.map.shard, zm.params / 1e6,
                o.zero >= 3 ? "S" : "N", zm.grads / 1e6, o.zero >= 2 ? "S" : "N", zm.optimizer / 1e6,
                o.zero >= 1 ? "S" : "N", (zm.params + zm.grads + zm.optimizer) / 1e6, act_bytes / 1e6,
-               pipelined ? " at the schedule's peak" : "");
+               pipelined ? " at the schedule's peak" : "", o.recompute);
         printf("compute: %d threads, matmul %s, peak %.1f GFLOP/s (%s), %.2f GFLOP/step\n", omp_threads(),
                matmul_backend_name(), peak_gflops, o.peak_tflops > 0 ? "--peak-tflops" : matmul_peak_source(),
                flops_per_step * 1e-9);

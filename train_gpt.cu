@@ -2,8 +2,8 @@
 // (llmc/train_options.h), data, logs (llmc/logger.h) and llm.c model files as
 // the CPU trainer train_gpt.c, whose loop it mirrors step for step, on NVIDIA
 // GPUs: floatX weights and activations, fp32 master weights, gradients and AdamW
-// state (llmc/gpt_gpu.cuh). GPU-only flags: --attention flash|cudnn,
-// --recompute 0|1|2. Data parallel like train_gpt.c (one process per GPU,
+// state (llmc/gpt_gpu.cuh). GPU-only flag: --attention flash|cudnn (--recompute:
+// gpt_gpu.cuh says what each policy keeps). Data parallel like train_gpt.c (one process per GPU,
 // started by mpirun or srun; alone it is a single process without MPI), with
 // ZeRO 0-3 (llmc/zero_gpu.cuh) over NCCL (--comm nccl, or auto when built
 // with it) or MPI staged through host memory (--comm mpi, also for several
@@ -224,7 +224,7 @@ int main(int argc, char **argv) {
     if (pipelined) holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
     GPTGPU model;
     int act_sets = pipelined ? pp_peak_alive_theory(pp_kind, o.pp, o.virtual_stages, plan.accum, pipe_rank) : 1;
-    gpu_gpt_init(&model, &cfg, pipelined ? &holding : NULL, tp, B, T, o.recompute, attention,
+    gpu_gpt_init(&model, &cfg, pipelined ? &holding : NULL, tp, B, T, o.recompute_policy, attention,
                  gpu_sharding(o.zero, dp->rank, dp->size), act_sets, pp_kind == PP_ZB1P && pipelined, o.mem_limit_mb);
     free(held_layers);
 #ifdef LLMC_NCCL
@@ -283,7 +283,7 @@ int main(int argc, char **argv) {
                o.zero >= 2 ? "S" : "N", zm.optimizer / 1e6, 3 * sizeof(float), o.zero >= 1 ? "S" : "N",
                (zm.params + zm.grads + zm.optimizer) / 1e6, mem->segment_buffers / 1e6);
         printf("memory: params %.1f MB (fp32 + " FLOATX_NAME "), grads %.1f MB, AdamW %.1f MB, activations %.3f MB "
-               "(a layer %.3f MB, recompute %d%s), workspace %.1f MB | total %.2f GB of %.2f GB\n",
+               "(a layer %.3f MB, recompute %s%s), workspace %.1f MB | total %.2f GB of %.2f GB\n",
                mem->params / 1e6, mem->grads / 1e6, mem->optimizer / 1e6, mem->activations / 1e6,
                mem->layer_activations / 1e6, o.recompute,
                pipelined ? ", the schedule's peak" : "",

@@ -11,7 +11,9 @@
 // for each layer until the backward, B x T x 2C/tp floats a layer, and the
 // softmax probabilities of its queries against them, B x NH/tp x T/cp x T a
 // layer (one process: B x NH x T x T), in the micro-batch's activations
-// (CPActs, made at a layer's first use). The backward computes dK and dV of
+// (CPActs, made at a layer's first use; the layers that recompute their
+// attention under --recompute share one slot, gathered again before their
+// backward). The backward computes dK and dV of
 // every position from the rank's queries and reduce-scatters them back to
 // the positions' owners. Causal masking uses the global positions.
 //
@@ -30,11 +32,12 @@
 #include "cpu_vec.h"     // defines: vec_max, vec_exp_sum, vec_dot
 #include "utils.h"       // defines: mallocCheck, alignedMallocCheck, omp_threads, omp_thread_id, wall_seconds
 
-// A micro-batch's attention state, per layer (NULL until the layer's first forward).
+// A micro-batch's attention state, per slot (NULL until the slot's first forward): slot l is layer l's,
+// slot L the one the layers that recompute their attention (--recompute) share.
 typedef struct {
     int L;
-    float **kv;          // [L] (B,T,2Cl): every position's k | v, in global order (kept for the backward)
-    float **att;         // [L] (B,NHl,Tl,T): the softmax probabilities of this rank's queries
+    float **kv;          // [L+1] (B,T,2Cl): every position's k | v, in global order (kept for the backward)
+    float **att;         // [L+1] (B,NHl,Tl,T): the softmax probabilities of this rank's queries
 } CPActs;
 
 typedef struct {
@@ -105,20 +108,21 @@ static void cp_free(CPContext *cp) {
 static inline size_t cp_layer_floats(const CPContext *cp) {
     return (size_t)cp->B * cp->T * 2 * cp->Cl + (size_t)cp->B * cp->NHl * cp->Tl * cp->T;
 }
-// The floats of a one-process step's activations beside gpt_cpu.h's: every layer's CPActs and the shared buffers.
-static inline double cp_memory_floats(const CPContext *cp) {
+// The floats of a one-process step's activations beside gpt_cpu.h's: the CPActs of `slots` slots (the
+// layers that keep their attention state, and the recomputing layers' shared one) and the shared buffers.
+static inline double cp_memory_floats(const CPContext *cp, int slots) {
     if (cp->size == 1) return 0.0;
-    return (double)cp->L * cp_layer_floats(cp) + 2.0 * cp->B * cp->T * 2 * cp->Cl +
+    return (double)slots * cp_layer_floats(cp) + 2.0 * cp->B * cp->T * 2 * cp->Cl +
            (double)omp_threads() * cp->Tc * cp->T + 2.0 * cp->Tl * cp->C;
 }
 
-// Layer l's state in *acts (made at its first use; *acts too).
+// Slot l's state in *acts (made at its first use; *acts too).
 static void cp_acts_layer(const CPContext *cp, CPActs **acts, int l, float **kv, float **att) {
     if (!*acts) {
         *acts = (CPActs *)callocCheck(1, sizeof(CPActs));
         (*acts)->L = cp->L;
-        (*acts)->kv = (float **)callocCheck(2 * (size_t)cp->L, sizeof(float *));
-        (*acts)->att = (*acts)->kv + cp->L;
+        (*acts)->kv = (float **)callocCheck(2 * ((size_t)cp->L + 1), sizeof(float *));
+        (*acts)->att = (*acts)->kv + cp->L + 1;
     }
     CPActs *s = *acts;
     if (!s->kv[l]) {
@@ -130,7 +134,7 @@ static void cp_acts_layer(const CPContext *cp, CPActs **acts, int l, float **kv,
 }
 static void cp_acts_free(CPActs *acts) {
     if (!acts) return;
-    for (int l = 0; l < acts->L; l++) free(acts->kv[l]);
+    for (int l = 0; l <= acts->L; l++) free(acts->kv[l]);
     free(acts->kv);
     free(acts);
 }

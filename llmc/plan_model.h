@@ -27,16 +27,18 @@
 #ifndef LLMC_PLAN_MODEL_H
 #define LLMC_PLAN_MODEL_H
 
-#include "plan_cluster.h"  // defines: Cluster
-#include "plan_measure.h"  // defines: StageKernelTimes, GELU, PLAN_ALL_REDUCE, PLAN_ALL_GATHER, ...
-#include "rank_memory.h"   // defines: RankMemory, RankPlace, cpu_rank_memory
+#include "gpt_activation_sizes.h"  // defines: gpt_activation_sizes, GPT_ACT_PER_LAYER, GPT_ACT_ATT, GPT_ACT_FCH_GELU, GPT_ACT_RESIDUAL3
+#include "plan_cluster.h"          // defines: Cluster
+#include "plan_measure.h"          // defines: StageKernelTimes, GELU, PLAN_ALL_REDUCE, PLAN_ALL_GATHER, ...
+#include "rank_memory.h"           // defines: RankMemory, RankPlace, cpu_rank_memory
+#include "recompute.h"             // defines: RecomputeKind, RecomputePolicy
 
 typedef struct {
     int dp, tp, pp, sp, zero;
     PPKind schedule;  // (pp > 1)
     int v;            // chunks per pipeline rank (interleaved: 2 or more)
     int B, accum;     // micro-batch, micro-batches a step
-    int recompute;    // GPU: 0, 1, 2
+    RecomputeKind recompute;  // every layer's --recompute (recompute.h)
 } PlanLayout;
 
 // The predicted step, seconds, by part (step_time.h's names).
@@ -86,7 +88,7 @@ typedef struct {
 } PlanResult;
 
 // What a rank's kernels take per micro-batch at a shape: measured (local) or modeled.
-typedef StageKernelTimes (*PlanKernels)(void *ctx, int B, int tp, int sp, int recompute);
+typedef StageKernelTimes (*PlanKernels)(void *ctx, int B, int tp, int sp, RecomputeKind recompute);
 
 typedef struct {
     const GPTConfig *cfg;
@@ -162,11 +164,11 @@ static void plan_book(PlanKernelBook *bk, int part, PlanFamily fam, double s, in
 // the fc GEMM with its GELU epilogue (a second output, the pre-GELU values), the fc projection GEMM and
 // the next fused residual + LayerNorm; its backward the input's GEMM of each, GELU's backward, attention's
 // backward and the two LayerNorms' backward (B), the weights' GEMM of each and the bias gradients (W);
-// recompute 1 runs GELU again, 2 also the LayerNorms. The embedding and the classifier (the logits GEMM,
+// selective recompute runs GELU again, full the layer's forward. The embedding and the classifier (the logits GEMM,
 // the fused softmax + loss + gradient kernel) on the first and last stage. Bytes are bf16 activations,
 // fp32 LayerNorm statistics; with sequence parallel the LayerNorms and residuals see N / tp rows.
 static StageKernelTimes plan_gpu_kernels_book(const Cluster *c, const GPTConfig *cfg, int B, int T, int tp, int sp,
-                                              int recompute, PlanKernelBook *bk) {
+                                              RecomputeKind recompute, PlanKernelBook *bk) {
     double C = cfg->channels, Cl = C / tp, N = (double)B * T, Nl = sp ? N / tp : N, V = cfg->padded_vocab_size / tp;
     double ln_fwd = plan_gpu_mem_s(c, 2.0 * 4 * Nl * C + 8 * Nl);  // residual + x in, residual + ln out
     double ln_bwd = plan_gpu_mem_s(c, 2.0 * 5 * Nl * C + 8 * Nl);  // dres, x, dln in; dres, dx out
@@ -184,12 +186,12 @@ static StageKernelTimes plan_gpu_kernels_book(const Cluster *c, const GPTConfig 
               plan_gpu_gemm_s(c, N, C, 4 * Cl, 0) + plan_gpu_gemm_s(c, N, 4 * Cl, C, 0) +
                   plan_gpu_gemm_s(c, N, C, Cl, 0) + plan_gpu_gemm_s(c, N, 3 * Cl, C, 0), 4);
     plan_book(bk, PLAN_KP_LAYER_B, PLAN_FAM_GELU,
-              plan_gpu_mem_s(c, 2.0 * 3 * N * 4 * Cl) + (recompute >= 1 ? plan_gpu_mem_s(c, 2.0 * 2 * N * 4 * Cl) : 0),
-              1 + (recompute >= 1));
+              plan_gpu_mem_s(c, 2.0 * 3 * N * 4 * Cl) +
+                  (recompute == RECOMPUTE_SELECTIVE ? plan_gpu_mem_s(c, 2.0 * 2 * N * 4 * Cl) : 0),
+              1 + (recompute == RECOMPUTE_SELECTIVE));
     plan_book(bk, PLAN_KP_LAYER_B, PLAN_FAM_ATTENTION, plan_gpu_attention_s(c, B, T, Cl, 1), 2);
-    plan_book(bk, PLAN_KP_LAYER_B, PLAN_FAM_LAYERNORM, 2 * ln_bwd + (recompute >= 2 ? 2 * ln_fwd : 0),
-              2 + 2 * (recompute >= 2));
-    if (recompute >= 3) {  // full recomputation: the layer's forward again before its backward
+    plan_book(bk, PLAN_KP_LAYER_B, PLAN_FAM_LAYERNORM, 2 * ln_bwd, 2);
+    if (recompute == RECOMPUTE_FULL) {  // the layer's forward again before its backward
         for (int f = 0; f < PLAN_FAMILIES; f++) bk->s[PLAN_KP_LAYER_B][f] += bk->s[PLAN_KP_LAYER_F][f];
         bk->launches[PLAN_KP_LAYER_B] += bk->launches[PLAN_KP_LAYER_F];
     }
@@ -217,7 +219,7 @@ static StageKernelTimes plan_gpu_kernels_book(const Cluster *c, const GPTConfig 
     return t;
 }
 static StageKernelTimes plan_gpu_kernels(const Cluster *c, const GPTConfig *cfg, int B, int T, int tp, int sp,
-                                         int recompute) {
+                                         RecomputeKind recompute) {
     return plan_gpu_kernels_book(c, cfg, B, T, tp, sp, recompute, NULL);
 }
 
@@ -350,8 +352,10 @@ static RankMemory plan_rank_memory(const PlanProblem *pb, const PlanLayout *l, c
     int x[GRID_DIMS];
     grid_coords(&grid, r, x);
     int tp_rank = x[GRID_TP], pipe_rank = x[GRID_PP], dp_rank = x[GRID_DP];
+    // (the GPU's bytes below start from the CPU trainer's without recompute)
+    RecomputePolicy policy = {pb->cluster->cpu_trainer ? l->recompute : RECOMPUTE_NONE, 1};
     RankPlace place = {l->zero, l->dp, dp_rank, l->tp, tp_rank, l->sp, l->pp > 1 ? ppl : NULL, l->schedule,
-                       pipe_rank, l->accum, l->B, pb->T};
+                       pipe_rank, l->accum, l->B, pb->T, policy};
     RankMemory m = cpu_rank_memory(pb->cfg, &place);
     if (!pb->cluster->cpu_trainer) {  // the GPU trainer's bytes (an estimate: docs/planner.md)
         // weights bf16 (N, or S at ZeRO-3) and the fp32 master copy (as the AdamW state: N or S); grads and
@@ -360,15 +364,17 @@ static RankMemory plan_rank_memory(const PlanProblem *pb, const PlanLayout *l, c
         m.tied *= 6.0 / 8.0;
         // activations bf16, without the attention matrix (flash attention keeps its log-sum-exp rows);
         // what recomputation drops from each layer is one shared buffer instead
-        double N = (double)l->B * pb->T, C = pb->cfg->channels, Cl = C / l->tp, NHl = pb->cfg->num_heads / l->tp;
+        // (selective: the GELU output; full: all but the layer's output, the next one's input)
+        size_t per[GPT_ACT_PER_LAYER], single[GPT_ACT_SINGLES];
+        gpt_activation_sizes(pb->cfg, l->B, pb->T, 0, 1, l->tp, l->sp, per, single);
         double layers = l->pp > 1 ? (double)pb->cfg->num_layers / l->pp : pb->cfg->num_layers;
         double sets = l->pp > 1 ? pp_peak_alive_theory(l->schedule, l->pp, l->v, l->accum, pipe_rank) : 1;
-        double att = (double)l->B * NHl * pb->T * pb->T;
-        double dropped = (l->recompute >= 1 ? N * 4 * Cl : 0) + (l->recompute >= 2 ? 2 * N * C : 0);
+        double att = (double)per[GPT_ACT_ATT], dropped = 0.0;
+        if (l->recompute == RECOMPUTE_SELECTIVE) dropped = (double)per[GPT_ACT_FCH_GELU];
+        for (int s = 0; s < GPT_ACT_RESIDUAL3 && l->recompute == RECOMPUTE_FULL; s++)
+            dropped += s == GPT_ACT_ATT ? 0.0 : (double)per[s];
         m.activations = (m.activations / 4 - sets * layers * (att + dropped) + dropped) * 2;
         if (m.activations < 0) m.activations = 0;
-        if (l->recompute >= 3)  // full recomputation: each layer's input kept, one layer's buffers shared
-            m.activations = (sets * layers * N * C + m.activations / 2 / (sets * layers)) * 2;
         m.transient = PLAN_GPU_WORKSPACE_BYTES;  // (its ZeRO-2/3 segment buffers: small next to the rest)
     }
     return m;
@@ -407,7 +413,7 @@ static PPTimes plan_rank_times(const PlanProblem *pb, const PlanLayout *l, const
     double chunks = l->pp > 1 ? ppl->v : 1;  // (the simulator's F is one chunk's)
     PPTimes t;
     t.f = (layers * (k->layer_f + tp_layer) + first * k->embed_f + last * (k->head_f + tp_head)) / chunks;
-    t.b = (layers * (k->layer_b_input + tp_layer * (l->recompute >= 3 ? 2 : 1)) + last * (k->head_b + tp_layer / 2)) /
+    t.b = (layers * (k->layer_b_input + tp_layer * (l->recompute == RECOMPUTE_FULL ? 2 : 1)) + last * (k->head_b + tp_layer / 2)) /
           chunks;
     t.w = (layers * k->layer_b_weight + first * k->embed_b) / chunks;
     t.xfer = plan_transfer(c, l->sp ? act / l->tp : act, plan_group(c, l->tp, l->pp));
@@ -456,12 +462,22 @@ static double plan_sync_loss_s(const PlanProblem *pb, const PlanLayout *l, const
     return loss;
 }
 
+// The CPU trainer's recompute in its measured kernels (which keep every
+// activation): full runs the layer's forward again in the backward; selective
+// its attention and GELU, estimated as attention's share of a layer's forward
+// FLOPs, T / (12 C + T) (the GELU's elementwise pass is small next to them).
+static void plan_cpu_recompute_times(StageKernelTimes *k, RecomputeKind recompute, int T, int C) {
+    if (recompute == RECOMPUTE_FULL) k->layer_b_input += k->layer_f;
+    if (recompute == RECOMPUTE_SELECTIVE) k->layer_b_input += k->layer_f * T / (12.0 * C + T);
+}
+
 // The predicted step of a valid layout (r.t, r.tokens_per_s).
 static void plan_predict(const PlanProblem *pb, PlanResult *r, const PPLayout *ppl) {
     const PlanLayout *l = &r->l;
     const Cluster *c = pb->cluster;
     int world = l->dp * l->tp * l->pp;
     StageKernelTimes k = pb->kernels(pb->kernels_ctx, l->B, l->tp, l->sp, l->recompute);
+    if (c->cpu_trainer) plan_cpu_recompute_times(&k, l->recompute, pb->T, pb->cfg->channels);
     PPTimes *times = (PPTimes *)mallocCheck(sizeof(PPTimes) * (size_t)l->pp);
     double f = 0, b = 0, slowest = 0;
     for (int pr = 0; pr < l->pp; pr++) {
@@ -496,7 +512,7 @@ static void plan_predict(const PlanProblem *pb, PlanResult *r, const PPLayout *p
     memset(pc, 0, sizeof(*pc));
     pc->dp_group = dg;
     double tp_head, tp_layer = plan_tp_layer_s(pb, l, &tp_head);
-    pc->tp_s = l->accum * ((double)pb->cfg->num_layers / l->pp * tp_layer * (l->recompute >= 3 ? 3 : 2) + tp_head * 2.5);
+    pc->tp_s = l->accum * ((double)pb->cfg->num_layers / l->pp * tp_layer * (l->recompute == RECOMPUTE_FULL ? 3 : 2) + tp_head * 2.5);
     pc->xfer_s = l->pp > 1 ? plan_transfer(c, (double)l->B * pb->T * pb->cfg->channels * wbytes / (l->sp ? l->tp : 1),
                                            plan_group(c, l->tp, l->pp))
                            : 0.0;

@@ -57,7 +57,8 @@ expect_usage_error "an unknown flag" "unknown flag" "$PLAN" --warp-speed 9
 rc=$?
 check lists_the_small_case "[ $rc -eq 0 ] && grep -q '^cluster four: 1 node x 4 CPU ranks = 4 ranks' '$tmp/four.log'" \
     "exit $rc: $(tail -2 "$tmp/four.log")"
-# every (dp, tp, pp) of 4 ranks, each schedule, ZeRO stage (with dp > 1), sequence parallel (tp > 1), B 1
+# every (dp, tp, pp) of 4 ranks, each schedule, ZeRO stage (with dp > 1), sequence parallel (tp > 1), B 1,
+# --recompute none, selective and full
 python3 - "$tmp/four.csv" >"$tmp/count.txt" <<'EOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
@@ -68,7 +69,7 @@ for tp in (1, 2, 4):
             continue
         dp = 4 // tp // pp
         scheds = {1: 1, 2: 4, 4: 4}[pp]  # interleaved: 2 chunks (L/pp <= 2)
-        want += (2 if tp > 1 else 1) * scheds * (4 if dp > 1 else 1)
+        want += (2 if tp > 1 else 1) * scheds * (4 if dp > 1 else 1) * 3
 print(len(rows), want, sum(r["valid"] == "1" for r in rows))
 EOF
 read -r listed want valid <"$tmp/count.txt"
@@ -115,7 +116,7 @@ print("%s: plan_groups_rejected_layouts_by_reason (%s of %s)" % (
 first = re.search(r"^   1\. (.*?) \|", text, re.M)
 ok = first and "ZeRO-3" not in first.group(1) and "a tie" in text and "run it: mpirun -np 8 ./train_gptcu" in text
 print("%s: plan_prefers_the_simpler_smaller_layout_in_a_tie (%s)" % ("PASS" if ok else "FAIL", first and first.group(1)))
-legend = ["B 64 x 4: micro-batches of 64", "rc1: --recompute 1", "+sp: sequence parallel", "'-': none", "USD a device-hour"]
+legend = ["B 64 x 4: micro-batches of 64", "rcsel: --recompute selective", "+sp: sequence parallel", "'-': none", "USD a device-hour"]
 missing = [w for w in legend if w not in text] + ([] if re.search(r"[0-9.]+ USD  dp", text) else ["cost currency"])
 print("%s: plan_legend_explains_the_notation_and_currency%s" % ("FAIL" if missing else "PASS",
       " (missing: %s)" % missing if missing else ""))
@@ -198,7 +199,7 @@ if [ -x "$BUILD/emu/train_gptcu" ] && [ "$BUILD" = build ]; then
         >"$tmp/gpu.cluster"
     GMODEL=(--n-layer 2 --n-embd 64 --n-head 2 --vocab-size 257 --max-seq-len 32 --seq-len 32 --total-batch-tokens 128)
     "$PLAN" "${GMODEL[@]}" --cluster "$tmp/gpu.cluster" --max-micro-batch 4 --csv "$tmp/gpu.csv" >/dev/null 2>&1
-    for run in "2 2"; do  # (B 2, recompute 2: every buffer the recomputation shares)
+    for run in "2 full"; do  # (B 2, recompute full: every buffer the recomputation shares)
         set -- $run
         "$BUILD/emu/train_gptcu" --data-train "$tmp/data/src_train_*.bin" "${GMODEL[@]}" --batch-size "$1" \
             --recompute "$2" --steps 0 --peak-tflops 1 >"$tmp/gpu_$1_$2.log" 2>&1
