@@ -20,10 +20,17 @@
 // at its F and given back once its W is done and its gradient sent, so the
 // pool grows to the schedule's peak of live micro-batches and no further.
 //
+// Every run is a pipeline: without --pp it has one stage, whose list is each
+// micro-batch's F, B and W in turn on the model's own activations (the stage
+// operations hand them out), with nothing sent and no action timed, so the
+// trainers have one path and the one-process step is the model's own loop.
+//
 // Also here: evaluation and sampling (the stages run in order on one
-// micro-batch), the --pp-trace record of the executed actions, and the
+// micro-batch), the --pp-trace record of the executed actions, the
 // end-of-run report of each rank's F, B and W times and idle fraction against
-// the simulator's prediction for the same times.
+// the simulator's prediction for the same times, and what both trainers'
+// pipelines share (PipelineCore): the groups, the step's tokens and the tied
+// token embedding's protocol between the first and the last stage.
 #ifndef LLMC_PIPELINE_H
 #define LLMC_PIPELINE_H
 
@@ -59,13 +66,13 @@ typedef struct {
     void *(*slot_new)(void *ctx, int chunk);
     void (*slot_free)(void *ctx, void *slot);
     void (*forward)(void *ctx, void *slot, int chunk, int mb);
-    void (*backward)(void *ctx, void *slot, int chunk, int mb);  // B (and W, unless split)
-    void (*weights)(void *ctx, void *slot, int chunk, int mb);   // W of a split backward
-    void *(*buffer)(void *ctx, void *slot, PPBuffer which);
+    void (*backward)(void *ctx, void *slot);  // B (and W, unless split)
+    void (*weights)(void *ctx, void *slot);   // W of a split backward
+    void *(*buffer)(void *slot, PPBuffer which);
     // evaluation and sampling: one micro-batch x, y (y NULL: logits only) through chunk's stage on its
-    // own activations; returns the mean loss on the last stage
+    // own activations (eval_acts'); returns the mean loss on the last stage
     float (*eval_forward)(void *ctx, int chunk, const int *x, const int *y, int B, int T);
-    void *(*eval_buffer)(void *ctx, int chunk, PPBuffer which);
+    void *(*eval_acts)(void *ctx, int chunk);
     // before compute that reads what r received is queued (GPU: the compute stream waits for it)
     void (*consume)(void *ctx, CommRequest *r);
     // before the clock is read for an action's time (GPU: the compute stream drains); NULL: nothing
@@ -199,7 +206,7 @@ static void pp_run_comm_group(PPRunner *pr, int i, int end) {
         CommDType t = fwd ? pr->act_type : pr->grad_type;
         CHECK(nreq < 16, "a pipeline communication group of more than 16 messages");
         if (a->op == PP_RECV_F || a->op == PP_RECV_B) {
-            CommRequest r = comm_recv_start(pr->pipe, pr->ops.buffer(pr->ops.ctx, s->act, fwd ? PP_BUF_IN : PP_BUF_DOUT),
+            CommRequest r = comm_recv_start(pr->pipe, pr->ops.buffer(s->act, fwd ? PP_BUF_IN : PP_BUF_DOUT),
                                             n, t, a->peer, pp_tag(pr, g, a->mb, !fwd));
             if (pr->fuse) {  // completed with the group, and read by its consumer's stream (below)
                 sent_b[nreq] = -1;
@@ -212,7 +219,7 @@ static void pp_run_comm_group(PPRunner *pr, int i, int end) {
         } else {
             sent_b[nreq] = fwd ? -1 : (int)(s - pr->pool);
             received[nreq] = 0;
-            reqs[nreq++] = comm_send_start(pr->pipe, pr->ops.buffer(pr->ops.ctx, s->act, fwd ? PP_BUF_OUT : PP_BUF_DIN),
+            reqs[nreq++] = comm_send_start(pr->pipe, pr->ops.buffer(s->act, fwd ? PP_BUF_OUT : PP_BUF_DIN),
                                            n, t, a->peer, pp_tag(pr, fwd ? g + 1 : g - 1, a->mb, !fwd));
         }
     }
@@ -284,9 +291,9 @@ static void pp_runner_step(PPRunner *pr, int m) {
         if (a->op == PP_F) {
             pr->ops.forward(pr->ops.ctx, s->act, a->chunk, a->mb);
         } else if (a->op == PP_B) {
-            pr->ops.backward(pr->ops.ctx, s->act, a->chunk, a->mb);
+            pr->ops.backward(pr->ops.ctx, s->act);
         } else {
-            if (pr->split) pr->ops.weights(pr->ops.ctx, s->act, a->chunk, a->mb);
+            if (pr->split) pr->ops.weights(pr->ops.ctx, s->act);
             s->w_done = 1;
             pp_slot_maybe_release(pr, s);
         }
@@ -318,14 +325,14 @@ static float pp_runner_eval(PPRunner *pr, const int *x, const int *y, int B, int
         if (g % pr->p != pr->rank) continue;
         int c = g / pr->p;
         if (g > 0) {
-            CommRequest r = comm_recv_start(pr->pipe, pr->ops.eval_buffer(pr->ops.ctx, c, PP_BUF_IN), n, pr->act_type,
+            CommRequest r = comm_recv_start(pr->pipe, pr->ops.buffer(pr->ops.eval_acts(pr->ops.ctx, c), PP_BUF_IN), n, pr->act_type,
                                             (g - 1) % pr->p, PP_TAG_EVAL);
             if (pr->ops.consume) pr->ops.consume(pr->ops.ctx, &r);
             comm_wait(&r);
         }
         loss = pr->ops.eval_forward(pr->ops.ctx, c, x, y, B, T);
         if (g < pr->layout.stages - 1) {
-            CommRequest r = comm_send_start(pr->pipe, pr->ops.eval_buffer(pr->ops.ctx, c, PP_BUF_OUT), n,
+            CommRequest r = comm_send_start(pr->pipe, pr->ops.buffer(pr->ops.eval_acts(pr->ops.ctx, c), PP_BUF_OUT), n,
                                             pr->act_type, (g + 1) % pr->p, PP_TAG_EVAL);
             comm_wait(&r);
         }

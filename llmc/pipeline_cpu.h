@@ -70,28 +70,24 @@ static void pp_cpu_forward(void *ctx, void *slot, int chunk, int mb) {
     pp->loss += gpt_stage_forward(pp->model, (GPTActivations *)slot, pp->core.xs + mb * BT, pp->core.ys + mb * BT,
                                   pp->core.B, pp->core.T, pp->core.dloss);
 }
-static void pp_cpu_backward(void *ctx, void *slot, int chunk, int mb) {
-    (void)chunk, (void)mb;
+static void pp_cpu_backward(void *ctx, void *slot) {
     gpt_stage_backward(((Pipeline *)ctx)->model, (GPTActivations *)slot);
 }
-static void pp_cpu_weights(void *ctx, void *slot, int chunk, int mb) {
-    (void)chunk, (void)mb;
+static void pp_cpu_weights(void *ctx, void *slot) {
     gpt_stage_backward_weights(((Pipeline *)ctx)->model, (GPTActivations *)slot);
 }
 static void pp_cpu_begin_pass(void *ctx, int last) { zero_begin_pass(((Pipeline *)ctx)->zero, last); }
-static void *pp_cpu_buffer_of(GPTActivations *a, PPBuffer which) {
+static void *pp_cpu_buffer(void *slot, PPBuffer which) {
+    GPTActivations *a = (GPTActivations *)slot;
     switch (which) {
         case PP_BUF_IN: return a->encoded;
         case PP_BUF_OUT: return a->residual3[a->l1 - 1];
         default: return a->dresidual;  // the gradient received at the output becomes the input's in place
     }
 }
-static void *pp_cpu_buffer(void *ctx, void *slot, PPBuffer which) {
-    (void)ctx;
-    return pp_cpu_buffer_of((GPTActivations *)slot, which);
-}
 // One micro-batch's activations of chunk's stage for evaluation and sampling (one stage: the model's own).
-static GPTActivations *pp_cpu_eval_acts(Pipeline *pp, int chunk) {
+static void *pp_cpu_eval_acts(void *ctx, int chunk) {
+    Pipeline *pp = (Pipeline *)ctx;
     if (pp_one_stage(&pp->core.run)) return &pp->model->acts;
     GPTActivations *a = &pp->eval[chunk];
     gpt_activations_alloc(a, pp->model, pp->core.B, pp->core.T, pp_chunk_first_layer(pp, chunk),
@@ -101,10 +97,7 @@ static GPTActivations *pp_cpu_eval_acts(Pipeline *pp, int chunk) {
 static float pp_cpu_eval_forward(void *ctx, int chunk, const int *x, const int *y, int B, int T) {
     Pipeline *pp = (Pipeline *)ctx;
     if (pp_one_stage(&pp->core.run)) return gpt_forward(pp->model, x, y, B, T, 0.0f);
-    return gpt_stage_forward(pp->model, pp_cpu_eval_acts(pp, chunk), x, y, B, T, 0.0f);
-}
-static void *pp_cpu_eval_buffer(void *ctx, int chunk, PPBuffer which) {
-    return pp_cpu_buffer_of(pp_cpu_eval_acts((Pipeline *)ctx, chunk), which);
+    return gpt_stage_forward(pp->model, (GPTActivations *)pp_cpu_eval_acts(pp, chunk), x, y, B, T, 0.0f);
 }
 
 // ---------------------------------------------------------------------------
@@ -119,7 +112,7 @@ static void pipeline_init(Pipeline *pp, GPT *model, Zero *zero, Comm *comm, PPLa
     pp->model = model;
     pp->zero = zero;
     PPStageOps ops = {pp, pp_cpu_slot_new, pp_cpu_slot_free, pp_cpu_forward, pp_cpu_backward, pp_cpu_weights,
-                      pp_cpu_buffer, pp_cpu_eval_forward, pp_cpu_eval_buffer, NULL, NULL, pp_cpu_begin_pass};
+                      pp_cpu_buffer, pp_cpu_eval_forward, pp_cpu_eval_acts, NULL, NULL, pp_cpu_begin_pass};
     CommGroup *pipe = comm_group(comm, COMM_PIPELINE);
     // (the ranks holding the same stages: data x context, as ZeRO's)
     pipeline_core_init(&pp->core, ops, pipe, comm_group(comm, COMM_REPLICA), pipe, comm_group(comm, COMM_WORLD),
@@ -193,7 +186,8 @@ static float pipeline_forward(Pipeline *pp, const int *x, const int *y, int B, i
 // last stage's; its tensor group draws together), on every rank.
 static int pipeline_sample(Pipeline *pp, int row, const SampleParams *sp, Rng *rng) {
     double token = 0.0;
-    if (pp->core.last) token = gpt_sample_row(pp->model, pp_cpu_eval_acts(pp, pp->core.run.v - 1), row, sp, rng);
+    if (pp->core.last)
+        token = gpt_sample_row(pp->model, (GPTActivations *)pp_cpu_eval_acts(pp, pp->core.run.v - 1), row, sp, rng);
     return pipeline_share_token(&pp->core, token, rng);
 }
 

@@ -64,28 +64,22 @@ static void ppg_forward(void *ctx, void *slot, int chunk, int mb) {
     gpu_stage_forward(pp->model, (GPUActs *)slot, pp->core.xs + (size_t)mb * pp->core.B * pp->core.T, mb, pp->core.B,
                       pp->core.T, 1, pp->core.dloss);
 }
-static void ppg_backward(void *ctx, void *slot, int chunk, int mb) {
-    (void)chunk, (void)mb;
-    gpu_stage_backward(((PipelineGPU *)ctx)->model, (GPUActs *)slot);
-}
-static void ppg_weights(void *ctx, void *slot, int chunk, int mb) {
-    (void)chunk, (void)mb;
+static void ppg_backward(void *ctx, void *slot) { gpu_stage_backward(((PipelineGPU *)ctx)->model, (GPUActs *)slot); }
+static void ppg_weights(void *ctx, void *slot) {
     gpu_stage_backward_weights(((PipelineGPU *)ctx)->model, (GPUActs *)slot);
 }
 static void ppg_begin_pass(void *ctx, int last) { zero_gpu_begin_pass(((PipelineGPU *)ctx)->zero, last); }
-static void *ppg_buffer_of(GPUActs *a, PPBuffer which) {
+static void *ppg_buffer(void *slot, PPBuffer which) {
+    GPUActs *a = (GPUActs *)slot;
     switch (which) {
         case PP_BUF_IN: return a->input;
         case PP_BUF_OUT: return a->residual3[a->l1 - 1];
         default: return a->dres;  // the gradient received at the output becomes the input's in place
     }
 }
-static void *ppg_buffer(void *ctx, void *slot, PPBuffer which) {
-    (void)ctx;
-    return ppg_buffer_of((GPUActs *)slot, which);
-}
 // One micro-batch's activations of chunk's stage for evaluation and sampling (one stage: the model's own).
-static GPUActs *ppg_eval_acts(PipelineGPU *pp, int chunk) {
+static void *ppg_eval_acts(void *ctx, int chunk) {
+    PipelineGPU *pp = (PipelineGPU *)ctx;
     if (pp_one_stage(&pp->core.run)) return &pp->model->acts;
     GPUActs *a = &pp->eval[chunk];
     if (!a->memory) gpu_acts_alloc(pp->model, a, ppg_first_layer(pp, chunk), ppg_end_layer(pp, chunk), 0);
@@ -93,10 +87,7 @@ static GPUActs *ppg_eval_acts(PipelineGPU *pp, int chunk) {
 }
 static float ppg_eval_forward(void *ctx, int chunk, const int *x, const int *y, int B, int T) {
     PipelineGPU *pp = (PipelineGPU *)ctx;
-    return gpu_gpt_forward_acts(pp->model, ppg_eval_acts(pp, chunk), x, y, B, T, 0.0f);
-}
-static void *ppg_eval_buffer(void *ctx, int chunk, PPBuffer which) {
-    return ppg_buffer_of(ppg_eval_acts((PipelineGPU *)ctx, chunk), which);
+    return gpu_gpt_forward_acts(pp->model, (GPUActs *)ppg_eval_acts(pp, chunk), x, y, B, T, 0.0f);
 }
 static void ppg_consume(void *ctx, CommRequest *r) { comm_stream_wait(r, ((PipelineGPU *)ctx)->model->stream); }
 static void ppg_sync(void *ctx) { CUDA_CHECK(cudaStreamSynchronize(((PipelineGPU *)ctx)->model->stream)); }
@@ -115,7 +106,7 @@ static void pipeline_gpu_init(PipelineGPU *pp, GPTGPU *model, ZeroGPU *zero, Com
     pp->model = model;
     pp->zero = zero;
     PPStageOps ops = {pp, ppg_slot_new, ppg_slot_free, ppg_forward, ppg_backward, ppg_weights, ppg_buffer,
-                      ppg_eval_forward, ppg_eval_buffer, ppg_consume, ppg_sync, ppg_begin_pass};
+                      ppg_eval_forward, ppg_eval_acts, ppg_consume, ppg_sync, ppg_begin_pass};
     pipeline_core_init(&pp->core, ops, &dev_groups[COMM_PIPELINE], &dev_groups[COMM_DATA],
                        comm_group(comm, COMM_PIPELINE), comm_group(comm, COMM_WORLD), COMM_FLOATX, &model->cfg,
                        model->tp.size, model->tp.rank, model->tp.sp, B, T, dloss, layout, kind, fuse, trace_path,
