@@ -18,32 +18,30 @@
 #include "llmc/dataloader.h"       // defines: DataLoader, dataloader_init, dataloader_free
 #include "llmc/generate.h"         // defines: generate_check, train_generate
 #include "llmc/device_check.cuh"   // defines: device_check_ranks, DeviceCode, device_check_code
-#include "llmc/gpt_gpu.cuh"        // defines: GPTGPU, gpu_gpt_upload_tokens, gpu_stage_forward, gpu_stage_backward, ...
-#include "llmc/logger.h"           // defines: Logger, logger_open, logger_close
+#include "llmc/gpt_gpu.cuh"        // defines: GPTGPU, gpu_gpt_init, gpu_gpt_update, gpu_gpt_load_state, ...
+#include "llmc/logger.h"           // defines: Logger, logger_close
 #include "llmc/model_init.h"       // defines: gpt2_init_params
 #include "llmc/model_source.h"     // defines: train_build_config, train_load_weights
 #include "llmc/optimizer.h"        // defines: AdamWConfig
-#include "llmc/param_gather.h"     // defines: ParamGather, param_gather_init, param_gather_fetch, param_gather_free
 #include "llmc/pipeline_gpu.cuh"   // defines: PipelineGPU, pipeline_gpu_step, pipeline_gpu_forward, pipeline_gpu_sample, ...
 #include "llmc/step_time_gpu.cuh"  // defines: StepEventClock, step_event_clock_init, step_event_clock_free
-#include "llmc/tokenizer.h"        // defines: Tokenizer, tokenizer_eot, tokenizer_free
+#include "llmc/tokenizer.h"        // defines: Tokenizer, tokenizer_free
 #include "llmc/train_options.h"    // defines: TrainOptions, train_options_parse
-#include "llmc/train_loop.h"       // defines: train_load_tokenizer, train_print_header, TrainModel, TrainRun, ...
+#include "llmc/train_loop.h"       // defines: TrainModel, TrainRun, train_run, train_save_final, ...
 #include "llmc/train_setup.h"      // defines: train_print_schedule_and_exit, train_check_layout, train_grid, BatchPlan, ...
-#include "llmc/zero_gpu.cuh"       // defines: ZeroGPU, zero_gpu_begin_step, zero_gpu_begin_pass, zero_gpu_finish_grads, ...
+#include "llmc/zero_gpu.cuh"       // defines: ZeroGPU, zero_gpu_init, zero_gpu_gather_weights, zero_gpu_memory, ...
 
 static const char *SUMMARY =
     "Train a GPT-2 on NVIDIA GPUs, data parallel under mpirun or srun (" FLOATX_NAME ", cuBLASLt, flash or cuDNN attention). Data: llm.c token shards.\n"
     "Example: ./train_gptcu --data-train 'data/default/*train*.bin' --model d12 --batch-size 16 --seq-len 1024";
 
-// TrainModel (llmc/train_loop.h) over the GPU model and its ZeRO layer.
+// TrainModel (llmc/train_loop.h) over the GPU model, its ZeRO layer and its
+// pipeline schedule (one stage without --pp).
 typedef struct {
     GPTGPU *model;
     ZeroGPU *zero;
-    PipelineGPU *pipeline;  // the stages' runtime when pipelined (--pp), else NULL
+    PipelineGPU *pipeline;
     uint64_t seed;  // --seed, for the stochastic rounding of each step's floatX weights
-    float dloss;    // d(objective)/d(loss at one position) (train_setup.h's batch plan)
-    CommGroup *world;  // every rank, host buffers (the gradient norm's squares)
     TPContext host_tp;  // the tensor group on host buffers (sampling's scalars)
     float *logits;      // (V) host copy of one row of logits (the rank's vocabulary slice), for sampling
     // checkpoints: the staging copy runs on its own stream after `ready`; the
@@ -56,33 +54,18 @@ typedef struct {
 // The stochastic rounding seed of step `step` (0-based).
 static uint64_t gpu_step_seed(const GpuTrainer *t, int64_t step) { return t->seed * 0x9e3779b97f4a7c15ull + (uint64_t)step; }
 
-// One step's micro-batches: uploaded at once, each forward and backward queued
-// in turn (the hooks reduce the last one's gradients at ZeRO-0/1, each one's
-// at 2/3), the losses read back once; or the pipeline's schedule.
+// One step's micro-batches in the pipeline's schedule: uploaded at once, each
+// forward and backward queued in turn on one stage (the hooks reduce the last
+// one's gradients at ZeRO-0/1, each one's at 2/3), the losses read back once.
 static float gpu_train_step(void *ctx, const int *xs, const int *ys, int accum) {
-    GpuTrainer *t = (GpuTrainer *)ctx;
-    if (t->pipeline) return pipeline_gpu_step(t->pipeline, xs, ys, accum);
-    GPTGPU *m = t->model;
-    size_t BT = (size_t)m->B * m->T;
-    zero_gpu_begin_step(t->zero);
-    gpu_gpt_upload_tokens(m, xs, ys, accum);
-    for (int micro = 0; micro < accum; micro++) {
-        zero_gpu_begin_pass(t->zero, micro == accum - 1);
-        step_time_enter(STEP_FWD);
-        gpu_stage_forward(m, &m->acts, xs + micro * BT, micro, m->B, m->T, 1, t->dloss);
-        step_time_enter(STEP_BWD);
-        gpu_stage_backward(m, &m->acts);
-    }
-    return (float)gpu_gpt_step_loss(m, accum);
+    return pipeline_gpu_step(((GpuTrainer *)ctx)->pipeline, xs, ys, accum);
 }
 static float gpu_forward(void *ctx, const int *x, const int *y, int B, int T) {
-    GpuTrainer *t = (GpuTrainer *)ctx;
-    return t->pipeline ? pipeline_gpu_forward(t->pipeline, x, y, B, T) : gpu_gpt_forward(t->model, x, y, B, T, 0.0f);
+    return pipeline_gpu_forward(((GpuTrainer *)ctx)->pipeline, x, y, B, T);
 }
 static int gpu_sample(void *ctx, int row, const SampleParams *sp, Rng *rng) {
     GpuTrainer *t = (GpuTrainer *)ctx;
-    if (t->pipeline) return pipeline_gpu_sample(t->pipeline, &t->host_tp, row, sp, rng, t->logits);
-    return gpu_gpt_sample(t->model, &t->host_tp, row, sp, rng, t->logits);
+    return pipeline_gpu_sample(t->pipeline, &t->host_tp, row, sp, rng, t->logits);
 }
 // --profile-steps: the profiler's capture range (nsys --capture-range=cudaProfilerApi, ncu --profile-from-start
 // off), after the queued work so the range holds exactly the steps.
@@ -91,10 +74,7 @@ static int gpu_profile(void *ctx, int on) {
     CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop());
     return 1;
 }
-static float gpu_finish_grads(void *ctx) {
-    GpuTrainer *t = (GpuTrainer *)ctx;
-    return t->pipeline ? pipeline_gpu_finish_grads(t->pipeline) : zero_gpu_finish_grads(t->zero, t->world);
-}
+static float gpu_finish_grads(void *ctx) { return pipeline_gpu_finish_grads(((GpuTrainer *)ctx)->pipeline); }
 static void gpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scale, int step) {
     GpuTrainer *t = (GpuTrainer *)ctx;
     if (t->ckpt_copy_pending) {  // the update rewrites what a checkpoint's copy reads
@@ -105,7 +85,7 @@ static void gpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scal
     }
     gpu_gpt_update(t->model, ac, grad_scale, gpu_step_seed(t, step));
     zero_gpu_gather_weights(t->zero);
-    if (t->pipeline) pipeline_gpu_sync_tied(t->pipeline);
+    pipeline_gpu_sync_tied(t->pipeline);
     CUDA_CHECK(cudaStreamSynchronize(t->model->stream));
 }
 // [lo, hi) of this rank's buffer (inside its shard)
@@ -124,7 +104,7 @@ static void gpu_ckpt_load(void *ctx, float *const states[CKPT_STATES], const Ckp
     GpuTrainer *t = (GpuTrainer *)ctx;
     gpu_gpt_load_state(t->model, states, gpu_step_seed(t, step - 1));
     zero_gpu_gather_weights(t->zero);
-    if (t->pipeline) pipeline_gpu_sync_tied(t->pipeline);
+    pipeline_gpu_sync_tied(t->pipeline);
     CUDA_CHECK(cudaStreamSynchronize(t->model->stream));
 }
 static void gpu_range_push(const char *name) { nvtxRangePushA(name); }
@@ -185,7 +165,7 @@ int main(int argc, char **argv) {
     const int B = plan.B, T = plan.T;
     AttentionKind attention = strcmp(o.attention, "cudnn") == 0 ? ATTENTION_CUDNN : ATTENTION_FLASH;
     PPLayout pp_layout;
-    PPKind pp_kind = pipelined ? train_pipeline_plan(&o, &cfg, &plan, &pp_layout) : PP_1F1B;
+    PPKind pp_kind = train_pipeline_plan(&o, &cfg, &plan, &pp_layout);  // (one stage without --pp)
     const int fused = device_p2p_fused(o.comm, comm.world);
     if (pipelined && fused) train_check_fused_lists(&o, pp_kind, plan.accum);
 
@@ -225,7 +205,7 @@ int main(int argc, char **argv) {
     GPTGPU model;
     int act_sets = pipelined ? pp_peak_alive_theory(pp_kind, o.pp, o.virtual_stages, plan.accum, pipe_rank) : 1;
     gpu_gpt_init(&model, &cfg, pipelined ? &holding : NULL, tp, B, T, o.recompute_policy, attention,
-                 gpu_sharding(o.zero, dp->rank, dp->size), act_sets, pp_kind == PP_ZB1P && pipelined, o.mem_limit_mb);
+                 gpu_sharding(o.zero, dp->rank, dp->size), act_sets, pp_kind == PP_ZB1P, o.mem_limit_mb);
     free(held_layers);
 #ifdef LLMC_NCCL
     for (int k = 0; k < COMM_NUM_GROUPS; k++)
@@ -241,11 +221,9 @@ int main(int argc, char **argv) {
         free(h);
     }
     PipelineGPU pipeline;  // the stages' schedule, the tied wte between the ends
-    if (pipelined) {
-        pipeline_gpu_init(&pipeline, &model, &zero, &comm, dev_groups, pp_layout, pp_kind, fused, B, T, plan.dloss,
-                          o.pp_trace);
-        pipeline_gpu_sync_tied(&pipeline);
-    }
+    pipeline_gpu_init(&pipeline, &model, &zero, &comm, dev_groups, pp_layout, pp_kind, fused, B, T, plan.dloss,
+                      o.pp_trace);
+    pipeline_gpu_sync_tied(&pipeline);
     ParamLayout global;  // the whole model's order: checkpoints and model files
     param_layout_init(&global, &cfg);
 
@@ -297,8 +275,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
 
-    GpuTrainer trainer = {&model, &zero, pipelined ? &pipeline : NULL, (uint64_t)o.seed, plan.dloss,
-                          comm_group(&comm, COMM_WORLD),
+    GpuTrainer trainer = {&model, &zero, &pipeline, (uint64_t)o.seed,
                           o.tp > 1 ? tp_context(comm_group(&comm, COMM_TENSOR), o.sequence_parallel) : tp_none(),
                           (float *)mallocCheck(sizeof(float) * (size_t)cfg.vocab_size),
                           NULL, NULL, NULL, 0};
@@ -322,13 +299,8 @@ int main(int argc, char **argv) {
     // the steps' parts on the device's timeline (step_time.h)
     StepEventClock *step_events = (StepEventClock *)mallocCheck(sizeof(StepEventClock));
     step_time_use_device(step_event_clock_init(step_events, model.stream));
-    // outputs checked against every input (nothing written yet), then the checkpoint directory made this
-    // run's (locked, tidied) before anything is written or resumed
-    if (rank == 0) train_check_outputs(&o, from_file, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL);
-    if (o.ckpt_dir[0]) ckpt_dir_claim(o.ckpt_dir, comm_group(&comm, COMM_WORLD));
     Logger log;
-    logger_open(&log, o.log_json, o.tensorboard, rank == 0);
-    int finished = have_data ? train_loop(&run, &log) : 1;  // 0: stopped by a signal (exit CKPT_EXIT_SIGNAL)
+    int finished = train_run(&run, from_file, &log);  // 0: stopped by a signal (exit CKPT_EXIT_SIGNAL)
     if (finished && o.generate) train_generate(&run);
     step_event_clock_free(step_events);
     free(step_events);
@@ -340,21 +312,15 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaStreamDestroy(trainer.ckpt_stream));
     }
 
-    if (pipelined) pp_runner_report(&pipeline.run, rank == 0);
-    if (finished && train_saves_model(&o)) {  // every rank takes part; rank 0 writes
-        ParamGather pg;
-        param_gather_init(&pg, comm_group(&comm, COMM_WORLD), &ranges.write, &model.map, gpu_gpt_read_params, &model);
-        train_save_model_files(&o, &global, rank == 0, have_tokenizer ? (int)tokenizer_eot(&tokenizer) : cfg.vocab_size - 1,
-                               param_gather_fetch, &pg);
-        param_gather_free(&pg);
-    }
+    pp_runner_report(&pipeline.core.run, rank == 0);
+    if (finished) train_save_final(&run, gpu_gpt_read_params, &model);
     logger_close(&log);
     if (have_data) dataloader_free(&train_loader);
     if (have_val) dataloader_free(&val_loader);
     if (have_tokenizer) tokenizer_free(&tokenizer);
     free(trainer.logits);
     tp_free(&trainer.host_tp);
-    if (pipelined) pipeline_gpu_free(&pipeline);
+    pipeline_gpu_free(&pipeline);
     zero_gpu_free(&zero);
     param_layout_free(&global);
     ckpt_ranges_free(&ranges);

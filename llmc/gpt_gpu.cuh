@@ -1091,11 +1091,13 @@ static void gpu_stage_backward_weights(GPTGPU *m, GPUActs *a) {
 // ---------------------------------------------------------------------------
 // the whole model on one micro-batch (tests, evaluation, sampling)
 
-// Forward over inputs (B,T) (host ids), as gpt_forward in llmc/gpt_cpu.h: with
-// targets, returns the mean loss (a synchronisation); without, the logits stay
-// on the device (see gpu_gpt_logits). With dloss != 0 the classifier's
-// backward runs here too and gpu_gpt_backward may follow.
-static float gpu_gpt_forward(GPTGPU *m, const int *inputs, const int *targets, int B, int T, float dloss) {
+// Forward over inputs (B,T) (host ids) on activations a (layers [a->l0,
+// a->l1): a pipeline stage's), as gpt_forward in llmc/gpt_cpu.h: with targets,
+// returns the mean loss on the last layers' stage (a synchronisation), else 0;
+// without, the logits stay on the device (see gpu_gpt_logits). With dloss != 0
+// the classifier's backward runs here too and gpu_gpt_backward may follow.
+static float gpu_gpt_forward_acts(GPTGPU *m, GPUActs *a, const int *inputs, const int *targets, int B, int T,
+                                  float dloss) {
     CHECK(B <= m->B && T <= m->T, "batch %d x %d exceeds the allocated %d x %d", B, T, m->B, m->T);
     // (one micro-batch's tokens, padded to the model's B x T: the forward reads the first B x T)
     size_t N = (size_t)m->B * m->T;
@@ -1103,9 +1105,9 @@ static float gpu_gpt_forward(GPTGPU *m, const int *inputs, const int *targets, i
     memcpy(x, inputs, sizeof(int) * (size_t)B * T);
     if (targets) memcpy(y, targets, sizeof(int) * (size_t)B * T);
     gpu_gpt_upload_tokens(m, x, y, 1);
-    gpu_stage_forward(m, &m->acts, x, 0, B, T, targets != NULL, dloss);
+    gpu_stage_forward(m, a, x, 0, B, T, targets != NULL, dloss);
     float loss = 0.0f;
-    if (targets) {
+    if (targets && a->l1 == m->cfg.num_layers) {
         size_t n = (size_t)B * T;
         CUDA_CHECK(cudaMemcpyAsync(m->h_losses, m->step_losses, sizeof(float) * n, cudaMemcpyDeviceToHost, m->stream));
         CUDA_CHECK(cudaStreamSynchronize(m->stream));
@@ -1117,6 +1119,10 @@ static float gpu_gpt_forward(GPTGPU *m, const int *inputs, const int *targets, i
     free(x);
     free(y);
     return loss;
+}
+// The whole model's forward on its own activations.
+static float gpu_gpt_forward(GPTGPU *m, const int *inputs, const int *targets, int B, int T, float dloss) {
+    return gpu_gpt_forward_acts(m, &m->acts, inputs, targets, B, T, dloss);
 }
 
 // Backward of the last training forward (B then W): accumulates into the gradients.

@@ -16,11 +16,12 @@
 #include "file_io.h"        // defines: make_dirs, output_refuse_input, path_is_or_under, output_path_check
 #include "logger.h"         // defines: Logger, logger_flush_checked, StepRecord, logger_step, ...
 #include "optimizer.h"      // defines: AdamWConfig, grad_clip_scale
+#include "param_gather.h"   // defines: ParamGather, param_gather_init, param_gather_fetch, param_gather_free
 #include "sampler.h"        // defines: SampleParams, SampleWindow, sample_window_push, sample_window_init, ...
 #include "schedule.h"       // defines: LrSchedule, lr_at_step
 #include "tokenizer.h"      // defines: Tokenizer, tokenizer_load, tokenizer_vocab_size, tokenizer_eot, ...
 #include "train_options.h"  // defines: TrainOptions, TRAIN_FLAGS, train_profile_range
-#include "train_setup.h"    // defines: BatchPlan, train_tokenizer_dir, train_sample_rng, train_lr_schedule, ...
+#include "train_setup.h"    // defines: BatchPlan, train_tokenizer_dir, train_sample_rng, train_saves_model, ...
 
 // A model with its distributed layer, as the loop drives it.
 typedef struct {
@@ -501,6 +502,31 @@ static int train_loop(const TrainRun *r, Logger *log) {
     free(x);
     free(y);
     return finished;
+}
+
+// The run: the outputs checked against every input (nothing written yet),
+// then the checkpoint directory made this run's (locked, tidied) before
+// anything is written or resumed, the log opened (*log; the caller closes
+// it), and the loop when there is data (without it nothing is trained:
+// --generate, --steps 0). Returns 0 when a signal stopped the run (exit CKPT_EXIT_SIGNAL).
+static int train_run(const TrainRun *r, int model_from_file, Logger *log) {
+    const TrainOptions *o = r->o;
+    if (r->rank == 0) train_check_outputs(o, model_from_file, r->train, r->val);
+    if (o->ckpt_dir[0]) ckpt_dir_claim(o->ckpt_dir, r->world);
+    logger_open(log, o->log_json, o->tensorboard, r->rank == 0);
+    return r->train ? train_loop(r, log) : 1;
+}
+
+// The final weights where --out-dir, --save-model and --save-hf say, each
+// chunk gathered from the ranks holding it (read: this rank's buffer, [lo, hi)
+// into dst). Every rank calls it; rank 0 writes.
+static void train_save_final(const TrainRun *r, ModelFileFetch read, void *ctx) {
+    if (!train_saves_model(r->o)) return;
+    ParamGather pg;
+    param_gather_init(&pg, r->world, &r->ckpt_ranges.write, r->map, read, ctx);
+    int eot = r->tokenizer ? (int)tokenizer_eot(r->tokenizer) : r->cfg->vocab_size - 1;
+    train_save_model_files(r->o, r->ckpt.pl, r->rank == 0, eot, param_gather_fetch, &pg);
+    param_gather_free(&pg);
 }
 
 #endif  // LLMC_TRAIN_LOOP_H
