@@ -73,6 +73,7 @@ emulated test_distributed_gpu_emulated env EMULATED=1 bash tests/test_distribute
 emulated test_checkpoint_gpu_emulated env EMULATED=1 bash tests/test_checkpoint_gpu.sh
 emulated test_pipeline_gpu_emulated env EMULATED=1 bash tests/test_pipeline_gpu.sh
 emulated test_tensor_parallel_gpu_emulated env EMULATED=1 bash tests/test_tensor_parallel_gpu.sh
+emulated test_context_parallel_gpu_emulated env EMULATED=1 bash tests/test_context_parallel_gpu.sh
 emulated test_comm_nccl_emulated env EMULATED=1 bash tests/test_comm_nccl.sh
 # the GPU step profiler (dev/perf/profile_step_gpu.cu) on the emulated model: it runs with either
 # attention, and the FLOPs its wrappers count call by call add up to the model's formula (a matmul or
