@@ -22,19 +22,8 @@ need_mpi "${P}context_parallel_gpu" 300
 # NCCL wants a GPU per rank: with fewer, those runs go over --comm mpi
 nccl4=$(comm_for 4)
 
-# a committed fixture's bytes (fixed data: the sample check is deterministic, as in test_tensor_parallel_gpu.sh)
-byte_corpus "$tmp" d 20000 tests/fixtures/tiny_model.bin
-# 2 layers of 2 heads of 32 (the flash kernels' head size); global batch 4 x 32 tokens x 2 micro-batches (cp 2:
-# chunks of 8 positions, off the kernels' 64-row tiles)
-COMMON=(--data-train "$tmp/d_train_*.bin" --n-layer 2 --n-embd 64 --n-head 2 --vocab-size 257 --max-seq-len 64
-        --seq-len 32 --total-batch-tokens 256 --steps 4 --lr 1e-3 --eps 1e-4 --weight-decay 0.1 --seed 5
-        --peak-tflops 1 --comm-timeout 120 --batch-size 4)
-EVAL=(--data-val "$tmp/d_val_*.bin" --eval-every 2 --eval-batches 1 --sample-every 4 --sample-tokens 16)
-timeout 300 "$TRAIN" "${COMMON[@]}" "${EVAL[@]}" --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" >"$tmp/ref.log" 2>&1 ||
-    { fail reference_run "$(tail -2 "$tmp/ref.log")"; exit 1; }
-
-# (compare_layout: the checks are named cp_NAME_..._match_one_gpu)
-LAYOUT_PREFIX=cp_ LAYOUT_REF=one_gpu
+# the data, COMMON (cp 2: chunks of 8 positions, off the kernels' 64-row tiles), EVAL, the one-GPU run
+layout_reference cp_
 expect_usage_error cp_cudnn_refused '--attention cudnn has no query offset here' "$TRAIN" "${COMMON[@]}" --cp 2 \
     --attention cudnn
 expect_usage_error cp_pp_refused "the GPU trainer's pipeline does not run context parallel yet" "$TRAIN" \
