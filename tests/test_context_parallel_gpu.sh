@@ -31,7 +31,7 @@ expect_usage_error cp_pp_refused "the GPU trainer's pipeline does not run contex
 expect_usage_error cp_seq_len_not_divisible 'seq-len 30 is not a multiple of 2 x cp = 4' "$TRAIN" "${COMMON[@]}" --cp 2 \
     --seq-len 30 --total-batch-tokens 0
 
-compare_layout cp2_mpi 2 1e-3 --cp 2 --comm mpi "${EVAL[@]}"
+compare_layout cp2_mpi 2 1e-3 --cp 2 --comm mpi "${EVAL[@]}" --ckpt-dir "$tmp/ck" --ckpt-every 2
 check cp_cp2_eval_losses_match_one_gpu \
     "[ \$(val_losses '$tmp/ref.json' | wc -l) = 3 ] && paste <(val_losses '$tmp/ref.json') <(val_losses '$tmp/cp2_mpi.json') | awk '{ d = \$1 - \$2; if (d < 0) d = -d; if (NF != 2 || d > 1e-3 * \$1) bad = 1 } END { exit bad }'"
 check cp_cp2_samples_match_one_gpu \
@@ -40,3 +40,11 @@ check cp_says_its_layout "grep -aq '^ranks: 2 .* x context 2 |' '$tmp/cp2_mpi.lo
 [ $quick = 1 ] && exit 0
 compare_layout dp2_cp2_zero1 4 1e-3 --cp 2 --zero 1 --batch-size 2 --comm $nccl4
 compare_layout cp2_tp2 4 1e-3 --cp 2 --tp 2 --comm $nccl4
+
+# the cp 2 checkpoint at step 2, resumed on one GPU: its weights follow the one-GPU run
+mkdir -p "$tmp/one.ck" && cp -r "$tmp/ck/step_00000002" "$tmp/one.ck/"
+timeout 300 "$TRAIN" "${COMMON[@]}" --ckpt-dir "$tmp/one.ck" --resume auto --save-model "$tmp/one.bin" \
+    >"$tmp/one.log" 2>&1
+check cp_ckpt_cp2_resumes_on_one_gpu "grep -aq 'resume: continuing at step 2' '$tmp/one.log'" \
+    "$(grep -a -m2 -i 'error\|resume' "$tmp/one.log" | tr '\n' ' ')"
+"$CMP" --compare-models "$tmp/ref.bin" "$tmp/one.bin" 1e-3 "${P}cp_ckpt_cp2_resumed_on_one_gpu_matches"
