@@ -7,9 +7,9 @@
 # and final weights to 1e-3 (bf16 activations; dK and dV summed in fp32 over
 # the ranks and rounded once, K and V gathered exactly, as in
 # tests/test_tensor_parallel_gpu.sh): cp 2 over the staged MPI backend with
-# evaluation losses and samples, data 2 x cp 2 at ZeRO-1 over NCCL (ZeRO's
+# evaluation losses and samples, data 2 x cp 2 at ZeRO-3 over NCCL (ZeRO's
 # shards over data x context), cp 2 x tp 2 over NCCL. The start line names the
-# layout. --attention cudnn and --pp with --cp, and a sequence that does not
+# layout. The cp 2 run's checkpoint at step 2 resumes on one GPU. --attention cudnn and --pp with --cp, and a sequence that does not
 # split into 2 x cp chunks, end with one line and exit 2. EMULATED=1
 # (tests/run_tests.sh): on the emulated trainer (tests/gpu_trainer.sh); the
 # sanitizer builds run the first layout alone. SKIPs without train_gptcu, a
@@ -38,7 +38,7 @@ check cp_cp2_samples_match_one_gpu \
     "[ \$(grep -ac -- '---- sample' '$tmp/cp2_mpi.log') = 2 ] && diff <(grep -a -A2 -- '---- sample' '$tmp/ref.log') <(grep -a -A2 -- '---- sample' '$tmp/cp2_mpi.log') >/dev/null"
 check cp_says_its_layout "grep -aq '^ranks: 2 .* x context 2 |' '$tmp/cp2_mpi.log' && grep -aq '^context parallel: 2 ranks a sequence, each 16 positions' '$tmp/cp2_mpi.log'"
 [ $quick = 1 ] && exit 0
-compare_layout dp2_cp2_zero1 4 1e-3 --cp 2 --zero 1 --batch-size 2 --comm $nccl4
+compare_layout dp2_cp2_zero3 4 1e-3 --cp 2 --zero 3 --batch-size 2 --comm $nccl4
 compare_layout cp2_tp2 4 1e-3 --cp 2 --tp 2 --comm $nccl4
 
 # the cp 2 checkpoint at step 2, resumed on one GPU: its weights follow the one-GPU run
