@@ -7,7 +7,9 @@
 // started by mpirun or srun; alone it is a single process without MPI), with
 // ZeRO 0-3 (llmc/zero_gpu.cuh) over NCCL (--comm nccl, or auto when built
 // with it) or MPI staged through host memory (--comm mpi, also for several
-// ranks on one GPU).
+// ranks on one GPU). Tensor parallel (--tp) and context parallel (--cp,
+// llmc/context_parallel.cuh: the positions of every sequence over the context
+// ranks, K and V all-gathered for attention) over the same device groups.
 #include <math.h>
 
 #include "llmc/comm.h"  // defines: CommGroup, Comm, comm_init, comm_group, ...
@@ -40,7 +42,8 @@ static const char *SUMMARY =
 typedef struct {
     GPTGPU *model;
     ZeroGPU *zero;
-    PipelineGPU *pipeline;
+    PipelineGPU *pipeline;  // the stages' runtime (one stage without --pp)
+    CPGPU *cp;              // the context group (--cp), else NULL
     uint64_t seed;  // --seed, for the stochastic rounding of each step's floatX weights
     TPContext host_tp;  // the tensor group on host buffers (sampling's scalars)
     float *logits;      // (V) host copy of one row of logits (the rank's vocabulary slice), for sampling
@@ -58,14 +61,29 @@ static uint64_t gpu_step_seed(const GpuTrainer *t, int64_t step) { return t->see
 // forward and backward queued in turn on one stage (the hooks reduce the last
 // one's gradients at ZeRO-0/1, each one's at 2/3), the losses read back once.
 static float gpu_train_step(void *ctx, const int *xs, const int *ys, int accum) {
-    return pipeline_gpu_step(((GpuTrainer *)ctx)->pipeline, xs, ys, accum);
+    GpuTrainer *t = (GpuTrainer *)ctx;
+    if (t->cp) xs = cp_local_tokens(&t->cp->pos, xs, ys, t->model->B * accum, &ys);  // (the rank's positions)
+    return pipeline_gpu_step(t->pipeline, xs, ys, accum);
 }
 static float gpu_forward(void *ctx, const int *x, const int *y, int B, int T) {
-    return pipeline_gpu_forward(((GpuTrainer *)ctx)->pipeline, x, y, B, T);
+    GpuTrainer *t = (GpuTrainer *)ctx;
+    if (t->cp) x = cp_local_tokens(&t->cp->pos, x, y, B, &y), T /= t->cp->pos.size;  // (the rank's positions)
+    return pipeline_gpu_forward(t->pipeline, x, y, B, T);
 }
+// A token from position `row` of the last forward's logits; under context
+// parallelism the rank holding it draws and sends it to its context group (the
+// others make the same draw from their generators, which so stay the same), as train_gpt.c.
 static int gpu_sample(void *ctx, int row, const SampleParams *sp, Rng *rng) {
     GpuTrainer *t = (GpuTrainer *)ctx;
-    return pipeline_gpu_sample(t->pipeline, &t->host_tp, row, sp, rng, t->logits);
+    if (!t->cp) return pipeline_gpu_sample(t->pipeline, &t->host_tp, row, sp, rng, t->logits);
+    CPContext *cp = &t->cp->pos;
+    int owner, local;
+    cp_position_owner(cp, row, &owner, &local);
+    double token = 0.0;
+    if (owner != cp->rank) rng_uniform(rng);
+    else token = pipeline_gpu_sample(t->pipeline, &t->host_tp, local, sp, rng, t->logits);
+    comm_broadcast(cp->group, &token, 1, COMM_F64, owner);
+    return (int)token;
 }
 // --profile-steps: the profiler's capture range (nsys --capture-range=cudaProfilerApi, ncu --profile-from-start
 // off), after the queued work so the range holds exactly the steps.
@@ -138,7 +156,12 @@ int main(int argc, char **argv) {
     TrainOptions o;
     train_options_parse(argc, argv, &o, SUMMARY);
     if (o.ckpt_dir[0]) ckpt_catch_preemption();  // (first, before MPI: a signal during start-up stops the run cleanly)
-    if (o.cp > 1) die_usage("--cp %d: context parallel is not supported yet on the GPU trainer (./train_gpt has it)", o.cp);
+    if (o.cp > 1 && strcmp(o.attention, "cudnn") == 0)
+        die_usage("--cp %d: --attention cudnn has no query offset here (context parallel runs our flash attention: "
+                  "--attention flash)", o.cp);
+    if (o.cp > 1 && o.pp > 1)
+        die_usage("--cp %d with --pp %d: the GPU trainer's pipeline does not run context parallel yet (./train_gpt does)",
+                  o.cp, o.pp);
     if (o.print_schedule) {  // (the pipeline's plan needs no GPU)
         int from_file;
         GPTConfig cfg = train_build_config(&o, &from_file);
@@ -157,12 +180,13 @@ int main(int argc, char **argv) {
     device_check_ranks(comm.rank, comm.local_rank, launch_detect().local_world, device_p2p_fused(o.comm, comm.world));
     CUDA_CHECK(cudaSetDevice(comm_pick_device(&comm)));  // before any CUDA allocation
     const DeviceCode code = device_check_code();
-    CommGroup *host_dp = comm_group(&comm, COMM_DATA);
+    CommGroup *host_dp = comm_group(&comm, COMM_DATA);  // (each data rank reads its own sequences)
+    CommGroup *host_replica = comm_group(&comm, COMM_REPLICA);  // data x context: ZeRO's shards, the losses' mean
     const int rank = comm.rank, world = host_dp->size;  // data-parallel ranks; only rank 0 logs and writes files
     int from_file;
     GPTConfig cfg = train_build_config(&o, &from_file);
     BatchPlan plan = train_batch_plan(&o, &cfg, world);
-    const int B = plan.B, T = plan.T;
+    const int B = plan.B, T = plan.T, Tl = T / o.cp;  // (Tl: this rank's positions of a sequence)
     AttentionKind attention = strcmp(o.attention, "cudnn") == 0 ? ATTENTION_CUDNN : ATTENTION_FLASH;
     PPLayout pp_layout;
     PPKind pp_kind = train_pipeline_plan(&o, &cfg, &plan, &pp_layout);  // (one stage without --pp)
@@ -173,7 +197,7 @@ int main(int argc, char **argv) {
     comm_test_stop(&comm, "setup", comm.rank);
     comm_phase_begin(&comm, "device communication set-up (ncclCommInitRank)");
     CommGroup *dev_groups = device_groups(&comm, o.comm);
-    CommGroup *dp = &dev_groups[COMM_DATA];
+    CommGroup *dp = &dev_groups[COMM_REPLICA];  // the ranks holding the same parameters: data x context
     comm_phase_end(&comm);
     TPContext tp = o.tp > 1 ? tp_context(&dev_groups[COMM_TENSOR], o.sequence_parallel) : tp_none();
     const int pipe_rank = comm_group(&comm, COMM_PIPELINE)->rank;
@@ -204,15 +228,21 @@ int main(int argc, char **argv) {
     if (pipelined) holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
     GPTGPU model;
     int act_sets = pipelined ? pp_peak_alive_theory(pp_kind, o.pp, o.virtual_stages, plan.accum, pipe_rank) : 1;
-    gpu_gpt_init(&model, &cfg, pipelined ? &holding : NULL, tp, B, T, o.recompute_policy, attention,
+    gpu_gpt_init(&model, &cfg, pipelined ? &holding : NULL, tp, B, Tl, o.recompute_policy, attention,
                  gpu_sharding(o.zero, dp->rank, dp->size), act_sets, pp_kind == PP_ZB1P, o.mem_limit_mb);
     free(held_layers);
 #ifdef LLMC_NCCL
     for (int k = 0; k < COMM_NUM_GROUPS; k++)
         if (dev_groups[k].be == &COMM_NCCL) comm_nccl_set_compute_stream(&dev_groups[k], model.stream);
 #endif
+    CPGPU cp;  // the context group's positions and attention buffers
+    if (o.cp > 1) {
+        cp_gpu_init(&cp, &dev_groups[COMM_CONTEXT], comm_group(&comm, COMM_CONTEXT), B, T, plan.accum, cfg.num_layers,
+                    cfg.channels, cfg.channels / tp.size, cfg.num_heads / tp.size, model.stream);
+        model.cp = &cp;
+    }
     ZeroGPU zero;  // gradient reduction, sharded AdamW state (and gradients, weights)
-    zero_gpu_init(&zero, &model, dp, host_dp, o.zero, o.bucket_mb);
+    zero_gpu_init(&zero, &model, dp, host_replica, o.zero, o.bucket_mb);
     {  // this rank's part of the weights, as the whole model's initialisation or file has them
         float *h = (float *)alignedMallocCheck(sizeof(float) * (size_t)model.layout.num_elements);
         if (from_file) train_load_weights(&o, &model.layout, h);
@@ -221,7 +251,7 @@ int main(int argc, char **argv) {
         free(h);
     }
     PipelineGPU pipeline;  // the stages' schedule, the tied wte between the ends
-    pipeline_gpu_init(&pipeline, &model, &zero, &comm, dev_groups, pp_layout, pp_kind, fused, B, T, plan.dloss,
+    pipeline_gpu_init(&pipeline, &model, &zero, &comm, dev_groups, pp_layout, pp_kind, fused, B, Tl, plan.dloss,
                       o.pp_trace);
     pipeline_gpu_sync_tied(&pipeline);
     ParamLayout global;  // the whole model's order: checkpoints and model files
@@ -230,10 +260,10 @@ int main(int argc, char **argv) {
     DataLoader train_loader, val_loader;
     const int have_data = o.data_train[0] != '\0';  // (without it nothing is trained: --generate, --steps 0)
     if (have_data)
-        dataloader_init(&train_loader, o.data_train, B, T, dp->rank, world, o.shuffle, (uint64_t)o.seed, cfg.vocab_size, 4);
+        dataloader_init(&train_loader, o.data_train, B, T, host_dp->rank, world, o.shuffle, (uint64_t)o.seed, cfg.vocab_size, 4);
     int have_val = o.data_val[0] != '\0';
     if (have_val)
-        dataloader_init(&val_loader, o.data_val, B, T, dp->rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 2);
+        dataloader_init(&val_loader, o.data_val, B, T, host_dp->rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 2);
 
     Tokenizer tokenizer;
     int have_tokenizer = train_load_tokenizer(&o, &tokenizer, cfg.vocab_size);
@@ -245,9 +275,15 @@ int main(int argc, char **argv) {
     if (rank == 0) {
         train_print_header(&o, &cfg, global.num_params, model.layout.num_params, from_file, &plan, world,
                            have_data ? &train_loader : NULL, have_val);
-        printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d | ZeRO-%d | comm %s | bucket "
-               "%.1f MB | comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off",
-               comm_size(&comm, GRID_DP), comm_size(&comm, GRID_TP), comm_size(&comm, GRID_PP), o.zero, dp->be->name, zero.bucket_elems * sizeof(float) / 1e6, o.comm_timeout);
+        printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d x context %d | ZeRO-%d | comm "
+               "%s | bucket %.1f MB | comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off",
+               comm_size(&comm, GRID_DP), comm_size(&comm, GRID_TP), comm_size(&comm, GRID_PP),
+               comm_size(&comm, GRID_CP), o.zero, dp->be->name, zero.bucket_elems * sizeof(float) / 1e6, o.comm_timeout);
+        if (o.cp > 1)
+            printf("context parallel: %d ranks a sequence, each %d positions (chunks i and %d-i of %d) | attention "
+                   "all-gathers K and V: %.3f MB a layer, %.3f MB of context buffers (kept K and V of every layer, fp32 "
+                   "dK and dV)\n", o.cp, Tl, 2 * o.cp - 1, 2 * o.cp,
+                   (double)sizeof(floatX) * B * T * 2 * (cfg.channels / tp.size) / 1e6, cp.bytes / 1e6);
         if (pipelined)
             printf("pipeline: %d stages over %d ranks | schedule %s%s | %d micro-batches a step | predicted bubble %.3f "
                    "(F = B = W; --print-schedule shows it)\n", pp_layout.stages, o.pp, pp_kind_names[pp_kind],
@@ -275,7 +311,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
 
-    GpuTrainer trainer = {&model, &zero, &pipeline, (uint64_t)o.seed,
+    GpuTrainer trainer = {&model, &zero, &pipeline, o.cp > 1 ? &cp : NULL, (uint64_t)o.seed,
                           o.tp > 1 ? tp_context(comm_group(&comm, COMM_TENSOR), o.sequence_parallel) : tp_none(),
                           (float *)mallocCheck(sizeof(float) * (size_t)cfg.vocab_size),
                           NULL, NULL, NULL, 0};
@@ -293,7 +329,7 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaEventCreateWithFlags(&trainer.ckpt_copied, cudaEventDisableTiming));
     }
     TrainRun run = {&o, &cfg, plan, &tm, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL,
-                    have_tokenizer ? &tokenizer : NULL, host_dp, comm_group(&comm, COMM_WORLD), rank, flops_per_step,
+                    have_tokenizer ? &tokenizer : NULL, host_replica, comm_group(&comm, COMM_WORLD), rank, flops_per_step,
                     peak_tflops * 1e12 * comm.world, cuda_used_bytes, "device in use", {&o, &cfg, &global, &plan, &comm,
                     "train_gptcu", 0}, ranges, &model.map, ckpt_staging};
     // the steps' parts on the device's timeline (step_time.h)
@@ -322,6 +358,7 @@ int main(int argc, char **argv) {
     tp_free(&trainer.host_tp);
     pipeline_gpu_free(&pipeline);
     zero_gpu_free(&zero);
+    if (o.cp > 1) cp_gpu_free(&cp);
     param_layout_free(&global);
     ckpt_ranges_free(&ranges);
     gpu_gpt_free(&model);

@@ -77,14 +77,22 @@ static inline void cp_position_owner(const CPContext *cp, int g, int *owner, int
 // The global chunk of this rank's local chunk j (0 or 1).
 static inline int cp_chunk(const CPContext *cp, int rank, int j) { return j == 0 ? rank : 2 * cp->size - 1 - rank; }
 
-// Buffers for micro-batches of B sequences of T positions, `micro` of them a
-// step, on a model of L layers, C channels, Cl and NHl of them on this rank.
-static void cp_init(CPContext *cp, CommGroup *group, int B, int T, int micro, int L, int C, int Cl, int NHl) {
+// The positions of micro-batches of B sequences of T positions, `micro` of
+// them a step, on a model of L layers, C channels, Cl and NHl of them on this
+// rank: the shapes, the counts and the tokens' buffer (the GPU trainer's part,
+// context_parallel.cuh; cp_init adds the CPU attention's buffers).
+static void cp_positions_init(CPContext *cp, CommGroup *group, int B, int T, int micro, int L, int C, int Cl, int NHl) {
     memset(cp, 0, sizeof(*cp));
     cp->group = group, cp->size = group->size, cp->rank = group->rank;
     cp->B = B, cp->T = T, cp->Tl = T / cp->size, cp->Tc = T / (2 * cp->size), cp->seqs = B * micro;
     cp->L = L, cp->C = C, cp->Cl = Cl, cp->NHl = NHl;
     cp->counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)cp->size);
+    cp->tokens = (int *)mallocCheck(sizeof(int) * 2 * (size_t)cp->seqs * cp->Tl);
+}
+
+// cp_positions_init and the CPU attention's buffers.
+static void cp_init(CPContext *cp, CommGroup *group, int B, int T, int micro, int L, int C, int Cl, int NHl) {
+    cp_positions_init(cp, group, B, T, micro, L, C, Cl, NHl);
     size_t kv = (size_t)B * T * 2 * Cl;
     size_t scratch = (size_t)omp_threads() * cp->Tc * T, wpe = (size_t)cp->Tl * C;
     cp->memory = (float *)alignedMallocCheck(sizeof(float) * (2 * kv + scratch + 2 * wpe));
@@ -94,7 +102,6 @@ static void cp_init(CPContext *cp, CommGroup *group, int B, int T, int micro, in
     cp->scratch = p, p += scratch;
     cp->wpe = p, p += wpe;
     cp->dwpe = p;
-    cp->tokens = (int *)mallocCheck(sizeof(int) * 2 * (size_t)cp->seqs * cp->Tl);
 }
 
 static void cp_free(CPContext *cp) {

@@ -16,6 +16,9 @@
 // all-gathered before the column-parallel layers), and the embedding and the
 // classifier's softmax cross-entropy run over the rank's vocabulary slice
 // (tensor_parallel.cuh). With tp = 1 every step is the one-GPU arithmetic.
+// Context parallel (context_parallel.cuh, m->cp): the activations hold the
+// rank's positions of every sequence (T = T/cp), the embedding adds their wpe
+// rows, attention gathers every position's K and V over the context group.
 // Tokens and losses: the trainer uploads a step's micro-batches once
 // (gpu_gpt_upload_tokens) and reads the step's losses back once
 // (gpu_gpt_step_loss): one synchronisation per step, not per micro-step.
@@ -48,6 +51,7 @@
 #include "attention_cudnn.cuh"  // defines: CudnnAttention, cudnn_attention_workspace_bytes, cudnn_attention_available, cudnn_attention_init, ...
 #include "attention_flash.cuh"  // defines: flash_supports_head_size, gpu_flash_attention_forward, gpu_flash_attention_backward
 #include "classifier.cuh"       // defines: gpu_fused_classifier
+#include "context_parallel.cuh"  // defines: CPGPU, cp_gpu_attention_forward, cp_gpu_attention_backward, cp_gpu_local_wpe, ...
 #include "cuda_common.cuh"      // defines: CUDA_CHECK, cudaMallocCheck, cuda_free_bytes, launch_kernel, ...
 #include "encoder.cuh"          // defines: EncoderIndex, encoder_index_free, encoder_index_init, encoder_index_build, ...
 #include "gelu.cuh"             // defines: gpu_gelu_forward, gpu_gelu_backward_inplace
@@ -166,6 +170,7 @@ typedef struct {
     GPTConfig cfg;
     ParamLayout layout;  // what this rank holds
     TPContext tp;        // the tensor group (device buffers; size 1: none)
+    CPGPU *cp;           // the context group (NULL: none; the trainer sets it after gpu_gpt_init)
     ParamMap map;        // its buffer onto the global order (the AdamW rounding, checkpoints, model files)
     int B, T;            // activation capacity
     RecomputePolicy recompute;  // which layers recompute their activations (recompute.h)
@@ -702,19 +707,21 @@ static void gpu_gpt_get_grads(GPTGPU *m, float *host) {
     CUDA_CHECK(cudaMemcpy(host, m->grads, sizeof(float) * (size_t)m->layout.num_elements, cudaMemcpyDeviceToHost));
 }
 
-static void gpu_attention_forward(GPTGPU *m, floatX *out, float *lse, const floatX *qkv, int B, int T) {
+static void gpu_attention_forward(GPTGPU *m, int l, floatX *out, float *lse, const floatX *qkv, int B, int T) {
     NVTX_RANGE("attention_forward");
-    if (m->attention == ATTENTION_CUDNN)
+    if (m->cp) cp_gpu_attention_forward(m->cp, l, out, lse, qkv, B, m->stream);
+    else if (m->attention == ATTENTION_CUDNN)
         gpu_cudnn_attention_forward(&m->cudnn, out, lse, qkv, B, T, m->cfg.channels / m->tp.size,
                                     m->cfg.num_heads / m->tp.size, m->stream);
     else gpu_flash_attention_forward(out, lse, qkv, B, T, m->cfg.channels / m->tp.size, m->cfg.num_heads / m->tp.size,
                                      m->stream);
 }
 
-static void gpu_attention_backward(GPTGPU *m, floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out,
-                                   const float *lse, int B, int T) {
+static void gpu_attention_backward(GPTGPU *m, int l, floatX *dqkv, const floatX *dout, const floatX *qkv,
+                                   const floatX *out, const float *lse, int B, int T) {
     NVTX_RANGE("attention_backward");
-    if (m->attention == ATTENTION_CUDNN)
+    if (m->cp) cp_gpu_attention_backward(m->cp, l, dqkv, m->scratch.delta, dout, qkv, out, lse, B, m->stream);
+    else if (m->attention == ATTENTION_CUDNN)
         gpu_cudnn_attention_backward(&m->cudnn, dqkv, m->scratch.delta, dout, qkv, out, lse, B, T,
                                      m->cfg.channels / m->tp.size, m->cfg.num_heads / m->tp.size, m->stream);
     else gpu_flash_attention_backward(dqkv, m->scratch.delta, dout, qkv, out, lse, B, T, m->cfg.channels / m->tp.size,
@@ -847,7 +854,7 @@ static void gpu_layer_forward_inner(GPTGPU *m, GPUActs *a, int l, const LayerWei
     int C = m->cfg.channels, Cl = C / m->tp.size, N = B * T;
     const floatX *residual = l == a->l0 ? a->input : a->residual3[l - 1];
     gpu_matmul_forward(&m->mm, a->qkv[l], NULL, a->ln1[l], w->qkvw, w->qkvb, N, C, 3 * Cl, m->stream);
-    gpu_attention_forward(m, a->atty[l], a->lse[l], a->qkv[l], B, T);
+    gpu_attention_forward(m, l, a->atty[l], a->lse[l], a->qkv[l], B, T);
     gpu_row_parallel_forward(m, m->scratch.proj, a->atty[l], w->attprojw, w->attprojb, N, Cl, C);
     gpu_residual_layernorm_gathered(m, a->residual2[l], a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], residual,
                                     m->scratch.proj, w->ln2w, w->ln2b, N, C);
@@ -881,6 +888,7 @@ static void gpu_stage_forward(GPTGPU *m, GPUActs *a, const int *x_host, int mb, 
         if (dloss != 0.0f) encoder_index_build(&a->index, x_host, N, v0, tp > 1 ? vreal : V, s);
         gpt_hooks_params_needed(h, 0, HOOK_FORWARD);
         const floatX *wte = gpu_param_compute(m, PK_WTE, -1), *wpe = gpu_param_compute(m, PK_WPE, -1);
+        if (m->cp) wpe = cp_gpu_local_wpe(m->cp, wpe, s);  // (the rank's positions' rows)
         if (tp == 1) {
             gpu_encoder_forward(a->input, inputs, wte, wpe, B, T, C, s);
         } else {  // the rank's vocabulary rows, completed over the group, then the positions
@@ -975,16 +983,18 @@ static void gpu_embedding_backward(GPTGPU *m, GPUActs *a) {
     gpt_hooks_params_needed(&m->hooks, 0, HOOK_GRADS);
     int C = m->cfg.channels, N = a->B * a->T;
     cudaStream_t s = m->stream;
+    float *dwpe = m->cp ? cp_gpu_local_dwpe(m->cp, s) : gpu_grad(m, PK_WPE, -1);  // (the rank's positions' rows)
     if (!m->tp.sp) {
-        gpu_encoder_backward(gpu_grad(m, PK_WTE, -1), gpu_grad(m, PK_WPE, -1), a->dres, &a->index, a->B, a->T, C, s);
+        gpu_encoder_backward(gpu_grad(m, PK_WTE, -1), dwpe, a->dres, &a->index, a->B, a->T, C, s);
     } else {
         float *full = m->scratch.partial;  // the residual gradient's rows gathered
         CUDA_CHECK(cudaMemcpyAsync(full + (size_t)tp_row0(&m->tp, N) * C, a->dres,
                                    sizeof(float) * (size_t)tp_rows(&m->tp, N) * C, cudaMemcpyDeviceToDevice, s));
         tp_gather_rows(&m->tp, full, N, C, COMM_F32);
         gpu_encoder_backward_wte(gpu_grad(m, PK_WTE, -1), full, &a->index, C, s);
-        gpu_tp_wpe_backward(gpu_grad(m, PK_WPE, -1), a->dres, tp_row0(&m->tp, N), a->T, tp_rows(&m->tp, N), C, s);
+        gpu_tp_wpe_backward(dwpe, a->dres, tp_row0(&m->tp, N), a->T, tp_rows(&m->tp, N), C, s);
     }
+    if (m->cp) cp_gpu_add_dwpe(m->cp, gpu_grad(m, PK_WPE, -1), s);
     gpt_hooks_grads_ready(&m->hooks, 0);
 }
 
@@ -1048,7 +1058,7 @@ static void gpu_stage_backward(GPTGPU *m, GPUActs *a) {
         gpu_matmul_backward<float>(&m->mm, sc->datty, split ? NULL : g.attprojw, NULL, NULL, dout, NULL, a->atty[l],
                                    w.attprojw, N, Cl, C, s);
         gpu_colsum_accumulate<float>(g.attprojb, sc->scratch, a->dres, Nl, C, s);
-        gpu_attention_backward(m, dqkv, sc->datty, a->qkv[l], a->atty[l], a->lse[l], B, T);
+        gpu_attention_backward(m, l, dqkv, sc->datty, a->qkv[l], a->atty[l], a->lse[l], B, T);
         gpu_column_parallel_backward<floatX>(m, sc->dln, split ? NULL : g.qkvw, g.qkvb, dqkv, dqkv, a->ln1[l], w.qkvw, N,
                                            C, 3 * Cl);
         gpu_layernorm_backward(a->dres, dres_compute, g.ln1w, g.ln1b, sc->scratch, sc->dln, residual, w.ln1w,
@@ -1112,6 +1122,7 @@ static float gpu_gpt_forward_acts(GPTGPU *m, GPUActs *a, const int *inputs, cons
         CUDA_CHECK(cudaMemcpyAsync(m->h_losses, m->step_losses, sizeof(float) * n, cudaMemcpyDeviceToHost, m->stream));
         CUDA_CHECK(cudaStreamSynchronize(m->stream));
         tp_retire(&m->tp);  // (done: the stream waited for them)
+        if (m->cp) tp_retire(&m->cp->group);
         double total = 0.0;
         for (size_t i = 0; i < n; i++) total += m->h_losses[i];
         loss = (float)(total / (double)n);
@@ -1152,7 +1163,8 @@ static float gpu_gpt_grad_norm(GPTGPU *m) { return (float)sqrt(gpu_gpt_grad_sums
 // seed makes the stochastic rounding of this step.
 static void gpu_gpt_update(GPTGPU *m, const AdamWConfig *cfg, float grad_scale, uint64_t seed) {
     NVTX_RANGE("adamw");
-    tp_retire(&m->tp);  // the step's tensor collectives (done: the gradient norm waited for the stream)
+    tp_retire(&m->tp);  // the step's tensor and context collectives (done: the gradient norm waited for the stream)
+    if (m->cp) tp_retire(&m->cp->group);
     m->params_version++;
     if (m->adamw.num_chunks == 0) return;  // a shard of padding only
     // adamw.cuh indexes the master weights like the flat buffer, the moments from the shard's start

@@ -76,6 +76,7 @@ run test_checkpoint_gpu_emulated env EMULATED=1 bash tests/test_checkpoint_gpu.s
 run test_distributed_gpu_emulated env EMULATED=1 bash tests/test_distributed_gpu.sh
 run test_pipeline_gpu_emulated env EMULATED=1 bash tests/test_pipeline_gpu.sh
 run test_tensor_parallel_gpu_emulated env EMULATED=1 bash tests/test_tensor_parallel_gpu.sh
+run test_context_parallel_gpu_emulated env EMULATED=1 bash tests/test_context_parallel_gpu.sh
 run test_train_gpu_emulated env EMULATED=1 bash tests/test_train_gpu.sh
 run test_comm_nccl_emulated env EMULATED=1 bash tests/test_comm_nccl.sh
 [ -x "$BUILD/emu/test_gpu_libs" ] && run test_gpu_libs_emulated "$BUILD/emu/test_gpu_libs"

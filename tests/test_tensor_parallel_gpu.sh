@@ -24,22 +24,8 @@ need_mpi "${P}tensor_parallel_gpu" 300
 # NCCL wants a GPU per rank: with fewer, those runs go over --comm mpi
 nccl2=$(comm_for 2) nccl4=$(comm_for 4)
 
-# The data: a committed fixture's bytes, which do not change with the sources. A tensor-parallel run's logits
-# differ from one GPU's in their last bf16 bits (its row-parallel sums add in another order), so a draw that
-# falls at a token's boundary can differ; on fixed data the sample checks below are deterministic
-byte_corpus "$tmp" d 20000 tests/fixtures/tiny_model.bin
-# 2 layers of 2 heads of 32 (the flash kernels' head size); global batch 4 x 32 tokens x 2 micro-batches
-COMMON=(--data-train "$tmp/d_train_*.bin" --n-layer 2 --n-embd 64 --n-head 2 --vocab-size 257 --max-seq-len 64
-        --seq-len 32 --total-batch-tokens 256 --steps 4 --lr 1e-3 --eps 1e-4 --weight-decay 0.1 --seed 5
-        --peak-tflops 1 --comm-timeout 120 --batch-size 4)
-
-# evaluation and sampling (the first layout's runs): vocabulary-parallel losses and draws
-EVAL=(--data-val "$tmp/d_val_*.bin" --eval-every 2 --eval-batches 1 --sample-every 4 --sample-tokens 16)
-timeout 300 "$TRAIN" "${COMMON[@]}" "${EVAL[@]}" --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" >"$tmp/ref.log" 2>&1 ||
-    { fail reference_run "$(tail -2 "$tmp/ref.log")"; exit 1; }
-
-# (compare_layout: the checks are named tp_NAME_..._match_one_gpu)
-LAYOUT_PREFIX=tp_ LAYOUT_REF=one_gpu
+# the data, COMMON, EVAL (the first layout's runs: vocabulary-parallel losses and draws), the one-GPU run
+layout_reference tp_
 # layouts that do not fit: one line, exit 2
 expect_usage_error tp_n_head_not_divisible 'n-head is not a multiple of the tensor-parallel size' \
     "$TRAIN" "${COMMON[@]}" --tp 3
