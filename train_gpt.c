@@ -248,7 +248,7 @@ int main(int argc, char **argv) {
     TrainRun run = {&o, &cfg, plan, &tm, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL,
                     have_tokenizer ? &tokenizer : NULL, replica, comm_group(&comm, COMM_WORLD), rank,
                     flops_per_step, peak_gflops * 1e9 * comm.world, peak_rss_bytes, "host RSS",
-                    {&o, &cfg, &global, &plan, &comm, "train_gpt", 0}, ranges, &map, ckpt_staging};
+                    ckpt_run_of(&o, &cfg, &global, &plan, &comm, "train_gpt"), ranges, &map, ckpt_staging};
     // outputs checked against every input (nothing written yet), then the checkpoint directory made this
     // run's (locked, tidied) before anything is written or resumed
     if (rank == 0) train_check_outputs(&o, from_file, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL);

@@ -317,8 +317,8 @@ int main(int argc, char **argv) {
     }
     TrainRun run = {&o, &cfg, plan, &tm, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL,
                     have_tokenizer ? &tokenizer : NULL, host_dp, comm_group(&comm, COMM_WORLD), rank, flops_per_step,
-                    peak_tflops * 1e12 * comm.world, cuda_used_bytes, "device in use", {&o, &cfg, &global, &plan, &comm,
-                    "train_gptcu", 0}, ranges, &model.map, ckpt_staging};
+                    peak_tflops * 1e12 * comm.world, cuda_used_bytes, "device in use", ckpt_run_of(&o, &cfg, &global, &plan, &comm,
+                    "train_gptcu"), ranges, &model.map, ckpt_staging};
     // the steps' parts on the device's timeline (step_time.h)
     StepEventClock *step_events = (StepEventClock *)mallocCheck(sizeof(StepEventClock));
     step_time_use_device(step_event_clock_init(step_events, model.stream));

@@ -273,13 +273,13 @@ static int train_resume(const TrainRun *r, Rng *sample_rng, int *lr_decay_steps)
 // and batch (rank 0 writes it).
 static void train_log_run(const TrainRun *r, Logger *log, int start) {
     if (!log->json) return;
-    const Comm *c = r->ckpt.comm;
+    const CkptRun *c = &r->ckpt;  // (its layout)
     const GPTConfig *m = r->cfg;
     fprintf(log->json, "{\"run\":{\"program\":\"%s\",\"version\":\"%s\",\"start_step\":%d,\"settings\":",
             r->ckpt.trainer, LLMC_VERSION, start);
     flags_write_json(log->json, TRAIN_FLAGS, FLAGS_COUNT(TRAIN_FLAGS), r->o);
-    fprintf(log->json, ",\"layout\":{\"ranks\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"zero\":%d}", c->world,
-            comm_size(c, GRID_DP), comm_size(c, GRID_TP), comm_size(c, GRID_PP), r->o->zero);  // (--cp: in the settings)
+    fprintf(log->json, ",\"layout\":{\"ranks\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"zero\":%d}", c->ranks,
+            c->dp, c->tp, c->pp, r->o->zero);  // (--cp: in the settings)
     fprintf(log->json, ",\"model\":{\"num_layers\":%d,\"channels\":%d,\"num_heads\":%d,\"vocab_size\":%d,"
             "\"padded_vocab_size\":%d,\"max_seq_len\":%d,\"parameters\":%lld}", m->num_layers, m->channels,
             m->num_heads, m->vocab_size, m->padded_vocab_size, m->max_seq_len, (long long)r->ckpt.pl->num_params);
@@ -456,7 +456,7 @@ static int train_loop(const TrainRun *r, Logger *log) {
     if (o->ckpt_dir[0]) {  // (the trainer claimed the directory at start-up: ckpt_dir_claim)
         ckpt = &writer;
         ckpt_writer_init(ckpt, &ckpt_run, r->world, r->train, &r->ckpt_ranges, r->ckpt_staging, tm->ckpt_wait_staged,
-                         tm->ctx, tm->host_threads);
+                         tm->ctx, tm->host_threads, ckpt_log_to(log));
     }
     int finished = !(ckpt && ckpt_stop_before_first_step(ckpt, start));
     for (int step = start; finished && step <= o->steps; step++) {
@@ -482,7 +482,7 @@ static int train_loop(const TrainRun *r, Logger *log) {
         tm->optimizer_step(tm->ctx, &ac, grad_clip_scale(norm, o->grad_clip), step);
         step_time_enter(STEP_CKPT);
         int stop = ckpt && ckpt_step_boundary(ckpt, step + 1, step + 1 == o->steps, r->train, &sample_rng,
-                                              tm->ckpt_stage, log);
+                                              tm->ckpt_stage);
         step_time_stop(parts);
         double ms = (wall_seconds() - t0) * 1e3;
         train_range_pop(tm);
