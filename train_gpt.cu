@@ -303,8 +303,8 @@ int main(int argc, char **argv) {
                           (float *)mallocCheck(sizeof(float) * (size_t)cfg.vocab_size),
                           NULL, NULL, NULL, 0};
     TrainModel tm = {&trainer, gpu_train_step, gpu_forward, gpu_sample, gpu_finish_grads, gpu_optimizer_step,
-                     gpu_profile, gpu_range_push, gpu_range_pop, gpu_ckpt_stage, gpu_ckpt_wait_staged, gpu_ckpt_load,
-                     1};
+                     gpu_profile, gpu_range_push, gpu_range_pop, gpu_ckpt_stage, gpu_ckpt_wait_staged, NULL,
+                     gpu_ckpt_load, 1};
     // checkpoints: the fp32 master weights are sharded with the moments (from ZeRO-1), as global ranges
     CkptRanges ranges = ckpt_ranges(&zero.map, o.zero, 1, &model.layout);
     float *ckpt_staging = NULL;  // (pinned) what this rank writes of each checkpoint

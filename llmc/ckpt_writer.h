@@ -44,9 +44,6 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "ckpt_dir.h"       // defines: CKPT_PATH_MAX, CKPT_NAME_MAX, ckpt_step_dir, ckpt_make_tmp_dir, ...
 #include "ckpt_format.h"    // defines: CkptRun, CkptRanges, CkptPoint, CkptFileRecord, ckpt_manifest_json, ...
@@ -97,13 +94,14 @@ typedef struct {
     CkptRanges ranges;
     float *staging;             // (3 x write's elements, the file's order): what this rank writes, from the trainer
     void (*wait_staged)(void *ctx);  // the trainer's: waits for its queued staging copy (NULL: stage copies at once)
-    void (*stage)(void *ctx, float *staging, int64_t lo, int64_t hi, uint32_t *crcs);  // the trainer's copy into staging
+    // the trainer's: its next update also writes [lo, hi) into staging (NULL: it cannot; stage copies after it)
+    void (*stage_in_update)(void *ctx, float *staging, int64_t lo, int64_t hi, uint32_t *crcs);
+    int64_t staged_in_update;   // the checkpoint (steps done) whose copy the update makes (-1: none)
+    double update_wait_ms;      // its stall before that update (the wait for the checkpoint before it)
     uint32_t *chunk_crcs;       // the copy's chunks' CRC32Cs (ckpt_stage.h), when the copy takes them (CPU, raw data)
     double stall_ms;            // what the checkpoint in flight has cost the loop so far
     int stall_open;             // its copy is not known done yet: its JSON record is still to come
     int low_priority;           // no core spare beside the training threads: the thread runs at nice 19
-    int thread_copies;          // a core is spare and stage copies at once (CPU): the thread makes the copy
-    int copy_pending;           // the thread's copy of the checkpoint in flight is not known done (the update waits)
     CkptCost cost;              // the checkpoint in flight's cost
     CkptCost ended[2];          // those committed in the step now running (the one before and one staged in it)
     double clean_ms[CKPT_BASELINE_STEPS];  // the last steps that overlapped no checkpoint (a ring)
@@ -128,7 +126,6 @@ typedef struct {
     pthread_cond_t cv;
     CkptJob job;
     int job_done, job_failed;
-    int copied;                 // the thread's copy of the checkpoint in flight is done
     char err[CKPT_ERR_MAX];
 } CkptWriter;
 
@@ -155,12 +152,12 @@ static inline float *ckpt_staging_alloc(const CkptRanges *ranges) {
 }
 
 // The trainer's copy of each piece this rank writes into its place in staging
-// (and its chunks' CRC32Cs, wanted).
-static inline void ckpt_stage_pieces(CkptWriter *w) {
+// (and its chunks' CRC32Cs, wanted), made by stage now or by the update.
+static inline void ckpt_stage_pieces(CkptWriter *w, void (*stage)(void *, float *, int64_t, int64_t, uint32_t *)) {
     int64_t at = 0, chunks = 0;
     for (int k = 0; k < w->ranges.write.n; k++) {
         const CkptRange *q = &w->ranges.write.r[k];
-        w->stage(w->ctx, w->staging + CKPT_STATES * at, q->lo, q->hi, w->chunk_crcs ? w->chunk_crcs + chunks : NULL);
+        stage(w->ctx, w->staging + CKPT_STATES * at, q->lo, q->hi, w->chunk_crcs ? w->chunk_crcs + chunks : NULL);
         at += q->hi - q->lo;
         chunks += ckpt_stage_chunks(q->hi - q->lo);
     }
@@ -178,19 +175,10 @@ static inline uint32_t ckpt_staged_crc(const CkptWriter *w) {
     return crc;
 }
 
-// The thread's WRITE job: (thread_copies: the copy into staging, beside
-// the next step's forward and backward; the update waits for it) this rank's
-// data file into step_N.tmp/.
+// The thread's WRITE job: this rank's data file into step_N.tmp/.
 static inline int ckpt_do_write(CkptWriter *w, CkptIO *io) {
     char tmp_dir[CKPT_PATH_MAX], path[CKPT_FILE_MAX];
     double cpu0 = thread_cpu_seconds();
-    if (w->thread_copies) {
-        ckpt_stage_pieces(w);
-        pthread_mutex_lock(&w->mu);
-        w->copied = 1;
-        pthread_cond_broadcast(&w->cv);
-        pthread_mutex_unlock(&w->mu);
-    }
     ckpt_step_dir(tmp_dir, sizeof(tmp_dir), w->dir, w->point.step, ".tmp");
     double t0 = wall_seconds();
     int err = ckpt_make_tmp_dir(tmp_dir);
@@ -259,9 +247,6 @@ static inline void *ckpt_thread_main(void *arg) {
     CkptWriter *w = (CkptWriter *)arg;
     // (no spare core: the training threads' idle time only; lowering its own priority never needs a privilege)
     if (w->low_priority) setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
-#ifdef _OPENMP
-    if (w->thread_copies) omp_set_num_threads(1);  // (its copy on its own core, not a team beside the training threads)
-#endif
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (w->job == CKPT_JOB_NONE || w->job_done) pthread_cond_wait(&w->cv, &w->mu);
@@ -286,7 +271,6 @@ static inline void ckpt_submit(CkptWriter *w, CkptJob job) {
     w->job = job;
     w->job_done = 0;
     w->job_failed = 0;
-    w->copied = 0;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
 }
@@ -325,7 +309,8 @@ static inline int ckpt_spare_cores(int train_threads, int *cores) {
 // train_threads a step keeps busy, and says which. (The trainer caught
 // SIGTERM, SIGUSR1 and SIGINT at its start: ckpt_catch_preemption.)
 static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup *dp, const DataLoader *train,
-                                    const CkptRanges *ranges, float *staging, void (*wait_staged)(void *), void *ctx,
+                                    const CkptRanges *ranges, float *staging, void (*wait_staged)(void *),
+                                    void (*stage_in_update)(void *, float *, int64_t, int64_t, uint32_t *), void *ctx,
                                     int train_threads, CkptLog log) {
     CHECK(ckpt_lock_fd >= 0, "ckpt_writer_init: the checkpoint directory was not claimed (ckpt_dir_claim)");
     memset(w, 0, sizeof(*w));
@@ -341,6 +326,8 @@ static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup
     w->ranges = *ranges;
     w->staging = staging;
     w->wait_staged = wait_staged;
+    w->stage_in_update = stage_in_update;
+    w->staged_in_update = -1;
     w->ctx = ctx;
     w->kill_spec = getenv("LLMC_TEST_CKPT_FAULT");
     w->last_staged = -1;
@@ -348,7 +335,6 @@ static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup
     if (w->rank == 0) w->data_set = dataloader_identity(train, train->num_shards);
     int cores, spare = ckpt_spare_cores(train_threads, &cores);
     w->low_priority = spare < 1;
-    w->thread_copies = spare >= 1 && !wait_staged;
     if (!wait_staged && w->compress <= 0) {  // (the CPU's copy takes each chunk's CRC32C while it is in cache)
         int64_t chunks = 0;
         for (int k = 0; k < w->ranges.write.n; k++) chunks += ckpt_stage_chunks(w->ranges.write.r[k].hi - w->ranges.write.r[k].lo);
@@ -356,9 +342,8 @@ static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup
     }
     if (w->rank == 0) {
         if (spare >= 1)
-            printf("checkpoint: the writer has %d core%s beside %d training thread%s a rank (%d cores)%s\n", spare,
-                   spare > 1 ? "s" : "", train_threads, train_threads > 1 ? "s" : "", cores,
-                   w->thread_copies ? ": it copies each checkpoint beside the next step" : "");
+            printf("checkpoint: the writer has %d core%s beside %d training thread%s a rank (%d cores)\n", spare,
+                   spare > 1 ? "s" : "", train_threads, train_threads > 1 ? "s" : "", cores);
         else
             printf("checkpoint: no core spare beside %d training thread%s a rank (%d cores): the writer runs at "
                    "nice 19, on their idle time\n", train_threads, train_threads > 1 ? "s" : "", cores);
@@ -488,7 +473,6 @@ static inline void ckpt_drain(CkptWriter *w, int64_t at_step) {
     ckpt_hand_to_thread(w);
     if (w->phase == CKPT_WRITING) {
         ckpt_job_done(w, 1, &failed);
-        w->copy_pending = 0;
         ckpt_stall_close(w, 0.0);  // (the run's end, or the next checkpoint, waited for all of it)
         double f[2] = {1.0, (double)failed};
         comm_all_reduce(w->dp, f, 2, COMM_F64);
@@ -522,6 +506,18 @@ static inline int ckpt_stop_before_first_step(CkptWriter *w, int64_t start) {
     return 1;
 }
 
+// A checkpoint is due at `steps_done`: the one before it, still in flight,
+// is written and committed first (collective over the data ranks), saying so.
+static inline void ckpt_wait_previous(CkptWriter *w, int64_t steps_done) {
+    if (w->phase == CKPT_IDLE) return;
+    if (w->rank == 0) {
+        printf("checkpoint: step %lld waits for step_%08lld to be written\n", (long long)steps_done,
+               (long long)w->point.step);
+        fflush(stdout);
+    }
+    ckpt_drain(w, steps_done);
+}
+
 // At the boundary after `steps_done` optimizer steps: progresses the
 // checkpoint in flight, stages a new one when one is due (every --ckpt-every
 // steps, at the end of the run, or after a preemption signal) through
@@ -553,29 +549,22 @@ static inline int ckpt_step_boundary(CkptWriter *w, int64_t steps_done, int fina
                (long long)steps_done, ckpt_signal_received == SIGINT ? " (Ctrl-C again exits at once)" : "");
         fflush(stdout);
     }
-    if (w->phase != CKPT_IDLE) {
-        if (w->rank == 0) {
-            printf("checkpoint: step %lld waits for step_%08lld to be written\n", (long long)steps_done,
-                   (long long)w->point.step);
-            fflush(stdout);
-        }
-        ckpt_drain(w, steps_done);
-    }
+    ckpt_wait_previous(w, steps_done);  // (nothing where the update made the copy: it waited before it)
     CkptPoint p = {steps_done, dataloader_state(train), *sample_rng, w->run.lr_decay_steps};
     w->point = p;
-    w->stage = stage;
     w->last_staged = steps_done;
     w->phase = CKPT_STAGING;
-    if (w->thread_copies) {  // (the thread copies, then writes; the update waits for the copy: ckpt_before_update)
-        w->copy_pending = 1;
-        w->phase = CKPT_WRITING;
-        ckpt_submit(w, CKPT_JOB_WRITE);
+    double before_ms = 0.0;  // the stall before the update that made the copy
+    if (w->staged_in_update == steps_done) {
+        before_ms = w->update_wait_ms;
+        ckpt_hand_to_thread(w);
     } else {
-        ckpt_stage_pieces(w);  // (GPU: queued)
+        ckpt_stage_pieces(w, stage);  // (GPU: queued; CPU: a checkpoint not known before the update, a preemption's)
         if (!w->wait_staged) ckpt_hand_to_thread(w);
     }
     w->staged_at = wall_seconds();
-    double stall_ms = (w->staged_at - t0) * 1e3;
+    double stall_ms = (w->staged_at - t0) * 1e3 + before_ms;
+    w->staged_in_update = -1;
     if (w->rank == 0) {
         printf("checkpoint step_%08lld staged (training stalled %.2f ms); %s in the background\n",
                (long long)steps_done, stall_ms, w->wait_staged ? "copying to host memory, then writing" : "writing");
@@ -591,23 +580,25 @@ static inline int ckpt_step_boundary(CkptWriter *w, int64_t steps_done, int fina
         c.baseline_ms = quantile(v, n, 0.5);
     }
     w->cost = c;
-    if (!w->wait_staged && !w->copy_pending) ckpt_stall_close(w, 0.0);  // (the copy is done)
+    if (!w->wait_staged) ckpt_stall_close(w, 0.0);  // (the copy is done)
     if (final || preempt) ckpt_drain(w, steps_done);
     return preempt;
 }
 
-// Before the update, which rewrites what a checkpoint's copy reads: waits
-// for the thread's copy of the checkpoint staged at the boundary before
-// (thread_copies; done long before, as a rule: it ran beside the step's
-// forward and backward); the wait is the checkpoint's stall. w: NULL, none.
-static inline void ckpt_before_update(CkptWriter *w) {
-    if (!w || !w->copy_pending) return;
+// Before the update after which `steps_after` steps are done (final: the
+// run's last): when a checkpoint is due after it (every --ckpt-every steps
+// and at the end; a preemption's is not known yet) and the trainer's update
+// can stage (stage_in_update, the CPU's), the update is asked to write its
+// results into staging too, once the checkpoint before it no longer needs
+// staging (collective then, like the boundary; that wait is the new one's
+// stall). w: NULL, none.
+static inline void ckpt_before_update(CkptWriter *w, int64_t steps_after, int final) {
+    if (!w || !w->stage_in_update || !((w->every > 0 && steps_after % w->every == 0) || final)) return;
     double t0 = wall_seconds();
-    pthread_mutex_lock(&w->mu);
-    while (!w->copied) pthread_cond_wait(&w->cv, &w->mu);
-    pthread_mutex_unlock(&w->mu);
-    w->copy_pending = 0;
-    ckpt_stall_close(w, (wall_seconds() - t0) * 1e3);
+    ckpt_wait_previous(w, steps_after);
+    ckpt_stage_pieces(w, w->stage_in_update);
+    w->staged_in_update = steps_after;
+    w->update_wait_ms = (wall_seconds() - t0) * 1e3;
 }
 
 // After step `step` (0-based) took ms (this rank's wall time, its line
