@@ -98,6 +98,10 @@ static void cpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scal
 static void cpu_ckpt_stage(void *ctx, float *staging, int64_t lo, int64_t hi, uint32_t *crcs) {
     zero_ckpt_stage(((CpuTrainer *)ctx)->zero, staging, lo, hi, crcs);
 }
+// the next update also writes [lo, hi) of its results into staging
+static void cpu_ckpt_stage_in_update(void *ctx, float *staging, int64_t lo, int64_t hi, uint32_t *crcs) {
+    zero_ckpt_stage_in_update(((CpuTrainer *)ctx)->zero, staging, lo, hi, crcs);
+}
 static void cpu_ckpt_load(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step) {
     (void)step;
     CpuTrainer *t = (CpuTrainer *)ctx;
@@ -221,14 +225,15 @@ int main(int argc, char **argv) {
 
     CpuTrainer trainer = {&model, &zero, &pipeline, B};
     TrainModel tm = {&trainer, cpu_train_step, cpu_forward, cpu_sample, cpu_finish_grads, cpu_optimizer_step,
-                     cpu_profile, NULL, NULL, cpu_ckpt_stage, NULL, cpu_ckpt_load, omp_threads()};
+                     cpu_profile, NULL, NULL, cpu_ckpt_stage, NULL, cpu_ckpt_stage_in_update, cpu_ckpt_load,
+                     omp_threads()};
     // checkpoints: each rank's ZeRO shard of its buffer (ranges of it; the manifest maps them)
     CkptRanges ranges = ckpt_ranges(&zero.map, o.zero, 3, &model.layout);
     float *ckpt_staging = o.ckpt_dir[0] ? ckpt_staging_alloc(&ranges) : NULL;  // what this rank writes of each checkpoint
     TrainRun run = {&o, &cfg, plan, &tm, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL,
                     have_tokenizer ? &tokenizer : NULL, replica, comm_group(&comm, COMM_WORLD), rank,
                     flops_per_step, peak_gflops * 1e9 * comm.world, peak_rss_bytes, "host RSS",
-                    {&o, &cfg, &global, &plan, &comm, "train_gpt", 0}, ranges, &map, ckpt_staging};
+                    ckpt_run_of(&o, &cfg, &global, &plan, &comm, "train_gpt"), ranges, &map, ckpt_staging};
     Logger log;
     int finished = train_run(&run, from_file, &log);  // 0: stopped by a signal (exit CKPT_EXIT_SIGNAL)
     if (finished && o.generate) train_generate(&run);

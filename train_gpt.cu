@@ -316,8 +316,8 @@ int main(int argc, char **argv) {
                           (float *)mallocCheck(sizeof(float) * (size_t)cfg.vocab_size),
                           NULL, NULL, NULL, 0};
     TrainModel tm = {&trainer, gpu_train_step, gpu_forward, gpu_sample, gpu_finish_grads, gpu_optimizer_step,
-                     gpu_profile, gpu_range_push, gpu_range_pop, gpu_ckpt_stage, gpu_ckpt_wait_staged, gpu_ckpt_load,
-                     1};
+                     gpu_profile, gpu_range_push, gpu_range_pop, gpu_ckpt_stage, gpu_ckpt_wait_staged, NULL,
+                     gpu_ckpt_load, 1};
     // checkpoints: the fp32 master weights are sharded with the moments (from ZeRO-1), as global ranges
     CkptRanges ranges = ckpt_ranges(&zero.map, o.zero, 1, &model.layout);
     float *ckpt_staging = NULL;  // (pinned) what this rank writes of each checkpoint
@@ -330,8 +330,8 @@ int main(int argc, char **argv) {
     }
     TrainRun run = {&o, &cfg, plan, &tm, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL,
                     have_tokenizer ? &tokenizer : NULL, host_replica, comm_group(&comm, COMM_WORLD), rank, flops_per_step,
-                    peak_tflops * 1e12 * comm.world, cuda_used_bytes, "device in use", {&o, &cfg, &global, &plan, &comm,
-                    "train_gptcu", 0}, ranges, &model.map, ckpt_staging};
+                    peak_tflops * 1e12 * comm.world, cuda_used_bytes, "device in use", ckpt_run_of(&o, &cfg, &global, &plan, &comm,
+                    "train_gptcu"), ranges, &model.map, ckpt_staging};
     // the steps' parts on the device's timeline (step_time.h)
     StepEventClock *step_events = (StepEventClock *)mallocCheck(sizeof(StepEventClock));
     step_time_use_device(step_event_clock_init(step_events, model.stream));
