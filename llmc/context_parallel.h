@@ -25,10 +25,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "comm.h"        // defines: CommGroup, comm_all_gather_start, comm_reduce_scatter_start, comm_wait
-#include "cpu_matmul.h"  // defines: matmul
-#include "cpu_vec.h"     // defines: vec_max, vec_exp_sum, vec_dot
-#include "utils.h"       // defines: mallocCheck, alignedMallocCheck, omp_threads, omp_thread_id, wall_seconds
+#include "comm.h"                  // defines: CommGroup, comm_all_gather_start, comm_reduce_scatter_start, comm_wait
+#include "cpu_matmul.h"            // defines: matmul
+#include "cpu_vec.h"               // defines: vec_max, vec_exp_sum, vec_dot
+#include "gpt_activation_sizes.h"  // defines: cp_layer_act_floats
+#include "utils.h"                 // defines: mallocCheck, alignedMallocCheck, omp_threads, omp_thread_id, wall_seconds
 
 // A micro-batch's attention state, per layer (NULL until the layer's first forward).
 typedef struct {
@@ -103,13 +104,7 @@ static void cp_free(CPContext *cp) {
 
 // A layer's floats in a micro-batch's CPActs: K and V of every position, the probabilities.
 static inline size_t cp_layer_floats(const CPContext *cp) {
-    return (size_t)cp->B * cp->T * 2 * cp->Cl + (size_t)cp->B * cp->NHl * cp->Tl * cp->T;
-}
-// The floats of a one-process step's activations beside gpt_cpu.h's: every layer's CPActs and the shared buffers.
-static inline double cp_memory_floats(const CPContext *cp) {
-    if (cp->size == 1) return 0.0;
-    return (double)cp->L * cp_layer_floats(cp) + 2.0 * cp->B * cp->T * 2 * cp->Cl +
-           (double)omp_threads() * cp->Tc * cp->T + 2.0 * cp->Tl * cp->C;
+    return (size_t)cp_layer_act_floats(cp->B, cp->T, cp->size, cp->Cl, cp->NHl);
 }
 
 // Layer l's state in *acts (made at its first use; *acts too).

@@ -57,18 +57,19 @@ expect_usage_error "an unknown flag" "unknown flag" "$PLAN" --warp-speed 9
 rc=$?
 check lists_the_small_case "[ $rc -eq 0 ] && grep -q '^cluster four: 1 node x 4 CPU ranks = 4 ranks' '$tmp/four.log'" \
     "exit $rc: $(tail -2 "$tmp/four.log")"
-# every (dp, tp, pp) of 4 ranks, each schedule, ZeRO stage (with dp > 1), sequence parallel (tp > 1), B 1
+# every (dp, cp, tp, pp) of 4 ranks, each schedule, ZeRO stage (with dp x cp > 1), sequence parallel (tp > 1), B 1
 python3 - "$tmp/four.csv" >"$tmp/count.txt" <<'EOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 want = 0
 for tp in (1, 2, 4):
     for pp in (1, 2, 4):
-        if 4 % (tp * pp):
-            continue
-        dp = 4 // tp // pp
-        scheds = {1: 1, 2: 4, 4: 4}[pp]  # interleaved: 2 chunks (L/pp <= 2)
-        want += (2 if tp > 1 else 1) * scheds * (4 if dp > 1 else 1)
+        for cp in (1, 2, 4):
+            if 4 % (tp * pp * cp):
+                continue
+            dp = 4 // tp // pp // cp
+            scheds = {1: 1, 2: 4, 4: 4}[pp]  # interleaved: 2 chunks (L/pp <= 2)
+            want += (2 if tp > 1 else 1) * scheds * (4 if dp * cp > 1 else 1)
 print(len(rows), want, sum(r["valid"] == "1" for r in rows))
 EOF
 read -r listed want valid <"$tmp/count.txt"
@@ -99,7 +100,7 @@ EOF
 check layout_takes_any_micro_batch_and_sets_the_nodes "grep -q '^cluster dgx-a100: 2 nodes x 8 devices' '$tmp/nodes.log' &&
     grep -q 'B 12 x 1' '$tmp/nodes.log' && grep -q 'over 16 ranks on 2 nodes: ZeRO-2 reduce-scatter' '$tmp/nodes.log' &&
     grep -q -- '-npernode 8 --hostfile HOSTS' '$tmp/nodes.log'" "$(head -12 "$tmp/nodes.log")"
-expect_usage_error "context parallel" "no context parallel yet" "$PLAN" "${D12[@]}" --cluster dgx-h100 --layout dp=4,cp=2
+expect_usage_error "a layout of cp 0" "want dp, cp, tp, pp, mb >= 1" "$PLAN" "${D12[@]}" --cluster dgx-h100 --layout dp=8,cp=0
 expect_usage_error "an unknown layout key" "unknown key 'ep'" "$PLAN" "${D12[@]}" --cluster dgx-h100 --layout dp=8,ep=2
 expect_usage_error "a layout of 2^40 ranks" "more than 16777216" "$PLAN" "${D12[@]}" --cluster dgx-h100 \
     --layout dp=1048576,tp=1048576
@@ -149,7 +150,7 @@ mpirun = ["timeout", "120", "mpirun", "--allow-run-as-root", "--oversubscribe", 
           "-x", "ASAN_OPTIONS"]
 rows = list(csv.DictReader(open(path)))
 def features(r):
-    return {("dims", r["dp"], r["tp"], r["pp"]), ("zero", r["zero"]), ("sp", r["sp"]), ("schedule", r["schedule"], r["v"])}
+    return {("dims", r["dp"], r["cp"], r["tp"], r["pp"]), ("zero", r["zero"]), ("sp", r["sp"]), ("schedule", r["schedule"], r["v"])}
 want = set().union(*(features(r) for r in rows if r["valid"] == "1"))
 chosen = []
 while want:
@@ -163,7 +164,7 @@ for r in rows:
 chosen += list(reasons.values())
 bad_valid, bad_rejected, bad_memory, runs = [], [], [], 0
 for r in chosen:
-    flags = ["--tp", r["tp"], "--pp", r["pp"], "--zero", r["zero"], "--batch-size", r["B"]]
+    flags = ["--cp", r["cp"], "--tp", r["tp"], "--pp", r["pp"], "--zero", r["zero"], "--batch-size", r["B"]]
     if r["sp"] == "1":
         flags += ["--sequence-parallel", "1"]
     if int(r["pp"]) > 1:
