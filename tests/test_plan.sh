@@ -104,6 +104,39 @@ expect_usage_error "a layout of cp 0" "want dp, cp, tp, pp, mb >= 1" "$PLAN" "${
 expect_usage_error "an unknown layout key" "unknown key 'ep'" "$PLAN" "${D12[@]}" --cluster dgx-h100 --layout dp=8,ep=2
 expect_usage_error "a layout of 2^40 ranks" "more than 16777216" "$PLAN" "${D12[@]}" --cluster dgx-h100 \
     --layout dp=1048576,tp=1048576
+# --- context parallel against the model's formulas by hand: 2 layers, C 64, T 4096, dp 2 x cp 2 on the
+# four cluster (1 TFLOP/s, attention at the default 0.35, 100 GB/s, 4 us a kernel, links 10 GB/s 5 us) ---
+CPM=(--n-layer 2 --n-embd 64 --n-head 2 --vocab-size 257 --max-seq-len 4096 --seq-len 4096 --total-batch-tokens 16384)
+"$PLAN" "${CPM[@]}" --cluster "$tmp/four.cluster" --layout dp=2,cp=2,zero=1,mb=1 >"$tmp/cp.log" 2>&1
+python3 - "$tmp/cp.log" <<'EOF'
+import re, sys
+text = open(sys.argv[1]).read()
+B, T, cp, Cl, L, accum = 1, 4096, 2, 64, 2, 2  # (16384 tokens / (B T dp) = 2 micro-batches)
+# attention of a rank: its T/cp queries, 1/cp of the causal FLOPs (2 B T^2 Cl forward, 2.5x backward), or
+# q, out local and k, v whole at the HBM bandwidth, whichever is longer, plus the launch gaps
+def att(backward):
+    flops = 2.0 * B * T * T * Cl * (2.5 if backward else 1) / cp / (1e12 * 0.35)
+    nbytes = 2.0 * B * Cl * (4 if backward else 2) * (T / cp + T) / 100e9
+    return max(flops, nbytes) + 4e-6 * (2 if backward else 1)
+want_att = L * accum * (att(0) + att(1)) * 1e3
+# a layer's all-gather of K | V (B T 2Cl fp32) and reduce-scatter of their gradients over 2 ranks: the ring's
+# p-1 steps of 5 us and (p-1)/p of the bytes at 10 GB/s each
+kv = B * T * 2 * Cl * 4
+ring = 5e-6 + 0.5 * kv / 10e9
+want_cp = L * accum * 2 * ring * 1e3
+got_att = re.search(r"flash attention +([0-9.]+) ms", text)
+got_cp = re.search(r"context parallel over 2 ranks on 1 node: all-gather of K and V \(([0-9.]+) MB a layer\).*: ([0-9.]+) ms", text)
+ok = got_att and got_cp and abs(float(got_att.group(1)) / want_att - 1) < 0.005 and \
+    abs(float(got_cp.group(2)) / want_cp - 1) < 0.01 and abs(float(got_cp.group(1)) - kv / 1e6) < 0.05
+print("%s: plan_cp_attention_and_collectives_are_the_hand_computed (attention %s ms, want %.2f; cp %s ms, want %.3f)" % (
+    "PASS" if ok else "FAIL", got_att and got_att.group(1), want_att, got_cp and got_cp.group(2), want_cp))
+EOF
+check cp_layout_runs_with_cp "grep -q 'layout dp 2 cp 2 tp 1' '$tmp/cp.log' && grep -q -- '--zero 1 --cp 2' '$tmp/cp.log' &&
+    grep -q 'data parallel over 4 ranks (data x context)' '$tmp/cp.log'" "$(sed -n 3,6p "$tmp/cp.log")"
+"$PLAN" "${MODEL[@]}" --max-seq-len 36 --seq-len 36 --total-batch-tokens 144 --cluster "$tmp/four.cluster" \
+    --layout cp=4 >"$tmp/cp_odd.log" 2>&1
+check cp_not_dividing_half_the_sequence_is_rejected \
+    "grep -q 'rejected: context parallel: seq-len 36 is not a multiple of 2 x cp = 8' '$tmp/cp_odd.log'" "$(sed -n 3,4p "$tmp/cp_odd.log")"
 "$PLAN" "${D12[@]}" --cluster dgx-h100 --top 3 >"$tmp/list.log" 2>&1
 python3 - "$tmp/list.log" <<'EOF'
 import re, sys
