@@ -386,7 +386,8 @@ static RankMemory plan_rank_memory(const PlanProblem *pb, const PlanLayout *l, c
         // from each layer is one shared buffer instead
         double T = pb->T, N = (double)l->B * T / l->cp, C = pb->cfg->channels, Cl = C / l->tp;
         double NHl = pb->cfg->num_heads / l->tp;
-        double layers = l->pp > 1 ? (double)pb->cfg->num_layers / l->pp : pb->cfg->num_layers;
+        // (a pipeline rank's sets are of its average chunk: gpt_activation_sizes.h's pipeline formula)
+        double layers = l->pp > 1 ? ceil((double)pb->cfg->num_layers / l->pp / l->v) : pb->cfg->num_layers;
         double sets = l->pp > 1 ? pp_peak_alive_theory(l->schedule, l->pp, l->v, l->accum, pipe_rank) : 1;
         double att = (double)l->B * NHl * (T / l->cp) * T;  // (the rank's queries against every key)
         double scratch = (l->pp > 1 ? 0 : (double)gpt_attention_scratch_floats(pb->T / l->cp, l->cp)) +
