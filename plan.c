@@ -331,6 +331,20 @@ static void print_legend(const Cluster *c) {
            c->currency);
 }
 
+// The least memory a rank of any layout the trainers take needs (fitting or not), without context parallel
+// and with it: below the first, only context parallel fits the model at this sequence length.
+static void print_context_need(const PlanResult *r, int n) {
+    double least[2] = {0, 0};
+    for (int i = 0; i < n; i++) {
+        int k = r[i].l.cp > 1;
+        if ((!r[i].why_not[0] || r[i].why_kind == PLAN_REJ_MEMORY) && (least[k] == 0 || r[i].mem_max < least[k]))
+            least[k] = r[i].mem_max;
+    }
+    if (least[0] > 0 && least[1] > 0)
+        printf("  memory a rank, the least of any layout: %.2f GB without context parallel, %.2f GB with it%s\n",
+               least[0] / 1e9, least[1] / 1e9, least[1] < least[0] ? " (below the first only context parallel fits)" : "");
+}
+
 // The rejected layouts grouped by reason: a count each and up to `list` of them (0: all).
 static void print_rejected(const PlanResult *r, int n, int list) {
     int count[PLAN_REJECTS] = {0};
@@ -652,6 +666,7 @@ int main(int argc, char **argv) {
         }
         if (valid) print_command(&o, &cfg, &c, &pl.r[0].l);
         print_legend(&c);
+        print_context_need(pl.r, pl.n);
         if (pl.n > valid) print_rejected(pl.r + valid, pl.n - valid, o.rejected);
         if (!c.local) gpu_caveat();
         snprintf(best[ci].name, sizeof(best[0].name), "%s", c.name);

@@ -74,6 +74,8 @@ print(len(rows), want, sum(r["valid"] == "1" for r in rows))
 EOF
 read -r listed want valid <"$tmp/count.txt"
 check enumerates_every_candidate "[ '$listed' = '$want' ] && [ '$valid' -gt 0 ]" "listed $listed, want $want"
+check says_the_least_memory_without_and_with_context_parallel \
+    "grep -q '^  memory a rank, the least of any layout: [0-9.]* GB without context parallel, [0-9.]* GB with it' '$tmp/four.log'"
 check says_why_tp_4_dp_4_and_pp_4_do_not_divide "grep -q 'tp 4: .*' '$tmp/four.log' &&
     grep -q 'more than the model.s 2 layers' '$tmp/four.log' && grep -q 'not a multiple of B x T x dp = 128' '$tmp/four.log'"
 
