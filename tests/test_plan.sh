@@ -10,7 +10,9 @@
 # (emulated), its activations within 15% and the workspace. The local cluster's
 # measurements run (plan under mpirun over 2 ranks) and give a prediction
 # for each valid layout; the cost table's hours and cost follow from its
-# tokens/s, the run's tokens and the price. Bad input: one line, exit 2.
+# tokens/s, the run's tokens and the price. Context parallel (cp layouts are
+# among those): its attention and collectives against hand-computed values at
+# T 4096, a cp that does not divide T/2 rejected. Bad input: one line, exit 2.
 # SKIPs the trainer runs without MPI.
 set -u
 cd "$(dirname "$0")/.."
@@ -176,7 +178,7 @@ export ASAN_OPTIONS=detect_leaks=0  # (MPI's own allocations)
 tokenize_sources "$tmp/data" llmc/plan_*.h
 # layouts on the trainer: valid ones start and print the planner's memory, rejected ones exit 2 naming why.
 # The smallest set that covers every value of each feature: the valid layouts chosen greedily until each
-# dp x tp x pp, ZeRO stage, sequence parallel setting and schedule has run once, and one rejected layout of
+# dp x cp x tp x pp, ZeRO stage, sequence parallel setting and schedule has run once, and one rejected layout of
 # each reason (the reason's text without its numbers).
 python3 - "$tmp/four.csv" "$TRAIN" "$tmp/data/src_train_*.bin" "${MODEL[@]}" <<'EOF'
 import csv, re, subprocess, sys
