@@ -138,9 +138,18 @@ CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS:sm_%=%),-gencode arch=compute_$(a),code
 # The CUDA test and dev programs (test_gpt_cu, dev/cuda checkers, the step profiler) run only where
 # they are built: one cubin, for this machine's GPU (nvidia-smi), else the last of CUDA_ARCHS (a
 # machine without a GPU only compiles them: a fat binary of each would triple the suite's nvcc time)
-CUDA_DEV_ARCH ?= $(or $(shell command -v nvidia-smi >/dev/null 2>&1 && \
-                   nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d . | sed -n 's/^\([0-9][0-9]*\)$$/\1/p'),$(CUDA_LAST_ARCH))
-CUDA_DEV_GENCODE := -gencode arch=compute_$(CUDA_DEV_ARCH),code=sm_$(CUDA_DEV_ARCH)
+GPU_ARCH := $(shell command -v nvidia-smi >/dev/null 2>&1 && \
+              nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d . | sed -n 's/^\([0-9][0-9]*\)$$/\1/p')
+CUDA_DEV_ARCH ?= $(or $(GPU_ARCH),$(CUDA_LAST_ARCH))
+ifneq ($(GPU_ARCH)$(filter command line environment,$(origin CUDA_DEV_ARCH)),)
+  CUDA_DEV_GENCODE := -gencode arch=compute_$(CUDA_DEV_ARCH),code=sm_$(CUDA_DEV_ARCH)
+  CUDA_DEV_HOST_OPT := -O3
+else
+  # no GPU to run them on: PTX only (nvcc's front end still checks their device code; ptxas runs on
+  # train_gptcu's kernels, which they share) and unoptimised host code: half their nvcc time
+  CUDA_DEV_GENCODE := -gencode arch=compute_$(CUDA_DEV_ARCH),code=compute_$(CUDA_DEV_ARCH)
+  CUDA_DEV_HOST_OPT := -O0
+endif
 EMPTY :=
 # nvcc's __CUDA_ARCH_LIST__ for these archs (sm_90 -> 900), given to the emulated build (tests/cuda_runtime_emulator.h)
 CUDA_ARCH_LIST := $(subst $(EMPTY) $(EMPTY),$(COMMA),$(strip $(CUDA_ARCHS:sm_%=%0)))
@@ -157,6 +166,8 @@ ifeq ($(HAVE_CUDA),yes)
   NVCC_HOST_OPT := $(if $(filter -march=native,$(OPT)),-Xcompiler -march=native)
   NVCC_FLAGS := -O3 -std=c++17 $(CUDA_GENCODE) -lineinfo -I. $(NVCC_WARN) $(NVCC_HOST_OPT) -MMD -MP $(NVCC_EXTRA)
   NVCC_LIBS := -lcublasLt -lcublas -lm -lpthread
+  # the test and dev programs: one arch (CUDA_DEV_GENCODE), host code at CUDA_DEV_HOST_OPT
+  NVCC_DEV_FLAGS = $(patsubst -O3,$(CUDA_DEV_HOST_OPT),$(subst $(CUDA_GENCODE),$(CUDA_DEV_GENCODE),$(NVCC_FLAGS)))
   ifeq ($(HAVE_CUDNN),yes)
     NVCC_FLAGS += -DLLMC_CUDNN -I$(CUDNN_INC)
     NVCC_LIBS += -L$(CUDNN_LIB) -Xlinker -rpath=$(CUDNN_LIB) -lcudnn
@@ -222,6 +233,10 @@ EMU_BINS := $(BUILD)/emu/train_gptcu $(BUILD)/emu/test_gpt_cu $(BUILD)/emu/test_
 DEV_EMU_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/emu/dev_%,$(wildcard dev/cuda/*.cu))
 EMU_BINS += $(DEV_EMU_BINS)
 EMU_FLAGS := -x c++ -include tests/cuda_emulator.h -Itests/emu_include -DLLMC_NCCL -DLLMC_CUDNN
+# the checkers' validation runs seconds at -O1 and compiles three times faster than at -O3 -g (the
+# sanitizer and coverage builds keep their own flags)
+EMU_CHECKER_OPT := $(if $(SANITIZER)$(COVERAGE),,-O1 -g0)
+$(DEV_EMU_BINS): EMU_FLAGS += $(EMU_CHECKER_OPT)
 TEST_BINS += $(EMU_BINS)
 # Fuzz targets (tests/fuzz/fuzz_NAME.c; tests/fuzz/README.md): each input runs in-process,
 # the link wraps exit() and the allocation and file calls (tests/fuzz/fuzz_harness.h) so that
@@ -249,7 +264,7 @@ TEST_BINS += $(FUZZ_BINS)
 # (C, C++, nvcc, the emulated builds' extra flags, the fuzz targets'), so it
 # comes after them all.
 FLAGS_STAMP := $(BUILD)/flags.stamp
-FLAGS_NOW := $(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS) | $(CXX) $(CXXFLAGS) | $(NVCC) $(NVCC_FLAGS) $(NVCC_LIBS) | $(EMU_FLAGS) | $(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_WRAP)
+FLAGS_NOW := $(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS) | $(CXX) $(CXXFLAGS) | $(NVCC) $(NVCC_FLAGS) $(NVCC_DEV_FLAGS) $(NVCC_LIBS) | $(EMU_FLAGS) $(EMU_CHECKER_OPT) | $(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_WRAP)
 $(shell mkdir -p $(BUILD) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
 
 DEV_BINS := $(BUILD)/dev/perf/bench_comm $(BUILD)/dev/perf/bench_dataloader $(BUILD)/dev/perf/profile_step_cpu \
@@ -326,13 +341,13 @@ $(BUILD)/train_gptcu: train_gpt.cu $(FLAGS_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(VERSION_DEF) $< -o $@ $(NVCC_LIBS)
 $(BUILD)/tests/test_gpt_cu: tests/test_gpt.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(subst $(CUDA_GENCODE),$(CUDA_DEV_GENCODE),$(NVCC_FLAGS)) $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_DEV_FLAGS) $< -o $@ $(NVCC_LIBS)
 $(BUILD)/cuda/dev_%: dev/cuda/%.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(subst $(CUDA_GENCODE),$(CUDA_DEV_GENCODE),$(NVCC_FLAGS)) $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_DEV_FLAGS) $< -o $@ $(NVCC_LIBS)
 $(BUILD)/cuda/profile_step_gpu: dev/perf/profile_step_gpu.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(subst $(CUDA_GENCODE),$(CUDA_DEV_GENCODE),$(NVCC_FLAGS)) $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_DEV_FLAGS) $< -o $@ $(NVCC_LIBS)
 -include $(wildcard $(BUILD)/cuda/*.d)
 endif
 

@@ -12,6 +12,7 @@
 
 #include "llmc/args.h"           // defines: FlagSpec, FLAG_*, die_usage
 #include "llmc/plan_model.h"     // defines: PlanProblem, PlanLayout, PlanResult, plan_check_layout, ...
+#include "llmc/recompute.h"      // defines: RecomputePolicy, recompute_parse, recompute_name
 #include "llmc/train_options.h"  // defines: TrainOptions, TRAIN_MODEL_FLAGS, TRAIN_BATCH_FLAGS, flags_parse
 #include "llmc/model_source.h"   // defines: train_build_config
 #include "llmc/train_setup.h"    // defines: host_memory_available
@@ -38,7 +39,7 @@ static const FlagSpec PLAN_FLAGS[] = {
      "measured) or a file (docs/planner.md)", "cluster"},
     {"layout", FLAG_STRING, PO(layout), "", NULL, 0, 0,
      "predict and explain one layout, e.g. dp=8,tp=1,pp=1,cp=1,zero=1,mb=16,schedule=1f1b,recompute=none "
-     "(also sp=0|1, v=chunks; recompute none|1|2|full); its world sets the nodes", "output"},
+     "(also sp=0|1, v=chunks; recompute none|selective|full); its world sets the nodes", "output"},
     {"nodes", FLAG_INT, PO(nodes), "0", NULL, 0, CLUSTER_MAX_NODES, "nodes (0: the cluster's)", "cluster"},
     {"devices-per-node", FLAG_INT, PO(devices_per_node), "0", NULL, 0, CLUSTER_MAX_DEVICES_PER_NODE,
      "devices per node (0: the cluster's; local: its cores), the ranks of one node", "cluster"},
@@ -75,8 +76,8 @@ typedef struct {
 
 // --- the local cluster: its figures measured by this program under mpirun over the ranks ---
 
-static StageKernelTimes local_kernels(void *ctx, int B, int cp, int tp, int sp, int recompute) {
-    (void)recompute;  // (the CPU trainer keeps every activation)
+static StageKernelTimes local_kernels(void *ctx, int B, int cp, int tp, int sp, RecomputeKind recompute) {
+    (void)recompute;  // (measured without; plan_model.h adds the recompute)
     const LocalFigures *f = (const LocalFigures *)ctx;
     for (int i = 0; i < f->nshapes; i++) {
         const ShapeTimes *s = &f->shapes[i];
@@ -86,7 +87,7 @@ static StageKernelTimes local_kernels(void *ctx, int B, int cp, int tp, int sp, 
 }
 
 typedef struct { const Cluster *c; const GPTConfig *cfg; int T; } GpuKernels;
-static StageKernelTimes gpu_kernels(void *ctx, int B, int cp, int tp, int sp, int recompute) {
+static StageKernelTimes gpu_kernels(void *ctx, int B, int cp, int tp, int sp, RecomputeKind recompute) {
     GpuKernels *g = (GpuKernels *)ctx;
     return plan_gpu_kernels(g->c, g->cfg, B, g->T, cp, tp, sp, recompute);
 }
@@ -220,9 +221,9 @@ static void plan_finish(PlanResult *r, const PlanProblem *pb, int predict_anyway
 // Every layout of world ranks: dp x cp x tp x pp = world, ZeRO 0-3 (0 only with one replica, data x
 // context: the stages are then the same), sequence parallel with tp > 1, each schedule with pp > 1
 // (interleaved with 2 .. L/pp chunks), B up to max_b each power of two and each divisor of a data rank's
-// sequences, recompute 0-2 on GPU clusters (the trainers' levels).
+// sequences, --recompute none, selective and full (every layer).
 static void plan_enumerate(PlanList *pl, const PlanProblem *pb, int world, int max_b) {
-    int recomputes = pb->cluster->cpu_trainer ? 1 : 3;  // (the CPU trainer keeps every activation)
+    const int recomputes = 3;
     for (int tp = 1; tp <= world; tp++) {
         if (world % tp) continue;
         for (int pp = 1; pp <= world / tp; pp++) {
@@ -245,7 +246,7 @@ static void plan_enumerate(PlanList *pl, const PlanProblem *pb, int world, int m
                                         long long micro = (long long)B * pb->T * dp;
                                         PlanLayout l = {dp, tp, pp, sp, zero, pp > 1 ? (PPKind)kind : PP_1F1B, v, B,
                                                         pb->total_tokens % micro ? 0 : (int)(pb->total_tokens / micro),
-                                                        rc, cp};
+                                                        (RecomputeKind)rc, cp};
                                         plan_add(pl, pb, &l);
                                     }
                     }
@@ -265,7 +266,7 @@ static const char *layout_text(const PlanLayout *l, char *buf, size_t n) {
     char cp[16] = "";
     if (l->cp > 1) snprintf(cp, sizeof(cp), " cp %d", l->cp);
     snprintf(buf, n, "dp %d%s tp %d%s pp %d %-13s ZeRO-%d B %d x %d%s", l->dp, cp, l->tp, l->sp ? "+sp" : "   ", l->pp,
-             sched, l->zero, l->B, l->accum, l->recompute == 3 ? " rcfull" : l->recompute == 2 ? " rc2" : l->recompute ? " rc1" : "");
+             sched, l->zero, l->B, l->accum, l->recompute == RECOMPUTE_FULL ? " rcfull" : l->recompute ? " rcsel" : "");
     return buf;
 }
 
@@ -316,18 +317,20 @@ static void print_command(const PlanOptions *o, const GPTConfig *cfg, const Clus
     if (l->cp > 1) printf(" --cp %d", l->cp);
     if (l->tp > 1) printf(" --tp %d%s", l->tp, l->sp ? " --sequence-parallel 1" : "");
     if (l->pp > 1) printf(" --pp %d --pp-schedule %s --virtual-stages %d", l->pp, pp_kind_names[l->schedule], l->v);
-    if (!c->cpu_trainer && l->recompute > 0 && l->recompute < 3) printf(" --recompute %d", l->recompute);
+    RecomputePolicy rp = {l->recompute, 1};
+    char rc[32];
+    if (l->recompute) printf(" --recompute %s", recompute_name(&rp, rc, sizeof(rc)));
     printf("\n");
-    if (l->recompute == 3) printf("  (full recomputation: the trainers do not have it; a prediction to compare with runs that do)\n");
 }
 
 static void print_legend(const Cluster *c) {
     printf("  legend: dp/cp/tp/pp: data, context (shown when over 1), tensor, pipeline ranks; +sp: sequence parallel; the schedule ('-': none, one "
            "stage; interleaved:v: v chunks a rank); ZeRO-n: the stage; B 64 x 4: micro-batches of 64 sequences, 4 "
            "of them a step on each data rank; %s; prices in %s a device-hour\n",
-           c->cpu_trainer ? "the CPU trainer keeps every activation"
-                          : "rc1: --recompute 1 (GELU recomputed in the backward), rc2: --recompute 2 (also the "
-                            "LayerNorms), none shown: no recomputation",
+           c->cpu_trainer ? "rcsel: --recompute selective (attention's probabilities and GELU recomputed in the "
+                            "backward), rcfull: --recompute full (each layer's forward again), none shown: none"
+                          : "rcsel: --recompute selective (GELU recomputed in the backward), rcfull: --recompute full "
+                            "(each layer's forward again), none shown: none",
            c->currency);
 }
 
@@ -385,8 +388,10 @@ static PlanLayout parse_layout(const char *spec, const PlanProblem *pb) {
             if (found < 0) die_usage("--layout: schedule=%s: want gpipe, 1f1b, zb1p or interleaved[:chunks]", v);
             l.schedule = (PPKind)found, l.v = found == PP_INTERLEAVED ? (chunks > 1 ? chunks : 2) : 1;
         } else if (strcmp(k, "recompute") == 0) {
-            l.recompute = strcmp(v, "none") == 0 ? 0 : strcmp(v, "full") == 0 ? 3 : num && x <= 2 ? (int)x : -1;
-            if (l.recompute < 0) die_usage("--layout: recompute=%s: want none, 1, 2 or full", v);
+            RecomputePolicy rp;
+            if (!recompute_parse(v, &rp) || rp.every != 1)
+                die_usage("--layout: recompute=%s: want none, selective or full", v);
+            l.recompute = rp.kind;
         } else if (!num) {
             die_usage("--layout: %s=%s: want a whole number", k, v);
         } else if (strcmp(k, "dp") == 0) l.dp = (int)x;
@@ -531,9 +536,12 @@ static void csv_rows(AtomicOut *f, const Cluster *c, const PlanList *pl) {
     for (int i = 0; i < pl->n; i++) {
         const PlanResult *r = &pl->r[i];
         const PlanLayout *l = &r->l;
-        atomic_out_printf(f, "%s,%d,%d,%d,%d,%d,%d,%s,%d,%d,%d,%d,%d,\"%s\",%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.4f,%.4f,"
+        RecomputePolicy rp = {l->recompute, 1};
+        char rc[32];
+        atomic_out_printf(f, "%s,%d,%d,%d,%d,%d,%d,%s,%d,%d,%d,%s,%d,\"%s\",%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.4f,%.4f,"
                           "%.4f,%.4f,%.4f,%.4f,%.1f\n", c->name, l->dp, l->cp, l->tp, l->pp, l->sp, l->zero,
-                          l->pp > 1 ? pp_kind_names[l->schedule] : "-", l->v, l->B, l->accum, l->recompute,
+                          l->pp > 1 ? pp_kind_names[l->schedule] : "-", l->v, l->B, l->accum,
+                          recompute_name(&rp, rc, sizeof(rc)),
                           !r->why_not[0], r->why_not, r->t.total * 1e3, r->t.fwd * 1e3, r->t.bwd * 1e3,
                           r->t.comm * 1e3, r->t.bubble * 1e3, r->t.opt * 1e3, r->tokens_per_s, r->mem0.params / 1e6,
                           r->mem0.grads / 1e6, r->mem0.optimizer / 1e6, r->mem0.activations / 1e6,

@@ -12,31 +12,29 @@
 #include "llmc/dataloader.h"     // defines: DataLoader, dataloader_init, dataloader_free
 #include "llmc/generate.h"       // defines: generate_check, train_generate
 #include "llmc/gpt_cpu.h"        // defines: GPT, gpt_forward, gpt_backward, gpt_sample_row, ...
-#include "llmc/logger.h"         // defines: Logger, logger_open, logger_close
+#include "llmc/logger.h"         // defines: Logger, logger_close
 #include "llmc/model_source.h"   // defines: train_build_config, train_load_weights
 #include "llmc/optimizer.h"      // defines: AdamWConfig
-#include "llmc/param_gather.h"   // defines: ParamGather, param_gather_init, param_gather_fetch, param_gather_free
 #include "llmc/perf_control.h"   // defines: perf_control, perf_control_attached
-#include "llmc/pipeline_cpu.h"   // defines: Pipeline, pipeline_step, pipeline_forward, pipeline_sample, ...
-#include "llmc/rank_memory.h"    // defines: RankPlace, RankMemory, cpu_rank_memory, cp_rank_shared_floats
-#include "llmc/tokenizer.h"      // defines: Tokenizer, tokenizer_eot, tokenizer_free
+#include "llmc/pipeline_cpu.h"   // defines: Pipeline, pipeline_init, pipeline_step, pipeline_forward, ...
+#include "llmc/rank_memory.h"    // defines: RankPlace, RankMemory, cpu_rank_memory, cp_act_slots, cp_rank_shared_floats
+#include "llmc/tokenizer.h"      // defines: Tokenizer, tokenizer_free
 #include "llmc/train_options.h"  // defines: TrainOptions, train_options_parse
-#include "llmc/train_loop.h"     // defines: train_load_tokenizer, train_print_header, TrainModel, TrainRun, ...
+#include "llmc/train_loop.h"     // defines: TrainModel, TrainRun, train_run, train_save_final, ...
 #include "llmc/train_setup.h"    // defines: train_print_schedule_and_exit, train_check_layout, train_grid, BatchPlan, ...
-#include "llmc/zero_cpu.h"       // defines: Zero, zero_begin_step, zero_begin_pass, zero_finish_grads, ...
+#include "llmc/zero_cpu.h"       // defines: Zero, zero_init, zero_cpu_memory, zero_ckpt_stage, ...
 
 static const char *SUMMARY =
     "Train a GPT-2 on the CPU (fp32, OpenMP). Data: llm.c token shards (see ./tokenize).\n"
     "Example: ./train_gpt --data-train 'data/default/*train*.bin' --model d12 --steps 100";
 
-// TrainModel (llmc/train_loop.h) over the CPU model and its ZeRO layer.
+// TrainModel (llmc/train_loop.h) over the CPU model, its ZeRO layer and its
+// pipeline schedule (one stage without --pp).
 typedef struct {
     GPT *model;
     Zero *zero;
-    Pipeline *pipeline;   // the stages' runtime when pipelined (--pp), else NULL
-    float dloss;          // d(objective)/d(loss at one position) (train_setup.h's batch plan)
-    CommGroup *world;     // every rank (the gradient norm's squares)
-    int B;                // sequences a micro-batch
+    Pipeline *pipeline;
+    int B;  // sequences a micro-batch
 } CpuTrainer;
 
 // The model's tokens of n sequences x, y (n,T): the rank's positions under
@@ -49,24 +47,13 @@ static const int *cpu_positions(GPT *m, const int *x, const int *y, int n, const
     return cp_local_tokens(&m->cp, x, y, n, ly);
 }
 
-// One step's micro-batches: each forward and backward in turn (the hooks
-// reduce the last one's gradients at ZeRO-0/1, each one's at 2/3), or the pipeline's schedule.
+// One step's micro-batches in the pipeline's schedule (one stage: each
+// forward and backward in turn; the hooks reduce the last one's gradients at
+// ZeRO-0/1, each one's at 2/3).
 static float cpu_train_step(void *ctx, const int *xs, const int *ys, int accum) {
     CpuTrainer *t = (CpuTrainer *)ctx;
-    GPT *m = t->model;
-    const int *local_ys, *local_xs = cpu_positions(m, xs, ys, t->B * accum, &local_ys);
-    if (t->pipeline) return pipeline_step(t->pipeline, local_xs, local_ys, accum);
-    size_t BT = (size_t)m->acts.B * m->acts.T;
-    double loss = 0.0;
-    zero_begin_step(t->zero);
-    for (int micro = 0; micro < accum; micro++) {
-        zero_begin_pass(t->zero, micro == accum - 1);
-        step_time_enter(STEP_FWD);
-        loss += gpt_forward(m, local_xs + micro * BT, local_ys + micro * BT, m->acts.B, m->acts.T, t->dloss);
-        step_time_enter(STEP_BWD);
-        gpt_backward(m);
-    }
-    return (float)loss;
+    const int *local_ys, *local_xs = cpu_positions(t->model, xs, ys, t->B * accum, &local_ys);
+    return pipeline_step(t->pipeline, local_xs, local_ys, accum);
 }
 // --profile-steps: perf's recording on or off (perf_control.h).
 static int cpu_profile(void *ctx, int on) {
@@ -86,7 +73,7 @@ static float cpu_forward(void *ctx, const int *x, const int *y, int B, int T) {
     CpuTrainer *t = (CpuTrainer *)ctx;
     const int *ly, *lx = cpu_positions(t->model, x, y, B, &ly);
     int Tl = T / t->model->cp.size;
-    return t->pipeline ? pipeline_forward(t->pipeline, lx, ly, B, Tl) : gpt_forward(t->model, lx, ly, B, Tl, 0.0f);
+    return pipeline_forward(t->pipeline, lx, ly, B, Tl);
 }
 // A token from position `row` of the last forward's logits; under context
 // parallelism the rank holding it draws and sends it to its context group (the
@@ -98,23 +85,22 @@ static int cpu_sample(void *ctx, int row, const SampleParams *sp, Rng *rng) {
     if (cp->size > 1) cp_position_owner(cp, row, &owner, &local);
     double token = 0.0;
     if (owner != cp->rank) rng_uniform(rng);
-    else if (t->pipeline) token = pipeline_sample(t->pipeline, local, sp, rng);
-    else token = gpt_sample_row(t->model, &t->model->acts, local, sp, rng);
+    else token = pipeline_sample(t->pipeline, local, sp, rng);
     if (cp->size > 1) comm_broadcast(cp->group, &token, 1, COMM_F64, owner);
     return (int)token;
 }
-static float cpu_finish_grads(void *ctx) {
-    CpuTrainer *t = (CpuTrainer *)ctx;
-    return t->pipeline ? pipeline_finish_grads(t->pipeline) : zero_finish_grads(t->zero, t->world);
-}
+static float cpu_finish_grads(void *ctx) { return pipeline_finish_grads(((CpuTrainer *)ctx)->pipeline); }
 static void cpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scale, int step) {
-    CpuTrainer *t = (CpuTrainer *)ctx;
-    if (t->pipeline) pipeline_optimizer_step(t->pipeline, ac, grad_scale, step);
-    else zero_optimizer_step(t->zero, ac, grad_scale);
+    (void)step;
+    pipeline_optimizer_step(((CpuTrainer *)ctx)->pipeline, ac, grad_scale);
 }
 // [lo, hi) of this rank's buffer: weights, m and v into staging
 static void cpu_ckpt_stage(void *ctx, float *staging, int64_t lo, int64_t hi, uint32_t *crcs) {
     zero_ckpt_stage(((CpuTrainer *)ctx)->zero, staging, lo, hi, crcs);
+}
+// the next update also writes [lo, hi) of its results into staging
+static void cpu_ckpt_stage_in_update(void *ctx, float *staging, int64_t lo, int64_t hi, uint32_t *crcs) {
+    zero_ckpt_stage_in_update(((CpuTrainer *)ctx)->zero, staging, lo, hi, crcs);
 }
 static void cpu_ckpt_load(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step) {
     (void)step;
@@ -122,7 +108,7 @@ static void cpu_ckpt_load(void *ctx, float *const states[CKPT_STATES], const Ckp
     int64_t holds[CKPT_STATES][2];  // (ZeRO's holds are one range each)
     for (int s = 0; s < CKPT_STATES; s++) holds[s][0] = ranges->hold[s].r[0].lo, holds[s][1] = ranges->hold[s].r[0].hi;
     zero_ckpt_load(t->zero, states, holds);
-    if (t->pipeline) pipeline_sync_tied(t->pipeline);  // the last stage's copy of wte from the loaded one
+    pipeline_sync_tied(t->pipeline);  // the last stage's copy of wte from the loaded one
 }
 // A ModelFileFetch over what this rank holds: [lo, hi) of its buffer into dst.
 static void cpu_read_held(void *ctx, int64_t lo, int64_t hi, float *dst) {
@@ -155,19 +141,20 @@ int main(int argc, char **argv) {
     BatchPlan plan = train_batch_plan(&o, &cfg, world);
     const int B = plan.B, T = plan.T, Tl = T / o.cp;  // (Tl: this rank's positions of a sequence)
     PPLayout pp_layout;
-    PPKind pp_kind = pipelined ? train_pipeline_plan(&o, &cfg, &plan, &pp_layout) : PP_1F1B;
+    PPKind pp_kind = train_pipeline_plan(&o, &cfg, &plan, &pp_layout);  // (one stage without --pp)
     const int pipe_rank = comm_group(&comm, COMM_PIPELINE)->rank;
     // the memory this rank will hold (rank_memory.h), checked before anything is allocated
     RankPlace place = {o.zero, replica->size, replica->rank, tp.size, tp.rank, tp.sp, o.cp,
-                       pipelined ? &pp_layout : NULL, pp_kind, pipe_rank, plan.accum, B, T};
+                       pipelined ? &pp_layout : NULL, pp_kind, pipe_rank, plan.accum, B, T, o.recompute_policy};
     RankMemory need = cpu_rank_memory(&cfg, &place);
     train_check_host_memory(&o, need.params + need.tied / 2, need.grads + need.tied / 2, need.optimizer,
                             need.activations);
     unsigned char *held_layers = (unsigned char *)mallocCheck((size_t)cfg.num_layers);
-    ParamHolding holding = {1, 1, NULL};  // what this rank holds: everything, or its pipeline stages
-    if (pipelined) holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
+    // what this rank holds: its pipeline stages (one stage: everything)
+    ParamHolding holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
     GPT model;
     gpt_init_held(&model, &cfg, &holding, tp);
+    model.recompute = o.recompute_policy;
     if (o.cp > 1)
         cp_init(&model.cp, comm_group(&comm, COMM_CONTEXT), B, T, plan.accum, cfg.num_layers, cfg.channels,
                 cfg.channels / tp.size, cfg.num_heads / tp.size);
@@ -192,21 +179,19 @@ int main(int argc, char **argv) {
     Zero zero;  // gradient reduction, sharded AdamW state (and gradients, weights)
     zero_init(&zero, &model, &comm, o.zero, o.bucket_mb);
     Pipeline pipeline;  // the stages' schedule, the tied wte between the ends
-    if (pipelined) {
-        pipeline_init(&pipeline, &model, &zero, &comm, pp_layout, pp_kind, B, Tl, plan.dloss, o.pp_trace);
-        pipeline_sync_tied(&pipeline);
-    }
+    pipeline_init(&pipeline, &model, &zero, &comm, pp_layout, pp_kind, B, Tl, plan.dloss, o.pp_trace);
+    pipeline_sync_tied(&pipeline);
     Tokenizer tokenizer;
     int have_tokenizer = train_load_tokenizer(&o, &tokenizer, cfg.vocab_size);
     generate_check(&o, have_tokenizer ? &tokenizer : NULL, cfg.vocab_size);
-    if (!pipelined) gpt_alloc_activations(&model, B, Tl);
-    // (one stage: what was allocated, context parallel's layers as they will be)
-    double cp_floats = o.cp > 1 ? cfg.num_layers * (double)cp_layer_floats(&model.cp) +
+    // (one stage: what was allocated, context parallel's slots as they will be)
+    double cp_floats = o.cp > 1 ? cp_act_slots(&o.recompute_policy, 0, cfg.num_layers) *
+                                          (double)cp_layer_floats(&model.cp) +
                                       cp_rank_shared_floats(&cfg, B, T, tp.size, o.cp)
                                 : 0.0;
-    double act_bytes = 4.0 * (pipelined ? pipeline_rank_activation_floats(&cfg, &pipeline.run.layout, pp_kind,
+    double act_bytes = 4.0 * (pipelined ? pipeline_rank_activation_floats(&cfg, &pipeline.core.run.layout, pp_kind,
                                                                             pipe_rank, plan.accum, B, T, tp.size,
-                                                                            tp.sp, o.cp)
+                                                                            tp.sp, o.cp, &o.recompute_policy)
                                         : model.acts.num_floats + cp_floats);
 
     // a rank's peak: every rank probes at once (they share the cores), the mean of their probes; measured once
@@ -232,51 +217,41 @@ int main(int argc, char **argv) {
                    plan.accum, pp_bubble_theory(pp_kind, o.pp, o.virtual_stages, plan.accum));
         printf("memory per rank (ZeRO-%d: N = %lld elements%s, shard S = %lld): params %.3f MB (4 B x %s) + grads "
                "%.3f MB (4 B x %s) + AdamW m,v %.3f MB (8 B x %s; the fp32 params are the master copy) = %.3f MB | "
-               "activations %.3f MB%s\n", o.zero, (long long)zero.map.num_elements,
+               "activations %.3f MB%s (recompute %s)\n", o.zero, (long long)zero.map.num_elements,
                pipelined ? " of rank 0's stages" : "", (long long)zero.map.shard, zm.params / 1e6,
                o.zero >= 3 ? "S" : "N", zm.grads / 1e6, o.zero >= 2 ? "S" : "N", zm.optimizer / 1e6,
                o.zero >= 1 ? "S" : "N", (zm.params + zm.grads + zm.optimizer) / 1e6, act_bytes / 1e6,
-               pipelined ? " at the schedule's peak" : "");
+               pipelined ? " at the schedule's peak" : "", o.recompute);
         printf("compute: %d threads, matmul %s, peak %.1f GFLOP/s (%s), %.2f GFLOP/step\n", omp_threads(),
                matmul_backend_name(), peak_gflops, o.peak_tflops > 0 ? "--peak-tflops" : matmul_peak_source(),
                flops_per_step * 1e-9);
         fflush(stdout);
     }
 
-    CpuTrainer trainer = {&model, &zero, pipelined ? &pipeline : NULL, plan.dloss, comm_group(&comm, COMM_WORLD), B};
+    CpuTrainer trainer = {&model, &zero, &pipeline, B};
     TrainModel tm = {&trainer, cpu_train_step, cpu_forward, cpu_sample, cpu_finish_grads, cpu_optimizer_step,
-                     cpu_profile, NULL, NULL, cpu_ckpt_stage, NULL, cpu_ckpt_load, omp_threads()};
+                     cpu_profile, NULL, NULL, cpu_ckpt_stage, NULL, cpu_ckpt_stage_in_update, cpu_ckpt_load,
+                     omp_threads()};
     // checkpoints: each rank's ZeRO shard of its buffer (ranges of it; the manifest maps them)
     CkptRanges ranges = ckpt_ranges(&zero.map, o.zero, 3, &model.layout);
     float *ckpt_staging = o.ckpt_dir[0] ? ckpt_staging_alloc(&ranges) : NULL;  // what this rank writes of each checkpoint
     TrainRun run = {&o, &cfg, plan, &tm, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL,
                     have_tokenizer ? &tokenizer : NULL, replica, comm_group(&comm, COMM_WORLD), rank,
                     flops_per_step, peak_gflops * 1e9 * comm.world, peak_rss_bytes, "host RSS",
-                    {&o, &cfg, &global, &plan, &comm, "train_gpt", 0}, ranges, &map, ckpt_staging};
-    // outputs checked against every input (nothing written yet), then the checkpoint directory made this
-    // run's (locked, tidied) before anything is written or resumed
-    if (rank == 0) train_check_outputs(&o, from_file, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL);
-    if (o.ckpt_dir[0]) ckpt_dir_claim(o.ckpt_dir, comm_group(&comm, COMM_WORLD));
+                    ckpt_run_of(&o, &cfg, &global, &plan, &comm, "train_gpt"), ranges, &map, ckpt_staging};
     Logger log;
-    logger_open(&log, o.log_json, o.tensorboard, rank == 0);
-    int finished = have_data ? train_loop(&run, &log) : 1;  // 0: stopped by a signal (exit CKPT_EXIT_SIGNAL)
+    int finished = train_run(&run, from_file, &log);  // 0: stopped by a signal (exit CKPT_EXIT_SIGNAL)
     if (finished && o.generate) train_generate(&run);
     free(ckpt_staging);
 
-    if (pipelined) pp_runner_report(&pipeline.run, rank == 0);
+    pp_runner_report(&pipeline.core.run, rank == 0);
     cp_report(&model.cp, rank == 0);
-    if (finished && train_saves_model(&o)) {  // every rank takes part; rank 0 writes
-        ParamGather pg;
-        param_gather_init(&pg, comm_group(&comm, COMM_WORLD), &ranges.write, &map, cpu_read_held, &trainer);
-        train_save_model_files(&o, &global, rank == 0, have_tokenizer ? (int)tokenizer_eot(&tokenizer) : cfg.vocab_size - 1,
-                               param_gather_fetch, &pg);
-        param_gather_free(&pg);
-    }
+    if (finished) train_save_final(&run, cpu_read_held, &trainer);
     logger_close(&log);
     if (have_tokenizer) tokenizer_free(&tokenizer);
     if (have_data) dataloader_free(&train_loader);
     if (have_val) dataloader_free(&val_loader);
-    if (pipelined) pipeline_free(&pipeline);
+    pipeline_free(&pipeline);
     zero_free(&zero);
     ckpt_ranges_free(&ranges);
     param_map_free(&map);

@@ -2,12 +2,14 @@
 // (llmc/train_options.h), data, logs (llmc/logger.h) and llm.c model files as
 // the CPU trainer train_gpt.c, whose loop it mirrors step for step, on NVIDIA
 // GPUs: floatX weights and activations, fp32 master weights, gradients and AdamW
-// state (llmc/gpt_gpu.cuh). GPU-only flags: --attention flash|cudnn,
-// --recompute 0|1|2. Data parallel like train_gpt.c (one process per GPU,
+// state (llmc/gpt_gpu.cuh). GPU-only flag: --attention flash|cudnn (--recompute:
+// gpt_gpu.cuh says what each policy keeps). Data parallel like train_gpt.c (one process per GPU,
 // started by mpirun or srun; alone it is a single process without MPI), with
 // ZeRO 0-3 (llmc/zero_gpu.cuh) over NCCL (--comm nccl, or auto when built
 // with it) or MPI staged through host memory (--comm mpi, also for several
-// ranks on one GPU).
+// ranks on one GPU). Tensor parallel (--tp) and context parallel (--cp,
+// llmc/context_parallel.cuh: the positions of every sequence over the context
+// ranks, K and V all-gathered for attention) over the same device groups.
 #include <math.h>
 
 #include "llmc/comm.h"  // defines: CommGroup, Comm, comm_init, comm_group, ...
@@ -18,32 +20,31 @@
 #include "llmc/dataloader.h"       // defines: DataLoader, dataloader_init, dataloader_free
 #include "llmc/generate.h"         // defines: generate_check, train_generate
 #include "llmc/device_check.cuh"   // defines: device_check_ranks, DeviceCode, device_check_code
-#include "llmc/gpt_gpu.cuh"        // defines: GPTGPU, gpu_gpt_upload_tokens, gpu_stage_forward, gpu_stage_backward, ...
-#include "llmc/logger.h"           // defines: Logger, logger_open, logger_close
+#include "llmc/gpt_gpu.cuh"        // defines: GPTGPU, gpu_gpt_init, gpu_gpt_update, gpu_gpt_load_state, ...
+#include "llmc/logger.h"           // defines: Logger, logger_close
 #include "llmc/model_init.h"       // defines: gpt2_init_params
 #include "llmc/model_source.h"     // defines: train_build_config, train_load_weights
 #include "llmc/optimizer.h"        // defines: AdamWConfig
-#include "llmc/param_gather.h"     // defines: ParamGather, param_gather_init, param_gather_fetch, param_gather_free
 #include "llmc/pipeline_gpu.cuh"   // defines: PipelineGPU, pipeline_gpu_step, pipeline_gpu_forward, pipeline_gpu_sample, ...
 #include "llmc/step_time_gpu.cuh"  // defines: StepEventClock, step_event_clock_init, step_event_clock_free
-#include "llmc/tokenizer.h"        // defines: Tokenizer, tokenizer_eot, tokenizer_free
+#include "llmc/tokenizer.h"        // defines: Tokenizer, tokenizer_free
 #include "llmc/train_options.h"    // defines: TrainOptions, train_options_parse
-#include "llmc/train_loop.h"       // defines: train_load_tokenizer, train_print_header, TrainModel, TrainRun, ...
+#include "llmc/train_loop.h"       // defines: TrainModel, TrainRun, train_run, train_save_final, ...
 #include "llmc/train_setup.h"      // defines: train_print_schedule_and_exit, train_check_layout, train_grid, BatchPlan, ...
-#include "llmc/zero_gpu.cuh"       // defines: ZeroGPU, zero_gpu_begin_step, zero_gpu_begin_pass, zero_gpu_finish_grads, ...
+#include "llmc/zero_gpu.cuh"       // defines: ZeroGPU, zero_gpu_init, zero_gpu_gather_weights, zero_gpu_memory, ...
 
 static const char *SUMMARY =
     "Train a GPT-2 on NVIDIA GPUs, data parallel under mpirun or srun (" FLOATX_NAME ", cuBLASLt, flash or cuDNN attention). Data: llm.c token shards.\n"
     "Example: ./train_gptcu --data-train 'data/default/*train*.bin' --model d12 --batch-size 16 --seq-len 1024";
 
-// TrainModel (llmc/train_loop.h) over the GPU model and its ZeRO layer.
+// TrainModel (llmc/train_loop.h) over the GPU model, its ZeRO layer and its
+// pipeline schedule (one stage without --pp).
 typedef struct {
     GPTGPU *model;
     ZeroGPU *zero;
-    PipelineGPU *pipeline;  // the stages' runtime when pipelined (--pp), else NULL
+    PipelineGPU *pipeline;  // the stages' runtime (one stage without --pp)
+    CPGPU *cp;              // the context group (--cp), else NULL
     uint64_t seed;  // --seed, for the stochastic rounding of each step's floatX weights
-    float dloss;    // d(objective)/d(loss at one position) (train_setup.h's batch plan)
-    CommGroup *world;  // every rank, host buffers (the gradient norm's squares)
     TPContext host_tp;  // the tensor group on host buffers (sampling's scalars)
     float *logits;      // (V) host copy of one row of logits (the rank's vocabulary slice), for sampling
     // checkpoints: the staging copy runs on its own stream after `ready`; the
@@ -56,33 +57,33 @@ typedef struct {
 // The stochastic rounding seed of step `step` (0-based).
 static uint64_t gpu_step_seed(const GpuTrainer *t, int64_t step) { return t->seed * 0x9e3779b97f4a7c15ull + (uint64_t)step; }
 
-// One step's micro-batches: uploaded at once, each forward and backward queued
-// in turn (the hooks reduce the last one's gradients at ZeRO-0/1, each one's
-// at 2/3), the losses read back once; or the pipeline's schedule.
+// One step's micro-batches in the pipeline's schedule: uploaded at once, each
+// forward and backward queued in turn on one stage (the hooks reduce the last
+// one's gradients at ZeRO-0/1, each one's at 2/3), the losses read back once.
 static float gpu_train_step(void *ctx, const int *xs, const int *ys, int accum) {
     GpuTrainer *t = (GpuTrainer *)ctx;
-    if (t->pipeline) return pipeline_gpu_step(t->pipeline, xs, ys, accum);
-    GPTGPU *m = t->model;
-    size_t BT = (size_t)m->B * m->T;
-    zero_gpu_begin_step(t->zero);
-    gpu_gpt_upload_tokens(m, xs, ys, accum);
-    for (int micro = 0; micro < accum; micro++) {
-        zero_gpu_begin_pass(t->zero, micro == accum - 1);
-        step_time_enter(STEP_FWD);
-        gpu_stage_forward(m, &m->acts, xs + micro * BT, micro, m->B, m->T, 1, t->dloss);
-        step_time_enter(STEP_BWD);
-        gpu_stage_backward(m, &m->acts);
-    }
-    return (float)gpu_gpt_step_loss(m, accum);
+    if (t->cp) xs = cp_local_tokens(&t->cp->pos, xs, ys, t->model->B * accum, &ys);  // (the rank's positions)
+    return pipeline_gpu_step(t->pipeline, xs, ys, accum);
 }
 static float gpu_forward(void *ctx, const int *x, const int *y, int B, int T) {
     GpuTrainer *t = (GpuTrainer *)ctx;
-    return t->pipeline ? pipeline_gpu_forward(t->pipeline, x, y, B, T) : gpu_gpt_forward(t->model, x, y, B, T, 0.0f);
+    if (t->cp) x = cp_local_tokens(&t->cp->pos, x, y, B, &y), T /= t->cp->pos.size;  // (the rank's positions)
+    return pipeline_gpu_forward(t->pipeline, x, y, B, T);
 }
+// A token from position `row` of the last forward's logits; under context
+// parallelism the rank holding it draws and sends it to its context group (the
+// others make the same draw from their generators, which so stay the same), as train_gpt.c.
 static int gpu_sample(void *ctx, int row, const SampleParams *sp, Rng *rng) {
     GpuTrainer *t = (GpuTrainer *)ctx;
-    if (t->pipeline) return pipeline_gpu_sample(t->pipeline, &t->host_tp, row, sp, rng, t->logits);
-    return gpu_gpt_sample(t->model, &t->host_tp, row, sp, rng, t->logits);
+    if (!t->cp) return pipeline_gpu_sample(t->pipeline, &t->host_tp, row, sp, rng, t->logits);
+    CPContext *cp = &t->cp->pos;
+    int owner, local;
+    cp_position_owner(cp, row, &owner, &local);
+    double token = 0.0;
+    if (owner != cp->rank) rng_uniform(rng);
+    else token = pipeline_gpu_sample(t->pipeline, &t->host_tp, local, sp, rng, t->logits);
+    comm_broadcast(cp->group, &token, 1, COMM_F64, owner);
+    return (int)token;
 }
 // --profile-steps: the profiler's capture range (nsys --capture-range=cudaProfilerApi, ncu --profile-from-start
 // off), after the queued work so the range holds exactly the steps.
@@ -91,10 +92,7 @@ static int gpu_profile(void *ctx, int on) {
     CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop());
     return 1;
 }
-static float gpu_finish_grads(void *ctx) {
-    GpuTrainer *t = (GpuTrainer *)ctx;
-    return t->pipeline ? pipeline_gpu_finish_grads(t->pipeline) : zero_gpu_finish_grads(t->zero, t->world);
-}
+static float gpu_finish_grads(void *ctx) { return pipeline_gpu_finish_grads(((GpuTrainer *)ctx)->pipeline); }
 static void gpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scale, int step) {
     GpuTrainer *t = (GpuTrainer *)ctx;
     if (t->ckpt_copy_pending) {  // the update rewrites what a checkpoint's copy reads
@@ -105,7 +103,7 @@ static void gpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scal
     }
     gpu_gpt_update(t->model, ac, grad_scale, gpu_step_seed(t, step));
     zero_gpu_gather_weights(t->zero);
-    if (t->pipeline) pipeline_gpu_sync_tied(t->pipeline);
+    pipeline_gpu_sync_tied(t->pipeline);
     CUDA_CHECK(cudaStreamSynchronize(t->model->stream));
 }
 // [lo, hi) of this rank's buffer (inside its shard)
@@ -124,7 +122,7 @@ static void gpu_ckpt_load(void *ctx, float *const states[CKPT_STATES], const Ckp
     GpuTrainer *t = (GpuTrainer *)ctx;
     gpu_gpt_load_state(t->model, states, gpu_step_seed(t, step - 1));
     zero_gpu_gather_weights(t->zero);
-    if (t->pipeline) pipeline_gpu_sync_tied(t->pipeline);
+    pipeline_gpu_sync_tied(t->pipeline);
     CUDA_CHECK(cudaStreamSynchronize(t->model->stream));
 }
 static void gpu_range_push(const char *name) { nvtxRangePushA(name); }
@@ -158,7 +156,12 @@ int main(int argc, char **argv) {
     TrainOptions o;
     train_options_parse(argc, argv, &o, SUMMARY);
     if (o.ckpt_dir[0]) ckpt_catch_preemption();  // (first, before MPI: a signal during start-up stops the run cleanly)
-    if (o.cp > 1) die_usage("--cp %d: context parallel is not supported yet on the GPU trainer (./train_gpt has it)", o.cp);
+    if (o.cp > 1 && strcmp(o.attention, "cudnn") == 0)
+        die_usage("--cp %d: --attention cudnn has no query offset here (context parallel runs our flash attention: "
+                  "--attention flash)", o.cp);
+    if (o.cp > 1 && o.pp > 1)
+        die_usage("--cp %d with --pp %d: the GPU trainer's pipeline does not run context parallel yet (./train_gpt does)",
+                  o.cp, o.pp);
     if (o.print_schedule) {  // (the pipeline's plan needs no GPU)
         int from_file;
         GPTConfig cfg = train_build_config(&o, &from_file);
@@ -177,15 +180,16 @@ int main(int argc, char **argv) {
     device_check_ranks(comm.rank, comm.local_rank, launch_detect().local_world, device_p2p_fused(o.comm, comm.world));
     CUDA_CHECK(cudaSetDevice(comm_pick_device(&comm)));  // before any CUDA allocation
     const DeviceCode code = device_check_code();
-    CommGroup *host_dp = comm_group(&comm, COMM_DATA);
+    CommGroup *host_dp = comm_group(&comm, COMM_DATA);  // (each data rank reads its own sequences)
+    CommGroup *host_replica = comm_group(&comm, COMM_REPLICA);  // data x context: ZeRO's shards, the losses' mean
     const int rank = comm.rank, world = host_dp->size;  // data-parallel ranks; only rank 0 logs and writes files
     int from_file;
     GPTConfig cfg = train_build_config(&o, &from_file);
     BatchPlan plan = train_batch_plan(&o, &cfg, world);
-    const int B = plan.B, T = plan.T;
+    const int B = plan.B, T = plan.T, Tl = T / o.cp;  // (Tl: this rank's positions of a sequence)
     AttentionKind attention = strcmp(o.attention, "cudnn") == 0 ? ATTENTION_CUDNN : ATTENTION_FLASH;
     PPLayout pp_layout;
-    PPKind pp_kind = pipelined ? train_pipeline_plan(&o, &cfg, &plan, &pp_layout) : PP_1F1B;
+    PPKind pp_kind = train_pipeline_plan(&o, &cfg, &plan, &pp_layout);  // (one stage without --pp)
     const int fused = device_p2p_fused(o.comm, comm.world);
     if (pipelined && fused) train_check_fused_lists(&o, pp_kind, plan.accum);
 
@@ -193,7 +197,7 @@ int main(int argc, char **argv) {
     comm_test_stop(&comm, "setup", comm.rank);
     comm_phase_begin(&comm, "device communication set-up (ncclCommInitRank)");
     CommGroup *dev_groups = device_groups(&comm, o.comm);
-    CommGroup *dp = &dev_groups[COMM_DATA];
+    CommGroup *dp = &dev_groups[COMM_REPLICA];  // the ranks holding the same parameters: data x context
     comm_phase_end(&comm);
     TPContext tp = o.tp > 1 ? tp_context(&dev_groups[COMM_TENSOR], o.sequence_parallel) : tp_none();
     const int pipe_rank = comm_group(&comm, COMM_PIPELINE)->rank;
@@ -224,15 +228,21 @@ int main(int argc, char **argv) {
     if (pipelined) holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
     GPTGPU model;
     int act_sets = pipelined ? pp_peak_alive_theory(pp_kind, o.pp, o.virtual_stages, plan.accum, pipe_rank) : 1;
-    gpu_gpt_init(&model, &cfg, pipelined ? &holding : NULL, tp, B, T, o.recompute, attention,
-                 gpu_sharding(o.zero, dp->rank, dp->size), act_sets, pp_kind == PP_ZB1P && pipelined, o.mem_limit_mb);
+    gpu_gpt_init(&model, &cfg, pipelined ? &holding : NULL, tp, B, Tl, o.recompute_policy, attention,
+                 gpu_sharding(o.zero, dp->rank, dp->size), act_sets, pp_kind == PP_ZB1P, o.mem_limit_mb);
     free(held_layers);
 #ifdef LLMC_NCCL
     for (int k = 0; k < COMM_NUM_GROUPS; k++)
         if (dev_groups[k].be == &COMM_NCCL) comm_nccl_set_compute_stream(&dev_groups[k], model.stream);
 #endif
+    CPGPU cp;  // the context group's positions and attention buffers
+    if (o.cp > 1) {
+        cp_gpu_init(&cp, &dev_groups[COMM_CONTEXT], comm_group(&comm, COMM_CONTEXT), B, T, plan.accum, cfg.num_layers,
+                    cfg.channels, cfg.channels / tp.size, cfg.num_heads / tp.size, model.stream);
+        model.cp = &cp;
+    }
     ZeroGPU zero;  // gradient reduction, sharded AdamW state (and gradients, weights)
-    zero_gpu_init(&zero, &model, dp, host_dp, o.zero, o.bucket_mb);
+    zero_gpu_init(&zero, &model, dp, host_replica, o.zero, o.bucket_mb);
     {  // this rank's part of the weights, as the whole model's initialisation or file has them
         float *h = (float *)alignedMallocCheck(sizeof(float) * (size_t)model.layout.num_elements);
         if (from_file) train_load_weights(&o, &model.layout, h);
@@ -241,21 +251,19 @@ int main(int argc, char **argv) {
         free(h);
     }
     PipelineGPU pipeline;  // the stages' schedule, the tied wte between the ends
-    if (pipelined) {
-        pipeline_gpu_init(&pipeline, &model, &zero, &comm, dev_groups, pp_layout, pp_kind, fused, B, T, plan.dloss,
-                          o.pp_trace);
-        pipeline_gpu_sync_tied(&pipeline);
-    }
+    pipeline_gpu_init(&pipeline, &model, &zero, &comm, dev_groups, pp_layout, pp_kind, fused, B, Tl, plan.dloss,
+                      o.pp_trace);
+    pipeline_gpu_sync_tied(&pipeline);
     ParamLayout global;  // the whole model's order: checkpoints and model files
     param_layout_init(&global, &cfg);
 
     DataLoader train_loader, val_loader;
     const int have_data = o.data_train[0] != '\0';  // (without it nothing is trained: --generate, --steps 0)
     if (have_data)
-        dataloader_init(&train_loader, o.data_train, B, T, dp->rank, world, o.shuffle, (uint64_t)o.seed, cfg.vocab_size, 4);
+        dataloader_init(&train_loader, o.data_train, B, T, host_dp->rank, world, o.shuffle, (uint64_t)o.seed, cfg.vocab_size, 4);
     int have_val = o.data_val[0] != '\0';
     if (have_val)
-        dataloader_init(&val_loader, o.data_val, B, T, dp->rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 2);
+        dataloader_init(&val_loader, o.data_val, B, T, host_dp->rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 2);
 
     Tokenizer tokenizer;
     int have_tokenizer = train_load_tokenizer(&o, &tokenizer, cfg.vocab_size);
@@ -267,9 +275,15 @@ int main(int argc, char **argv) {
     if (rank == 0) {
         train_print_header(&o, &cfg, global.num_params, model.layout.num_params, from_file, &plan, world,
                            have_data ? &train_loader : NULL, have_val);
-        printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d | ZeRO-%d | comm %s | bucket "
-               "%.1f MB | comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off",
-               comm_size(&comm, GRID_DP), comm_size(&comm, GRID_TP), comm_size(&comm, GRID_PP), o.zero, dp->be->name, zero.bucket_elems * sizeof(float) / 1e6, o.comm_timeout);
+        printf("ranks: %d (%s launch, MPI %s) | data parallel %d x tensor %d x pipeline %d x context %d | ZeRO-%d | comm "
+               "%s | bucket %.1f MB | comm timeout %.0f s\n", comm.world, comm.launcher, comm.mpi_initialized ? "on" : "off",
+               comm_size(&comm, GRID_DP), comm_size(&comm, GRID_TP), comm_size(&comm, GRID_PP),
+               comm_size(&comm, GRID_CP), o.zero, dp->be->name, zero.bucket_elems * sizeof(float) / 1e6, o.comm_timeout);
+        if (o.cp > 1)
+            printf("context parallel: %d ranks a sequence, each %d positions (chunks i and %d-i of %d) | attention "
+                   "all-gathers K and V: %.3f MB a layer, %.3f MB of context buffers (kept K and V of every layer, fp32 "
+                   "dK and dV)\n", o.cp, Tl, 2 * o.cp - 1, 2 * o.cp,
+                   (double)sizeof(floatX) * B * T * 2 * (cfg.channels / tp.size) / 1e6, cp.bytes / 1e6);
         if (pipelined)
             printf("pipeline: %d stages over %d ranks | schedule %s%s | %d micro-batches a step | predicted bubble %.3f "
                    "(F = B = W; --print-schedule shows it)\n", pp_layout.stages, o.pp, pp_kind_names[pp_kind],
@@ -283,7 +297,7 @@ int main(int argc, char **argv) {
                o.zero >= 2 ? "S" : "N", zm.optimizer / 1e6, 3 * sizeof(float), o.zero >= 1 ? "S" : "N",
                (zm.params + zm.grads + zm.optimizer) / 1e6, mem->segment_buffers / 1e6);
         printf("memory: params %.1f MB (fp32 + " FLOATX_NAME "), grads %.1f MB, AdamW %.1f MB, activations %.3f MB "
-               "(a layer %.3f MB, recompute %d%s), workspace %.1f MB | total %.2f GB of %.2f GB\n",
+               "(a layer %.3f MB, recompute %s%s), workspace %.1f MB | total %.2f GB of %.2f GB\n",
                mem->params / 1e6, mem->grads / 1e6, mem->optimizer / 1e6, mem->activations / 1e6,
                mem->layer_activations / 1e6, o.recompute,
                pipelined ? ", the schedule's peak" : "",
@@ -297,14 +311,13 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
 
-    GpuTrainer trainer = {&model, &zero, pipelined ? &pipeline : NULL, (uint64_t)o.seed, plan.dloss,
-                          comm_group(&comm, COMM_WORLD),
+    GpuTrainer trainer = {&model, &zero, &pipeline, o.cp > 1 ? &cp : NULL, (uint64_t)o.seed,
                           o.tp > 1 ? tp_context(comm_group(&comm, COMM_TENSOR), o.sequence_parallel) : tp_none(),
                           (float *)mallocCheck(sizeof(float) * (size_t)cfg.vocab_size),
                           NULL, NULL, NULL, 0};
     TrainModel tm = {&trainer, gpu_train_step, gpu_forward, gpu_sample, gpu_finish_grads, gpu_optimizer_step,
-                     gpu_profile, gpu_range_push, gpu_range_pop, gpu_ckpt_stage, gpu_ckpt_wait_staged, gpu_ckpt_load,
-                     1};
+                     gpu_profile, gpu_range_push, gpu_range_pop, gpu_ckpt_stage, gpu_ckpt_wait_staged, NULL,
+                     gpu_ckpt_load, 1};
     // checkpoints: the fp32 master weights are sharded with the moments (from ZeRO-1), as global ranges
     CkptRanges ranges = ckpt_ranges(&zero.map, o.zero, 1, &model.layout);
     float *ckpt_staging = NULL;  // (pinned) what this rank writes of each checkpoint
@@ -316,19 +329,14 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaEventCreateWithFlags(&trainer.ckpt_copied, cudaEventDisableTiming));
     }
     TrainRun run = {&o, &cfg, plan, &tm, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL,
-                    have_tokenizer ? &tokenizer : NULL, host_dp, comm_group(&comm, COMM_WORLD), rank, flops_per_step,
-                    peak_tflops * 1e12 * comm.world, cuda_used_bytes, "device in use", {&o, &cfg, &global, &plan, &comm,
-                    "train_gptcu", 0}, ranges, &model.map, ckpt_staging};
+                    have_tokenizer ? &tokenizer : NULL, host_replica, comm_group(&comm, COMM_WORLD), rank, flops_per_step,
+                    peak_tflops * 1e12 * comm.world, cuda_used_bytes, "device in use", ckpt_run_of(&o, &cfg, &global, &plan, &comm,
+                    "train_gptcu"), ranges, &model.map, ckpt_staging};
     // the steps' parts on the device's timeline (step_time.h)
     StepEventClock *step_events = (StepEventClock *)mallocCheck(sizeof(StepEventClock));
     step_time_use_device(step_event_clock_init(step_events, model.stream));
-    // outputs checked against every input (nothing written yet), then the checkpoint directory made this
-    // run's (locked, tidied) before anything is written or resumed
-    if (rank == 0) train_check_outputs(&o, from_file, have_data ? &train_loader : NULL, have_val ? &val_loader : NULL);
-    if (o.ckpt_dir[0]) ckpt_dir_claim(o.ckpt_dir, comm_group(&comm, COMM_WORLD));
     Logger log;
-    logger_open(&log, o.log_json, o.tensorboard, rank == 0);
-    int finished = have_data ? train_loop(&run, &log) : 1;  // 0: stopped by a signal (exit CKPT_EXIT_SIGNAL)
+    int finished = train_run(&run, from_file, &log);  // 0: stopped by a signal (exit CKPT_EXIT_SIGNAL)
     if (finished && o.generate) train_generate(&run);
     step_event_clock_free(step_events);
     free(step_events);
@@ -340,22 +348,17 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaStreamDestroy(trainer.ckpt_stream));
     }
 
-    if (pipelined) pp_runner_report(&pipeline.run, rank == 0);
-    if (finished && train_saves_model(&o)) {  // every rank takes part; rank 0 writes
-        ParamGather pg;
-        param_gather_init(&pg, comm_group(&comm, COMM_WORLD), &ranges.write, &model.map, gpu_gpt_read_params, &model);
-        train_save_model_files(&o, &global, rank == 0, have_tokenizer ? (int)tokenizer_eot(&tokenizer) : cfg.vocab_size - 1,
-                               param_gather_fetch, &pg);
-        param_gather_free(&pg);
-    }
+    pp_runner_report(&pipeline.core.run, rank == 0);
+    if (finished) train_save_final(&run, gpu_gpt_read_params, &model);
     logger_close(&log);
     if (have_data) dataloader_free(&train_loader);
     if (have_val) dataloader_free(&val_loader);
     if (have_tokenizer) tokenizer_free(&tokenizer);
     free(trainer.logits);
     tp_free(&trainer.host_tp);
-    if (pipelined) pipeline_gpu_free(&pipeline);
+    pipeline_gpu_free(&pipeline);
     zero_gpu_free(&zero);
+    if (o.cp > 1) cp_gpu_free(&cp);
     param_layout_free(&global);
     ckpt_ranges_free(&ranges);
     gpu_gpt_free(&model);

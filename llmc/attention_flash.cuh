@@ -14,6 +14,14 @@
 // kernels (one thread per row, fp32 FMAs) as its version 1 reference.
 // Layout as llmc/cpu_layers.h: qkv (B,T,3C) holds q | k | v, head h at
 // channels [h*hs, (h+1)*hs); out (B,T,C); lse (B,NH,T). Head sizes 32 and 64.
+// Query offsets (context parallel, llmc/context_parallel.cuh): the queries
+// may be a rank's rows of the sequence, in up to two segments (FaQueries:
+// local rows, count, global position of the first), against K and V of the
+// whole sequence held apart (kv (B,Tk,2C) or any row stride); key j is
+// visible to a query at global position p when j <= p. The dk/dv kernel then
+// writes every key's gradient from these queries only, in fp32 where the
+// caller sums them over ranks. One process: one segment at position 0, K and
+// V in qkv: the same kernels, the same bits.
 //
 // Tiles: 64 queries x 64 keys; a block is 4 warps (128 threads), each owning 16
 // rows of the block's 64 (queries in the forward and dq, keys in dk/dv), so a
@@ -58,6 +66,25 @@ typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, floatX, nvcud
 typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, floatX, nvcuda::wmma::row_major> FaFragB;
 typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> FaFragC;
 #define FA_ACC_N 8  // elements of an FaFragC per lane (static_assert below)
+
+// The query rows a launch runs, as up to two segments: segment s is the local
+// rows [row[s], row[s] + len[s]) of q (and out, lse, dout, dq), at global
+// positions pos[s], pos[s] + 1, ... (the causal mask's). Segments in order of
+// position; a query tile never straddles two.
+struct FaQueries {
+    int n;
+    int row[2], len[2], pos[2];
+};
+// Every row of a sequence of T at its own position (one process).
+static inline FaQueries fa_queries_whole(int T) {
+    FaQueries q = {1, {0, 0}, {T, 0}, {0, 0}};
+    return q;
+}
+static inline int fa_query_tiles(const FaQueries &q) {
+    int n = 0;
+    for (int s = 0; s < q.n; s++) n += (q.len[s] + FA_TILE - 1) / FA_TILE;
+    return n;
+}
 
 // --- shared-memory plans (byte offsets; every region a multiple of 128 bytes) ---
 // A 64 x hs floatX tile: 64 rows of hs+8.
@@ -171,19 +198,55 @@ __device__ __forceinline__ void fa_store_rows(floatX *dst, int64_t stride, const
         *(uint4 *)(dst + (int64_t)(row0 + r) * stride + 8 * c) = v;
     }
 }
+// The same into fp32 rows (dk and dv of context parallel, summed over ranks before their rounding).
+template <int HS>
+__device__ __forceinline__ void fa_store_rows(float *dst, int64_t stride, const float *src, int row0, int T) {
+    constexpr int CH = HS / 8;
+    #pragma unroll
+    for (int it = 0; it < 16 * CH / 32; it++) {
+        int e = (threadIdx.x & 31) + 32 * it, r = e / CH, c = e % CH;
+        if (row0 + r >= T) continue;
+        const float *p = src + r * FA_LDS + 8 * c;
+        float *d = dst + (int64_t)(row0 + r) * stride + 8 * c;
+        *(float4 *)d = *(const float4 *)p;
+        *(float4 *)(d + 4) = *(const float4 *)(p + 4);
+    }
+}
+
+// Query tile z of a launch (0: the first segment's first) as (segment, tile in it).
+__device__ __forceinline__ void fa_query_tile(const FaQueries &q, int z, int &s, int &qt) {
+    const int t0 = (q.len[0] + FA_TILE - 1) / FA_TILE;
+    s = z < t0 ? 0 : 1;
+    qt = z < t0 ? z : z - t0;
+}
+// The key tile of a query tile's last query (its last key tile).
+__device__ __forceinline__ int fa_last_key_tile(const FaQueries &q, int s, int qt) {
+    const int q0 = qt * FA_TILE, rows = min(FA_TILE, q.len[s] - q0);
+    return (q.pos[s] + q0 + rows - 1) / FA_TILE;
+}
+// From (s, qt) on, the first (segment, query tile) with a query that sees a
+// key at or after k0 (s = q.n: none left): the dk/dv kernel's query tiles.
+__device__ __forceinline__ void fa_seek_query_tile(const FaQueries &q, int k0, int &s, int &qt) {
+    while (s < q.n) {
+        const int first = k0 > q.pos[s] ? (k0 - q.pos[s]) / FA_TILE : 0;  // query k0 - pos[s] sees key k0
+        if (qt < first) qt = first;
+        if (qt * FA_TILE < q.len[s]) return;
+        s++, qt = 0;
+    }
+}
 
 // Key/value double buffering (forward, dq): tile kt is in buffer kt & 1.
 // Starts copying tile kt + 1 into the other buffer when kt < last, then waits
 // for this thread's copies of tile kt (the caller's __syncthreads makes every
 // thread's visible).
 template <int HS>
-__device__ __forceinline__ void fa_next_kv_tile(floatX *ks, floatX *vs, const floatX *kbase, const floatX *vbase, int64_t C3,
-                                                int kt, int last, int T) {
+__device__ __forceinline__ void fa_next_kv_tile(floatX *ks, floatX *vs, const floatX *kbase, const floatX *vbase, int64_t kvs,
+                                                int kt, int last, int Tk) {
     constexpr int TE = FA_TILE * FaTile<HS>::LDH;
     if (kt < last) {
         const int other = (kt & 1) ^ 1;
-        fa_load_tile<HS>(ks + other * TE, kbase, C3, (kt + 1) * FA_TILE, T);
-        fa_load_tile<HS>(vs + other * TE, vbase, C3, (kt + 1) * FA_TILE, T);
+        fa_load_tile<HS>(ks + other * TE, kbase, kvs, (kt + 1) * FA_TILE, Tk);
+        fa_load_tile<HS>(vs + other * TE, vbase, kvs, (kt + 1) * FA_TILE, Tk);
         fa_cp_async_commit();
         fa_cp_async_wait<1>();
     } else {
@@ -211,16 +274,19 @@ __device__ __forceinline__ void fa_mma_16x64_tile(FaFragC (&acc)[HS / 16], const
 }
 
 // --- forward ---
-// grid (NH, B, T/64), 128 threads; block = query tile qt (longest first),
-// warp w = its queries q0+16w .. q0+16w+15. For each key tile kt <= qt:
+// grid (NH, B, query tiles), 128 threads; block = query tile qt of segment s
+// (the last positions first), warp w = its queries q0+16w .. q0+16w+15. For
+// each key tile kt up to the one of the tile's last query:
 // S = q k^T (16 x 64) to shared memory; two lanes per row take the row's max
-// over the causal keys (masked on the diagonal tile only), rescale the running
+// over the causal keys (masked on the tiles reaching past the tile's first
+// query: the diagonal one at one process), rescale the running
 // sum, write p = 2^(s*sl2 - m) as floatX; the output accumulators (registers) are
 // rescaled per row when some row's max moved, then O += p v. The running max m
 // is in the log2 domain (sl2 = log2(e) / sqrt(hs)); lse = (m + log2 l) ln 2.
 template <int HS>
-__global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(floatX *out, float *lse, const floatX *qkv, int T,
-                                                                   int NH, float sl2) {
+__global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(floatX *out, float *lse, const floatX *qkv, int Tq,
+                                                                   const floatX *kv, int64_t kvs, int Tk,
+                                                                   FaQueries qry, int NH, float sl2) {
     using namespace nvcuda;
     using SM = FaFwdSmem<HS>;
     constexpr int LDH = FaTile<HS>::LDH, ND = HS / 16, TE = FA_TILE * LDH;  // TE: elements per tile
@@ -230,14 +296,19 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(floatX *out, 
     float *sw = (float *)(fa_smem + SM::S + w * FA_WARP_S_BYTES);
     floatX *pw = (floatX *)(fa_smem + SM::P + w * FA_WARP_P_BYTES);
     float *stat = (float *)(fa_smem + SM::STAT) + 16 * w;
-    const int h = blockIdx.x, b = blockIdx.y, qt = gridDim.z - 1 - blockIdx.z, q0 = qt * FA_TILE;
+    const int h = blockIdx.x, b = blockIdx.y;
+    int seg, qt;
+    fa_query_tile(qry, gridDim.z - 1 - blockIdx.z, seg, qt);
+    const int q0 = qt * FA_TILE, T = qry.len[seg], p0 = qry.pos[seg] + q0;  // (T: the segment's rows)
+    const int last = fa_last_key_tile(qry, seg, qt);
     const int C = NH * HS;
-    const int64_t C3 = 3 * (int64_t)C;
-    const floatX *qbase = qkv + (int64_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
+    const int64_t C3 = 3 * (int64_t)C, row0 = (int64_t)b * Tq + qry.row[seg];
+    const floatX *qbase = qkv + row0 * C3 + h * HS;
+    const floatX *kbase = kv + (int64_t)b * Tk * kvs + h * HS, *vbase = kbase + C;
 
     fa_load_tile<HS>(qs, qbase, C3, q0, T);
-    fa_load_tile<HS>(ks, kbase, C3, 0, T);
-    fa_load_tile<HS>(vs, vbase, C3, 0, T);
+    fa_load_tile<HS>(ks, kbase, kvs, 0, Tk);
+    fa_load_tile<HS>(vs, vbase, kvs, 0, Tk);
     fa_cp_async_commit();
     int frow[FA_ACC_N], fcol[FA_ACC_N];
     fa_fragment_coords(frow, fcol, sw);
@@ -249,11 +320,11 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(floatX *out, 
     // row pass: this lane's row of the warp's 16, and its half of the 64
     // columns (interleaved groups of 4: c = 8k + 4*half + 0..3)
     const int r = lane >> 1, half = lane & 1;
-    const int i = q0 + 16 * w + r;  // the query of that row
+    const int i = q0 + 16 * w + r;  // the query of that row (its segment's row; position p0 + i - q0)
     float m = -INFINITY, l = 0.0f;
-    for (int kt = 0; kt <= qt; kt++) {
+    for (int kt = 0; kt <= last; kt++) {
         const int buf = kt & 1;
-        fa_next_kv_tile<HS>(ks, vs, kbase, vbase, C3, kt, qt, T);
+        fa_next_kv_tile<HS>(ks, vs, kbase, vbase, kvs, kt, last, Tk);
         __syncthreads();  // tile kt (and, the first time, q) visible to all
         if (kt == 0) {
             #pragma unroll
@@ -273,10 +344,12 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(floatX *out, 
             wmma::store_matrix_sync(sw + 16 * n, sacc, FA_LDS, wmma::mem_row_major);
         }
         __syncwarp();
-        // raw scores of this lane's 32 columns; causal mask on the diagonal tile
-        // only: key kt*64 + c is visible to query i when c <= i - kt*64 (>= 0
-        // since kt <= qt, so every row has a visible key and a finite max; for
-        // kt < qt all 64 keys are visible, and all are < T)
+        // raw scores of this lane's 32 columns; causal mask on the tiles with a
+        // key past the tile's first query (one process: the diagonal one): key
+        // kt*64 + c is visible to the query at position p when c <= p - kt*64.
+        // Key 0 is visible to every row, so its max is finite from tile 0 on (a
+        // later tile wholly masked for a row leaves it as it was); keys of the
+        // unmasked tiles are all visible, and all are < Tk)
         float s[32];
         #pragma unroll
         for (int k = 0; k < 8; k++) {
@@ -286,8 +359,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(floatX *out, 
             s[4 * k + 2] = v.z;
             s[4 * k + 3] = v.w;
         }
-        if (kt == qt) {
-            const int cmax = i - kt * FA_TILE;
+        if (kt * FA_TILE + FA_TILE - 1 > p0) {
+            const int cmax = p0 + (i - q0) - kt * FA_TILE;
             #pragma unroll
             for (int j = 0; j < 32; j++)
                 if (8 * (j / 4) + 4 * half + j % 4 > cmax) s[j] = -INFINITY;
@@ -333,7 +406,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(floatX *out, 
     }
     if (half == 0) {
         stat[r] = 1.0f / l;
-        if (i < T) lse[((int64_t)b * NH + h) * T + i] = (m + log2f(l)) * FA_LN2;
+        if (i < T) lse[((int64_t)b * NH + h) * Tq + qry.row[seg] + i] = (m + log2f(l)) * FA_LN2;
     }
     __syncwarp();
     float inv[FA_ACC_N];
@@ -346,7 +419,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(floatX *out, 
         wmma::store_matrix_sync(sw + 16 * d, o[d], FA_LDS, wmma::mem_row_major);
     }
     __syncwarp();
-    fa_store_rows<HS>(out + (int64_t)b * T * C + h * HS, C, sw, q0 + 16 * w, T);
+    fa_store_rows<HS>(out + row0 * C + h * HS, C, sw, q0 + 16 * w, T);
 }
 
 // --- backward ---
@@ -380,15 +453,17 @@ __global__ void flash_delta_kernel(float *delta, const floatX *dout, const float
     }
 }
 
-// dk, dv: grid (NH, B, T/64), 128 threads; block = key tile kt (longest first),
+// dk, dv: grid (NH, B, Tk/64), 128 threads; block = key tile kt (longest first),
 // warp w = its keys k0+16w .. k0+16w+15 (their k and v stay in shared memory;
 // fragments reloaded per query tile, which keeps the kernel within 168
 // registers: 3 blocks per SM where 3 fit; FA_DKDV_MIN_BLOCKS). For each query
-// tile qt >= kt (64 queries, column c):
+// tile of each segment with a query that sees a key of the tile (one process:
+// qt >= kt; fa_seek_query_tile) (64 queries, column c):
 // S^T = k q^T and dP^T = v dout^T (16 x 64), then in registers
-// p = 2^(s*sl2 - lse2[c]) where query >= key and query < T (else 0),
+// p = 2^(s*sl2 - lse2[c]) where the query's position >= key and the query is a row (else 0),
 // ds = p (dp - delta[c]); both as floatX to shared memory, then dv += p^T dout,
-// dk += ds^T q. dk is scaled by 1/sqrt(hs) at the end.
+// dk += ds^T q. dk is scaled by 1/sqrt(hs) at the end, and written as OutT
+// (floatX, or fp32 for context parallel's sum over ranks) to dkv's rows.
 // Blocks per SM the dk/dv kernel is built for: its 73 KB of shared memory at
 // hs=64 fit 3 blocks in sm_90's and sm_100's 228 KB but only 2 in sm_80's 164
 // KB (1 in sm_86's and sm_89's 100 KB), where asking for 3 would cap it at 168
@@ -398,11 +473,10 @@ __global__ void flash_delta_kernel(float *delta, const floatX *dout, const float
 #else
 #define FA_DKDV_MIN_BLOCKS 3
 #endif
-template <int HS>
-__global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS) flash_backward_dkdv_kernel(floatX *dqkv, const floatX *qkv,
-                                                                         const floatX *dout, const float *lse,
-                                                                         const float *delta, int T, int NH,
-                                                                         float sl2, float scale) {
+template <int HS, typename OutT>
+__global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS) flash_backward_dkdv_kernel(
+    OutT *dkv, int64_t dkvs, const floatX *qkv, int Tq, const floatX *kv, int64_t kvs, int Tk, FaQueries qry,
+    const floatX *dout, const float *lse, const float *delta, int NH, float sl2, float scale) {
     using namespace nvcuda;
     using SM = FaDkvSmem<HS>;
     constexpr int LDH = FaTile<HS>::LDH, ND = HS / 16, TE = FA_TILE * LDH;
@@ -412,24 +486,30 @@ __global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS) flash_backward
     const int w = threadIdx.x >> 5;
     floatX *pt = (floatX *)(fa_smem + SM::PT + w * 2 * FA_WARP_P_BYTES), *dst = pt + 16 * FA_LDS;
     const floatX *kstage = (floatX *)(fa_smem + SM::KV) + 16 * w * LDH, *vstage = kstage + TE;
-    const int h = blockIdx.x, b = blockIdx.y, kt = blockIdx.z, nt = gridDim.z, k0 = kt * FA_TILE;
+    const int h = blockIdx.x, b = blockIdx.y, kt = blockIdx.z, k0 = kt * FA_TILE;
     const int C = NH * HS;
     const int64_t C3 = 3 * (int64_t)C;
-    const floatX *qbase = qkv + (int64_t)b * T * C3 + h * HS, *dobase = dout + (int64_t)b * T * C + h * HS;
-    const float *lrow = lse + ((int64_t)b * NH + h) * T, *drow = delta + ((int64_t)b * NH + h) * T;
+    const floatX *kbase = kv + (int64_t)b * Tk * kvs + h * HS;
+    const floatX *qbase = qkv + (int64_t)b * Tq * C3 + h * HS, *dobase = dout + (int64_t)b * Tq * C + h * HS;
+    const float *lrow = lse + ((int64_t)b * NH + h) * Tq, *drow = delta + ((int64_t)b * NH + h) * Tq;
 
-    // (lse*log2e, delta) of query tile qt into lds[buf] (plain stores, visible after a barrier)
-    auto load_stats = [&](int buf, int qt) {
+    // query tile qt of segment s: its q and dout tiles into buffer buf, its
+    // (lse*log2e, delta) into lds[buf] (plain stores, visible after a barrier)
+    auto load_queries = [&](int buf, int s, int qt) {
+        const int r0 = qry.row[s], n = qry.len[s];
+        fa_load_tile<HS>(qs + buf * TE, qbase + (int64_t)r0 * C3, C3, qt * FA_TILE, n);
+        fa_load_tile<HS>(dos + buf * TE, dobase + (int64_t)r0 * C, C, qt * FA_TILE, n);
         if (threadIdx.x < FA_TILE) {
             int q = qt * FA_TILE + threadIdx.x;
-            lds[buf * FA_TILE + threadIdx.x] = q < T ? make_float2(lrow[q] * FA_LOG2E, drow[q]) : make_float2(0.0f, 0.0f);
+            lds[buf * FA_TILE + threadIdx.x] =
+                q < n ? make_float2(lrow[r0 + q] * FA_LOG2E, drow[r0 + q]) : make_float2(0.0f, 0.0f);
         }
     };
-    fa_load_tile<HS>((floatX *)(fa_smem + SM::KV), qbase + C, C3, k0, T);
-    fa_load_tile<HS>((floatX *)(fa_smem + SM::KV) + TE, qbase + 2 * C, C3, k0, T);
-    fa_load_tile<HS>(qs, qbase, C3, k0, T);  // query tile qt = kt into buffer 0
-    fa_load_tile<HS>(dos, dobase, C, k0, T);
-    load_stats(0, kt);
+    int seg = 0, qt = 0;  // the first query tile that sees this key tile
+    fa_seek_query_tile(qry, k0, seg, qt);
+    fa_load_tile<HS>((floatX *)(fa_smem + SM::KV), kbase, kvs, k0, Tk);
+    fa_load_tile<HS>((floatX *)(fa_smem + SM::KV) + TE, kbase + C, kvs, k0, Tk);
+    if (seg < qry.n) load_queries(0, seg, qt);
     fa_cp_async_commit();
     fa_cp_async_wait<0>();
     __syncthreads();
@@ -442,12 +522,12 @@ __global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS) flash_backward
         wmma::fill_fragment(dk[d], 0.0f);
         wmma::fill_fragment(dv[d], 0.0f);
     }
-    for (int qt = kt; qt < nt; qt++) {
-        const int buf = (qt - kt) & 1;
-        if (qt + 1 < nt) {
-            fa_load_tile<HS>(qs + (buf ^ 1) * TE, qbase, C3, (qt + 1) * FA_TILE, T);
-            fa_load_tile<HS>(dos + (buf ^ 1) * TE, dobase, C, (qt + 1) * FA_TILE, T);
-            load_stats(buf ^ 1, qt + 1);
+    for (int it = 0; seg < qry.n; it++) {
+        const int buf = it & 1;
+        int next_seg = seg, next_qt = qt + 1;
+        fa_seek_query_tile(qry, k0, next_seg, next_qt);
+        if (next_seg < qry.n) {
+            load_queries(buf ^ 1, next_seg, next_qt);
             fa_cp_async_commit();
             fa_cp_async_wait<1>();
         } else {
@@ -456,7 +536,7 @@ __global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS) flash_backward
         __syncthreads();
         const floatX *q_s = qs + buf * TE, *do_s = dos + buf * TE;
         const float2 *ld_s = lds + buf * FA_TILE;
-        const int q0 = qt * FA_TILE;
+        const int q0 = qt * FA_TILE, T = qry.len[seg], p0 = qry.pos[seg] + q0;  // (T: the segment's rows)
         FaFragA kf[ND], vf[ND];
         #pragma unroll
         for (int kk = 0; kk < ND; kk++) {
@@ -480,7 +560,7 @@ __global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS) flash_backward
             for (int e = 0; e < FA_ACC_N; e++) {
                 const int c = 16 * n + fcol[e], qi = q0 + c, kj = k0 + 16 * w + frow[e];
                 const float2 st = ld_s[c];
-                const float p = (qi >= kj && qi < T) ? fa_exp2(sacc.x[e] * sl2 - st.x) : 0.0f;
+                const float p = (p0 + c >= kj && qi < T) ? fa_exp2(sacc.x[e] * sl2 - st.x) : 0.0f;
                 pt[frow[e] * FA_LDS + c] = to_floatX(p);
                 dst[frow[e] * FA_LDS + c] = to_floatX(p * (pacc.x[e] - st.y));
             }
@@ -489,9 +569,10 @@ __global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS) flash_backward
         fa_mma_16x64_tile<HS>(dv, pt, do_s);   // dv += p^T dout
         fa_mma_16x64_tile<HS>(dk, dst, q_s);   // dk += ds^T q
         __syncthreads();  // buffer buf and this warp's p^T / ds^T free for the next tile
+        seg = next_seg, qt = next_qt;
     }
     float *stage = (float *)fa_smem + w * (FA_WARP_S_BYTES / 4);  // over the q tiles, now unused
-    floatX *drow0 = dqkv + (int64_t)b * T * C3 + h * HS;
+    OutT *drow0 = dkv + (int64_t)b * Tk * dkvs + h * HS;
     #pragma unroll
     for (int d = 0; d < ND; d++) {
         #pragma unroll
@@ -499,23 +580,26 @@ __global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS) flash_backward
         wmma::store_matrix_sync(stage + 16 * d, dk[d], FA_LDS, wmma::mem_row_major);
     }
     __syncwarp();
-    fa_store_rows<HS>(drow0 + C, C3, stage, k0 + 16 * w, T);
+    fa_store_rows<HS>(drow0, dkvs, stage, k0 + 16 * w, Tk);
     __syncwarp();
     #pragma unroll
     for (int d = 0; d < ND; d++) wmma::store_matrix_sync(stage + 16 * d, dv[d], FA_LDS, wmma::mem_row_major);
     __syncwarp();
-    fa_store_rows<HS>(drow0 + 2 * C, C3, stage, k0 + 16 * w, T);
+    fa_store_rows<HS>(drow0 + C, dkvs, stage, k0 + 16 * w, Tk);
 }
 
-// dq: grid (NH, B, T/64), 128 threads; block = query tile qt (longest first),
-// warp w = its queries, whose q and dout fragments stay in registers, and whose
-// lse and delta per accumulator element are loaded once. For each key tile
-// kt <= qt: S = q k^T and dP = dout v^T (16 x 64), p and ds = p (dp - delta) in
-// registers (key <= query < T, else 0), ds as floatX to shared memory, dq += ds k.
+// dq: grid (NH, B, query tiles), 128 threads; block = query tile qt of
+// segment s (the last positions first), warp w = its queries, whose q and dout
+// fragments stay in registers, and whose lse and delta per accumulator element
+// are loaded once. For each key tile up to the one of the tile's last query:
+// S = q k^T and dP = dout v^T (16 x 64), p and ds = p (dp - delta) in
+// registers (key <= the query's position, the query a row, else 0), ds as
+// floatX to shared memory, dq += ds k.
 template <int HS>
-__global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dq_kernel(floatX *dqkv, const floatX *qkv,
-                                                                       const floatX *dout, const float *lse,
-                                                                       const float *delta, int T, int NH,
+__global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dq_kernel(floatX *dqkv, const floatX *qkv, int Tq,
+                                                                       const floatX *kv, int64_t kvs, int Tk,
+                                                                       FaQueries qry, const floatX *dout,
+                                                                       const float *lse, const float *delta, int NH,
                                                                        float sl2, float scale) {
     using namespace nvcuda;
     using SM = FaDqSmem<HS>;
@@ -525,16 +609,21 @@ __global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dq_kernel(floatX
     const int w = threadIdx.x >> 5;
     floatX *dsw = (floatX *)(fa_smem + SM::DS + w * FA_WARP_P_BYTES);
     floatX *qstage = ks + TE, *dostage = vs + TE;  // buffer 1 of each, before the loop
-    const int h = blockIdx.x, b = blockIdx.y, qt = gridDim.z - 1 - blockIdx.z, q0 = qt * FA_TILE;
+    const int h = blockIdx.x, b = blockIdx.y;
+    int seg, qt;
+    fa_query_tile(qry, gridDim.z - 1 - blockIdx.z, seg, qt);
+    const int q0 = qt * FA_TILE, T = qry.len[seg], p0 = qry.pos[seg] + q0;  // (T: the segment's rows)
+    const int last = fa_last_key_tile(qry, seg, qt);
     const int C = NH * HS;
-    const int64_t C3 = 3 * (int64_t)C;
-    const floatX *qbase = qkv + (int64_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
-    const floatX *dobase = dout + (int64_t)b * T * C + h * HS;
+    const int64_t C3 = 3 * (int64_t)C, row0 = (int64_t)b * Tq + qry.row[seg];
+    const floatX *qbase = qkv + row0 * C3 + h * HS, *dobase = dout + row0 * C + h * HS;
+    const floatX *kbase = kv + (int64_t)b * Tk * kvs + h * HS, *vbase = kbase + C;
+    const int64_t lse0 = ((int64_t)b * NH + h) * Tq + qry.row[seg];
 
     fa_load_tile<HS>(qstage, qbase, C3, q0, T);
     fa_load_tile<HS>(dostage, dobase, C, q0, T);
-    fa_load_tile<HS>(ks, kbase, C3, 0, T);
-    fa_load_tile<HS>(vs, vbase, C3, 0, T);
+    fa_load_tile<HS>(ks, kbase, kvs, 0, Tk);
+    fa_load_tile<HS>(vs, vbase, kvs, 0, Tk);
     fa_cp_async_commit();
     int frow[FA_ACC_N], fcol[FA_ACC_N];
     fa_fragment_coords(frow, fcol, (float *)dsw);
@@ -542,8 +631,8 @@ __global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dq_kernel(floatX
     #pragma unroll
     for (int e = 0; e < FA_ACC_N; e++) {
         const int qi = q0 + 16 * w + frow[e];
-        lse2[e] = qi < T ? lse[((int64_t)b * NH + h) * T + qi] * FA_LOG2E : 0.0f;
-        dl[e] = qi < T ? delta[((int64_t)b * NH + h) * T + qi] : 0.0f;
+        lse2[e] = qi < T ? lse[lse0 + qi] * FA_LOG2E : 0.0f;
+        dl[e] = qi < T ? delta[lse0 + qi] : 0.0f;
     }
     fa_cp_async_wait<0>();
     __syncthreads();
@@ -558,9 +647,9 @@ __global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dq_kernel(floatX
     FaFragC dq[ND];
     #pragma unroll
     for (int d = 0; d < ND; d++) wmma::fill_fragment(dq[d], 0.0f);
-    for (int kt = 0; kt <= qt; kt++) {
+    for (int kt = 0; kt <= last; kt++) {
         const int buf = kt & 1;
-        fa_next_kv_tile<HS>(ks, vs, kbase, vbase, C3, kt, qt, T);
+        fa_next_kv_tile<HS>(ks, vs, kbase, vbase, kvs, kt, last, Tk);
         __syncthreads();
         const floatX *kt_s = ks + buf * TE, *vt_s = vs + buf * TE;
         #pragma unroll
@@ -579,7 +668,7 @@ __global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dq_kernel(floatX
             #pragma unroll
             for (int e = 0; e < FA_ACC_N; e++) {
                 const int qi = q0 + 16 * w + frow[e], kj = kt * FA_TILE + 16 * n + fcol[e];
-                const float p = (kj <= qi && qi < T) ? fa_exp2(sacc.x[e] * sl2 - lse2[e]) : 0.0f;
+                const float p = (kj <= p0 + (qi - q0) && qi < T) ? fa_exp2(sacc.x[e] * sl2 - lse2[e]) : 0.0f;
                 dsw[frow[e] * FA_LDS + 16 * n + fcol[e]] = to_floatX(p * (pacc.x[e] - dl[e]));
             }
         }
@@ -595,7 +684,7 @@ __global__ void __launch_bounds__(FA_THREADS, 3) flash_backward_dq_kernel(floatX
         wmma::store_matrix_sync(stage + 16 * d, dq[d], FA_LDS, wmma::mem_row_major);
     }
     __syncwarp();
-    fa_store_rows<HS>(dqkv + (int64_t)b * T * C3 + h * HS, C3, stage, q0 + 16 * w, T);
+    fa_store_rows<HS>(dqkv + row0 * C3 + h * HS, C3, stage, q0 + 16 * w, T);
 }
 
 // --- host side ---
@@ -617,59 +706,90 @@ template <typename Kernel> static bool flash_smem_opt_in(Kernel kernel, int byte
     return true;
 }
 
+// The queries qry of q in qkv (B,Tq,3C) against k (at kv) and v (at kv + C),
+// rows of stride kvs, Tk a sequence.
 template <int HS>
-static void flash_forward_hs(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
+static void flash_forward_hs(floatX *out, float *lse, const floatX *qkv, int Tq, const floatX *kv, int64_t kvs, int Tk,
+                             const FaQueries &qry, int B, int NH, cudaStream_t s) {
     flash_check_aligned(qkv, "qkv");
+    flash_check_aligned(kv, "kv");
     flash_check_aligned(out, "out");
     int bytes = FaFwdSmem<HS>::BYTES;
     static const bool opted_in = flash_smem_opt_in(flash_forward_kernel<HS>, bytes);
     (void)opted_in;
-    dim3 grid(NH, B, ceil_div_int(T, FA_TILE));  // tiles slowest: see the top
-    launch_kernel(flash_forward_kernel<HS>, grid, FA_THREADS, bytes, s, out, lse, qkv, T, NH,
+    dim3 grid(NH, B, fa_query_tiles(qry));  // tiles slowest: see the top
+    launch_kernel(flash_forward_kernel<HS>, grid, FA_THREADS, bytes, s, out, lse, qkv, Tq, kv, kvs, Tk, qry, NH,
                   FA_LOG2E / sqrtf((float)HS));
     CUDA_CHECK_LAUNCH();
 }
 
-template <int HS>
-static void flash_backward_hs(floatX *dqkv, float *delta, const floatX *dout, const floatX *qkv, const floatX *out,
-                              const float *lse, int B, int T, int NH, cudaStream_t s) {
+// dq into dqkv's q channels, dk and dv into dkv (OutT rows of stride dkvs,
+// dk at 0, dv at C; Tk a sequence: every key's, from these queries).
+template <int HS, typename OutT>
+static void flash_backward_hs(floatX *dqkv, OutT *dkv, int64_t dkvs, float *delta, const floatX *dout,
+                              const floatX *qkv, int Tq, const floatX *kv, int64_t kvs, int Tk, const FaQueries &qry,
+                              const floatX *out, const float *lse, int B, int NH, cudaStream_t s) {
     flash_check_aligned(qkv, "qkv");
+    flash_check_aligned(kv, "kv");
     flash_check_aligned(out, "out");
     flash_check_aligned(dout, "dout");
     flash_check_aligned(dqkv, "dqkv");
+    flash_check_aligned(dkv, "dkv");
     float scale = 1.0f / sqrtf((float)HS), sl2 = FA_LOG2E * scale;
-    int64_t chunks = (int64_t)B * T * NH * (HS / 8);
-    launch_kernel(flash_delta_kernel<HS>, ceil_div_int(chunks, 256), 256, 0, s, delta, dout, out, B, T, NH);
+    int64_t chunks = (int64_t)B * Tq * NH * (HS / 8);
+    launch_kernel(flash_delta_kernel<HS>, ceil_div_int(chunks, 256), 256, 0, s, delta, dout, out, B, Tq, NH);
     CUDA_CHECK_LAUNCH();
-    dim3 grid(NH, B, ceil_div_int(T, FA_TILE));  // tiles slowest: see the top
     int bytes_kv = FaDkvSmem<HS>::BYTES, bytes_q = FaDqSmem<HS>::BYTES;
-    static const bool opted_in = flash_smem_opt_in(flash_backward_dkdv_kernel<HS>, bytes_kv) &&
+    static const bool opted_in = flash_smem_opt_in(flash_backward_dkdv_kernel<HS, OutT>, bytes_kv) &&
                                  flash_smem_opt_in(flash_backward_dq_kernel<HS>, bytes_q);
     (void)opted_in;
-    launch_kernel(flash_backward_dkdv_kernel<HS>, grid, FA_THREADS, bytes_kv, s, dqkv, qkv, dout, lse, delta, T, NH,
-                  sl2, scale);
+    launch_kernel(flash_backward_dkdv_kernel<HS, OutT>, dim3(NH, B, ceil_div_int(Tk, FA_TILE)), FA_THREADS, bytes_kv, s,
+                  dkv, dkvs, qkv, Tq, kv, kvs, Tk, qry, dout, lse, delta, NH, sl2, scale);
     CUDA_CHECK_LAUNCH();
-    launch_kernel(flash_backward_dq_kernel<HS>, grid, FA_THREADS, bytes_q, s, dqkv, qkv, dout, lse, delta, T, NH, sl2,
-                  scale);
+    launch_kernel(flash_backward_dq_kernel<HS>, dim3(NH, B, fa_query_tiles(qry)), FA_THREADS, bytes_q, s, dqkv, qkv,
+                  Tq, kv, kvs, Tk, qry, dout, lse, delta, NH, sl2, scale);  // (tiles slowest: see the top)
     CUDA_CHECK_LAUNCH();
 }
 
+// out (B,Tq,C), lse (B,NH,Tq) of the queries qry of qkv (B,Tq,3C) against k
+// (at kv) and v (at kv + C), rows of stride kvs, Tk a sequence.
+static inline void gpu_flash_attention_forward_queries(floatX *out, float *lse, const floatX *qkv, int Tq,
+                                                       const floatX *kv, int64_t kvs, int Tk, const FaQueries &qry,
+                                                       int B, int C, int NH, cudaStream_t s) {
+    int hs = C / NH;
+    if (hs == 64) flash_forward_hs<64>(out, lse, qkv, Tq, kv, kvs, Tk, qry, B, NH, s);
+    else if (hs == 32) flash_forward_hs<32>(out, lse, qkv, Tq, kv, kvs, Tk, qry, B, NH, s);
+    else DIE("flash attention: head size %d has no kernel (32 or 64)", hs);
+}
 // out (B,T,C), lse (B,NH,T) from qkv (B,T,3C).
 static inline void gpu_flash_attention_forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH,
                                                cudaStream_t s) {
-    int hs = C / NH;
-    if (hs == 64) flash_forward_hs<64>(out, lse, qkv, B, T, NH, s);
-    else if (hs == 32) flash_forward_hs<32>(out, lse, qkv, B, T, NH, s);
-    else DIE("flash attention: head size %d has no kernel (32 or 64)", hs);
+    gpu_flash_attention_forward_queries(out, lse, qkv, T, qkv + C, 3 * (int64_t)C, T, fa_queries_whole(T), B, C, NH, s);
 }
 
+// The backward of gpu_flash_attention_forward_queries: dq into dqkv's q
+// channels (B,Tq,3C), every key's dk | dv from these queries into dkv (B,Tk,2C)
+// fp32 (overwritten); delta: (B,NH,Tq) floats of scratch.
+static inline void gpu_flash_attention_backward_queries(floatX *dqkv, float *dkv, float *delta, const floatX *dout,
+                                                        const floatX *qkv, int Tq, const floatX *kv, int64_t kvs,
+                                                        int Tk, const FaQueries &qry, const floatX *out,
+                                                        const float *lse, int B, int C, int NH, cudaStream_t s) {
+    int hs = C / NH;
+    int64_t dkvs = 2 * (int64_t)C;
+    if (hs == 64) flash_backward_hs<64>(dqkv, dkv, dkvs, delta, dout, qkv, Tq, kv, kvs, Tk, qry, out, lse, B, NH, s);
+    else if (hs == 32) flash_backward_hs<32>(dqkv, dkv, dkvs, delta, dout, qkv, Tq, kv, kvs, Tk, qry, out, lse, B, NH, s);
+    else DIE("flash attention: head size %d has no kernel (32 or 64)", hs);
+}
 // dqkv (B,T,3C) overwritten; delta: (B,NH,T) floats of scratch.
 static inline void gpu_flash_attention_backward(floatX *dqkv, float *delta, const floatX *dout, const floatX *qkv,
                                                 const floatX *out, const float *lse, int B, int T, int C, int NH,
                                                 cudaStream_t s) {
     int hs = C / NH;
-    if (hs == 64) flash_backward_hs<64>(dqkv, delta, dout, qkv, out, lse, B, T, NH, s);
-    else if (hs == 32) flash_backward_hs<32>(dqkv, delta, dout, qkv, out, lse, B, T, NH, s);
+    const FaQueries whole = fa_queries_whole(T);
+    int64_t C3 = 3 * (int64_t)C;
+    if (hs == 64) flash_backward_hs<64>(dqkv, dqkv + C, C3, delta, dout, qkv, T, qkv + C, C3, T, whole, out, lse, B, NH, s);
+    else if (hs == 32)
+        flash_backward_hs<32>(dqkv, dqkv + C, C3, delta, dout, qkv, T, qkv + C, C3, T, whole, out, lse, B, NH, s);
     else DIE("flash attention: head size %d has no kernel (32 or 64)", hs);
 }
 

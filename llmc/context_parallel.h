@@ -11,7 +11,9 @@
 // for each layer until the backward, B x T x 2C/tp floats a layer, and the
 // softmax probabilities of its queries against them, B x NH/tp x T/cp x T a
 // layer (one process: B x NH x T x T), in the micro-batch's activations
-// (CPActs, made at a layer's first use). The backward computes dK and dV of
+// (CPActs, made at a layer's first use; the layers that recompute their
+// attention under --recompute share one slot, gathered again before their
+// backward). The backward computes dK and dV of
 // every position from the rank's queries and reduce-scatters them back to
 // the positions' owners. Causal masking uses the global positions.
 //
@@ -31,11 +33,12 @@
 #include "gpt_activation_sizes.h"  // defines: cp_layer_act_floats
 #include "utils.h"                 // defines: mallocCheck, alignedMallocCheck, omp_threads, omp_thread_id, wall_seconds, process_cpu_seconds
 
-// A micro-batch's attention state, per layer (NULL until the layer's first forward).
+// A micro-batch's attention state, per slot (NULL until the slot's first forward): slot l is layer l's,
+// slot L the one the layers that recompute their attention (--recompute) share.
 typedef struct {
     int L;
-    float **kv;          // [L] (B,T,2Cl): every position's k | v, in global order (kept for the backward)
-    float **att;         // [L] (B,NHl,Tl,T): the softmax probabilities of this rank's queries
+    float **kv;          // [L+1] (B,T,2Cl): every position's k | v, in global order (kept for the backward)
+    float **att;         // [L+1] (B,NHl,Tl,T): the softmax probabilities of this rank's queries
 } CPActs;
 
 typedef struct {
@@ -77,14 +80,22 @@ static inline void cp_position_owner(const CPContext *cp, int g, int *owner, int
 // The global chunk of this rank's local chunk j (0 or 1).
 static inline int cp_chunk(const CPContext *cp, int rank, int j) { return j == 0 ? rank : 2 * cp->size - 1 - rank; }
 
-// Buffers for micro-batches of B sequences of T positions, `micro` of them a
-// step, on a model of L layers, C channels, Cl and NHl of them on this rank.
-static void cp_init(CPContext *cp, CommGroup *group, int B, int T, int micro, int L, int C, int Cl, int NHl) {
+// The positions of micro-batches of B sequences of T positions, `micro` of
+// them a step, on a model of L layers, C channels, Cl and NHl of them on this
+// rank: the shapes, the counts and the tokens' buffer (the GPU trainer's part,
+// context_parallel.cuh; cp_init adds the CPU attention's buffers).
+static void cp_positions_init(CPContext *cp, CommGroup *group, int B, int T, int micro, int L, int C, int Cl, int NHl) {
     memset(cp, 0, sizeof(*cp));
     cp->group = group, cp->size = group->size, cp->rank = group->rank;
     cp->B = B, cp->T = T, cp->Tl = T / cp->size, cp->Tc = T / (2 * cp->size), cp->seqs = B * micro;
     cp->L = L, cp->C = C, cp->Cl = Cl, cp->NHl = NHl;
     cp->counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)cp->size);
+    cp->tokens = (int *)mallocCheck(sizeof(int) * 2 * (size_t)cp->seqs * cp->Tl);
+}
+
+// cp_positions_init and the CPU attention's buffers.
+static void cp_init(CPContext *cp, CommGroup *group, int B, int T, int micro, int L, int C, int Cl, int NHl) {
+    cp_positions_init(cp, group, B, T, micro, L, C, Cl, NHl);
     size_t kv = (size_t)B * T * 2 * Cl;
     size_t scratch = (size_t)omp_threads() * cp->Tc * T, wpe = (size_t)cp->Tl * C;
     cp->memory = (float *)alignedMallocCheck(sizeof(float) * (2 * kv + scratch + 2 * wpe));
@@ -94,7 +105,6 @@ static void cp_init(CPContext *cp, CommGroup *group, int B, int T, int micro, in
     cp->scratch = p, p += scratch;
     cp->wpe = p, p += wpe;
     cp->dwpe = p;
-    cp->tokens = (int *)mallocCheck(sizeof(int) * 2 * (size_t)cp->seqs * cp->Tl);
 }
 
 static void cp_free(CPContext *cp) {
@@ -104,18 +114,18 @@ static void cp_free(CPContext *cp) {
     *cp = cp_none();
 }
 
-// A layer's floats in a micro-batch's CPActs: K and V of every position, the probabilities.
+// A slot's floats in a micro-batch's CPActs: K and V of every position, the probabilities.
 static inline size_t cp_layer_floats(const CPContext *cp) {
     return (size_t)cp_layer_act_floats(cp->B, cp->T, cp->size, cp->Cl, cp->NHl);
 }
 
-// Layer l's state in *acts (made at its first use; *acts too).
+// Slot l's state in *acts (made at its first use; *acts too).
 static void cp_acts_layer(const CPContext *cp, CPActs **acts, int l, float **kv, float **att) {
     if (!*acts) {
         *acts = (CPActs *)callocCheck(1, sizeof(CPActs));
         (*acts)->L = cp->L;
-        (*acts)->kv = (float **)callocCheck(2 * (size_t)cp->L, sizeof(float *));
-        (*acts)->att = (*acts)->kv + cp->L;
+        (*acts)->kv = (float **)callocCheck(2 * ((size_t)cp->L + 1), sizeof(float *));
+        (*acts)->att = (*acts)->kv + cp->L + 1;
     }
     CPActs *s = *acts;
     if (!s->kv[l]) {
@@ -127,7 +137,7 @@ static void cp_acts_layer(const CPContext *cp, CPActs **acts, int l, float **kv,
 }
 static void cp_acts_free(CPActs *acts) {
     if (!acts) return;
-    for (int l = 0; l < acts->L; l++) free(acts->kv[l]);
+    for (int l = 0; l <= acts->L; l++) free(acts->kv[l]);
     free(acts->kv);
     free(acts);
 }

@@ -15,6 +15,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 #if defined(__AVX512F__)
 #define VEC_LANES 16
@@ -37,6 +40,27 @@ typedef int32_t vi __attribute__((vector_size(4 * VEC_LANES), aligned(4), may_al
 typedef double vd __attribute__((vector_size(4 * VEC_LANES), aligned(4), may_alias));
 
 static inline vf vf_load(const float *p) { return *(const vf *)p; }
+
+// dst[0..n) = src[0..n), with streaming stores where the CPU has them
+// (x86's): the copy goes to memory without reading its lines first or
+// evicting anything from the caches (a copy not read again soon: a
+// checkpoint's staging). vec_stream_fence() makes them visible to other
+// threads in order (x86's sfence) before a thread hands the copy on.
+static inline void vec_copy_streaming(float *dst, const float *src, int64_t n) {
+#if defined(__SSE__)
+    int64_t i = 0;
+    for (; i < n && ((uintptr_t)(dst + i) & 15); i++) dst[i] = src[i];
+    for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+    for (; i < n; i++) dst[i] = src[i];
+#else
+    memcpy(dst, src, sizeof(float) * (size_t)n);
+#endif
+}
+static inline void vec_stream_fence(void) {
+#if defined(__SSE__)
+    _mm_sfence();
+#endif
+}
 static inline void vf_store(float *p, vf v) { *(vf *)p = v; }
 // x in every lane: a broadcast (a "0 + x" idiom would be an extra add, since 0 + -0 is +0)
 static inline vf vf_set1(float x) {

@@ -1,6 +1,6 @@
 // gelu.cuh: GELU (tanh approximation, as llmc/cpu_layers.h) on floatX tensors.
 // The forward normally runs fused in the fc matmul's epilogue (matmul.cuh);
-// this kernel recomputes it for the backward under --recompute >= 1. The
+// this kernel recomputes it for the backward under --recompute selective. The
 // backward multiplies the incoming gradient by GELU'(pre-activation) in place.
 // Each thread moves 8 elements: one 16-byte load/store per tensor when the
 // pointers are 16-byte aligned (tested at launch; the last partial group of 8

@@ -14,6 +14,13 @@
 // softmax cross-entropy that never gathers the logits. With tp = 1 every
 // step is the single-process arithmetic.
 //
+// Activation recompute (recompute.h): a layer whose policy is selective keeps
+// neither its softmax probabilities nor its GELU output, full keeps only its
+// input (the layer before's output); their buffers are one shared copy per
+// activation set (gpt_activation_sizes.h's gpt_act_shared), which the backward
+// fills again right before the layer's backward (and a split backward's
+// weight gradients) read it, with the forward's own code: the same bits.
+//
 // Hooks (model.h's GPTHooks) let a distributed layer (ZeRO, overlapped
 // gradient reduction) act at segment boundaries.
 #ifndef LLMC_GPT_CPU_H
@@ -23,10 +30,11 @@
 
 #include "context_parallel.h"      // defines: CPContext, cp_attention_*, cp_local_wpe, cp_local_dwpe, cp_add_dwpe
 #include "cpu_layers.h"            // defines: the layers (encoder_*, layernorm_*, attention_*, ...)
-#include "gpt_activation_sizes.h"  // defines: gpt_activation_sizes, gpt_attention_scratch_floats, GPT_ACT_PER_LAYER, GPT_ACT_SINGLES
+#include "gpt_activation_sizes.h"  // defines: gpt_activation_sizes, gpt_attention_scratch_floats, gpt_act_shared, gpt_act_slot_floats, GPT_ACT_PER_LAYER, GPT_ACT_SINGLES
 #include "model.h"                 // defines: GPTConfig, ParamLayout, LayerTensors, GPTHooks
 #include "model_init.h"            // defines: gpt2_init_params (for the trainers)
 #include "rand.h"                  // defines: Rng
+#include "recompute.h"             // defines: RecomputePolicy, RecomputeKind, recompute_layer
 #include "tensor_parallel.h"       // defines: TPContext, tp_all_reduce, tp_*_rows, tp_sample_token
 
 // One micro-batch's activations for a stage: layers [l0, l1) of the model
@@ -35,7 +43,8 @@
 // the global layer (NULL outside [l0, l1)). N = B * T positions; with tensor
 // parallelism Cl = C/tp, NHl = NH/tp (this rank's heads and MLP columns),
 // Vl = this rank's real vocabulary ids, and Nl = N/tp rows between the
-// tensor-parallel regions under sequence parallel (else N).
+// tensor-parallel regions under sequence parallel (else N). A layer that
+// recomputes (recompute.h) points its dropped buffers at the set's shared copy.
 typedef struct {
     float **ln1, **ln1_mean, **ln1_rstd;   // (N,C) (Nl) (Nl): ln1 whole, all-gathered under sequence parallel
     float **qkv;                           // (N,3Cl)
@@ -76,6 +85,7 @@ typedef struct {
     ParamLayout layout;   // what this rank holds (the whole model, a pipeline rank's stages, a tensor slice)
     TPContext tp;         // the tensor group (size 1: none)
     CPContext cp;         // the context group (size 1: none): the activations hold the rank's positions
+    RecomputePolicy recompute;  // which layers recompute their activations in the backward (zeroed: none)
     float *params;   // (layout.num_elements)
     float *grads;    // (layout.num_elements)
     // the classifier's weights when the layout lacks the embeddings (a
@@ -142,14 +152,21 @@ static void gpt_activations_alloc(GPTActivations *a, const GPT *m, int B, int T,
                          single_sizes);
     size_t scratch = gpt_attention_scratch_floats(T, m->cp.size);
     a->num_floats = scratch;
-    for (int s = 0; s < GPT_ACT_PER_LAYER; s++) a->num_floats += sizes[s] * (size_t)(l1 - l0);
+    for (int s = 0; s < GPT_ACT_PER_LAYER; s++)
+        a->num_floats += (size_t)gpt_act_slot_floats(sizes[s], s, &m->recompute, l0, l1);
     for (int s = 0; s < GPT_ACT_SINGLES; s++) a->num_floats += single_sizes[s];
     a->memory = (float *)alignedMallocCheck(sizeof(float) * a->num_floats);
     float **ptrs = (float **)callocCheck((size_t)GPT_ACT_PER_LAYER * L, sizeof(float *));
     float *cursor = a->memory;
     for (int s = 0; s < GPT_ACT_PER_LAYER; s++) {
         *slots[s] = ptrs + s * L;
-        for (int l = l0; l < l1 && sizes[s]; l++) { (*slots[s])[l] = cursor; cursor += sizes[s]; }
+        float *shared = NULL;  // the slot's copy the recomputing layers share
+        for (int l = l0; l < l1 && sizes[s]; l++) {
+            float **p = &(*slots[s])[l];
+            if (!gpt_act_shared(s, recompute_layer(&m->recompute, l))) *p = cursor, cursor += sizes[s];
+            else if (shared) *p = shared;
+            else *p = shared = cursor, cursor += sizes[s];
+        }
     }
     for (int s = 0; s < GPT_ACT_SINGLES; s++) {
         *singles[s] = single_sizes[s] ? cursor : NULL;
@@ -332,6 +349,57 @@ static int gpt_sample_row(GPT *m, const GPTActivations *a, int row, const Sample
         }                                              \
     } while (0)
 
+// Layer l's slot of a micro-batch's context-parallel attention state (context_parallel.h's CPActs; the
+// slots a set holds: gpt_activation_sizes.h's cp_act_slots).
+static inline int gpt_cp_slot(const GPT *m, int l) {
+    return recompute_layer(&m->recompute, l) == RECOMPUTE_NONE ? l : m->cfg.num_layers;
+}
+
+// Layer l's attention over its qkv into out (N,Cl), keeping what its backward
+// reads: the probabilities in a->att[l], or under context parallelism the
+// gathered K, V and probabilities in the micro-batch's CPActs (the layer's
+// slot, or the recomputing layers' shared one).
+static void gpt_attention_forward(GPT *m, GPTActivations *a, int l, float *out, int B, int T) {
+    int tp = m->tp.size, Cl = m->cfg.channels / tp, NHl = m->cfg.num_heads / tp;
+    if (m->cp.size > 1) cp_attention_forward(&m->cp, &a->cp, gpt_cp_slot(m, l), out, a->qkv[l], B);
+    else attention_forward(out, a->att[l], NULL, a->qkv[l], B, T, Cl, NHl);
+}
+
+// Layer l's forward on a micro-batch (B,T) from its input (the stage's, or
+// the layer before's output) to residual3[l]. With `recompute` (its buffers
+// filled again before its backward) it stops before the MLP's projection:
+// nothing after it is read by the backward, and its output is kept.
+static void gpt_layer_forward(GPT *m, GPTActivations *a, int l, int B, int T, int recompute) {
+    int C = m->cfg.channels, Cl = C / m->tp.size, N = B * T;
+    const int team = m->tp.size == 1;  // (GPT_TEAM)
+    LayerTensors w = layer_tensors(&m->layout, m->params, l);
+    float *residual = l == a->l0 ? a->encoded : a->residual3[l - 1];
+    GPT_TEAM(team,
+        gpt_layernorm_gathered(m, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C);
+        linear_forward(a->qkv[l], a->ln1[l], w.qkvw, w.qkvb, NULL, N, C, 3 * Cl));
+    gpt_attention_forward(m, a, l, a->atty[l], B, T);
+    GPT_TEAM(team,
+        gpt_row_parallel_forward(m, a, a->residual2[l], a->atty[l], w.attprojw, w.attprojb, residual, N, Cl, C);
+        gpt_layernorm_gathered(m, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w.ln2w, w.ln2b, N, C);
+        linear_act_forward(a->fch[l], a->fch_gelu[l], a->ln2[l], w.fcw, w.fcb, NULL, N, C, 4 * Cl);
+        if (!recompute)
+            gpt_row_parallel_forward(m, a, a->residual3[l], a->fch_gelu[l], w.fcprojw, w.fcprojb, a->residual2[l], N,
+                                     4 * Cl, C));
+}
+
+// What layer l's backward reads and its recompute policy did not keep, filled
+// again by the forward's code: the whole layer (full), or the GELU output and,
+// when `attention` (the attention's backward follows), the probabilities
+// (selective; the attention's output, kept, is written to a scratch buffer).
+static void gpt_layer_recompute(GPT *m, GPTActivations *a, int l, int attention) {
+    int B = a->B, T = a->T, N = B * T, Cl = m->cfg.channels / m->tp.size;
+    RecomputeKind kind = recompute_layer(&m->recompute, l);
+    if (kind == RECOMPUTE_FULL) gpt_layer_forward(m, a, l, B, T, 1);
+    if (kind != RECOMPUTE_SELECTIVE) return;
+    if (attention) gpt_attention_forward(m, a, l, a->datty, B, T);
+    gelu_forward(a->fch_gelu[l], a->fch[l], (size_t)N * 4 * Cl);
+}
+
 // Forward of layers [a->l0, a->l1) on one micro-batch (B,T). The first stage
 // embeds inputs; any other reads its input from a->encoded (what the stage
 // before sent). The last stage, with targets, returns the mean loss over the
@@ -345,7 +413,7 @@ static int gpt_sample_row(GPT *m, const GPTActivations *a, int row, const Sample
 static float gpt_stage_forward(GPT *m, GPTActivations *a, const int *inputs, const int *targets, int B, int T,
                                float dloss) {
     const GPTConfig *c = &m->cfg;
-    int L = c->num_layers, C = c->channels, tp = m->tp.size, Cl = C / tp, NHl = c->num_heads / tp;
+    int L = c->num_layers, C = c->channels, tp = m->tp.size;
     int V = c->vocab_size, l0 = a->l0, l1 = a->l1;
     CHECK(T <= c->max_seq_len, "sequence length %d exceeds max_seq_len %d", T, c->max_seq_len);
     CHECK(B <= a->B && T == a->T, "micro-batch %d x %d does not fit the activations (%d x %d)", B, T, a->B, a->T);
@@ -366,20 +434,7 @@ static float gpt_stage_forward(GPT *m, GPTActivations *a, const int *inputs, con
     for (int l = l0; l < l1; l++) {
         gpt_hooks_params_needed(&m->hooks, l + 1, HOOK_FORWARD);
         gpt_hooks_prefetch(&m->hooks, pl, l + 1 < l1 ? l + 2 : L + 1);
-        LayerTensors w = layer_tensors(pl, m->params, l);
-        float *residual = l == l0 ? a->encoded : a->residual3[l - 1];
-        GPT_TEAM(team,
-            gpt_layernorm_gathered(m, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C);
-            linear_forward(a->qkv[l], a->ln1[l], w.qkvw, w.qkvb, NULL, N, C, 3 * Cl));
-        if (m->cp.size > 1) cp_attention_forward(&m->cp, &a->cp, l, a->atty[l], a->qkv[l], B);
-        else attention_forward(a->atty[l], a->att[l], NULL, a->qkv[l], B, T, Cl, NHl);
-        GPT_TEAM(team,
-            gpt_row_parallel_forward(m, a, a->residual2[l], a->atty[l], w.attprojw, w.attprojb, residual, N, Cl, C);
-            gpt_layernorm_gathered(m, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w.ln2w, w.ln2b, N,
-                                   C);
-            linear_act_forward(a->fch[l], a->fch_gelu[l], a->ln2[l], w.fcw, w.fcb, NULL, N, C, 4 * Cl);
-            gpt_row_parallel_forward(m, a, a->residual3[l], a->fch_gelu[l], w.fcprojw, w.fcprojb, a->residual2[l], N,
-                                     4 * Cl, C));
+        gpt_layer_forward(m, a, l, B, T, 0);
     }
     if (l1 < L) {
         a->trained = dloss != 0.0f;
@@ -497,6 +552,7 @@ static void gpt_stage_backward(GPT *m, GPTActivations *a) {
         LayerTensors w = layer_tensors(pl, m->params, l);
         LayerTensors g = layer_tensors(pl, m->grads, l);
         float *residual = l == l0 ? a->encoded : a->residual3[l - 1];
+        gpt_layer_recompute(m, a, l, 1);
         // dres: gradient w.r.t. the layer output residual3 = residual2 + mlp(ln2(residual2))
         const float *dout = gpt_dres_gathered(m, a, dres, N, C);
         LayerDouts d = {dout, split ? a->dfch[l] : a->dbig, NULL, split ? a->dqkv_l[l] : a->dqkv};
@@ -530,7 +586,8 @@ static void gpt_stage_backward(GPT *m, GPTActivations *a) {
                 linear_backward_weight(g.attprojw, NULL, dout, a->atty[l], N, Cl, C);
                 column_sum_accumulate(g.attprojb, dres, Nl, C);
             });
-        if (m->cp.size > 1) cp_attention_backward(&m->cp, a->cp, l, (float *)d.dqkv, a->datty, a->qkv[l], B);
+        if (m->cp.size > 1)
+            cp_attention_backward(&m->cp, a->cp, gpt_cp_slot(m, l), (float *)d.dqkv, a->datty, a->qkv[l], B);
         else attention_backward((float *)d.dqkv, a->att_scratch, a->datty, a->qkv[l], a->att[l], B, T, Cl, NHl);
         GPT_TEAM(team,
             linear_backward_input(a->dln, d.dqkv, w.qkvw, N, C, 3 * Cl);
@@ -550,7 +607,10 @@ static void gpt_stage_backward_weights(GPT *m, GPTActivations *a) {
     CHECK(a->split, "gpt_stage_backward_weights without a split backward");
     int N = a->B * a->T;
     for (int l = a->l1 - 1; l >= a->l0; l--) {
-        gpt_hooks_params_needed(&m->hooks, l + 1, HOOK_GRADS);
+        // (a recomputing layer's forward reads its weights)
+        gpt_hooks_params_needed(&m->hooks, l + 1,
+                                recompute_layer(&m->recompute, l) == RECOMPUTE_FULL ? HOOK_BACKWARD : HOOK_GRADS);
+        gpt_layer_recompute(m, a, l, 0);
         gpt_layer_weight_grads(m, a, l, (LayerDouts){a->dmlp_out[l], a->dfch[l], a->datt_out[l], a->dqkv_l[l]}, N);
         gpt_hooks_grads_ready(&m->hooks, l + 1);
     }

@@ -16,6 +16,9 @@
 // all-gathered before the column-parallel layers), and the embedding and the
 // classifier's softmax cross-entropy run over the rank's vocabulary slice
 // (tensor_parallel.cuh). With tp = 1 every step is the one-GPU arithmetic.
+// Context parallel (context_parallel.cuh, m->cp): the activations hold the
+// rank's positions of every sequence (T = T/cp), the embedding adds their wpe
+// rows, attention gathers every position's K and V over the context group.
 // Tokens and losses: the trainer uploads a step's micro-batches once
 // (gpu_gpt_upload_tokens) and reads the step's losses back once
 // (gpu_gpt_step_loss): one synchronisation per step, not per micro-step.
@@ -34,9 +37,13 @@
 // param_view[s] / grad_view[s]: pointers indexed like the flat buffer and
 // valid over the segment's range, which point into the whole buffer, a
 // segment buffer or a slot (the distributed layer rebinds them in its hooks).
-// Activation recomputation (--recompute): 0 keeps everything; 1 recomputes the
-// GELU output in the backward (one (N,4C) buffer shared by all layers); 2 also
-// recomputes both LayerNorm outputs of each layer.
+// Activation recompute (--recompute, recompute.h), per layer: none keeps
+// everything; selective recomputes the GELU output before the layer's
+// backward (the attention's softmax path is recomputed by its backward
+// anyway: flash and cuDNN keep only the log-sum-exp); full keeps only the
+// layer's input (the layer before's output) and runs the layer's forward again
+// before its backward (the same kernels: the forward's bits). What a layer does
+// not keep lives in one shared copy in the scratch (GPUScratch.layer_bf, layer_f32).
 #ifndef LLMC_GPT_GPU_CUH
 #define LLMC_GPT_GPU_CUH
 
@@ -44,6 +51,7 @@
 #include "attention_cudnn.cuh"  // defines: CudnnAttention, cudnn_attention_workspace_bytes, cudnn_attention_available, cudnn_attention_init, ...
 #include "attention_flash.cuh"  // defines: flash_supports_head_size, gpu_flash_attention_forward, gpu_flash_attention_backward
 #include "classifier.cuh"       // defines: gpu_fused_classifier
+#include "context_parallel.cuh"  // defines: CPGPU, cp_gpu_attention_forward, cp_gpu_attention_backward, cp_gpu_local_wpe, ...
 #include "cuda_common.cuh"      // defines: CUDA_CHECK, cudaMallocCheck, cuda_free_bytes, launch_kernel, ...
 #include "encoder.cuh"          // defines: EncoderIndex, encoder_index_free, encoder_index_init, encoder_index_build, ...
 #include "gelu.cuh"             // defines: gpu_gelu_forward, gpu_gelu_backward_inplace
@@ -52,6 +60,7 @@
 #include "matmul.cuh"           // defines: MatmulContext, MATMUL_WORKSPACE_BYTES, matmul_init, matmul_free, ...
 #include "model.h"              // defines: GPTConfig, ParamLayout, GPTHooks, ParamKind, ...
 #include "param_map.h"          // defines: ParamMap, param_map_init, param_map_free
+#include "recompute.h"          // defines: RecomputePolicy, RecomputeKind, recompute_layer, recompute_any
 #include "tensor_parallel.cuh"  // defines: gpu_tp_bias_floatX, gpu_tp_embed_rows, gpu_tp_embed_finish, tp_vocab_max_kernel, ...
 #include "tensor_parallel.h"    // defines: TPContext, tp_on_stream, tp_off_stream, tp_complete_partial, ...
 #include "zero_shard.h"         // defines: ShardMap, shard_map_init
@@ -119,11 +128,36 @@ typedef struct {
     int weights_pending;    // a split backward's W has yet to run
 } GPUActs;
 
+// A layer's buffers' elements in GPUActs's order: GPU_ACT_BF floatX ones (the
+// last 4 only with a split backward: else 0), GPU_ACT_F32 fp32 ones.
+#define GPU_ACT_BF 12
+#define GPU_ACT_F32 5
+#define GPU_ACT_FCH_GELU 6
+#define GPU_ACT_RESIDUAL3 7
+static void gpu_layer_elems(const GPTConfig *c, int B, int T, int split, int tp, int sp, size_t bf[GPU_ACT_BF],
+                            size_t f32[GPU_ACT_F32]) {
+    size_t C = c->channels, Cl = C / tp, NH = c->num_heads / tp, N = (size_t)B * T, Nl = sp ? N / tp : N;
+    size_t S = split ? 1 : 0;
+    size_t b[GPU_ACT_BF] = {N * C, N * 3 * Cl, N * Cl, Nl * C, N * C, N * 4 * Cl, N * 4 * Cl, Nl * C,
+                            S * N * C, S * N * 4 * Cl, S * N * C, S * N * 3 * Cl};
+    size_t f[GPU_ACT_F32] = {Nl, Nl, Nl, Nl, (size_t)B * NH * T};
+    memcpy(bf, b, sizeof(b));
+    memcpy(f32, f, sizeof(f));
+}
+// Whether a layer of recompute kind `kind` leaves its buffer s (f32: an fp32
+// one) to the scratch's shared copy: selective the GELU output; full all but
+// the layer's output (the next one's input) and a split backward's gradients.
+static inline int gpu_act_shared(int s, int f32, RecomputeKind kind) {
+    if (kind == RECOMPUTE_FULL) return f32 || s < GPU_ACT_RESIDUAL3;
+    return kind == RECOMPUTE_SELECTIVE && !f32 && s == GPU_ACT_FCH_GELU;
+}
+
 // Buffers one pass uses and the next may reuse (shared by all micro-batches).
 typedef struct {
     floatX *lnf, *logits, *proj;                   // (N,C) (N,Vp/tp) (N,C)
     floatX *dres_compute, *dln, *dbig, *dqkv, *datty; // (N,C) (N,C) (N,4Cl) (N,3Cl) (N,Cl)
-    floatX *ln1, *ln2, *fch_gelu;                  // recomputation's shared buffers ((N,C) (N,C) (N,4Cl); NULL unused)
+    floatX *layer_bf[GPU_ACT_BF];                  // the recomputing layers' shared buffers (gpu_act_shared; NULL unused)
+    float *layer_f32[GPU_ACT_F32];
     float *delta;                                // (B,NHl,T) attention backward scratch
     float *scratch;                              // column-reduction partials
     float *partial;                              // tp > 1: (N,C) a partial sum (fp32) completed over the group
@@ -136,9 +170,10 @@ typedef struct {
     GPTConfig cfg;
     ParamLayout layout;  // what this rank holds
     TPContext tp;        // the tensor group (device buffers; size 1: none)
+    CPGPU *cp;           // the context group (NULL: none; the trainer sets it after gpu_gpt_init)
     ParamMap map;        // its buffer onto the global order (the AdamW rounding, checkpoints, model files)
     int B, T;            // activation capacity
-    int recompute;
+    RecomputePolicy recompute;  // which layers recompute their activations (recompute.h)
     AttentionKind attention;
     cudaStream_t stream;
     MatmulContext mm;
@@ -214,34 +249,28 @@ static inline LayerWeights gpu_layer_weights(const GPTGPU *m, int l) {
 // Lays a stage's activations for layers [l0, l1) out in one allocation at
 // base (NULL: only count; the per-layer pointer arrays must exist when base
 // is given). Returns the bytes. Recomputed buffers are the scratch's (sc).
-static size_t gpu_acts_layout(GPUActs *a, const GPTConfig *c, int B, int T, int l0, int l1, int recompute, int split,
-                              int tp, int sp, const GPUScratch *sc, char *base) {
-    size_t C = c->channels, Cl = C / tp, NH = c->num_heads / tp, N = (size_t)B * T, Nl = sp ? N / tp : N, off = 0;
+static size_t gpu_acts_layout(GPUActs *a, const GPTConfig *c, int B, int T, int l0, int l1,
+                              const RecomputePolicy *rp, int split, int tp, int sp, const GPUScratch *sc, char *base) {
+    size_t C = c->channels, N = (size_t)B * T, Nl = sp ? N / tp : N, off = 0;
     int L = c->num_layers;
-    // (kept: the buffer exists; recomputed: it is the scratch's shared one)
-    struct { floatX ***slot; size_t elems; floatX *shared; int kept, recomputed; } bf[] = {
-        {&a->ln1, N * C, sc->ln1, 1, recompute >= 2}, {&a->qkv, N * 3 * Cl, NULL, 1, 0},
-        {&a->atty, N * Cl, NULL, 1, 0}, {&a->residual2, Nl * C, NULL, 1, 0},
-        {&a->ln2, N * C, sc->ln2, 1, recompute >= 2}, {&a->fch, N * 4 * Cl, NULL, 1, 0},
-        {&a->fch_gelu, N * 4 * Cl, sc->fch_gelu, 1, recompute >= 1}, {&a->residual3, Nl * C, NULL, 1, 0},
-        {&a->dfcproj, N * C, NULL, split, 0}, {&a->dfc, N * 4 * Cl, NULL, split, 0},
-        {&a->dattproj, N * C, NULL, split, 0}, {&a->dqkv, N * 3 * Cl, NULL, split, 0},
-    };
-    struct { float ***slot; size_t elems; } f32[] = {
-        {&a->ln1_mean, Nl}, {&a->ln1_rstd, Nl}, {&a->ln2_mean, Nl}, {&a->ln2_rstd, Nl}, {&a->lse, (size_t)B * NH * T},
-    };
-    for (size_t s = 0; s < sizeof(bf) / sizeof(bf[0]); s++)
-        for (int l = l0; l < l1; l++) {
-            // a recomputed buffer is the scratch's (counted there); without recomputation each layer keeps its own
-            floatX *p = !bf[s].kept ? NULL
-                      : bf[s].recomputed ? bf[s].shared
-                                         : (floatX *)GPU_TAKE(off, base, bf[s].elems * sizeof(floatX));
-            if (base) (*bf[s].slot)[l] = p;
+    size_t bf[GPU_ACT_BF], f32[GPU_ACT_F32];
+    gpu_layer_elems(c, B, T, split, tp, sp, bf, f32);
+    floatX **const *bslot[GPU_ACT_BF] = {&a->ln1, &a->qkv, &a->atty, &a->residual2, &a->ln2, &a->fch, &a->fch_gelu,
+                                         &a->residual3, &a->dfcproj, &a->dfc, &a->dattproj, &a->dqkv};
+    float **const *fslot[GPU_ACT_F32] = {&a->ln1_mean, &a->ln1_rstd, &a->ln2_mean, &a->ln2_rstd, &a->lse};
+    // (kept: the layer's own buffer; recomputed: the scratch's shared one, counted there)
+    for (int s = 0; s < GPU_ACT_BF; s++)
+        for (int l = l0; l < l1 && bf[s]; l++) {
+            floatX *p = gpu_act_shared(s, 0, recompute_layer(rp, l))
+                            ? sc->layer_bf[s]
+                            : (floatX *)GPU_TAKE(off, base, bf[s] * sizeof(floatX));
+            if (base) (*bslot[s])[l] = p;
         }
-    for (size_t s = 0; s < sizeof(f32) / sizeof(f32[0]); s++)
+    for (int s = 0; s < GPU_ACT_F32; s++)
         for (int l = l0; l < l1; l++) {
-            float *p = (float *)GPU_TAKE(off, base, f32[s].elems * sizeof(float));
-            if (base) (*f32[s].slot)[l] = p;
+            float *p = gpu_act_shared(s, 1, recompute_layer(rp, l)) ? sc->layer_f32[s]
+                                                                    : (float *)GPU_TAKE(off, base, f32[s] * sizeof(float));
+            if (base) (*fslot[s])[l] = p;
         }
     int last = l1 == L;
     struct { void **slot; size_t bytes; } single[] = {
@@ -256,8 +285,9 @@ static size_t gpu_acts_layout(GPUActs *a, const GPTConfig *c, int B, int T, int 
 }
 
 // Lays the shared buffers out (as gpu_acts_layout). last: the rank runs the classifier.
-static size_t gpu_scratch_layout(GPUScratch *sc, const GPTConfig *c, int B, int T, int recompute, int last, int tp,
-                                 char *base) {
+// The recomputing layers' shared buffers are there when any layer of the model needs them.
+static size_t gpu_scratch_layout(GPUScratch *sc, const GPTConfig *c, int B, int T, const RecomputePolicy *rp,
+                                 int last, int tp, int sp, char *base) {
     size_t C = c->channels, Cl = C / tp, NH = c->num_heads / tp, Vl = (size_t)c->padded_vocab_size / tp;
     size_t N = (size_t)B * T, off = 0, P = tp > 1 ? 1 : 0;
     size_t scratch = layernorm_scratch_floats((int)N, (int)C);
@@ -267,8 +297,7 @@ static size_t gpu_scratch_layout(GPUScratch *sc, const GPTConfig *c, int B, int 
         {(void **)&sc->lnf, last ? N * C * 2 : 0}, {(void **)&sc->logits, last ? N * Vl * 2 : 0},
         {(void **)&sc->proj, N * C * 2}, {(void **)&sc->dres_compute, N * C * 2}, {(void **)&sc->dln, N * C * 2},
         {(void **)&sc->dbig, N * 4 * Cl * 2}, {(void **)&sc->dqkv, N * 3 * Cl * 2}, {(void **)&sc->datty, N * Cl * 2},
-        {(void **)&sc->ln1, recompute >= 2 ? N * C * 2 : 0}, {(void **)&sc->ln2, recompute >= 2 ? N * C * 2 : 0},
-        {(void **)&sc->fch_gelu, recompute >= 1 ? N * 4 * Cl * 2 : 0}, {(void **)&sc->delta, (size_t)B * NH * T * 4},
+        {(void **)&sc->delta, (size_t)B * NH * T * 4},
         {(void **)&sc->scratch, scratch * 4}, {(void **)&sc->partial, P * N * C * 4},
         {(void **)&sc->ce_max, last * P * tp * N * 4}, {(void **)&sc->ce_gmax, last * P * N * 4},
         {(void **)&sc->ce_stats, last * P * 2 * N * 4},
@@ -277,17 +306,27 @@ static size_t gpu_scratch_layout(GPUScratch *sc, const GPTConfig *c, int B, int 
         void *p = parts[s].bytes ? GPU_TAKE(off, base, parts[s].bytes) : NULL;
         if (base) *parts[s].slot = p;
     }
+    size_t bf[GPU_ACT_BF], f32[GPU_ACT_F32];
+    gpu_layer_elems(c, B, T, 0, tp, sp, bf, f32);  // (a split backward's buffers are never shared)
+    for (int s = 0; s < GPU_ACT_BF + GPU_ACT_F32; s++) {
+        int f = s >= GPU_ACT_BF, k = f ? s - GPU_ACT_BF : s, used = 0;
+        for (int l = 0; l < c->num_layers; l++) used |= gpu_act_shared(k, f, recompute_layer(rp, l));
+        size_t bytes = used ? (f ? f32[k] * sizeof(float) : bf[k] * sizeof(floatX)) : 0;
+        void *p = bytes ? GPU_TAKE(off, base, bytes) : NULL;
+        if (base && f) sc->layer_f32[k] = (float *)p;
+        if (base && !f) sc->layer_bf[k] = (floatX *)p;
+    }
     return off;
 }
 
 // Device bytes of one micro-batch's activations of layers [l0, l1) (with its encoder index on stage 0).
-static size_t gpu_acts_bytes(const GPTConfig *c, int B, int T, int l0, int l1, int recompute, int split, int tp,
-                             int sp) {
+static size_t gpu_acts_bytes(const GPTConfig *c, int B, int T, int l0, int l1, const RecomputePolicy *rp, int split,
+                             int tp, int sp) {
     GPUActs a;
     GPUScratch sc;
     memset(&a, 0, sizeof(a));
     memset(&sc, 0, sizeof(sc));
-    return gpu_acts_layout(&a, c, B, T, l0, l1, recompute, split, tp, sp, &sc, NULL) +
+    return gpu_acts_layout(&a, c, B, T, l0, l1, rp, split, tp, sp, &sc, NULL) +
            (l0 == 0 ? sizeof(int) * (3 * (size_t)B * T + 1) : 0);
 }
 
@@ -313,10 +352,11 @@ static void gpu_acts_alloc(GPTGPU *m, GPUActs *a, int l0, int l1, int split) {
     float ***fs[] = {&a->ln1_mean, &a->ln1_rstd, &a->ln2_mean, &a->ln2_rstd, &a->lse};
     for (size_t s = 0; s < sizeof(bs) / sizeof(bs[0]); s++) *bs[s] = (floatX **)callocCheck(L, sizeof(floatX *));
     for (size_t s = 0; s < sizeof(fs) / sizeof(fs[0]); s++) *fs[s] = (float **)callocCheck(L, sizeof(float *));
-    a->bytes = gpu_acts_layout(a, &m->cfg, m->B, m->T, l0, l1, m->recompute, split, m->tp.size, m->tp.sp, &m->scratch,
-                               NULL);
+    a->bytes = gpu_acts_layout(a, &m->cfg, m->B, m->T, l0, l1, &m->recompute, split, m->tp.size, m->tp.sp,
+                               &m->scratch, NULL);
     a->memory = (char *)cudaMallocCheck(a->bytes);
-    gpu_acts_layout(a, &m->cfg, m->B, m->T, l0, l1, m->recompute, split, m->tp.size, m->tp.sp, &m->scratch, a->memory);
+    gpu_acts_layout(a, &m->cfg, m->B, m->T, l0, l1, &m->recompute, split, m->tp.size, m->tp.sp, &m->scratch,
+                    a->memory);
     a->l0 = l0, a->l1 = l1, a->split = split;
     if (l0 == 0) encoder_index_init(&a->index, m->B * m->T, m->cfg.vocab_size);
 }
@@ -347,20 +387,28 @@ static inline int64_t segment_buffer_elems(const ParamLayout *pl, int num_slots)
     return n;
 }
 
-// The device memory a model of `held` (NULL: all of it) needs, without
-// allocating anything, at its sharding, with act_sets micro-batches'
-// activations (1; a pipeline: the schedule's peak of its average chunk).
-// What one layer keeps of a micro-batch's activations (a middle layer of a
-// deeper model: neither end's buffers).
-static size_t gpu_layer_acts_bytes(const GPTConfig *c, int B, int T, int recompute, int split, int tp, int sp) {
-    GPTConfig deep = *c;
-    deep.num_layers = 3;
-    return gpu_acts_bytes(&deep, B, T, 1, 2, recompute, split, tp, sp) -
-           gpu_acts_bytes(&deep, B, T, 1, 1, recompute, split, tp, sp);
+// What a layer keeps of a micro-batch's activations, on average over the
+// model's layers (their recompute policies differ under full:K).
+static size_t gpu_layer_acts_bytes(const GPTConfig *c, int B, int T, const RecomputePolicy *rp, int split, int tp,
+                                   int sp) {
+    size_t bf[GPU_ACT_BF], f32[GPU_ACT_F32], total = 0;
+    gpu_layer_elems(c, B, T, split, tp, sp, bf, f32);
+    for (int l = 0; l < c->num_layers; l++) {
+        RecomputeKind kind = recompute_layer(rp, l);
+        for (int s = 0; s < GPU_ACT_BF; s++)
+            if (!gpu_act_shared(s, 0, kind)) total += (bf[s] * sizeof(floatX) + 255) / 256 * 256;
+        for (int s = 0; s < GPU_ACT_F32; s++)
+            if (!gpu_act_shared(s, 1, kind)) total += (f32[s] * sizeof(float) + 255) / 256 * 256;
+    }
+    return total / (size_t)c->num_layers;
 }
 
+// The device memory a model of `held` (NULL: all of it) needs, without
+// allocating anything, at its sharding, with act_sets micro-batches'
+// activations (1; a pipeline: the schedule's peak of its held layers).
 static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, int tp, int sp, int B, int T,
-                                int recompute, AttentionKind attention, GPUSharding sh, int act_sets, int split) {
+                                const RecomputePolicy *rp, AttentionKind attention, GPUSharding sh, int act_sets,
+                                int split) {
     ParamLayout pl;
     param_layout_init_held(&pl, cfg, held, tp, 0);
     ShardMap sm;
@@ -368,8 +416,9 @@ static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, 
     size_t P = (size_t)sm.num_elements, S = (size_t)sm.shard;
     size_t pseg = sh.stage >= 3 ? (size_t)segment_buffer_elems(&pl, segment_num_slots(&pl, GPU_PARAM_SLOTS, 0)) : 0;
     size_t gseg = sh.stage >= 2 ? (size_t)segment_buffer_elems(&pl, segment_num_slots(&pl, GPU_GRAD_SLOTS, split)) : 0;
-    int first = !held || held->embeddings, last = !held || held->lnf, held_layers = 0;
-    for (int l = 0; l < cfg->num_layers; l++) held_layers += param_segment_held(&pl, l + 1);
+    int first = !held || held->embeddings, last = !held || held->lnf, held_layers = 0, first_layer = -1;
+    for (int l = 0; l < cfg->num_layers; l++)
+        if (param_segment_held(&pl, l + 1)) held_layers++, first_layer = first_layer < 0 ? l : first_layer;
     param_layout_free(&pl);
     GPUScratch sc;
     memset(&sc, 0, sizeof(sc));
@@ -379,12 +428,12 @@ static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, 
     m.grads = (sh.stage >= 2 ? S + gseg : P) * sizeof(float) + tied * sizeof(float);
     m.optimizer = 2 * S * sizeof(float);
     m.segment_buffers = pseg * sizeof(floatX) + gseg * sizeof(float);
-    // (the average chunk's layers, with the ends' buffers: an over-estimate for a middle stage)
-    int layers = act_sets > 0 ? held_layers : 0;
-    m.activations = (size_t)act_sets * gpu_acts_bytes(cfg, B, T, first ? 0 : 1, first ? layers : 1 + layers,
-                                                      recompute, split, tp, sp) +
-                    gpu_scratch_layout(&sc, cfg, B, T, recompute, last, tp, NULL);
-    m.layer_activations = gpu_layer_acts_bytes(cfg, B, T, recompute, split, tp, sp);
+    // (the held layers from the first, with the ends' buffers: an over-estimate for a middle stage)
+    int layers = act_sets > 0 ? held_layers : 0, l0 = first ? 0 : (first_layer > 0 ? first_layer : 1);
+    if (l0 + layers > cfg->num_layers) l0 = cfg->num_layers - layers;
+    m.activations = (size_t)act_sets * gpu_acts_bytes(cfg, B, T, l0, l0 + layers, rp, split, tp, sp) +
+                    gpu_scratch_layout(&sc, cfg, B, T, rp, last, tp, sp, NULL);
+    m.layer_activations = gpu_layer_acts_bytes(cfg, B, T, rp, split, tp, sp);
     GPTConfig heads = *cfg;  // (cuDNN's graphs run the rank's heads)
     heads.channels /= tp, heads.num_heads /= tp;
     m.workspace = MATMUL_WORKSPACE_BYTES +
@@ -476,7 +525,7 @@ static void gpu_norm_ranges_init(GPTGPU *m) {
 
 // mem_limit_mb: the rank's budget (--mem-limit-mb; 0: the device's free memory).
 static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *held, TPContext tp, int B, int T,
-                         int recompute, AttentionKind attention, GPUSharding sh, int act_sets, int split,
+                         RecomputePolicy recompute, AttentionKind attention, GPUSharding sh, int act_sets, int split,
                          double mem_limit_mb) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
@@ -491,13 +540,13 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *he
         die_usage("--attention flash: head size %d (n-embd / n-head) is not 32 or 64", hs);
     if (attention == ATTENTION_CUDNN && !cudnn_attention_available())
         die_usage("--attention cudnn: this build has no cuDNN (set CUDNN_HOME and rebuild)");
-    GPUMemory need = gpu_gpt_memory(cfg, held, tp.size, tp.sp, B, T, recompute, attention, sh, act_sets, split);
+    GPUMemory need = gpu_gpt_memory(cfg, held, tp.size, tp.sp, B, T, &recompute, attention, sh, act_sets, split);
     double total = (double)gpu_memory_total(&need), s;
     const char *unit = mem_unit(total, &s);
     MemBudget have = mem_budget((double)cuda_free_bytes(), "free", mem_limit_mb, total);
     if (total > have.bytes)
         die_usage("model (L=%d C=%d) at batch %d x %d needs %.2f %s on the GPU but %s (params %.2f, grads %.2f, "
-                  "optimizer %.2f, activations %.2f, workspace %.2f %s); try a smaller --batch-size, --recompute 2, "
+                  "optimizer %.2f, activations %.2f, workspace %.2f %s); try a smaller --batch-size, --recompute full, "
                   "a higher --zero stage over more GPUs, or more --pp stages", cfg->num_layers, cfg->channels, B, T,
                   total / s, unit, have.text, need.params / s, need.grads / s, need.optimizer / s,
                   need.activations / s, need.workspace / s, unit);
@@ -553,9 +602,9 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *he
     }
     m->norm_scratch = (float *)cudaMallocCheck(global_norm_scratch_floats() * sizeof(float));
     if (tp.size > 1) gpu_norm_ranges_init(m);
-    m->scratch.bytes = gpu_scratch_layout(&m->scratch, cfg, B, T, recompute, last, tp.size, NULL);
+    m->scratch.bytes = gpu_scratch_layout(&m->scratch, cfg, B, T, &recompute, last, tp.size, tp.sp, NULL);
     m->scratch.memory = (char *)cudaMallocCheck(m->scratch.bytes);
-    gpu_scratch_layout(&m->scratch, cfg, B, T, recompute, last, tp.size, m->scratch.memory);
+    gpu_scratch_layout(&m->scratch, cfg, B, T, &recompute, last, tp.size, tp.sp, m->scratch.memory);
     if (!held) gpu_acts_alloc(m, &m->acts, 0, cfg->num_layers, split);
     gpu_gpt_zero_grad(m);
 }
@@ -658,19 +707,21 @@ static void gpu_gpt_get_grads(GPTGPU *m, float *host) {
     CUDA_CHECK(cudaMemcpy(host, m->grads, sizeof(float) * (size_t)m->layout.num_elements, cudaMemcpyDeviceToHost));
 }
 
-static void gpu_attention_forward(GPTGPU *m, floatX *out, float *lse, const floatX *qkv, int B, int T) {
+static void gpu_attention_forward(GPTGPU *m, int l, floatX *out, float *lse, const floatX *qkv, int B, int T) {
     NVTX_RANGE("attention_forward");
-    if (m->attention == ATTENTION_CUDNN)
+    if (m->cp) cp_gpu_attention_forward(m->cp, l, out, lse, qkv, B, m->stream);
+    else if (m->attention == ATTENTION_CUDNN)
         gpu_cudnn_attention_forward(&m->cudnn, out, lse, qkv, B, T, m->cfg.channels / m->tp.size,
                                     m->cfg.num_heads / m->tp.size, m->stream);
     else gpu_flash_attention_forward(out, lse, qkv, B, T, m->cfg.channels / m->tp.size, m->cfg.num_heads / m->tp.size,
                                      m->stream);
 }
 
-static void gpu_attention_backward(GPTGPU *m, floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out,
-                                   const float *lse, int B, int T) {
+static void gpu_attention_backward(GPTGPU *m, int l, floatX *dqkv, const floatX *dout, const floatX *qkv,
+                                   const floatX *out, const float *lse, int B, int T) {
     NVTX_RANGE("attention_backward");
-    if (m->attention == ATTENTION_CUDNN)
+    if (m->cp) cp_gpu_attention_backward(m->cp, l, dqkv, m->scratch.delta, dout, qkv, out, lse, B, m->stream);
+    else if (m->attention == ATTENTION_CUDNN)
         gpu_cudnn_attention_backward(&m->cudnn, dqkv, m->scratch.delta, dout, qkv, out, lse, B, T,
                                      m->cfg.channels / m->tp.size, m->cfg.num_heads / m->tp.size, m->stream);
     else gpu_flash_attention_backward(dqkv, m->scratch.delta, dout, qkv, out, lse, B, T, m->cfg.channels / m->tp.size,
@@ -797,6 +848,19 @@ static const floatX *gpu_dres_gathered(GPTGPU *m, int N, int C) {
 // ---------------------------------------------------------------------------
 // a stage's forward and backward
 
+// Layer l's forward from its ln_1 output (made by the layer before's fused
+// residual add, or the stage's first LayerNorm) to its MLP's GELU output.
+static void gpu_layer_forward_inner(GPTGPU *m, GPUActs *a, int l, const LayerWeights *w, int B, int T) {
+    int C = m->cfg.channels, Cl = C / m->tp.size, N = B * T;
+    const floatX *residual = l == a->l0 ? a->input : a->residual3[l - 1];
+    gpu_matmul_forward(&m->mm, a->qkv[l], NULL, a->ln1[l], w->qkvw, w->qkvb, N, C, 3 * Cl, m->stream);
+    gpu_attention_forward(m, l, a->atty[l], a->lse[l], a->qkv[l], B, T);
+    gpu_row_parallel_forward(m, m->scratch.proj, a->atty[l], w->attprojw, w->attprojb, N, Cl, C);
+    gpu_residual_layernorm_gathered(m, a->residual2[l], a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], residual,
+                                    m->scratch.proj, w->ln2w, w->ln2b, N, C);
+    gpu_matmul_forward(&m->mm, a->fch_gelu[l], a->fch[l], a->ln2[l], w->fcw, w->fcb, N, C, 4 * Cl, m->stream);
+}
+
 // Forward of layers [a->l0, a->l1) on micro-batch mb of the step's tokens
 // (x_host: its inputs, for the embedding backward's index), B x T. The first
 // stage embeds; any other reads a->input (what the stage before sent). The
@@ -824,6 +888,7 @@ static void gpu_stage_forward(GPTGPU *m, GPUActs *a, const int *x_host, int mb, 
         if (dloss != 0.0f) encoder_index_build(&a->index, x_host, N, v0, tp > 1 ? vreal : V, s);
         gpt_hooks_params_needed(h, 0, HOOK_FORWARD);
         const floatX *wte = gpu_param_compute(m, PK_WTE, -1), *wpe = gpu_param_compute(m, PK_WPE, -1);
+        if (m->cp) wpe = cp_gpu_local_wpe(m->cp, wpe, s);  // (the rank's positions' rows)
         if (tp == 1) {
             gpu_encoder_forward(a->input, inputs, wte, wpe, B, T, C, s);
         } else {  // the rank's vocabulary rows, completed over the group, then the positions
@@ -840,13 +905,7 @@ static void gpu_stage_forward(GPTGPU *m, GPUActs *a, const int *x_host, int mb, 
         gpt_hooks_params_needed(h, l + 1, HOOK_FORWARD);
         gpt_hooks_prefetch(h, pl, l + 1 < l1 ? l + 2 : L + 1);
         LayerWeights w = gpu_layer_weights(m, l);
-        const floatX *residual = l == l0 ? a->input : a->residual3[l - 1];
-        gpu_matmul_forward(&m->mm, a->qkv[l], NULL, a->ln1[l], w.qkvw, w.qkvb, N, C, 3 * Cl, s);
-        gpu_attention_forward(m, a->atty[l], a->lse[l], a->qkv[l], B, T);
-        gpu_row_parallel_forward(m, sc->proj, a->atty[l], w.attprojw, w.attprojb, N, Cl, C);
-        gpu_residual_layernorm_gathered(m, a->residual2[l], a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], residual,
-                                        sc->proj, w.ln2w, w.ln2b, N, C);
-        gpu_matmul_forward(&m->mm, a->fch_gelu[l], a->fch[l], a->ln2[l], w.fcw, w.fcb, N, C, 4 * Cl, s);
+        gpu_layer_forward_inner(m, a, l, &w, B, T);
         gpu_row_parallel_forward(m, sc->proj, a->fch_gelu[l], w.fcprojw, w.fcprojb, N, 4 * Cl, C);
         if (l + 1 < l1) {  // the next layer's ln_1 fused with this residual add
             gpt_hooks_params_needed(h, l + 2, HOOK_FORWARD);
@@ -903,16 +962,18 @@ static void gpu_stage_forward(GPTGPU *m, GPUActs *a, const int *x_host, int mb, 
     }
 }
 
-// The inputs a layer's weight gradients read, recomputed where --recompute
-// shares their buffers (the same kernels: the forward's bits).
-static void gpu_layer_recompute(GPTGPU *m, GPUActs *a, int l, const LayerWeights *w, int N) {
-    int C = m->cfg.channels, Cl = C / m->tp.size;
-    if (m->recompute >= 1) gpu_gelu_forward(a->fch_gelu[l], a->fch[l], (int64_t)N * 4 * Cl, m->stream);
-    if (m->recompute >= 2) {
-        gpu_layernorm_gathered(m, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w->ln2w, w->ln2b, N, C);
-        gpu_layernorm_gathered(m, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], l == a->l0 ? a->input : a->residual3[l - 1],
-                               w->ln1w, w->ln1b, N, C);
-    }
+// What layer l's backward reads and its recompute policy did not keep,
+// computed again by the forward's kernels: the GELU output from the kept
+// pre-activation (selective), or the layer's forward from its input (full:
+// its ln_1 unfused, the same bits as the fused one: layernorm.cuh).
+static void gpu_layer_recompute(GPTGPU *m, GPUActs *a, int l, const LayerWeights *w) {
+    int C = m->cfg.channels, Cl = C / m->tp.size, N = a->B * a->T;
+    RecomputeKind kind = recompute_layer(&m->recompute, l);
+    if (kind == RECOMPUTE_SELECTIVE) gpu_gelu_forward(a->fch_gelu[l], a->fch[l], (int64_t)N * 4 * Cl, m->stream);
+    if (kind != RECOMPUTE_FULL) return;
+    gpu_layernorm_gathered(m, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], l == a->l0 ? a->input : a->residual3[l - 1],
+                           w->ln1w, w->ln1b, N, C);
+    gpu_layer_forward_inner(m, a, l, w, a->B, a->T);
 }
 
 // The embeddings' gradient (first stage), from the residual gradient at layer
@@ -922,16 +983,18 @@ static void gpu_embedding_backward(GPTGPU *m, GPUActs *a) {
     gpt_hooks_params_needed(&m->hooks, 0, HOOK_GRADS);
     int C = m->cfg.channels, N = a->B * a->T;
     cudaStream_t s = m->stream;
+    float *dwpe = m->cp ? cp_gpu_local_dwpe(m->cp, s) : gpu_grad(m, PK_WPE, -1);  // (the rank's positions' rows)
     if (!m->tp.sp) {
-        gpu_encoder_backward(gpu_grad(m, PK_WTE, -1), gpu_grad(m, PK_WPE, -1), a->dres, &a->index, a->B, a->T, C, s);
+        gpu_encoder_backward(gpu_grad(m, PK_WTE, -1), dwpe, a->dres, &a->index, a->B, a->T, C, s);
     } else {
         float *full = m->scratch.partial;  // the residual gradient's rows gathered
         CUDA_CHECK(cudaMemcpyAsync(full + (size_t)tp_row0(&m->tp, N) * C, a->dres,
                                    sizeof(float) * (size_t)tp_rows(&m->tp, N) * C, cudaMemcpyDeviceToDevice, s));
         tp_gather_rows(&m->tp, full, N, C, COMM_F32);
         gpu_encoder_backward_wte(gpu_grad(m, PK_WTE, -1), full, &a->index, C, s);
-        gpu_tp_wpe_backward(gpu_grad(m, PK_WPE, -1), a->dres, tp_row0(&m->tp, N), a->T, tp_rows(&m->tp, N), C, s);
+        gpu_tp_wpe_backward(dwpe, a->dres, tp_row0(&m->tp, N), a->T, tp_rows(&m->tp, N), C, s);
     }
+    if (m->cp) cp_gpu_add_dwpe(m->cp, gpu_grad(m, PK_WPE, -1), s);
     gpt_hooks_grads_ready(&m->hooks, 0);
 }
 
@@ -975,8 +1038,8 @@ static void gpu_stage_backward(GPTGPU *m, GPUActs *a) {
         LayerTensors g = layer_tensors(pl, m->grad_view[l + 1], l);
         const floatX *residual = l == l0 ? a->input : a->residual3[l - 1];
         floatX *dbig = split ? a->dfc[l] : sc->dbig, *dqkv = split ? a->dqkv[l] : sc->dqkv;
+        gpu_layer_recompute(m, a, l, &w);
         // dres: gradient w.r.t. residual3 = residual2 + mlp(ln2(residual2))
-        if (m->recompute >= 1) gpu_gelu_forward(a->fch_gelu[l], a->fch[l], (int64_t)N * 4 * Cl, s);
         const floatX *dout = gpu_dres_gathered(m, N, C);
         if (split) CUDA_CHECK(cudaMemcpyAsync(a->dfcproj[l], dout, sizeof(floatX) * (size_t)N * C,
                                               cudaMemcpyDeviceToDevice, s));
@@ -984,8 +1047,6 @@ static void gpu_stage_backward(GPTGPU *m, GPUActs *a) {
                                    w.fcprojw, N, 4 * Cl, C, s);
         gpu_colsum_accumulate<float>(g.fcprojb, sc->scratch, a->dres, Nl, C, s);
         gpu_gelu_backward_inplace(dbig, a->fch[l], (int64_t)N * 4 * Cl, s);
-        if (m->recompute >= 2)
-            gpu_layernorm_gathered(m, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w.ln2w, w.ln2b, N, C);
         gpu_column_parallel_backward<floatX>(m, sc->dln, split ? NULL : g.fcw, g.fcb, dbig, dbig, a->ln2[l], w.fcw, N, C,
                                            4 * Cl);
         gpu_layernorm_backward(a->dres, dres_compute, g.ln2w, g.ln2b, sc->scratch, sc->dln, a->residual2[l], w.ln2w,
@@ -997,9 +1058,7 @@ static void gpu_stage_backward(GPTGPU *m, GPUActs *a) {
         gpu_matmul_backward<float>(&m->mm, sc->datty, split ? NULL : g.attprojw, NULL, NULL, dout, NULL, a->atty[l],
                                    w.attprojw, N, Cl, C, s);
         gpu_colsum_accumulate<float>(g.attprojb, sc->scratch, a->dres, Nl, C, s);
-        gpu_attention_backward(m, dqkv, sc->datty, a->qkv[l], a->atty[l], a->lse[l], B, T);
-        if (m->recompute >= 2)
-            gpu_layernorm_gathered(m, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C);
+        gpu_attention_backward(m, l, dqkv, sc->datty, a->qkv[l], a->atty[l], a->lse[l], B, T);
         gpu_column_parallel_backward<floatX>(m, sc->dln, split ? NULL : g.qkvw, g.qkvb, dqkv, dqkv, a->ln1[l], w.qkvw, N,
                                            C, 3 * Cl);
         gpu_layernorm_backward(a->dres, dres_compute, g.ln1w, g.ln1b, sc->scratch, sc->dln, residual, w.ln1w,
@@ -1019,14 +1078,14 @@ static void gpu_stage_backward_weights(GPTGPU *m, GPUActs *a) {
     int C = m->cfg.channels, Cl = C / m->tp.size, N = a->B * a->T;
     cudaStream_t s = m->stream;
     for (int l = a->l1 - 1; l >= a->l0; l--) {
-        gpt_hooks_params_needed(&m->hooks, l + 1, m->recompute >= 2 ? HOOK_BACKWARD : HOOK_GRADS);
+        // (a recomputed forward reads the layer's weights)
+        int full = recompute_layer(&m->recompute, l) == RECOMPUTE_FULL;
+        gpt_hooks_params_needed(&m->hooks, l + 1, full ? HOOK_BACKWARD : HOOK_GRADS);
         LayerTensors g = layer_tensors(&m->layout, m->grad_view[l + 1], l);
-        if (m->recompute >= 1) {  // (the LayerNorms' recomputation reads their weights)
-            LayerWeights w;
-            memset(&w, 0, sizeof(w));
-            if (m->recompute >= 2) w = gpu_layer_weights(m, l);
-            gpu_layer_recompute(m, a, l, &w, N);
-        }
+        LayerWeights w;
+        memset(&w, 0, sizeof(w));
+        if (full) w = gpu_layer_weights(m, l);
+        gpu_layer_recompute(m, a, l, &w);
         gpu_matmul_backward<floatX>(&m->mm, NULL, g.fcprojw, NULL, NULL, a->dfcproj[l], NULL, a->fch_gelu[l], NULL, N,
                                   4 * Cl, C, s);
         gpu_matmul_backward<floatX>(&m->mm, NULL, g.fcw, NULL, NULL, a->dfc[l], NULL, a->ln2[l], NULL, N, C, 4 * Cl, s);
@@ -1042,11 +1101,13 @@ static void gpu_stage_backward_weights(GPTGPU *m, GPUActs *a) {
 // ---------------------------------------------------------------------------
 // the whole model on one micro-batch (tests, evaluation, sampling)
 
-// Forward over inputs (B,T) (host ids), as gpt_forward in llmc/gpt_cpu.h: with
-// targets, returns the mean loss (a synchronisation); without, the logits stay
-// on the device (see gpu_gpt_logits). With dloss != 0 the classifier's
-// backward runs here too and gpu_gpt_backward may follow.
-static float gpu_gpt_forward(GPTGPU *m, const int *inputs, const int *targets, int B, int T, float dloss) {
+// Forward over inputs (B,T) (host ids) on activations a (layers [a->l0,
+// a->l1): a pipeline stage's), as gpt_forward in llmc/gpt_cpu.h: with targets,
+// returns the mean loss on the last layers' stage (a synchronisation), else 0;
+// without, the logits stay on the device (see gpu_gpt_logits). With dloss != 0
+// the classifier's backward runs here too and gpu_gpt_backward may follow.
+static float gpu_gpt_forward_acts(GPTGPU *m, GPUActs *a, const int *inputs, const int *targets, int B, int T,
+                                  float dloss) {
     CHECK(B <= m->B && T <= m->T, "batch %d x %d exceeds the allocated %d x %d", B, T, m->B, m->T);
     // (one micro-batch's tokens, padded to the model's B x T: the forward reads the first B x T)
     size_t N = (size_t)m->B * m->T;
@@ -1054,13 +1115,14 @@ static float gpu_gpt_forward(GPTGPU *m, const int *inputs, const int *targets, i
     memcpy(x, inputs, sizeof(int) * (size_t)B * T);
     if (targets) memcpy(y, targets, sizeof(int) * (size_t)B * T);
     gpu_gpt_upload_tokens(m, x, y, 1);
-    gpu_stage_forward(m, &m->acts, x, 0, B, T, targets != NULL, dloss);
+    gpu_stage_forward(m, a, x, 0, B, T, targets != NULL, dloss);
     float loss = 0.0f;
-    if (targets) {
+    if (targets && a->l1 == m->cfg.num_layers) {
         size_t n = (size_t)B * T;
         CUDA_CHECK(cudaMemcpyAsync(m->h_losses, m->step_losses, sizeof(float) * n, cudaMemcpyDeviceToHost, m->stream));
         CUDA_CHECK(cudaStreamSynchronize(m->stream));
         tp_retire(&m->tp);  // (done: the stream waited for them)
+        if (m->cp) tp_retire(&m->cp->group);
         double total = 0.0;
         for (size_t i = 0; i < n; i++) total += m->h_losses[i];
         loss = (float)(total / (double)n);
@@ -1068,6 +1130,10 @@ static float gpu_gpt_forward(GPTGPU *m, const int *inputs, const int *targets, i
     free(x);
     free(y);
     return loss;
+}
+// The whole model's forward on its own activations.
+static float gpu_gpt_forward(GPTGPU *m, const int *inputs, const int *targets, int B, int T, float dloss) {
+    return gpu_gpt_forward_acts(m, &m->acts, inputs, targets, B, T, dloss);
 }
 
 // Backward of the last training forward (B then W): accumulates into the gradients.
@@ -1097,7 +1163,8 @@ static float gpu_gpt_grad_norm(GPTGPU *m) { return (float)sqrt(gpu_gpt_grad_sums
 // seed makes the stochastic rounding of this step.
 static void gpu_gpt_update(GPTGPU *m, const AdamWConfig *cfg, float grad_scale, uint64_t seed) {
     NVTX_RANGE("adamw");
-    tp_retire(&m->tp);  // the step's tensor collectives (done: the gradient norm waited for the stream)
+    tp_retire(&m->tp);  // the step's tensor and context collectives (done: the gradient norm waited for the stream)
+    if (m->cp) tp_retire(&m->cp->group);
     m->params_version++;
     if (m->adamw.num_chunks == 0) return;  // a shard of padding only
     // adamw.cuh indexes the master weights like the flat buffer, the moments from the shard's start

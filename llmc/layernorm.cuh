@@ -10,7 +10,7 @@
 // (tested at launch), else element by element. Every path (vector or element,
 // held or re-read) visits the same elements in the same order with the same
 // arithmetic, and both forwards normalise through the same device function,
-// so recomputing a LayerNorm in the backward (--recompute 2) gives the bits
+// so recomputing a LayerNorm in the backward (--recompute full) gives the bits
 // the forward gave, whichever path either call took.
 #ifndef LLMC_LAYERNORM_CUH
 #define LLMC_LAYERNORM_CUH

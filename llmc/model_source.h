@@ -1,7 +1,7 @@
 // model_source.h: what --model names, for both trainers and the planner: a
 // preset (the trainer initialises its weights from --seed), an llm.c model
 // file (modelfile.h), a Hugging Face model (hf_gpt2.h) or a checkpoint
-// (checkpoint.h's reader: a step directory, or a --ckpt-dir, whose newest
+// (ckpt_reader.h: a step directory, or a --ckpt-dir, whose newest
 // complete checkpoint it takes). The model's shape (with the explicit shape
 // flags) and this rank's part of the weights. A checkpoint gives its fp32
 // weights ("params"; the AdamW moments, data position and kept flags are not
@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint.h"     // defines: CkptReader, CKPT_ERR_MAX, ckpt_manifest_open, ckpt_check_tensor_table, ...
+#include "ckpt_reader.h"    // defines: CkptReader, CKPT_ERR_MAX, ckpt_manifest_open, ckpt_check_tensor_table, ...
 #include "hf_gpt2.h"        // defines: hf_model_weights, hf_read_config, hf_load
 #include "model.h"          // defines: GPTConfig, gpt_config_problem, ParamLayout, param_layout_init, ...
 #include "modelfile.h"      // defines: modelfile_read_config, modelfile_load

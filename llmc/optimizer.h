@@ -9,8 +9,10 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "cpu_vec.h"  // defines: vec_sum_squares
-#include "model.h"    // defines: ParamLayout, ParamTensor
+#include "ckpt_stage.h"  // defines: CKPT_STAGE_CHUNK, ckpt_stage_chunks
+#include "cpu_vec.h"     // defines: vec_sum_squares, vec_copy_streaming, vec_stream_fence
+#include "crc32c.h"      // defines: crc32c_update
+#include "model.h"       // defines: ParamLayout, ParamTensor
 
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
@@ -44,19 +46,44 @@ static inline float grad_clip_scale(float norm, float clip) {
 #define ADAMW_GRADS_LOCAL 1  // grads are indexed from begin (a shard), not like params
 #define ADAMW_ZERO_GRADS 2   // set each gradient to 0 once read: the next step needs no zeroing pass
 
+// A step's scalars, and where its gradients and moments are indexed from (an
+// update's locals: stores through the buffers cannot alias them, so the loops
+// vectorise).
+typedef struct {
+    float beta1, beta2, eps, step_size, inv_bc2_sqrt, grad_scale;
+    int zero_grads;
+    float *g, *m, *v;  // indexed like params
+} AdamWStep;
+
+// The step cfg over [begin, ...) (grads, m, v as adamw_update_range takes them).
+static inline AdamWStep adamw_step(const AdamWConfig *cfg, float grad_scale, int flags, float *grads, float *m,
+                                   float *v, int64_t begin) {
+    AdamWStep s = {cfg->beta1, cfg->beta2, cfg->eps, cfg->lr / (1.0f - powf(cfg->beta1, (float)cfg->step)),
+                   1.0f / sqrtf(1.0f - powf(cfg->beta2, (float)cfg->step)), grad_scale, flags & ADAMW_ZERO_GRADS,
+                   flags & ADAMW_GRADS_LOCAL ? grads - begin : grads, m - begin, v - begin};
+    return s;
+}
+
+// AdamW on element i (every update below runs this, so that they agree to the bit).
+static inline void adamw_element(AdamWStep s, float *params, int64_t i, float decay) {
+    float gi = s.g[i] * s.grad_scale;
+    if (s.zero_grads) s.g[i] = 0.0f;
+    float p = params[i] * decay;
+    float mi = s.m[i] + (1.0f - s.beta1) * (gi - s.m[i]);
+    float vi = s.beta2 * s.v[i] + (1.0f - s.beta2) * gi * gi;
+    s.m[i] = mi;
+    s.v[i] = vi;
+    float denom = sqrtf(vi) * s.inv_bc2_sqrt + s.eps;
+    params[i] = p - s.step_size * (mi / denom);
+}
+
 // One AdamW step on params[begin, end). grads are indexed like params (or from
 // begin, with ADAMW_GRADS_LOCAL in flags); m and v are indexed from begin.
 // grad_scale multiplies every gradient (the clip coefficient).
 static void adamw_update_range(const ParamLayout *pl, float *params, float *grads, int flags,
                                float *m, float *v, int64_t begin, int64_t end, const AdamWConfig *cfg,
                                float grad_scale) {
-    // scalars in locals: stores through params cannot alias them, so the loop vectorises
-    const float beta1 = cfg->beta1, beta2 = cfg->beta2, eps = cfg->eps;
-    const float step_size = cfg->lr / (1.0f - powf(beta1, (float)cfg->step));
-    const float inv_bc2_sqrt = 1.0f / sqrtf(1.0f - powf(beta2, (float)cfg->step));
-    const int zero_grads = flags & ADAMW_ZERO_GRADS;
-    float *g = flags & ADAMW_GRADS_LOCAL ? grads - begin : grads;
-    float *mm = m - begin, *vv = v - begin;
+    const AdamWStep st = adamw_step(cfg, grad_scale, flags, grads, m, v, begin);
 #pragma omp parallel
     for (int ti = 0; ti < pl->num_tensors; ti++) {
         const ParamTensor *t = &pl->tensors[ti];
@@ -67,17 +94,51 @@ static void adamw_update_range(const ParamLayout *pl, float *params, float *grad
         if (lo >= hi) continue;
         const float decay = t->decay ? 1.0f - cfg->lr * cfg->weight_decay : 1.0f;
 #pragma omp for schedule(static) nowait
-        for (int64_t i = lo; i < hi; i++) {
-            float gi = g[i] * grad_scale;
-            if (zero_grads) g[i] = 0.0f;
-            float p = params[i] * decay;
-            float mi = mm[i] + (1.0f - beta1) * (gi - mm[i]);
-            float vi = beta2 * vv[i] + (1.0f - beta2) * gi * gi;
-            mm[i] = mi;
-            vv[i] = vi;
-            float denom = sqrtf(vi) * inv_bc2_sqrt + eps;
-            params[i] = p - step_size * (mi / denom);
+        for (int64_t i = lo; i < hi; i++) adamw_element(st, params, i, decay);
+    }
+}
+
+// adamw_update_range over [lo, hi) (m and v indexed from lo) that also writes
+// its results, the weights, m and v, into staging as a checkpoint's copy of
+// [lo, hi) lays them out (ckpt_stage.h: state s at staging + s (hi - lo)),
+// and takes each staged chunk's CRC32C into crcs[k] (NULL: none): a
+// checkpoint's staging copy with no pass of its own over the states. Block
+// by block, the update runs as adamw_update_range's (the same results, to
+// the bit), then its results, still in cache, go to staging with streaming
+// stores and into the CRC32C. A team's threads share the chunks.
+static void adamw_update_staged(const ParamLayout *pl, float *params, float *grads, int flags, float *m, float *v,
+                                int64_t lo, int64_t hi, const AdamWConfig *cfg, float grad_scale, float *staging,
+                                uint32_t *crcs) {
+    const AdamWStep st = adamw_step(cfg, grad_scale, flags, grads, m, v, lo);
+    const int64_t n = hi - lo, chunks = ckpt_stage_chunks(n) / 3;
+    const int64_t block = 4096;  // elements updated, then staged from cache (48 KB of results)
+#pragma omp parallel
+    {
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t c = 0; c < chunks; c++) {
+            const int64_t c0 = lo + c * CKPT_STAGE_CHUNK, c1 = c0 + CKPT_STAGE_CHUNK < hi ? c0 + CKPT_STAGE_CHUNK : hi;
+            uint32_t crc[3] = {0, 0, 0};
+            int ti = 0;
+            for (int64_t b0 = c0; b0 < c1; b0 += block) {
+                const int64_t b1 = b0 + block < c1 ? b0 + block : c1;
+                for (int64_t i0 = b0; i0 < b1;) {  // each tensor's part of the block (its decay)
+                    int64_t t_end;
+                    while ((t_end = ti + 1 < pl->num_tensors ? pl->tensors[ti + 1].offset : pl->num_elements) <= i0) ti++;
+                    const int64_t i1 = t_end < b1 ? t_end : b1;
+                    const float decay = pl->tensors[ti].decay ? 1.0f - cfg->lr * cfg->weight_decay : 1.0f;
+                    for (int64_t i = i0; i < i1; i++) adamw_element(st, params, i, decay);
+                    i0 = i1;
+                }
+                const float *res[3] = {params + b0, st.m + b0, st.v + b0};
+                for (int s = 0; s < 3; s++) {
+                    vec_copy_streaming(staging + s * n + (b0 - lo), res[s], b1 - b0);
+                    if (crcs) crc[s] = crc32c_update(crc[s], res[s], sizeof(float) * (size_t)(b1 - b0));
+                }
+            }
+            if (crcs)
+                for (int s = 0; s < 3; s++) crcs[s * chunks + c] = crc[s];
         }
+        vec_stream_fence();  // (each thread's streaming stores, before the writer reads them)
     }
 }
 

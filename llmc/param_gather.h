@@ -5,7 +5,7 @@
 // one chunk, every other rank one chunk of its own.
 //
 // Who holds what: each element of the model is owned by exactly one rank, the
-// one that writes it to a checkpoint (checkpoint.h's CkptRanges.write, ranges
+// one that writes it to a checkpoint (ckpt_format.h's CkptRanges.write, ranges
 // of the rank's own buffer, which already say that for every layout: a ZeRO
 // shard, a pipeline rank's stages, a tensor-parallel slice without the
 // replicated tensors another tensor rank writes), mapped onto the global
@@ -18,7 +18,7 @@
 
 #include <stdint.h>
 
-#include "checkpoint.h"  // defines: CkptPieces
+#include "ckpt_format.h"  // defines: CkptPieces
 #include "comm.h"        // defines: CommGroup, CommRequest, comm_all_gather_start, COMM_F64, ...
 #include "modelfile.h"   // defines: ModelFileFetch, MODELFILE_CHUNK_ELEMS
 #include "param_map.h"   // defines: ParamMap, param_map_runs

@@ -20,10 +20,17 @@
 // at its F and given back once its W is done and its gradient sent, so the
 // pool grows to the schedule's peak of live micro-batches and no further.
 //
+// Every run is a pipeline: without --pp it has one stage, whose list is each
+// micro-batch's F, B and W in turn on the model's own activations (the stage
+// operations hand them out), with nothing sent and no action timed, so the
+// trainers have one path and the one-process step is the model's own loop.
+//
 // Also here: evaluation and sampling (the stages run in order on one
-// micro-batch), the --pp-trace record of the executed actions, and the
+// micro-batch), the --pp-trace record of the executed actions, the
 // end-of-run report of each rank's F, B and W times and idle fraction against
-// the simulator's prediction for the same times.
+// the simulator's prediction for the same times, and what both trainers'
+// pipelines share (PipelineCore): the groups, the step's tokens and the tied
+// token embedding's protocol between the first and the last stage.
 #ifndef LLMC_PIPELINE_H
 #define LLMC_PIPELINE_H
 
@@ -32,12 +39,16 @@
 #include <string.h>
 
 #include "comm.h"         // defines: CommRequest, CommGroup, comm_wait, comm_batch_begin, ...
-#include "pp_layout.h"    // defines: PPLayout, pp_layout_free
+#include "model.h"        // defines: GPTConfig, ParamLayout, ParamHolding, param_layout_init_held, param_tensor, ...
+#include "pp_layout.h"    // defines: PPLayout, pp_layout_free, pp_holding
 #include "pp_schedule.h"  // defines: PPSchedule, pp_stage_of, PP_ZB1P, pp_schedule_free, ...
+#include "rand.h"         // defines: Rng, rng_uniform
 #include "utils.h"        // defines: die_usage, CHECK, mallocCheck, wall_seconds
+#include "zero_shard.h"   // defines: ShardMap, shard_map_init, shard_piece, shard_counts
 
 #define PP_TAG_BASE 200  // point-to-point tags on the pipeline group: PP_TAG_BASE + (stage, micro-batch, direction)
 #define PP_TAG_EVAL 100
+#define PP_TAG_WTE 101   // the tied token embedding between the first and the last stage
 
 // The buffers of a stage's activation set that messages go to and come from.
 typedef enum {
@@ -49,24 +60,25 @@ typedef enum {
 
 // What a trainer gives the runtime: its stages' compute on activation sets.
 // chunk: this rank's chunk (stage chunk * p + rank); mb: the micro-batch of
-// the step (the trainer keeps the step's tokens); last: the chunk's last
-// micro-batch of the step (its gradients are reduced after this pass).
+// the step (the trainer keeps the step's tokens).
 typedef struct {
     void *ctx;
     void *(*slot_new)(void *ctx, int chunk);
     void (*slot_free)(void *ctx, void *slot);
     void (*forward)(void *ctx, void *slot, int chunk, int mb);
-    void (*backward)(void *ctx, void *slot, int chunk, int mb, int last);  // B (and W, unless split)
-    void (*weights)(void *ctx, void *slot, int chunk, int mb, int last);   // W of a split backward
-    void *(*buffer)(void *ctx, void *slot, PPBuffer which);
+    void (*backward)(void *ctx, void *slot);  // B (and W, unless split)
+    void (*weights)(void *ctx, void *slot);   // W of a split backward
+    void *(*buffer)(void *slot, PPBuffer which);
     // evaluation and sampling: one micro-batch x, y (y NULL: logits only) through chunk's stage on its
-    // own activations; returns the mean loss on the last stage
+    // own activations (eval_acts'); returns the mean loss on the last stage
     float (*eval_forward)(void *ctx, int chunk, const int *x, const int *y, int B, int T);
-    void *(*eval_buffer)(void *ctx, int chunk, PPBuffer which);
+    void *(*eval_acts)(void *ctx, int chunk);
     // before compute that reads what r received is queued (GPU: the compute stream waits for it)
     void (*consume)(void *ctx, CommRequest *r);
     // before the clock is read for an action's time (GPU: the compute stream drains); NULL: nothing
     void (*sync)(void *ctx);
+    // before a pass that writes gradients (ZeRO's hook; last: the chunk's last such pass of the step)
+    void (*begin_pass)(void *ctx, int last);
 } PPStageOps;
 
 typedef struct {
@@ -194,7 +206,7 @@ static void pp_run_comm_group(PPRunner *pr, int i, int end) {
         CommDType t = fwd ? pr->act_type : pr->grad_type;
         CHECK(nreq < 16, "a pipeline communication group of more than 16 messages");
         if (a->op == PP_RECV_F || a->op == PP_RECV_B) {
-            CommRequest r = comm_recv_start(pr->pipe, pr->ops.buffer(pr->ops.ctx, s->act, fwd ? PP_BUF_IN : PP_BUF_DOUT),
+            CommRequest r = comm_recv_start(pr->pipe, pr->ops.buffer(s->act, fwd ? PP_BUF_IN : PP_BUF_DOUT),
                                             n, t, a->peer, pp_tag(pr, g, a->mb, !fwd));
             if (pr->fuse) {  // completed with the group, and read by its consumer's stream (below)
                 sent_b[nreq] = -1;
@@ -207,7 +219,7 @@ static void pp_run_comm_group(PPRunner *pr, int i, int end) {
         } else {
             sent_b[nreq] = fwd ? -1 : (int)(s - pr->pool);
             received[nreq] = 0;
-            reqs[nreq++] = comm_send_start(pr->pipe, pr->ops.buffer(pr->ops.ctx, s->act, fwd ? PP_BUF_OUT : PP_BUF_DIN),
+            reqs[nreq++] = comm_send_start(pr->pipe, pr->ops.buffer(s->act, fwd ? PP_BUF_OUT : PP_BUF_DIN),
                                            n, t, a->peer, pp_tag(pr, fwd ? g + 1 : g - 1, a->mb, !fwd));
         }
     }
@@ -223,8 +235,15 @@ static void pp_run_comm_group(PPRunner *pr, int i, int end) {
         }
 }
 
+// Whether the pipeline is one stage (pp = 1): the schedule is each
+// micro-batch's F, B and W in turn on the model's own activations, nothing is
+// sent, and no action is timed (no drain of the GPU's stream between them).
+static inline int pp_one_stage(const PPRunner *pr) { return pr->layout.stages == 1; }
+
 // One optimizer step's forwards and backwards over m micro-batches, as this
-// rank's list orders them.
+// rank's list orders them. A pass that writes gradients begins with the
+// trainer's begin_pass: a stage's B and W; on one stage its F (whose
+// classifier adds to wte's gradient, which the stage holds).
 static void pp_runner_step(PPRunner *pr, int m) {
     if (m != pr->m) {
         pp_schedule_free(&pr->sched);
@@ -235,16 +254,18 @@ static void pp_runner_step(PPRunner *pr, int m) {
         for (int i = 0; i < pr->npool; i++) pr->pool[i].mb = -1;
     }
     for (int i = 0; i < pr->v * m; i++) pr->slot_of[i] = -1;
-    // each chunk's last B and W of the step: after it, the chunk's gradients are complete
-    int *last_b = (int *)mallocCheck(sizeof(int) * 2 * (size_t)pr->v), *last_w = last_b + pr->v;
+    // each chunk's last F, B and W of the step: after it, the chunk's gradients are complete
+    int *last_of[3];
+    last_of[PP_F] = (int *)mallocCheck(sizeof(int) * 3 * (size_t)pr->v);
+    last_of[PP_B] = last_of[PP_F] + pr->v, last_of[PP_W] = last_of[PP_B] + pr->v;
     const PPAction *acts = pr->sched.acts;
     int begin = pr->sched.begin[pr->rank], end = pr->sched.begin[pr->rank + 1];
-    for (int i = begin; i < end; i++) {
-        if (acts[i].op == PP_B) last_b[acts[i].chunk] = i;
-        if (acts[i].op == PP_W) last_w[acts[i].chunk] = i;
-    }
+    for (int i = begin; i < end; i++)
+        if (!pp_is_comm(acts[i].op)) last_of[acts[i].op][acts[i].chunk] = i;
+    const int one = pp_one_stage(pr), timed = !one;
+    const int pass_op = one ? PP_F : PP_B;  // (and W when split)
     if (pr->trace) fprintf(pr->trace, "step %lld rank %d:", (long long)pr->step, pr->rank);
-    double step_start = wall_seconds(), busy = 0.0, op_seconds[3] = {0, 0, 0};
+    double step_start = timed ? wall_seconds() : 0.0, busy = 0.0, op_seconds[3] = {0, 0, 0};
     for (int i = begin; i < end;) {
         const PPAction *a = &acts[i];
         if (pr->trace) {
@@ -264,25 +285,29 @@ static void pp_runner_step(PPRunner *pr, int m) {
         step_time_enter(a->op == PP_F ? STEP_FWD : STEP_BWD);  // (waits for the neighbour: bubble, in comm.h)
         if (a->op == PP_F) pp_consume(pr, &s->recv_f, &s->recv_f_posted);
         if (a->op == PP_B) pp_consume(pr, &s->recv_b, &s->recv_b_posted);
-        double t0 = wall_seconds();
+        double t0 = timed ? wall_seconds() : 0.0;
+        if (a->op == pass_op || (a->op == PP_W && pr->split))
+            pr->ops.begin_pass(pr->ops.ctx, i == last_of[a->op][a->chunk]);
         if (a->op == PP_F) {
             pr->ops.forward(pr->ops.ctx, s->act, a->chunk, a->mb);
         } else if (a->op == PP_B) {
-            pr->ops.backward(pr->ops.ctx, s->act, a->chunk, a->mb, i == last_b[a->chunk]);
+            pr->ops.backward(pr->ops.ctx, s->act);
         } else {
-            if (pr->split) pr->ops.weights(pr->ops.ctx, s->act, a->chunk, a->mb, i == last_w[a->chunk]);
+            if (pr->split) pr->ops.weights(pr->ops.ctx, s->act);
             s->w_done = 1;
             pp_slot_maybe_release(pr, s);
         }
-        if (pr->ops.sync) pr->ops.sync(pr->ops.ctx);
-        double took = wall_seconds() - t0;
-        op_seconds[a->op] += took;
-        busy += took;
+        if (timed) {
+            if (pr->ops.sync) pr->ops.sync(pr->ops.ctx);
+            double took = wall_seconds() - t0;
+            op_seconds[a->op] += took;
+            busy += took;
+        }
         i++;
     }
     if (pr->trace) fprintf(pr->trace, "\n");
-    free(last_b);
-    if (pr->step > 0) {  // (the first step allocates the activations)
+    free(last_of[PP_F]);
+    if (timed && pr->step > 0) {  // (the first step allocates the activations)
         for (int k = 0; k < 3; k++) pr->op_seconds[k] += op_seconds[k], pr->op_count[k] += (int64_t)pr->v * m;
         pr->busy_seconds += busy;
         pr->span_seconds += wall_seconds() - step_start;
@@ -300,14 +325,14 @@ static float pp_runner_eval(PPRunner *pr, const int *x, const int *y, int B, int
         if (g % pr->p != pr->rank) continue;
         int c = g / pr->p;
         if (g > 0) {
-            CommRequest r = comm_recv_start(pr->pipe, pr->ops.eval_buffer(pr->ops.ctx, c, PP_BUF_IN), n, pr->act_type,
+            CommRequest r = comm_recv_start(pr->pipe, pr->ops.buffer(pr->ops.eval_acts(pr->ops.ctx, c), PP_BUF_IN), n, pr->act_type,
                                             (g - 1) % pr->p, PP_TAG_EVAL);
             if (pr->ops.consume) pr->ops.consume(pr->ops.ctx, &r);
             comm_wait(&r);
         }
         loss = pr->ops.eval_forward(pr->ops.ctx, c, x, y, B, T);
         if (g < pr->layout.stages - 1) {
-            CommRequest r = comm_send_start(pr->pipe, pr->ops.eval_buffer(pr->ops.ctx, c, PP_BUF_OUT), n,
+            CommRequest r = comm_send_start(pr->pipe, pr->ops.buffer(pr->ops.eval_acts(pr->ops.ctx, c), PP_BUF_OUT), n,
                                             pr->act_type, (g + 1) % pr->p, PP_TAG_EVAL);
             comm_wait(&r);
         }
@@ -319,7 +344,7 @@ static float pp_runner_eval(PPRunner *pr, const int *x, const int *y, int B, int
 // rank prints): each rank's mean F, B and W times and idle fraction over the
 // steps after the first, and what the simulator predicts for the lists with
 // those times: the schedule's measured bubble against its model. Transfers
-// are taken as free; the measured idle includes them.
+// are taken as free; the measured idle includes them. (One stage: nothing.)
 static void pp_runner_report(PPRunner *pr, int print) {
     if (pr->timed_steps == 0) return;
     int p = pr->p;
@@ -354,6 +379,154 @@ static void pp_runner_report(PPRunner *pr, int print) {
     }
     free(counts);
     free(all);
+}
+
+// ---------------------------------------------------------------------------
+// what both trainers' pipelines share: the runner, the groups, the step's
+// tokens, and the tied token embedding between the ends
+//
+// The first stage holds wte (embedding), the last a copy of it for the
+// classifier (the model's tied_wte, outside its layout) and its gradient.
+// After the step's passes the last stage's gradient is reduced over its data
+// group and added to the first stage's reduced one (the shard pieces at
+// ZeRO >= 1, the whole at ZeRO-0): the sum of both uses, as Megatron's
+// embedding all-reduce makes it. Only the first stage updates wte; after the
+// update, and once the weights are set, it sends the new weights (each data
+// rank its shard piece, which the last stage's data group all-gathers), so the
+// copy is the same bits as the original. One stage holds both ends: nothing
+// is tied or sent.
+
+// The layout of what pipeline rank `rank` holds (its chunks' stages), at tensor slice tp_rank of tp.
+static void pipeline_rank_layout(ParamLayout *pl, const GPTConfig *cfg, const PPLayout *layout, int rank, int tp,
+                                 int tp_rank) {
+    unsigned char *layers = (unsigned char *)mallocCheck((size_t)cfg->num_layers);
+    ParamHolding h = pp_holding(layout, rank, -1, cfg->num_layers, layers);
+    param_layout_init_held(pl, cfg, &h, tp, tp_rank);
+    free(layers);
+}
+
+// Pipeline (pipeline_cpu.h) and PipelineGPU (pipeline_gpu.cuh) begin with it.
+typedef struct {
+    PPRunner run;
+    CommGroup *pipe, *dp;               // the stages' messages, the tie's reductions (device groups on the GPU)
+    CommGroup *host_pipe, *host_world;  // the pipeline group and every rank on host buffers (scalars)
+    int B, T;
+    float dloss;
+    const int *xs, *ys;  // the step's micro-batches ((m, B*T) each, host)
+    int first, last;     // this rank holds the first stage (wte) / the last (the classifier's copy)
+    ShardMap wte_shards;  // the first stage's ZeRO shards, over its layout (wte is its first tensor)
+    int64_t wte_elems;    // Vp * C (its vocabulary slice with tensor parallelism)
+    float *wte_piece;     // the tie's receive buffer, in the trainer's memory (its piece of wte's gradient)
+    size_t *counts;       // (data ranks)
+} PipelineCore;
+
+// pipe, dp: the groups the stages' tensors travel on; host_pipe, host_world:
+// the same ranks for host scalars. layout: the stages' layers (taken over).
+// The trainer allocates wte_piece (wte_elems) where its gradients live.
+static void pipeline_core_init(PipelineCore *pc, PPStageOps ops, CommGroup *pipe, CommGroup *dp, CommGroup *host_pipe,
+                               CommGroup *host_world, CommDType act_type, const GPTConfig *cfg, int tp, int tp_rank,
+                               int sp, int B, int T, float dloss, PPLayout layout, PPKind kind, int fuse,
+                               const char *trace_path, int world_rank) {
+    memset(pc, 0, sizeof(*pc));
+    pc->pipe = pipe, pc->dp = dp, pc->host_pipe = host_pipe, pc->host_world = host_world;
+    pc->B = B, pc->T = T, pc->dloss = dloss;
+    pp_runner_init(&pc->run, ops, pipe, act_type, COMM_F32, B, T, cfg->channels, sp ? tp : 1, layout, kind, fuse,
+                   trace_path, world_rank);
+    pc->first = pipe->rank == 0;
+    pc->last = pipe->rank == pipe->size - 1;
+    ParamLayout first;
+    pipeline_rank_layout(&first, cfg, &pc->run.layout, 0, tp, tp_rank);
+    shard_map_init(&pc->wte_shards, first.num_elements, dp->rank, dp->size);
+    pc->wte_elems = param_tensor(&first, PK_WTE, -1)->numel;
+    param_layout_free(&first);
+    pc->counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)dp->size);
+}
+
+static void pipeline_core_free(PipelineCore *pc) {
+    pp_runner_free(&pc->run);
+    free(pc->counts);
+    memset(pc, 0, sizeof(*pc));
+}
+
+// Whether the ends are two ranks, and so wte has a copy to keep.
+static inline int pipeline_tied(const PipelineCore *pc) { return !pp_one_stage(&pc->run); }
+
+// The step's forwards and backwards over m micro-batches xs, ys ((m, B*T) each, host).
+static void pipeline_core_step(PipelineCore *pc, const int *xs, const int *ys, int m) {
+    pc->xs = xs, pc->ys = ys;
+    pp_runner_step(&pc->run, m);
+}
+
+// The last stage's loss (a step's sum, an evaluation's mean) on every rank of the pipeline group.
+static float pipeline_share_loss(PipelineCore *pc, double loss) {
+    if (pipeline_tied(pc)) comm_broadcast(pc->host_pipe, &loss, 1, COMM_F64, pc->pipe->size - 1);
+    return (float)loss;
+}
+
+// Evaluation and sampling's forward: x through the stages in order (y NULL:
+// the logits only, kept on the last stage); the mean loss on every rank.
+static float pipeline_core_forward(PipelineCore *pc, const int *x, const int *y, int B, int T) {
+    float loss = pp_runner_eval(&pc->run, x, y, B, T);
+    return y ? pipeline_share_loss(pc, loss) : loss;
+}
+
+// The last stage's sampled token on every rank; the others make the draw it
+// made, so every rank's generator stays the same.
+static int pipeline_share_token(PipelineCore *pc, double token, Rng *rng) {
+    if (!pipeline_tied(pc)) return (int)token;
+    comm_broadcast(pc->host_pipe, &token, 1, COMM_F64, pc->pipe->size - 1);
+    if (!pc->last) rng_uniform(rng);
+    return (int)token;
+}
+
+// The first stage's wte (`weights`: its buffer, wte at 0) into the last
+// stage's copy, in the type the copy has.
+static void pipeline_send_tied_weights(PipelineCore *pc, const void *weights, void *copy, CommDType t) {
+    if (!pipeline_tied(pc)) return;
+    int64_t plo, phi;
+    shard_piece(&pc->wte_shards, 0, pc->wte_elems, &plo, &phi);
+    size_t n = (size_t)(phi - plo), at = (size_t)plo * comm_dtype_size(t);
+    if (pc->first) {
+        CommRequest r = comm_send_start(pc->pipe, (const char *)weights + at, n, t, pc->pipe->size - 1, PP_TAG_WTE);
+        comm_wait(&r);
+    } else if (pc->last) {
+        CommRequest r = comm_recv_start(pc->pipe, (char *)copy + at, n, t, 0, PP_TAG_WTE);
+        comm_wait(&r);
+        shard_counts(&pc->wte_shards, 0, pc->wte_elems, pc->counts);
+        r = comm_all_gather_start(pc->dp, NULL, copy, pc->counts, t);
+        comm_wait(&r);
+    }
+}
+
+// The last stage's wte gradient (tied_dwte) toward the first stage's reduced
+// one: reduced over the last stage's data group (all-reduced at ZeRO-0, where
+// the first stage adds all of it; else reduce-scattered into the first stage's
+// shard pieces) and sent to the first stage of the same data rank. Returns 1
+// on the first stage, whose wte_piece then holds [*plo, *phi) of wte's
+// gradient for the trainer to add to its reduced one.
+static int pipeline_tie_grads(PipelineCore *pc, float *tied_dwte, int zero_stage, int64_t *plo, int64_t *phi) {
+    if (!pipeline_tied(pc)) return 0;
+    *plo = 0, *phi = pc->wte_elems;
+    if (zero_stage > 0) shard_piece(&pc->wte_shards, 0, pc->wte_elems, plo, phi);
+    size_t n = (size_t)(*phi - *plo);
+    if (pc->last) {
+        float *g = tied_dwte;
+        if (zero_stage == 0) {
+            comm_all_reduce(pc->dp, g, n, COMM_F32);
+        } else {
+            shard_counts(&pc->wte_shards, 0, pc->wte_elems, pc->counts);
+            CommRequest r = comm_reduce_scatter_start(pc->dp, g, g + *plo, pc->counts, COMM_F32);
+            comm_wait(&r);
+        }
+        CommRequest r = comm_send_start(pc->pipe, g + *plo, n, COMM_F32, 0, PP_TAG_WTE);
+        comm_wait(&r);
+        return 0;
+    }
+    if (!pc->first) return 0;
+    CommRequest r = comm_recv_start(pc->pipe, pc->wte_piece, n, COMM_F32, pc->pipe->size - 1, PP_TAG_WTE);
+    if (pc->run.ops.consume) pc->run.ops.consume(pc->run.ops.ctx, &r);
+    comm_wait(&r);
+    return 1;
 }
 
 #endif  // LLMC_PIPELINE_H

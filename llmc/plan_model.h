@@ -31,16 +31,18 @@
 #ifndef LLMC_PLAN_MODEL_H
 #define LLMC_PLAN_MODEL_H
 
-#include "plan_cluster.h"  // defines: Cluster
-#include "plan_measure.h"  // defines: StageKernelTimes, GELU, PLAN_ALL_REDUCE, PLAN_ALL_GATHER, ...
-#include "rank_memory.h"   // defines: RankMemory, RankPlace, cpu_rank_memory
+#include "gpt_activation_sizes.h"  // defines: gpt_activation_sizes, gpt_attention_scratch_floats, cp_layer_act_floats, cp_rank_shared_floats, GPT_ACT_PER_LAYER, GPT_ACT_ATT, GPT_ACT_FCH_GELU, GPT_ACT_RESIDUAL3
+#include "plan_cluster.h"          // defines: Cluster
+#include "plan_measure.h"          // defines: StageKernelTimes, GELU, PLAN_ALL_REDUCE, PLAN_ALL_GATHER, ...
+#include "rank_memory.h"           // defines: RankMemory, RankPlace, cpu_rank_memory
+#include "recompute.h"             // defines: RecomputeKind, RecomputePolicy
 
 typedef struct {
     int dp, tp, pp, sp, zero;
     PPKind schedule;  // (pp > 1)
     int v;            // chunks per pipeline rank (interleaved: 2 or more)
     int B, accum;     // micro-batch, micro-batches a step
-    int recompute;    // GPU: 0, 1, 2
+    RecomputeKind recompute;  // every layer's --recompute (recompute.h)
     int cp;           // context-parallel ranks: each holds T/cp positions of every sequence
 } PlanLayout;
 
@@ -98,7 +100,7 @@ typedef struct {
 } PlanResult;
 
 // What a rank's kernels take per micro-batch at a shape: measured (local) or modeled.
-typedef StageKernelTimes (*PlanKernels)(void *ctx, int B, int cp, int tp, int sp, int recompute);
+typedef StageKernelTimes (*PlanKernels)(void *ctx, int B, int cp, int tp, int sp, RecomputeKind recompute);
 
 typedef struct {
     const GPTConfig *cfg;
@@ -176,12 +178,12 @@ static void plan_book(PlanKernelBook *bk, int part, PlanFamily fam, double s, in
 // the fc GEMM with its GELU epilogue (a second output, the pre-GELU values), the fc projection GEMM and
 // the next fused residual + LayerNorm; its backward the input's GEMM of each, GELU's backward, attention's
 // backward and the two LayerNorms' backward (B), the weights' GEMM of each and the bias gradients (W);
-// recompute 1 runs GELU again, 2 also the LayerNorms. The embedding and the classifier (the logits GEMM,
+// selective recompute runs GELU again, full the layer's forward. The embedding and the classifier (the logits GEMM,
 // the fused softmax + loss + gradient kernel) on the first and last stage. Bytes are bf16 activations,
 // fp32 LayerNorm statistics; with sequence parallel the LayerNorms and residuals see N / tp rows; with
 // context parallel every kernel sees the rank's N = B T / cp rows (attention: plan_gpu_attention_s's).
 static StageKernelTimes plan_gpu_kernels_book(const Cluster *c, const GPTConfig *cfg, int B, int T, int cp, int tp,
-                                              int sp, int recompute, PlanKernelBook *bk) {
+                                              int sp, RecomputeKind recompute, PlanKernelBook *bk) {
     double C = cfg->channels, Cl = C / tp, N = (double)B * T / cp, Nl = sp ? N / tp : N;
     double V = cfg->padded_vocab_size / tp;
     double ln_fwd = plan_gpu_mem_s(c, 2.0 * 4 * Nl * C + 8 * Nl);  // residual + x in, residual + ln out
@@ -200,12 +202,12 @@ static StageKernelTimes plan_gpu_kernels_book(const Cluster *c, const GPTConfig 
               plan_gpu_gemm_s(c, N, C, 4 * Cl, 0) + plan_gpu_gemm_s(c, N, 4 * Cl, C, 0) +
                   plan_gpu_gemm_s(c, N, C, Cl, 0) + plan_gpu_gemm_s(c, N, 3 * Cl, C, 0), 4);
     plan_book(bk, PLAN_KP_LAYER_B, PLAN_FAM_GELU,
-              plan_gpu_mem_s(c, 2.0 * 3 * N * 4 * Cl) + (recompute >= 1 ? plan_gpu_mem_s(c, 2.0 * 2 * N * 4 * Cl) : 0),
-              1 + (recompute >= 1));
+              plan_gpu_mem_s(c, 2.0 * 3 * N * 4 * Cl) +
+                  (recompute == RECOMPUTE_SELECTIVE ? plan_gpu_mem_s(c, 2.0 * 2 * N * 4 * Cl) : 0),
+              1 + (recompute == RECOMPUTE_SELECTIVE));
     plan_book(bk, PLAN_KP_LAYER_B, PLAN_FAM_ATTENTION, plan_gpu_attention_s(c, B, T, cp, Cl, 1), 2);
-    plan_book(bk, PLAN_KP_LAYER_B, PLAN_FAM_LAYERNORM, 2 * ln_bwd + (recompute >= 2 ? 2 * ln_fwd : 0),
-              2 + 2 * (recompute >= 2));
-    if (recompute >= 3) {  // full recomputation: the layer's forward again before its backward
+    plan_book(bk, PLAN_KP_LAYER_B, PLAN_FAM_LAYERNORM, 2 * ln_bwd, 2);
+    if (recompute == RECOMPUTE_FULL) {  // the layer's forward again before its backward
         for (int f = 0; f < PLAN_FAMILIES; f++) bk->s[PLAN_KP_LAYER_B][f] += bk->s[PLAN_KP_LAYER_F][f];
         bk->launches[PLAN_KP_LAYER_B] += bk->launches[PLAN_KP_LAYER_F];
     }
@@ -233,7 +235,7 @@ static StageKernelTimes plan_gpu_kernels_book(const Cluster *c, const GPTConfig 
     return t;
 }
 static StageKernelTimes plan_gpu_kernels(const Cluster *c, const GPTConfig *cfg, int B, int T, int cp, int tp, int sp,
-                                         int recompute) {
+                                         RecomputeKind recompute) {
     return plan_gpu_kernels_book(c, cfg, B, T, cp, tp, sp, recompute, NULL);
 }
 
@@ -367,14 +369,26 @@ static const char *plan_check_layout(const PlanProblem *pb, const PlanLayout *l,
 // The cuBLASLt workspace the GPU trainer reserves (matmul.cuh's MATMUL_WORKSPACE_BYTES).
 #define PLAN_GPU_WORKSPACE_BYTES (32.0 * (1 << 20))
 
+// The layers of pipeline rank r's largest chunk (gpt_activation_sizes.h's pipeline formula holds its sets).
+static int plan_largest_chunk_layers(const PPLayout *ppl, int r) {
+    int most = 0;
+    for (int c = 0; c < ppl->v; c++) {
+        int g = pp_stage_of(ppl->pp, r, c), layers = ppl->first_layer[g + 1] - ppl->first_layer[g];
+        if (layers > most) most = layers;
+    }
+    return most;
+}
+
 // Rank r's memory (grid coordinates as comm.h's) under the layout.
 static RankMemory plan_rank_memory(const PlanProblem *pb, const PlanLayout *l, const PPLayout *ppl, int r) {
     CommGrid grid = {{l->dp, l->pp, l->cp, l->tp}};
     int x[GRID_DIMS];
     grid_coords(&grid, r, x);
     int tp_rank = x[GRID_TP], pipe_rank = x[GRID_PP], replica_rank = x[GRID_DP] * l->cp + x[GRID_CP];
+    // (the GPU's bytes below start from the CPU trainer's without recompute)
+    RecomputePolicy policy = {pb->cluster->cpu_trainer ? l->recompute : RECOMPUTE_NONE, 1};
     RankPlace place = {l->zero, l->dp * l->cp, replica_rank, l->tp, tp_rank, l->sp, l->cp, l->pp > 1 ? ppl : NULL,
-                       l->schedule, pipe_rank, l->accum, l->B, pb->T};
+                       l->schedule, pipe_rank, l->accum, l->B, pb->T, policy};
     RankMemory m = cpu_rank_memory(pb->cfg, &place);
     if (!pb->cluster->cpu_trainer) {  // the GPU trainer's bytes (an estimate: docs/planner.md)
         // weights bf16 (N, or S at ZeRO-3) and the fp32 master copy (as the AdamW state: N or S); grads and
@@ -382,21 +396,31 @@ static RankMemory plan_rank_memory(const PlanProblem *pb, const PlanLayout *l, c
         m.params = 2 * (m.params / 4) + 4 * (m.optimizer / 8);
         m.tied *= 6.0 / 8.0;
         // activations bf16, without the attention matrix (flash attention keeps its log-sum-exp rows) or
-        // the CPU's score scratch; context parallel's gathered K and V kept; what recomputation drops
-        // from each layer is one shared buffer instead
-        double T = pb->T, N = (double)l->B * T / l->cp, C = pb->cfg->channels, Cl = C / l->tp;
-        double NHl = pb->cfg->num_heads / l->tp;
-        // (a pipeline rank's sets are of its average chunk: gpt_activation_sizes.h's pipeline formula)
-        double layers = l->pp > 1 ? ceil((double)pb->cfg->num_layers / l->pp / l->v) : pb->cfg->num_layers;
+        // the CPU's score scratch; what recomputation drops from each layer is one shared buffer instead
+        // (selective: the GELU output; full: all but the layer's output, the next one's input); context
+        // parallel's buffers the GPU trainer's (context_parallel.cuh's cp_gpu_bytes: every layer's gathered
+        // K and V and the gathered pieces in bf16, their gradients and those in rank order in fp32, the
+        // rank's wpe rows in bf16 and their fp32 gradient) instead of the CPU's
+        double T = pb->T, Tl = T / l->cp, C = pb->cfg->channels, Cl = C / l->tp, NHl = pb->cfg->num_heads / l->tp;
+        size_t per[GPT_ACT_PER_LAYER], single[GPT_ACT_SINGLES];
+        gpt_activation_sizes(pb->cfg, l->B, pb->T / l->cp, 0, 1, l->tp, l->sp, l->cp, per, single);
+        // (a pipeline rank's sets are of its largest chunk: gpt_activation_sizes.h's pipeline formula)
+        double layers = l->pp > 1 ? plan_largest_chunk_layers(ppl, pipe_rank) : pb->cfg->num_layers;
         double sets = l->pp > 1 ? pp_peak_alive_theory(l->schedule, l->pp, l->v, l->accum, pipe_rank) : 1;
-        double att = (double)l->B * NHl * (T / l->cp) * T;  // (the rank's queries against every key)
-        double scratch = (l->pp > 1 ? 0 : (double)gpt_attention_scratch_floats(pb->T / l->cp, l->cp)) +
-                         (l->cp > 1 ? (double)omp_threads() * (T / (2 * l->cp)) * T : 0);  // (pipelined: cp's only)
-        double dropped = (l->recompute >= 1 ? N * 4 * Cl : 0) + (l->recompute >= 2 ? 2 * N * C : 0);
-        m.activations = (m.activations / 4 - scratch - sets * layers * (att + dropped) + dropped) * 2;
+        double att = (double)per[GPT_ACT_ATT], dropped = 0.0;  // (context parallel: its probabilities below)
+        if (l->recompute == RECOMPUTE_SELECTIVE) dropped = (double)per[GPT_ACT_FCH_GELU];
+        for (int s = 0; s < GPT_ACT_RESIDUAL3 && l->recompute == RECOMPUTE_FULL; s++)
+            dropped += s == GPT_ACT_ATT ? 0.0 : (double)per[s];
+        double scratch = l->pp > 1 ? 0 : (double)gpt_attention_scratch_floats(pb->T, l->cp), cp_cpu = 0, cp_gpu = 0;
+        if (l->cp > 1) {
+            double kv = (double)l->B * T * 2 * Cl;
+            cp_cpu = sets * layers * cp_layer_act_floats(l->B, pb->T, l->cp, (int)Cl, (int)NHl) +
+                     cp_rank_shared_floats(pb->cfg, l->B, pb->T, l->tp, l->cp);
+            cp_gpu = (sets * layers + 1) * kv * 2 + 2 * kv * 4 + Tl * C * (2 + 4);
+        }
+        m.activations = (m.activations / 4 - scratch - cp_cpu - sets * layers * (att + dropped) + dropped) * 2;
         if (m.activations < 0) m.activations = 0;
-        if (l->recompute >= 3)  // full recomputation: each layer's input kept, one layer's buffers shared
-            m.activations = (sets * layers * N * C + m.activations / 2 / (sets * layers)) * 2;
+        m.activations += cp_gpu;
         m.transient = PLAN_GPU_WORKSPACE_BYTES;  // (its ZeRO-2/3 segment buffers: small next to the rest)
     }
     return m;
@@ -430,17 +454,18 @@ static PlanGroup plan_replica_group(const Cluster *c, const PlanLayout *l) {
 
 // Seconds of a layer's context-parallel collectives forward (the all-gather of every position's K and V:
 // B T 2Cl in the activations' type, fp32 on the CPU trainer) into *fwd, backward (the reduce-scatter of
-// their gradients, fp32; with full recomputation the all-gather again) into *bwd; the algorithm the
-// all-gather takes into *algo when not NULL.
+// their gradients, fp32; the all-gather again where the layer's attention runs again: full recompute,
+// and selective on the CPU trainer) into *bwd; the algorithm the all-gather takes into *algo when not NULL.
 static void plan_cp_layer_s(const PlanProblem *pb, const PlanLayout *l, double *fwd, double *bwd, PlanAlgo *algo) {
     const Cluster *c = pb->cluster;
+    int regather = l->recompute == RECOMPUTE_FULL || (c->cpu_trainer && l->recompute == RECOMPUTE_SELECTIVE);
     *fwd = *bwd = 0.0;
     if (algo) *algo = PLAN_RING;
     if (l->cp <= 1) return;
     PlanGroup g = plan_cp_group(c, l);
     double kv = (double)l->B * pb->T * 2 * (pb->cfg->channels / l->tp);
     *fwd = plan_collective(c, PLAN_ALL_GATHER, kv * (c->cpu_trainer ? 4 : 2), g, algo);
-    *bwd = plan_collective(c, PLAN_REDUCE_SCATTER, kv * 4, g, NULL) + (l->recompute >= 3 ? *fwd : 0.0);
+    *bwd = plan_collective(c, PLAN_REDUCE_SCATTER, kv * 4, g, NULL) + (regather ? *fwd : 0.0);
 }
 
 // Seconds of rank r's F, B and W per micro-batch, its tensor- and context-parallel collectives included.
@@ -463,7 +488,8 @@ static PPTimes plan_rank_times(const PlanProblem *pb, const PlanLayout *l, const
     double chunks = l->pp > 1 ? ppl->v : 1;  // (the simulator's F is one chunk's)
     PPTimes t;
     t.f = (layers * (k->layer_f + tp_layer + cp_f) + first * k->embed_f + last * (k->head_f + tp_head)) / chunks;
-    t.b = (layers * (k->layer_b_input + tp_layer * (l->recompute >= 3 ? 2 : 1) + cp_b) + last * (k->head_b + tp_layer / 2)) /
+    t.b = (layers * (k->layer_b_input + tp_layer * (l->recompute == RECOMPUTE_FULL ? 2 : 1) + cp_b) +
+           last * (k->head_b + tp_layer / 2)) /
           chunks;
     t.w = (layers * k->layer_b_weight + first * k->embed_b) / chunks;
     t.xfer = plan_transfer(c, l->sp ? act / l->tp : act, plan_group(c, l->tp * l->cp, l->pp));
@@ -518,12 +544,22 @@ static double plan_sync_loss_s(const PlanProblem *pb, const PlanLayout *l, const
     return loss;
 }
 
+// The CPU trainer's recompute in its measured kernels (which keep every
+// activation): full runs the layer's forward again in the backward; selective
+// its attention and GELU, estimated as attention's share of a layer's forward
+// FLOPs, T / (12 C + T) (the GELU's elementwise pass is small next to them).
+static void plan_cpu_recompute_times(StageKernelTimes *k, RecomputeKind recompute, int T, int C) {
+    if (recompute == RECOMPUTE_FULL) k->layer_b_input += k->layer_f;
+    if (recompute == RECOMPUTE_SELECTIVE) k->layer_b_input += k->layer_f * T / (12.0 * C + T);
+}
+
 // The predicted step of a valid layout (r.t, r.tokens_per_s).
 static void plan_predict(const PlanProblem *pb, PlanResult *r, const PPLayout *ppl) {
     const PlanLayout *l = &r->l;
     const Cluster *c = pb->cluster;
     int world = plan_world(l), replicas = l->dp * l->cp;
     StageKernelTimes k = pb->kernels(pb->kernels_ctx, l->B, l->cp, l->tp, l->sp, l->recompute);
+    if (c->cpu_trainer) plan_cpu_recompute_times(&k, l->recompute, pb->T, pb->cfg->channels);
     PPTimes *times = (PPTimes *)mallocCheck(sizeof(PPTimes) * (size_t)l->pp);
     double f = 0, b = 0, slowest = 0;
     for (int pr = 0; pr < l->pp; pr++) {
@@ -558,7 +594,8 @@ static void plan_predict(const PlanProblem *pb, PlanResult *r, const PPLayout *p
     memset(pc, 0, sizeof(*pc));
     pc->dp_group = dg;
     double tp_head, tp_layer = plan_tp_layer_s(pb, l, &tp_head);
-    pc->tp_s = l->accum * ((double)pb->cfg->num_layers / l->pp * tp_layer * (l->recompute >= 3 ? 3 : 2) + tp_head * 2.5);
+    pc->tp_s = l->accum * ((double)pb->cfg->num_layers / l->pp * tp_layer * (l->recompute == RECOMPUTE_FULL ? 3 : 2) +
+                           tp_head * 2.5);
     pc->xfer_s = l->pp > 1 ? plan_transfer(c, (double)l->B * pb->T / l->cp * pb->cfg->channels * wbytes /
                                                   (l->sp ? l->tp : 1),
                                            plan_group(c, l->tp * l->cp, l->pp))

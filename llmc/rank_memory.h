@@ -3,10 +3,11 @@
 // (zero_shard.h's formula over the ZeRO shard of what the rank holds), the
 // last pipeline stage's copy of the tied wte and its gradient, and the
 // activations (gpt_activation_sizes.h: gpt_cpu.h's buffers at the rank's T/cp
-// positions, with context parallel's gathered K, V and probabilities; a
-// pipeline rank's at its schedule's peak). train_gpt.c checks it against the
-// memory available and the planner (plan.c) predicts with it, so the two are
-// the same formula. Only formulas: it includes no trainer runtime.
+// positions under the recompute policy, with context parallel's gathered K, V
+// and probabilities; a pipeline rank's at its schedule's peak). train_gpt.c
+// checks it against the memory available and the planner (plan.c) predicts
+// with it, so the two are the same formula. Only formulas: it includes no
+// trainer runtime.
 #ifndef LLMC_RANK_MEMORY_H
 #define LLMC_RANK_MEMORY_H
 
@@ -14,6 +15,7 @@
 #include "model.h"                 // defines: GPTConfig, ParamHolding, ParamLayout, param_layout_init_held
 #include "pp_layout.h"             // defines: PPLayout, pp_holding
 #include "pp_schedule.h"           // defines: PPKind
+#include "recompute.h"             // defines: RecomputePolicy
 #include "utils.h"                 // defines: mallocCheck
 #include "zero_shard.h"            // defines: ShardMap, shard_map_init, zero_memory
 
@@ -27,6 +29,7 @@ typedef struct {
     PPKind schedule;
     int pipe_rank;
     int accum, B, T;  // micro-batches a step (a pipeline's in flight), micro-batch shape (T: the whole sequence)
+    RecomputePolicy recompute;  // which layers keep their activations (recompute.h)
 } RankPlace;
 
 typedef struct {
@@ -60,8 +63,9 @@ static RankMemory cpu_rank_memory(const GPTConfig *cfg, const RankPlace *p) {
     }
     if (holding.lnf && !holding.embeddings) m.tied = 2 * 4.0 * cfg->padded_vocab_size / p->tp * cfg->channels;
     m.activations = 4.0 * (p->pipeline ? pipeline_rank_activation_floats(cfg, p->pipeline, p->schedule, p->pipe_rank,
-                                                                         p->accum, p->B, p->T, p->tp, p->sp, p->cp)
-                                       : gpt_activation_floats(cfg, p->B, p->T, p->tp, p->sp, p->cp));
+                                                                         p->accum, p->B, p->T, p->tp, p->sp, p->cp,
+                                                                         &p->recompute)
+                                       : gpt_activation_floats(cfg, p->B, p->T, p->tp, p->sp, p->cp, &p->recompute));
     param_layout_free(&pl);
     free(layers);
     return m;

@@ -74,8 +74,10 @@ static inline void tb_open(TBWriter *w, const char *dir) {
     char host[64] = "host";
     gethostname(host, sizeof(host) - 1);
     host[sizeof(host) - 1] = '\0';
-    snprintf(w->path, sizeof(w->path), "%s/events.out.tfevents.%lld.%s.%d", dir, (long long)time(NULL), host,
-             (int)getpid());
+    int len = snprintf(w->path, sizeof(w->path), "%s/events.out.tfevents.%lld.%s.%d", dir, (long long)time(NULL),
+                       host, (int)getpid());
+    if (len < 0 || (size_t)len >= sizeof(w->path))
+        die_usage("--tensorboard: the directory's name is too long (%zu bytes)", strlen(dir));
     w->f = fopen(w->path, "wx");
     if (!w->f) die_usage("--tensorboard: cannot create '%s': %s", w->path, strerror(errno));
     unsigned char ev[64];

@@ -16,11 +16,12 @@
 #include "file_io.h"        // defines: make_dirs, output_refuse_input, path_is_or_under, output_path_check
 #include "logger.h"         // defines: Logger, logger_flush_checked, StepRecord, logger_step, ...
 #include "optimizer.h"      // defines: AdamWConfig, grad_clip_scale
+#include "param_gather.h"   // defines: ParamGather, param_gather_init, param_gather_fetch, param_gather_free
 #include "sampler.h"        // defines: SampleParams, SampleWindow, sample_window_push, sample_window_init, ...
 #include "schedule.h"       // defines: LrSchedule, lr_at_step
 #include "tokenizer.h"      // defines: Tokenizer, tokenizer_load, tokenizer_vocab_size, tokenizer_eot, ...
 #include "train_options.h"  // defines: TrainOptions, TRAIN_FLAGS, train_profile_range
-#include "train_setup.h"    // defines: BatchPlan, train_tokenizer_dir, train_sample_rng, train_lr_schedule, ...
+#include "train_setup.h"    // defines: BatchPlan, train_tokenizer_dir, train_sample_rng, train_saves_model, ...
 
 // A model with its distributed layer, as the loop drives it.
 typedef struct {
@@ -53,10 +54,13 @@ typedef struct {
     // CRC32Cs into crcs (NULL: none wanted), or queues that copy (crcs then
     // NULL: the writer takes the CRC32C); wait_staged: waits
     // for a queued copy (NULL: stage copies at once, on the training threads,
-    // at the step boundary); load: installs the states over ranges->hold from host arrays
+    // at the step boundary); stage_in_update: the next optimizer_step also
+    // writes its results over [lo, hi) as stage would copy them (NULL: it
+    // cannot; a checkpoint due after it is copied by stage); load: installs the states over ranges->hold from host arrays
     // (states[s]: hold[s]'s pieces one after the other), as they were after `step` steps.
     void (*ckpt_stage)(void *ctx, float *staging, int64_t lo, int64_t hi, uint32_t *crcs);
     void (*ckpt_wait_staged)(void *ctx);
+    void (*ckpt_stage_in_update)(void *ctx, float *staging, int64_t lo, int64_t hi, uint32_t *crcs);
     void (*ckpt_load)(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step);
     int host_threads;  // the CPU threads a step keeps busy on this rank (the checkpoint writer gets the other cores)
 } TrainModel;
@@ -273,13 +277,13 @@ static int train_resume(const TrainRun *r, Rng *sample_rng, int *lr_decay_steps)
 // and batch (rank 0 writes it).
 static void train_log_run(const TrainRun *r, Logger *log, int start) {
     if (!log->json) return;
-    const Comm *c = r->ckpt.comm;
+    const CkptRun *c = &r->ckpt;  // (its layout)
     const GPTConfig *m = r->cfg;
     fprintf(log->json, "{\"run\":{\"program\":\"%s\",\"version\":\"%s\",\"start_step\":%d,\"settings\":",
             r->ckpt.trainer, LLMC_VERSION, start);
     flags_write_json(log->json, TRAIN_FLAGS, FLAGS_COUNT(TRAIN_FLAGS), r->o);
-    fprintf(log->json, ",\"layout\":{\"ranks\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"zero\":%d}", c->world,
-            comm_size(c, GRID_DP), comm_size(c, GRID_TP), comm_size(c, GRID_PP), r->o->zero);  // (--cp: in the settings)
+    fprintf(log->json, ",\"layout\":{\"ranks\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"zero\":%d}", c->ranks,
+            c->dp, c->tp, c->pp, r->o->zero);  // (--cp: in the settings)
     fprintf(log->json, ",\"model\":{\"num_layers\":%d,\"channels\":%d,\"num_heads\":%d,\"vocab_size\":%d,"
             "\"padded_vocab_size\":%d,\"max_seq_len\":%d,\"parameters\":%lld}", m->num_layers, m->channels,
             m->num_heads, m->vocab_size, m->padded_vocab_size, m->max_seq_len, (long long)r->ckpt.pl->num_params);
@@ -456,7 +460,7 @@ static int train_loop(const TrainRun *r, Logger *log) {
     if (o->ckpt_dir[0]) {  // (the trainer claimed the directory at start-up: ckpt_dir_claim)
         ckpt = &writer;
         ckpt_writer_init(ckpt, &ckpt_run, r->world, r->train, &r->ckpt_ranges, r->ckpt_staging, tm->ckpt_wait_staged,
-                         tm->ctx, tm->host_threads);
+                         tm->ckpt_stage_in_update, tm->ctx, tm->host_threads, ckpt_log_to(log));
     }
     int finished = !(ckpt && ckpt_stop_before_first_step(ckpt, start));
     for (int step = start; finished && step <= o->steps; step++) {
@@ -478,11 +482,13 @@ static int train_loop(const TrainRun *r, Logger *log) {
         float norm = tm->finish_grads(tm->ctx);
         float lr = lr_at_step(&sched, step);
         AdamWConfig ac = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, step + 1};
-        ckpt_before_update(ckpt);
+        step_time_enter(STEP_CKPT);  // (a checkpoint due after the update: the wait for the one before it)
+        ckpt_before_update(ckpt, step + 1, step + 1 == o->steps);
+        step_time_enter(STEP_OPT);
         tm->optimizer_step(tm->ctx, &ac, grad_clip_scale(norm, o->grad_clip), step);
         step_time_enter(STEP_CKPT);
         int stop = ckpt && ckpt_step_boundary(ckpt, step + 1, step + 1 == o->steps, r->train, &sample_rng,
-                                              tm->ckpt_stage, log);
+                                              tm->ckpt_stage);
         step_time_stop(parts);
         double ms = (wall_seconds() - t0) * 1e3;
         train_range_pop(tm);
@@ -501,6 +507,31 @@ static int train_loop(const TrainRun *r, Logger *log) {
     free(x);
     free(y);
     return finished;
+}
+
+// The run: the outputs checked against every input (nothing written yet),
+// then the checkpoint directory made this run's (locked, tidied) before
+// anything is written or resumed, the log opened (*log; the caller closes
+// it), and the loop when there is data (without it nothing is trained:
+// --generate, --steps 0). Returns 0 when a signal stopped the run (exit CKPT_EXIT_SIGNAL).
+static int train_run(const TrainRun *r, int model_from_file, Logger *log) {
+    const TrainOptions *o = r->o;
+    if (r->rank == 0) train_check_outputs(o, model_from_file, r->train, r->val);
+    if (o->ckpt_dir[0]) ckpt_dir_claim(o->ckpt_dir, r->world);
+    logger_open(log, o->log_json, o->tensorboard, r->rank == 0);
+    return r->train ? train_loop(r, log) : 1;
+}
+
+// The final weights where --out-dir, --save-model and --save-hf say, each
+// chunk gathered from the ranks holding it (read: this rank's buffer, [lo, hi)
+// into dst). Every rank calls it; rank 0 writes.
+static void train_save_final(const TrainRun *r, ModelFileFetch read, void *ctx) {
+    if (!train_saves_model(r->o)) return;
+    ParamGather pg;
+    param_gather_init(&pg, r->world, &r->ckpt_ranges.write, r->map, read, ctx);
+    int eot = r->tokenizer ? (int)tokenizer_eot(r->tokenizer) : r->cfg->vocab_size - 1;
+    train_save_model_files(r->o, r->ckpt.pl, r->rank == 0, eot, param_gather_fetch, &pg);
+    param_gather_free(&pg);
 }
 
 #endif  // LLMC_TRAIN_LOOP_H

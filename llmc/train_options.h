@@ -10,6 +10,7 @@
 #include "args.h"          // defines: flags_parse, FLAGS_COUNT
 #include "launcher_env.h"  // defines: launch_detect
 #include "model.h"         // defines: GPT_MAX_LAYERS, GPT_MAX_CHANNELS, GPT_MAX_HEADS, GPT_MAX_VOCAB, ...
+#include "recompute.h"     // defines: RecomputePolicy, recompute_parse
 
 typedef struct {
     char data_train[FLAG_STR_MAX];
@@ -44,7 +45,8 @@ typedef struct {
     char matmul[FLAG_STR_MAX];
     float peak_tflops;
     char attention[FLAG_STR_MAX];  // GPU: attention kernel (gpt_gpu.cuh)
-    int recompute;                 // GPU: activation recomputation level
+    char recompute[FLAG_STR_MAX];  // activation recompute policy (recompute.h), parsed into recompute_policy
+    RecomputePolicy recompute_policy;
     int zero;                     // ZeRO stage (zero_cpu.h)
     char comm[FLAG_STR_MAX];      // communication backend (comm.h)
     float comm_timeout;           // seconds a collective may wait
@@ -138,8 +140,10 @@ static const FlagSpec TRAIN_FLAGS[] = {
      "peak FLOP/s for MFU, in TFLOP/s (0: measured: sgemm on the CPU, a cuBLASLt bf16 matmul on the GPU)", "logging"},
     {"attention", FLAG_CHOICE, TO(attention), "flash", "flash|cudnn", 0, 0,
      "GPU attention: our flash kernel or cuDNN's fused attention (the CPU trainer ignores it)", "GPU only (train_gpt.cu: the CPU trainer accepts and ignores these)"},
-    {"recompute", FLAG_INT, TO(recompute), "0", NULL, 0, 2,
-     "GPU activation recomputation: 0 none, 1 GELU, 2 GELU and LayerNorm (the CPU trainer ignores it)", "GPU only (train_gpt.cu: the CPU trainer accepts and ignores these)"},
+    {"recompute", FLAG_STRING, TO(recompute), "none", NULL, 0, 0,
+     "activation recompute per layer: none, selective (attention's softmax path and GELU), full (keep only each "
+     "layer's input, run its forward again before its backward), full:K (layers l with l % K == 0 full, the rest "
+     "none); 0 and 1 also name none and selective", "compute and memory"},
     {"zero", FLAG_INT, TO(zero), "0", NULL, 0, 3,
      "ZeRO stage over the data-parallel ranks: 0 all-reduce, 1 shard AdamW state, 2 + gradients, 3 + parameters", "parallelism"},
     {"comm", FLAG_CHOICE, TO(comm), "auto", "auto|mpi|nccl", 0, 0,
@@ -223,6 +227,9 @@ static inline void train_options_parse(int argc, char **argv, TrainOptions *o, c
     if (o->pp == 1 && !o->print_schedule &&
         (o->virtual_stages != 1 || o->pp_layers[0] || o->pp_trace[0] || strcmp(o->pp_schedule, "1f1b") != 0))
         die_usage("--pp-schedule, --virtual-stages, --pp-layers and --pp-trace need --pp 2 or more");
+    if (!recompute_parse(o->recompute, &o->recompute_policy))
+        die_usage("--recompute '%s': want none, selective, full or full:K (K >= 1: layers l with l %% K == 0 full)",
+                  o->recompute);
     if (o->sequence_parallel && o->tp == 1) die_usage("--sequence-parallel needs --tp 2 or more");
     int first, last;
     train_profile_range(o, &first, &last);  // (its errors at start-up)

@@ -38,7 +38,7 @@
 #include "ckpt_stage.h"  // defines: ckpt_stage_chunks, ckpt_stage_chunk
 #include "comm.h"        // defines: CommRequest, CommGroup, comm_wait, comm_test, ...
 #include "gpt_cpu.h"     // defines: GPT, gpt_zero_grad
-#include "optimizer.h"   // defines: sum_of_squares, AdamWConfig, adamw_update_range, ADAMW_ZERO_GRADS, ...
+#include "optimizer.h"   // defines: sum_of_squares, AdamWConfig, adamw_update_range, adamw_update_staged, ...
 #include "zero_shard.h"  // defines: ShardMap, shard_piece, shard_counts, shard_clip, ...
 
 #define ZERO_SLOTS 2  // staging buffers for accumulating reduce-scatters (ZeRO-2/3 with accumulation)
@@ -48,6 +48,13 @@ typedef struct {
     int slot;           // staging slot holding this rank's piece, or -1 (written in place)
     CommRequest req;
 } ZeroBucket;
+
+// A checkpoint's staging copy the next update makes of [lo, hi) (ckpt_stage.h's layout, crcs: its chunks' CRC32Cs).
+typedef struct {
+    float *staging;
+    int64_t lo, hi;
+    uint32_t *crcs;
+} ZeroStaged;
 
 typedef struct {
     GPT *model;
@@ -69,6 +76,8 @@ typedef struct {
     int prefetch_segment;   // stage 3: the segment being gathered ahead (-1: none)
     CommRequest prefetch_req;
     size_t *counts;         // scratch: dp->size counts
+    ZeroStaged *staged;     // the next update's staging copies (zero_ckpt_stage_in_update), sorted by lo
+    int num_staged, cap_staged;
 } Zero;
 
 // ---------------------------------------------------------------------------
@@ -334,18 +343,40 @@ static inline float zero_finish_grads(Zero *z, CommGroup *all) {
     return (float)sqrt(ss);
 }
 
-// AdamW on this rank's shard (all of it at stage 0), then the weights are
-// made whole again (stages 1, 2) or left sharded (stage 3).
+// AdamW on [lo, hi) of what this rank updates (begin: where its m and v
+// start), its results also into staging when given (adamw_update_staged).
+static inline void zero_adamw(Zero *z, int64_t begin, int64_t lo, int64_t hi, const AdamWConfig *ac, float grad_scale,
+                              const ZeroStaged *staged) {
+    GPT *m = z->model;
+    if (hi <= lo) return;
+    float *params = z->stage == 3 ? z->param_shard - begin : m->params;
+    float *grads = z->stage == 0 ? m->grads : z->grad_shard + (lo - begin);
+    int flags = z->stage == 0 ? ADAMW_ZERO_GRADS : ADAMW_GRADS_LOCAL;
+    float *mm = z->m + (lo - begin), *vv = z->v + (lo - begin);
+    if (staged)
+        adamw_update_staged(&m->layout, params, grads, flags, mm, vv, lo, hi, ac, grad_scale, staged->staging,
+                            staged->crcs);
+    else
+        adamw_update_range(&m->layout, params, grads, flags, mm, vv, lo, hi, ac, grad_scale);
+}
+
+// AdamW on this rank's shard (all of it at stage 0), with the staging copies
+// asked for (zero_ckpt_stage_in_update), then the weights are made whole
+// again (stages 1, 2) or left sharded (stage 3).
 static inline void zero_optimizer_step(Zero *z, const AdamWConfig *ac, float grad_scale) {
     GPT *m = z->model;
     const ParamLayout *pl = &m->layout;
     const ShardMap *sm = &z->map;
-    if (z->stage == 0) {
-        adamw_update_range(pl, m->params, m->grads, ADAMW_ZERO_GRADS, z->m, z->v, 0, sm->num_elements, ac, grad_scale);
-        return;
+    const int64_t begin = z->stage == 0 ? 0 : sm->begin, end = z->stage == 0 ? sm->num_elements : sm->end;
+    int64_t at = begin;
+    for (int k = 0; k < z->num_staged; k++) {  // (the ranges between the staged ones: the update alone)
+        zero_adamw(z, begin, at, z->staged[k].lo, ac, grad_scale, NULL);
+        zero_adamw(z, begin, z->staged[k].lo, z->staged[k].hi, ac, grad_scale, &z->staged[k]);
+        at = z->staged[k].hi;
     }
-    float *params = z->stage == 3 ? z->param_shard - sm->begin : m->params;
-    adamw_update_range(pl, params, z->grad_shard, ADAMW_GRADS_LOCAL, z->m, z->v, sm->begin, sm->end, ac, grad_scale);
+    zero_adamw(z, begin, at, end, ac, grad_scale, NULL);
+    z->num_staged = 0;
+    if (z->stage == 0) return;
     if (z->stage == 3) {
         zero_finish_prefetch(z);  // (its data predate the update)
         for (int s = 0; s < z->num_segments; s++)
@@ -394,6 +425,20 @@ static inline void zero_ckpt_stage(Zero *z, float *staging, int64_t lo, int64_t 
     for (int64_t k = 0; k < chunks; k++) ckpt_stage_chunk(staging, src, hi - lo, k, crcs);
 }
 
+// The next zero_optimizer_step also writes its results over [lo, hi) (of
+// what this rank updates; after the ranges asked for before it) into staging
+// as zero_ckpt_stage would copy them, with their chunks' CRC32Cs into crcs
+// unless NULL: a checkpoint due after that update costs its stores alone.
+static inline void zero_ckpt_stage_in_update(Zero *z, float *staging, int64_t lo, int64_t hi, uint32_t *crcs) {
+    if (hi <= lo) return;
+    CHECK(z->num_staged == 0 || z->staged[z->num_staged - 1].hi <= lo, "staging ranges out of order");
+    if (z->num_staged == z->cap_staged) {
+        z->cap_staged = z->cap_staged ? 2 * z->cap_staged : 4;
+        z->staged = (ZeroStaged *)reallocCheck(z->staged, sizeof(ZeroStaged) * (size_t)z->cap_staged);
+    }
+    z->staged[z->num_staged++] = (ZeroStaged){staging, lo, hi, crcs};
+}
+
 // Installs the states over holds[s] (what this rank holds, a range of its
 // flat buffer) from states[s].
 static inline void zero_ckpt_load(Zero *z, float *const states[3], const int64_t holds[3][2]) {
@@ -417,6 +462,7 @@ static inline void zero_free(Zero *z) {
     free(z->reduced);
     free(z->inflight);
     free(z->counts);
+    free(z->staged);
     memset(z, 0, sizeof(*z));
 }
 

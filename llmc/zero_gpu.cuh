@@ -298,17 +298,6 @@ static inline double zero_gpu_grad_sumsq_owned(ZeroGPU *z) {
     return gpu_gpt_grad_sumsq(m, m->tp.size > 1 && m->tp.rank != 0);
 }
 
-// After the last micro-step's backward: completes the reductions and returns
-// the global gradient norm (of the mean gradient), the squares summed over `all` (every rank, host group).
-static inline float zero_gpu_finish_grads(ZeroGPU *z, CommGroup *all) {
-    NVTX_RANGE("reduce_grads");
-    zero_gpu_complete(z);
-    zero_gpu_tp_sum_replicated(z);
-    double ss = zero_gpu_grad_sumsq_owned(z);
-    comm_all_reduce(all, &ss, 1, COMM_F64);
-    return (float)sqrt(ss);
-}
-
 // Where this rank's reduced gradient of [lo, hi) is, once the reductions are
 // complete: the whole range at stage 0 (*plo = lo), else its shard's piece
 // [*plo, *phi); indexed like the flat buffer (device memory).

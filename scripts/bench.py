@@ -3,7 +3,7 @@
 
 Around a base run (a model shape, batch, sequence length), each swept
 variable takes its listed values one at a time, the others at the base:
-model size, batch size, sequence length, --recompute (GPU trainer), the ZeRO
+model size, batch size, sequence length, --recompute, the ZeRO
 stage (on 2 data ranks) and dp x tp x pp layouts with their pipeline
 schedules. On the CPU trainer every run gets the same cores (--cores: a run
 of R ranks gets cores/R OpenMP threads a rank), so the layouts compare on the
@@ -45,7 +45,7 @@ def parse_args():
     a.add_argument("--models", default="2:64:2,4:128:4,6:192:6")
     a.add_argument("--batches", default="2,4,8")
     a.add_argument("--seqs", default="32,64,128")
-    a.add_argument("--recomputes", default="", help="GPU: e.g. 0,1,2")
+    a.add_argument("--recomputes", default="", help="e.g. none,selective,full")
     a.add_argument("--zeros", default="0,1,2,3", help="ZeRO stages, on 2 data ranks")
     a.add_argument("--layouts", default="1x1x1,2x1x1,1x2x1,1x2x1:sp,1x1x2:1f1b,1x1x2:zb1p,2x1x2:1f1b")
     a.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench.sh: a benchmark sweep with plots (scripts/bench.py): around a base
 # run, the model size, batch, sequence length, ZeRO stage and dp x tp x pp
-# layouts (and --recompute on the GPU trainer) one at a time, each a few
+# layouts (and --recompute) one at a time, each a few
 # steps; writes OUT/bench.csv (tokens/s, MFU, the step's parts, peak memory,
 # the flags of every run) and PNG plots: tokens/s and MFU against each swept
 # variable, and the step's parts per layout. On the CPU trainer every run gets
@@ -11,7 +11,7 @@
 #
 #   bash scripts/bench.sh                          # the CPU trainer, the default sweep, each point 3 runs
 #   TRAINER=./train_gptcu bash scripts/bench.sh --model d12 --batch 8 --seq 1024 --models d12,d24 \
-#       --batches 4,8,16 --seqs 256,1024 --recomputes 0,1,2 --zeros 0,1 --layouts 1x1x1,1x1x2:zb1p
+#       --batches 4,8,16 --seqs 256,1024 --recomputes none,selective,full --zeros 0,1 --layouts 1x1x1,1x1x2:zb1p
 #   bash scripts/bench.sh --models '' --batches '' --seqs '' --zeros '' --layouts '' --long-seqs 4096,8192
 #       # the long-context cases: 4 layers at C 256, B 1, at each T one process, cp 2 and --recompute full
 #       # (skipped when the trainer refuses it): tokens/s and peak memory; and the longest T each fits in

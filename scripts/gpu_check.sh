@@ -15,7 +15,7 @@
 # peak they measure); time train_gptcu on random token shards, d12 at batch
 # 16 x 1024 with each attention kind, and where its step's time goes
 # (dev/perf/profile_step_gpu.cu: matmul, attention, the rest, and the host's
-# time to queue the backward); time d48 (--recompute 1) with the faster
+# time to queue the backward); time d48 (--recompute selective) with the faster
 # attention; run the trainer end to end against the CPU trainer
 # (tests/test_train_gpu.sh), the GPU ZeRO stages (tests/test_distributed_gpu.sh:
 # one process always, 2 ranks with MPI), pipeline parallel (tests/test_pipeline_gpu.sh, and
@@ -234,7 +234,7 @@ grep -q '^d12    cudnn  *[0-9]' <(printf '%s\n' "${table[@]}") && best=cudnn
 run_check profile_d12_flash "$BIN/profile_step_gpu" "${PROFILE_SHAPE[@]}" flash
 [ "$best" = cudnn ] && run_check profile_d12_cudnn "$BIN/profile_step_gpu" "${PROFILE_SHAPE[@]}" cudnn
 # the issue's other target next; the end-to-end and ZeRO tests (which CI runs emulated), then d24, d36
-bench_train d48 "$best" --recompute 1
+bench_train d48 "$best" --recompute selective
 run_check test_train_gpu bash tests/test_train_gpu.sh
 run_check test_distributed_gpu bash tests/test_distributed_gpu.sh
 # pipeline parallel: the emulated suite's layouts (two ranks on this one GPU over --comm mpi; NCCL's with
@@ -256,10 +256,10 @@ run_check test_tensor_parallel_gpu bash tests/test_tensor_parallel_gpu.sh
 # the benchmark sweep with plots (scripts/bench.sh): d12's batch, sequence length and recompute on this GPU
 # (CSV and PNGs under $OUT/bench)
 if [ "$EMULATED" = 1 ]; then
-    SWEEP=(--model 2:64:2 --vocab "$VOCAB" --batch 2 --seq 32 --batches 2 --seqs 32 --recomputes 0,1 --steps 3
+    SWEEP=(--model 2:64:2 --vocab "$VOCAB" --batch 2 --seq 32 --batches 2 --seqs 32 --recomputes none,selective --steps 3
            --extra "--peak-tflops 1")
 else
-    SWEEP=(--model d12 --batch 16 --seq 1024 --batches 4,8,16 --seqs 256,1024 --recomputes 0,1,2 --steps 8)
+    SWEEP=(--model d12 --batch 16 --seq 1024 --batches 4,8,16 --seqs 256,1024 --recomputes none,selective,full --steps 8)
 fi
 run_check bench_sweep env TRAINER="$TRAINER" TOKENIZE=build/tokenize OUT="$OUT/bench" DATA="$OUT/data/train_*.bin" \
     bash scripts/bench.sh "${SWEEP[@]}" --models '' --zeros '' --layouts 1x1x1

@@ -24,3 +24,21 @@ if [ "$EMULATED" != 1 ] && [ "$(gpu_count)" -eq 0 ]; then
     echo "SKIP: $1 (no GPU)"
     exit 0
 fi
+
+# layout_reference PREFIX: the set-up of the scripts that check a layout against one GPU
+# (test_tensor_parallel_gpu.sh, test_context_parallel_gpu.sh): the data, a committed fixture's bytes,
+# which do not change with the sources (a layout's logits differ from one GPU's in their last bf16 bits,
+# so a draw that falls at a token's boundary could differ; on fixed data the sample checks are
+# deterministic); COMMON: 2 layers of 2 heads of 32 (the flash kernels' head size), a global batch of 4 x
+# 32 tokens x 2 micro-batches, 4 steps; EVAL: evaluation and sampling; the one-GPU run of both
+# ($tmp/ref.json, ref.bin, ref.log); compare_layout's checks named PREFIXNAME_..._match_one_gpu
+layout_reference() {
+    byte_corpus "$tmp" d 20000 tests/fixtures/tiny_model.bin
+    COMMON=(--data-train "$tmp/d_train_*.bin" --n-layer 2 --n-embd 64 --n-head 2 --vocab-size 257 --max-seq-len 64
+            --seq-len 32 --total-batch-tokens 256 --steps 4 --lr 1e-3 --eps 1e-4 --weight-decay 0.1 --seed 5
+            --peak-tflops 1 --comm-timeout 120 --batch-size 4)
+    EVAL=(--data-val "$tmp/d_val_*.bin" --eval-every 2 --eval-batches 1 --sample-every 4 --sample-tokens 16)
+    timeout 300 "$TRAIN" "${COMMON[@]}" "${EVAL[@]}" --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" \
+        >"$tmp/ref.log" 2>&1 || { fail reference_run "$(tail -2 "$tmp/ref.log")"; exit 1; }
+    LAYOUT_PREFIX=$1 LAYOUT_REF=one_gpu
+}

@@ -24,7 +24,7 @@
 // must stay untouched. The element path must give the vector path's bits where
 // the kernels promise it (the LayerNorm forwards, GELU, classifier, encoder,
 // AdamW), the LayerNorm of the fused kernel's residual the fused kernel's bits
-// (--recompute 2), and a second run (on the emulator: threads in another
+// (--recompute full), and a second run (on the emulator: threads in another
 // order) the same bits (LayerNorm backward, AdamW, global norm).
 //
 // Tolerances: a floatX result is the fp32 value rounded to nearest, within
@@ -245,7 +245,7 @@ static LnGot layernorm_run(const LnInputs &k, const KernelImpls *im, int mis_in,
         im->layernorm_forward(out.p, m.p, s.p, res.p, w.p, b.p, N, C, 0);
         g.out = get(out.p, nc), g.mean = get(m.p, N), g.rstd = get(s.p, N);
     }
-    {  // fused residual + forward, then the plain forward of its residual (--recompute 2)
+    {  // fused residual + forward, then the plain forward of its residual (--recompute full)
         KcBuf<floatX> out(nc, mis_out), resid(nc, mis_in), out2(nc, mis_out);
         KcBuf<float> m(N, mis_out), s(N, mis_out), m2(N, mis_out), s2(N, mis_out);
         im->fused_residual_layernorm(resid.p, out.p, m.p, s.p, r.p, x.p, w.p, b.p, N, C, 0);

@@ -10,32 +10,51 @@ export BUILD
 cd "$(dirname "$0")/.."
 passed=0; failed=0; skipped=0
 times=()  # "CPU_SECONDS NAME (WALL s wall)" per test, for the closing list of the slowest
-log=$(mktemp)
-cpu_log=$(mktemp)
-# children_cpu: the CPU seconds (user + sys) of every finished child of this shell so far, from bash's `times`
-# (called directly, not in $(...), whose subshell would count its own children)
-children_cpu() {
-    times >"$cpu_log"
-    children_cpu=$(awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, a, "m"); s += a[1] * 60 + a[2] } printf "%.2f", s }' "$cpu_log")
+# TEST_JOBS tests run at once (default 2): on 2 cores most tests leave a core idle part of the time (waits
+# for a rank, a writer, a timeout), and two at a time fill it. Each test's output is held in its own file
+# and printed whole when it ends, with its times. MPI ranks yield the core while they poll
+# (mpi_yield_when_idle) so that ranks of two tests on one core do not spin against each other.
+jobs_max=${TEST_JOBS:-2}
+export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}
+out=$(mktemp -d)
+n_started=0; running=()  # indices of the tests in flight
+# run_bg NAME CMD...: the test in a subshell of its own (whose `times` counts only the test's processes),
+# its output, exit status, CPU and wall seconds left in $out/INDEX.*
+run_bg() {
+    local i=$n_started; n_started=$((n_started + 1))
+    echo "$1" >"$out/$i.name"
+    (
+        start=$SECONDS
+        "${@:2}" >"$out/$i.log" 2>&1
+        echo $? >"$out/$i.rc"
+        times >"$out/$i.times"
+        echo $((SECONDS - start)) >"$out/$i.wall"
+        touch "$out/$i.done"
+    ) </dev/null &
+    running+=("$i")
+    while [ ${#running[@]} -ge "$jobs_max" ]; do wait -n 2>/dev/null; collect; done
 }
-run_one() {
-    local name=$1; shift
-    echo "== $name"
-    local start=$SECONDS cpu0 cpu
-    children_cpu; cpu0=$children_cpu
-    "$@" >"$log" 2>&1
-    local rc=$?
-    children_cpu; cpu=$(awk -v a="$cpu0" -v b="$children_cpu" 'BEGIN { printf "%.1f", b - a }')
-    cat "$log"
-    echo "== $name: $cpu s CPU (user+sys), $((SECONDS - start)) s wall"
-    times+=("$cpu $name ($((SECONDS - start)) s wall)")
-    local p f s
-    p=$(grep -c '^PASS: ' "$log"); f=$(grep -c '^FAIL: ' "$log"); s=$(grep -c '^SKIP: ' "$log")
-    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-        echo "FAIL: $name exited with status $rc"
-        f=1
-    fi
-    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+# collect: prints and tallies every test that has ended, in the order they end
+collect() {
+    local i still=()
+    for i in "${running[@]}"; do
+        if [ ! -f "$out/$i.done" ]; then still+=("$i"); continue; fi
+        local name cpu wall rc p f s
+        name=$(cat "$out/$i.name"); rc=$(cat "$out/$i.rc"); wall=$(cat "$out/$i.wall")
+        # the second line of `times`: the user and system time of the subshell's children (the test)
+        cpu=$(awk 'NR == 2 { for (k = 1; k <= 2; k++) { split($k, a, "m"); t += a[1] * 60 + a[2] } printf "%.1f", t }' "$out/$i.times")
+        echo "== $name"
+        cat "$out/$i.log"
+        echo "== $name: $cpu s CPU (user+sys), $wall s wall"
+        times+=("$cpu $name ($wall s wall)")
+        p=$(grep -c '^PASS: ' "$out/$i.log"); f=$(grep -c '^FAIL: ' "$out/$i.log"); s=$(grep -c '^SKIP: ' "$out/$i.log")
+        if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+            echo "FAIL: $name exited with status $rc"
+            f=1
+        fi
+        passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+    done
+    running=("${still[@]}")
 }
 only=${TESTS:-}
 # TESTS_ONLY=REGEX: the tests that do not match it are not run, each listed as a SKIP (run_all.sh's sanitizer
@@ -44,36 +63,23 @@ subset=${TESTS_ONLY:-}
 excluded() {
     [ -n "$subset" ] && ! [[ "$1" =~ $subset ]] && { echo "SKIP: $1 (not in tests/sanitizer_tests.txt: normal build only)"; skipped=$((skipped + 1)); }
 }
-for t in "$BUILD"/tests/test_*; do
-    [ -x "$t" ] || continue
-    case "$t" in *.d) continue;; esac
-    [ -n "$only" ] && ! [[ "$(basename "$t")" =~ $only ]] && continue
-    excluded "$(basename "$t")" && continue
-    run_one "$(basename "$t")" "$t"
-done
-for t in tests/test_*.sh; do
-    [ -f "$t" ] || continue
-    [ -n "$only" ] && ! [[ "$(basename "$t")" =~ $only ]] && continue
-    excluded "$(basename "$t")" && continue
-    run_one "$(basename "$t")" bash "$t"
-done
-# the GPU programs on the CPU (train_gpt.cu and tests/test_gpt.cu compiled for
-# tests/cuda_emulator.h; the Makefile's EMU_BINS)
-# (the scripts SKIP without their emulated program)
-emulated() {
-    local name=$1; shift
-    [ -n "$only" ] && ! [[ "$name" =~ $only ]] && return
-    excluded "$name" && return
-    run_one "$name" "$@"
+# run NAME CMD...: the test, unless TESTS or TESTS_ONLY leave it out
+run() {
+    [ -n "$only" ] && ! [[ "$1" =~ $only ]] && return
+    excluded "$1" && return
+    run_bg "$@"
 }
-[ -x "$BUILD/emu/test_gpt_cu" ] && emulated test_gpt_cu_emulated "$BUILD/emu/test_gpt_cu"
-[ -x "$BUILD/emu/test_gpu_libs" ] && emulated test_gpu_libs_emulated "$BUILD/emu/test_gpu_libs"
-emulated test_train_gpu_emulated env EMULATED=1 bash tests/test_train_gpu.sh
-emulated test_distributed_gpu_emulated env EMULATED=1 bash tests/test_distributed_gpu.sh
-emulated test_checkpoint_gpu_emulated env EMULATED=1 bash tests/test_checkpoint_gpu.sh
-emulated test_pipeline_gpu_emulated env EMULATED=1 bash tests/test_pipeline_gpu.sh
-emulated test_tensor_parallel_gpu_emulated env EMULATED=1 bash tests/test_tensor_parallel_gpu.sh
-emulated test_comm_nccl_emulated env EMULATED=1 bash tests/test_comm_nccl.sh
+# the GPU programs on the CPU first, the longest tests (train_gpt.cu and tests/test_gpt.cu compiled for
+# tests/cuda_emulator.h; the Makefile's EMU_BINS; the scripts SKIP without their emulated program)
+[ -x "$BUILD/emu/test_gpt_cu" ] && run test_gpt_cu_emulated "$BUILD/emu/test_gpt_cu"
+run test_checkpoint_gpu_emulated env EMULATED=1 bash tests/test_checkpoint_gpu.sh
+run test_distributed_gpu_emulated env EMULATED=1 bash tests/test_distributed_gpu.sh
+run test_pipeline_gpu_emulated env EMULATED=1 bash tests/test_pipeline_gpu.sh
+run test_tensor_parallel_gpu_emulated env EMULATED=1 bash tests/test_tensor_parallel_gpu.sh
+run test_context_parallel_gpu_emulated env EMULATED=1 bash tests/test_context_parallel_gpu.sh
+run test_train_gpu_emulated env EMULATED=1 bash tests/test_train_gpu.sh
+run test_comm_nccl_emulated env EMULATED=1 bash tests/test_comm_nccl.sh
+[ -x "$BUILD/emu/test_gpu_libs" ] && run test_gpu_libs_emulated "$BUILD/emu/test_gpu_libs"
 # the GPU step profiler (dev/perf/profile_step_gpu.cu) on the emulated model: it runs with either
 # attention, and the FLOPs its wrappers count call by call add up to the model's formula (a matmul or
 # attention call it does not time fails this; its times mean nothing on the emulator)
@@ -88,13 +94,22 @@ profile_counts() {
         fi
     done
 }
-[ -x "$BUILD/emu/profile_step_gpu" ] && emulated profile_step_gpu_emulated profile_counts
+[ -x "$BUILD/emu/profile_step_gpu" ] && run profile_step_gpu_emulated profile_counts
 # the dev/cuda kernel checkers' validation at small shapes (no benchmarks: they SKIP them)
 for f in dev/cuda/*.cu; do
     t=$BUILD/emu/dev_$(basename "$f" .cu)
-    [ -x "$t" ] && emulated "$(basename "$t")_emulated" "$t"
+    [ -x "$t" ] && run "$(basename "$t")_emulated" "$t"
 done
-rm -f "$log" "$cpu_log"
+for t in tests/test_*.sh; do
+    [ -f "$t" ] && run "$(basename "$t")" bash "$t"
+done
+for t in "$BUILD"/tests/test_*; do
+    [ -x "$t" ] || continue
+    case "$t" in *.d) continue;; esac
+    run "$(basename "$t")" "$t"
+done
+while [ ${#running[@]} -gt 0 ]; do wait -n 2>/dev/null; collect; done
+rm -rf "$out"
 echo
 echo "the ten slowest tests, CPU seconds (user+sys):"
 printf '%s\n' "${times[@]}" | sort -rn | head -10 | sed 's/^/  /'

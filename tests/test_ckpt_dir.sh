@@ -18,7 +18,7 @@ cleanup() {
 }
 trap cleanup EXIT
 export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0
-tokenize_sources "$tmp/data" llmc/checkpoint.h
+tokenize_sources "$tmp/data" llmc/checkpoint.h llmc/ckpt_*.h
 RUN=(--data-train "$tmp/data/src_train_*.bin" --n-layer 2 --n-embd 32 --n-head 2 --vocab-size 257 --max-seq-len 16
      --seq-len 16 --batch-size 2 --peak-tflops 0.1 --steps 8 --ckpt-every 2 --ckpt-keep 0)
 # train NAME ARGS...: a run, its stdout in $tmp/NAME.out, stderr in $tmp/NAME.err, its exit status in $rc

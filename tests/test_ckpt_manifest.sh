@@ -18,7 +18,7 @@ TRAIN="$BUILD/train_gpt"
 export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0
 
 # 1400 training tokens: 43 samples of 32, 8 (2 micro-batches of 4) a step; epoch 1 begins in step 6 (3 dropped)
-tokenize_sources "$tmp/data" <(head -c 21400 llmc/checkpoint.h)
+tokenize_sources "$tmp/data" <(cat llmc/checkpoint.h llmc/ckpt_*.h | head -c 21400)
 COMMON=(--n-layer 2 --n-embd 32 --n-head 2 --vocab-size 257 --max-seq-len 64 --seq-len 32 --batch-size 4
         --total-batch-tokens 256 --peak-tflops 0.1 --steps 12 --shuffle 1)
 RUN=(--data-train "$tmp/data/src_train_*.bin" "${COMMON[@]}")

@@ -122,7 +122,3 @@ expect_layout_error sequence_parallel_positions "^error: --sequence-parallel: --
     4 --batch-size 4 --cp 2 --tp 8 --seq-len 24 --n-head 8 --sequence-parallel 1
 expect_usage_error "--cp 2 on one process" "^error: --tp 1 x --pp 1 x --cp 2 needs 2 processes" \
     "$TRAIN" "${COMMON[@]}" --batch-size 4 --cp 2
-if [ -x "$BUILD/train_gptcu" ]; then
-    expect_usage_error "--cp 2 on the GPU trainer" "^error: --cp 2: context parallel is not supported yet on the GPU trainer" \
-        "$BUILD/train_gptcu" "${COMMON[@]}" --batch-size 4 --cp 2
-fi

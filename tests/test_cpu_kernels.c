@@ -6,7 +6,10 @@
 // across its block edges, all four transposes, alpha/beta, leading dimensions
 // wider than the matrix, misaligned pointers and 1 vs 2 threads (bit-equal);
 // the llmc/cpu_vec.h reductions, exp/tanh, GELU and its gradient at lengths
-// around the vector width and misaligned; the gradient norm's sum of squares.
+// around the vector width and misaligned; the gradient norm's sum of squares;
+// AdamW with a checkpoint's staging copy made in the update against the update
+// and then the copy (bit-equal, the chunks' CRC32Cs too).
+#include "llmc/ckpt_stage.h"
 #include "llmc/cpu_layers.h"
 #include "llmc/optimizer.h"
 #include "llmc/rand.h"
@@ -256,11 +259,59 @@ static void test_sum_of_squares(void) {
     free(g);
 }
 
+// adamw_update_staged over [lo, hi) of a model's layout (several tensors, decay and not, over
+// several staging chunks; lo, hi and the staging misaligned; gradients indexed from lo and zeroed
+// as read) against adamw_update_range and then ckpt_stage.h's copy: the same weights, moments,
+// gradients, staged bytes and chunk CRC32Cs, bit for bit, and nothing outside [lo, hi) touched.
+static void test_adamw_staged(void) {
+    GPTConfig cfg = {64, 1000, 1024, 2, 2, 192};
+    ParamLayout pl;
+    param_layout_init(&pl, &cfg);
+    const int64_t n = pl.num_elements, lo = 12345, hi = n - 777, len = hi - lo, chunks = ckpt_stage_chunks(len);
+    float *buf[2][4];  // (run, {params, grads, m, v})
+    Rng rng;
+    rng_seed(&rng, 5);
+    for (int k = 0; k < 4; k++) {
+        buf[0][k] = (float *)mallocCheck(sizeof(float) * (size_t)n);
+        rng_normal_fill(&rng, buf[0][k], n, k == 3 ? 1e-3f : 1e-1f);
+        if (k == 3)
+            for (int64_t i = 0; i < n; i++) buf[0][k][i] = fabsf(buf[0][k][i]);
+        buf[1][k] = (float *)mallocCheck(sizeof(float) * (size_t)n);
+        memcpy(buf[1][k], buf[0][k], sizeof(float) * (size_t)n);
+    }
+    float *staged[2], *mine[2];
+    uint32_t *crcs[2];
+    for (int r = 0; r < 2; r++) {
+        mine[r] = (float *)callocCheck((size_t)(3 * len + 1), sizeof(float));
+        staged[r] = mine[r] + 1;  // misaligned
+        crcs[r] = (uint32_t *)callocCheck((size_t)chunks, sizeof(uint32_t));
+    }
+    AdamWConfig ac = {3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3};
+    int flags = ADAMW_GRADS_LOCAL | ADAMW_ZERO_GRADS;
+    adamw_update_range(&pl, buf[0][0], buf[0][1] + lo, flags, buf[0][2] + lo, buf[0][3] + lo, lo, hi, &ac, 0.7f);
+    const float *src[3] = {buf[0][0] + lo, buf[0][2] + lo, buf[0][3] + lo};
+    for (int64_t k = 0; k < chunks; k++) ckpt_stage_chunk(staged[0], src, len, k, crcs[0]);
+    adamw_update_staged(&pl, buf[1][0], buf[1][1] + lo, flags, buf[1][2] + lo, buf[1][3] + lo, lo, hi, &ac, 0.7f,
+                        staged[1], crcs[1]);
+    int same = memcmp(staged[0], staged[1], sizeof(float) * (size_t)(3 * len)) == 0 &&
+               memcmp(crcs[0], crcs[1], sizeof(uint32_t) * (size_t)chunks) == 0;
+    for (int k = 0; k < 4; k++) same = same && memcmp(buf[0][k], buf[1][k], sizeof(float) * (size_t)n) == 0;
+    test_result(same && chunks >= 9, "AdamW staging a checkpoint in the update: the update and then the copy, to the bit "
+                "(%lld elements, %lld chunks, CRC32Cs too)", (long long)len, (long long)chunks);
+    for (int r = 0; r < 2; r++) {
+        for (int k = 0; k < 4; k++) free(buf[r][k]);
+        free(mine[r]);
+        free(crcs[r]);
+    }
+    param_layout_free(&pl);
+}
+
 int main(void) {
     printf("native kernels: %s, %d-lane vectors (%s)\n", MATMUL_NATIVE_KERNEL, VEC_LANES, VEC_ISA);
     test_matmul_native();
     test_vec_reductions();
     test_vec_elementwise();
     test_sum_of_squares();
+    test_adamw_staged();
     return test_exit_code();
 }

@@ -149,7 +149,7 @@ if [ "$EMULATED" = 1 ] || [ "$(gpu_count)" -ge 2 ]; then
                 "${COMMON[@]}" --batch-size 1 --log-json "$tmp/$name.json" >"$tmp/$name.log" 2>&1
         fi
         rc=$?
-        if [ $rc -eq 0 ] && grep -q '^ranks: 2 (mpirun launch, MPI on) | data parallel 2 x tensor 1 x pipeline 1 | ZeRO-1 | comm nccl' "$tmp/$name.log"; then
+        if [ $rc -eq 0 ] && grep -q '^ranks: 2 (mpirun launch, MPI on) | data parallel 2 x tensor 1 x pipeline 1 x context 1 | ZeRO-1 | comm nccl' "$tmp/$name.log"; then
             "$CMP" --compare-logs "$tmp/ref.json" "$tmp/$name.json" 1e-3 "${name}_matches_one_process"
         else
             echo "FAIL: ${name}_runs (exit $rc: $(grep -m1 '^ranks:' "$tmp/$name.log") $(tail -2 "$tmp/$name.log" | tr '\n' ' '))"

@@ -1,7 +1,8 @@
 // test_gpt.cu: the GPU model (llmc/gpt_gpu.cuh) against the CPU model
 // (llmc/gpt_cpu.h) on the same weights and batches: logits, loss and every
 // gradient tensor of one step within bf16 tolerances; 10 AdamW steps of
-// losses; recomputation (--recompute 1, 2) and gradient accumulation over two
+// losses; recomputation (--recompute selective: the default's gradients tensor
+// by tensor; full and full:2: bit for bit) and gradient accumulation over two
 // micro-batches giving the gradients of the default (tensor by tensor);
 // bit-exact determinism of two identical runs; models holding shards of the
 // master weights (ZeRO-1) updating their ranges exactly as the full model; and
@@ -99,7 +100,7 @@ static void train_cpu(GPT *m, float *adam_m, float *adam_v, int *const *xs, int 
 static void gpu_shard_step(const GPTConfig *cfg, const float *params, int shard_rank, int shard_world, const int *x,
                            const int *y, float grad_scale, float *out) {
     GPTGPU g;
-    gpu_gpt_init(&g, cfg, NULL, tp_none(), B_TEST, T_TEST, 0, ATTENTION_FLASH, gpu_sharding(1, shard_rank, shard_world), 1, 0, 0);
+    gpu_gpt_init(&g, cfg, NULL, tp_none(), B_TEST, T_TEST, RecomputePolicy{}, ATTENTION_FLASH, gpu_sharding(1, shard_rank, shard_world), 1, 0, 0);
     gpu_gpt_set_params(&g, params);
     gpu_gpt_zero_grad(&g);
     gpu_gpt_forward(&g, x, y, B_TEST, T_TEST, 1.0f / (B_TEST * T_TEST));
@@ -112,10 +113,13 @@ static void gpu_shard_step(const GPTConfig *cfg, const float *params, int shard_
 
 // One training step's gradients of a fresh GPU model into out.
 // split: the backward's input and weight gradients apart (B, then W).
-static float gpu_step_grads(const GPTConfig *cfg, const float *params, int recompute, AttentionKind attention,
+// recompute: a --recompute policy.
+static float gpu_step_grads(const GPTConfig *cfg, const float *params, const char *recompute, AttentionKind attention,
                             int split, const int *x, const int *y, float *out) {
     GPTGPU g;
-    gpu_gpt_init(&g, cfg, NULL, tp_none(), B_TEST, T_TEST, recompute, attention, gpu_sharding(0, 0, 1), 1, split, 0);
+    RecomputePolicy rp;
+    CHECK(recompute_parse(recompute, &rp), "bad policy %s", recompute);
+    gpu_gpt_init(&g, cfg, NULL, tp_none(), B_TEST, T_TEST, rp, attention, gpu_sharding(0, 0, 1), 1, split, 0);
     gpu_gpt_set_params(&g, params);
     gpu_gpt_zero_grad(&g);
     float loss = gpu_gpt_forward(&g, x, y, B_TEST, T_TEST, 1.0f / (B_TEST * T_TEST));
@@ -173,7 +177,7 @@ int main(void) {
 
     // logits
     GPTGPU g;
-    gpu_gpt_init(&g, &cfg, NULL, tp_none(), B_TEST, T_TEST, 0, ATTENTION_FLASH, gpu_sharding(0, 0, 1), 1, 0, 0);
+    gpu_gpt_init(&g, &cfg, NULL, tp_none(), B_TEST, T_TEST, RecomputePolicy{}, ATTENTION_FLASH, gpu_sharding(0, 0, 1), 1, 0, 0);
     gpu_gpt_set_params(&g, init);
     float *logits = (float *)mallocCheck(sizeof(float) * (size_t)N * V);
     gpt_forward(&cpu, xs[0], NULL, B_TEST, T_TEST, 0.0f);
@@ -204,21 +208,27 @@ int main(void) {
     // recomputation gives the same gradients
     float *grads_r = (float *)mallocCheck(sizeof(float) * (size_t)P);
     const char *worst;
-    for (int r = 1; r <= 2; r++) {
-        float loss_r = gpu_step_grads(&cfg, init, r, ATTENTION_FLASH, 0, xs[0], ys[0], grads_r);
+    const char *policies[] = {"selective", "full", "full:2"};
+    for (int r = 0; r < 3; r++) {
+        float loss_r = gpu_step_grads(&cfg, init, policies[r], ATTENTION_FLASH, 0, xs[0], ys[0], grads_r);
         double re = worst_tensor_error(&cpu.layout, grads_r, grads, &worst);
         test_result(loss_r == loss_g && re < TOL_SAME,
-                    "recompute %d: loss %.6f (no recompute %.6f), gradients rel err %.2e (worst tensor %s)", r, loss_r,
-                    loss_g, re, worst);
+                    "recompute %s: loss %.6f (no recompute %.6f), gradients rel err %.2e (worst tensor %s)",
+                    policies[r], loss_r, loss_g, re, worst);
+        if (r > 0)  // (full runs the forward's kernels again: the same bits)
+            test_result(memcmp(grads_r, grads, sizeof(float) * (size_t)P) == 0,
+                        "recompute %s: the gradients of no recompute bit for bit", policies[r]);
     }
 
     // a split backward (B, then W: the zero-bubble schedules') gives the one-pass backward's gradients bit for bit
-    for (int r = 0; r <= 2; r += 2) {
+    const char *split_policies[] = {"none", "selective", "full:2"};
+    for (int r = 0; r < 3; r++) {
         float *one = (float *)mallocCheck(sizeof(float) * (size_t)P), *apart = (float *)mallocCheck(sizeof(float) * (size_t)P);
-        float l1 = gpu_step_grads(&cfg, init, r, ATTENTION_FLASH, 0, xs[0], ys[0], one);
-        float l2 = gpu_step_grads(&cfg, init, r, ATTENTION_FLASH, 1, xs[0], ys[0], apart);
+        float l1 = gpu_step_grads(&cfg, init, split_policies[r], ATTENTION_FLASH, 0, xs[0], ys[0], one);
+        float l2 = gpu_step_grads(&cfg, init, split_policies[r], ATTENTION_FLASH, 1, xs[0], ys[0], apart);
         test_result(l1 == l2 && memcmp(one, apart, sizeof(float) * (size_t)P) == 0,
-                    "recompute %d: a split backward (B then W) gives the one-pass gradients bit for bit", r);
+                    "recompute %s: a split backward (B then W) gives the one-pass gradients bit for bit",
+                    split_policies[r]);
         free(one);
         free(apart);
     }
@@ -226,7 +236,7 @@ int main(void) {
     // gradient accumulation: two micro-batches of B/2 accumulate (in fp32) the gradients of one of B
     {
         GPTGPU ga;
-        gpu_gpt_init(&ga, &cfg, NULL, tp_none(), B_TEST, T_TEST, 0, ATTENTION_FLASH, gpu_sharding(0, 0, 1), 1, 0, 0);
+        gpu_gpt_init(&ga, &cfg, NULL, tp_none(), B_TEST, T_TEST, RecomputePolicy{}, ATTENTION_FLASH, gpu_sharding(0, 0, 1), 1, 0, 0);
         gpu_gpt_set_params(&ga, init);
         gpu_gpt_zero_grad(&ga);
         int half = B_TEST / 2, n_half = half * T_TEST;
@@ -250,7 +260,7 @@ int main(void) {
     memcpy(cpu.params, init, sizeof(float) * (size_t)P);
     train_cpu(&cpu, adam_m, adam_v, xs, ys, STEPS, lc);
     GPTGPU g1, g2;
-    gpu_gpt_init(&g1, &cfg, NULL, tp_none(), B_TEST, T_TEST, 0, ATTENTION_FLASH, gpu_sharding(0, 0, 1), 1, 0, 0);
+    gpu_gpt_init(&g1, &cfg, NULL, tp_none(), B_TEST, T_TEST, RecomputePolicy{}, ATTENTION_FLASH, gpu_sharding(0, 0, 1), 1, 0, 0);
     gpu_gpt_set_params(&g1, init);
     train_gpu(&g1, xs, ys, STEPS, lg, 1234);
     int ok = 1;
@@ -264,7 +274,7 @@ int main(void) {
                 lg[STEPS - 1]);
 
     // determinism: a second identical run gives the same bits
-    gpu_gpt_init(&g2, &cfg, NULL, tp_none(), B_TEST, T_TEST, 0, ATTENTION_FLASH, gpu_sharding(0, 0, 1), 1, 0, 0);
+    gpu_gpt_init(&g2, &cfg, NULL, tp_none(), B_TEST, T_TEST, RecomputePolicy{}, ATTENTION_FLASH, gpu_sharding(0, 0, 1), 1, 0, 0);
     gpu_gpt_set_params(&g2, init);
     train_gpu(&g2, xs, ys, STEPS, lg2, 1234);
     float *p1 = (float *)mallocCheck(sizeof(float) * (size_t)P), *p2 = (float *)mallocCheck(sizeof(float) * (size_t)P);
@@ -285,7 +295,7 @@ int main(void) {
     // cuDNN attention gives the flash attention's loss and gradients (last: gpu_gpt_init ends the
     // program when no cuDNN engine runs the graphs; the exit status then fails the test)
     if (cudnn_attention_available()) {
-        float loss_n = gpu_step_grads(&cfg, init, 0, ATTENTION_CUDNN, 0, xs[0], ys[0], grads_r);
+        float loss_n = gpu_step_grads(&cfg, init, "none", ATTENTION_CUDNN, 0, xs[0], ys[0], grads_r);
         double ne = worst_tensor_error(&cpu.layout, grads_r, grads, &worst);
         test_result(fabsf(loss_n - loss_g) < 2e-3f && ne < TOL_GRAD,
                     "attention cudnn: loss %.6f (flash %.6f), gradients rel err %.2e (worst tensor %s)", loss_n, loss_g,

@@ -59,7 +59,8 @@ expect_usage_error "an unknown flag" "unknown flag" "$PLAN" --warp-speed 9
 rc=$?
 check lists_the_small_case "[ $rc -eq 0 ] && grep -q '^cluster four: 1 node x 4 CPU ranks = 4 ranks' '$tmp/four.log'" \
     "exit $rc: $(tail -2 "$tmp/four.log")"
-# every (dp, cp, tp, pp) of 4 ranks, each schedule, ZeRO stage (with dp x cp > 1), sequence parallel (tp > 1), B 1
+# every (dp, cp, tp, pp) of 4 ranks, each schedule, ZeRO stage (with dp x cp > 1), sequence parallel (tp > 1), B 1,
+# --recompute none, selective and full
 python3 - "$tmp/four.csv" >"$tmp/count.txt" <<'EOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
@@ -71,7 +72,7 @@ for tp in (1, 2, 4):
                 continue
             dp = 4 // tp // pp // cp
             scheds = {1: 1, 2: 4, 4: 4}[pp]  # interleaved: 2 chunks (L/pp <= 2)
-            want += (2 if tp > 1 else 1) * scheds * (4 if dp * cp > 1 else 1)
+            want += (2 if tp > 1 else 1) * scheds * (4 if dp * cp > 1 else 1) * 3
 print(len(rows), want, sum(r["valid"] == "1" for r in rows))
 EOF
 read -r listed want valid <"$tmp/count.txt"
@@ -153,7 +154,7 @@ print("%s: plan_groups_rejected_layouts_by_reason (%s of %s)" % (
 first = re.search(r"^   1\. (.*?) \|", text, re.M)
 ok = first and "ZeRO-3" not in first.group(1) and "a tie" in text and "run it: mpirun -np 8 ./train_gptcu" in text
 print("%s: plan_prefers_the_simpler_smaller_layout_in_a_tie (%s)" % ("PASS" if ok else "FAIL", first and first.group(1)))
-legend = ["B 64 x 4: micro-batches of 64", "rc1: --recompute 1", "+sp: sequence parallel", "'-': none", "USD a device-hour"]
+legend = ["B 64 x 4: micro-batches of 64", "rcsel: --recompute selective", "+sp: sequence parallel", "'-': none", "USD a device-hour"]
 missing = [w for w in legend if w not in text] + ([] if re.search(r"[0-9.]+ USD  dp", text) else ["cost currency"])
 print("%s: plan_legend_explains_the_notation_and_currency%s" % ("FAIL" if missing else "PASS",
       " (missing: %s)" % missing if missing else ""))
@@ -236,25 +237,39 @@ if [ -x "$BUILD/emu/train_gptcu" ] && [ "$BUILD" = build ]; then
         >"$tmp/gpu.cluster"
     GMODEL=(--n-layer 2 --n-embd 64 --n-head 2 --vocab-size 257 --max-seq-len 32 --seq-len 32 --total-batch-tokens 128)
     "$PLAN" "${GMODEL[@]}" --cluster "$tmp/gpu.cluster" --max-micro-batch 4 --csv "$tmp/gpu.csv" >/dev/null 2>&1
-    for run in "2 2"; do  # (B 2, recompute 2: every buffer the recomputation shares)
+    sed 's/^devices_per_node = 1$/devices_per_node = 2/' "$tmp/gpu.cluster" >"$tmp/gpu2.cluster"
+    "$PLAN" "${GMODEL[@]}" --cluster "$tmp/gpu2.cluster" --max-micro-batch 4 --csv "$tmp/gpu2.csv" >/dev/null 2>&1
+    # (B 2; full: every buffer the recomputation shares; cp 2 at ZeRO-1 under mpirun: its context buffers too)
+    runs=("2 full 1")
+    have_mpi && runs+=("2 none 2" "2 full 2")
+    for run in "${runs[@]}"; do
         set -- $run
-        "$BUILD/emu/train_gptcu" --data-train "$tmp/data/src_train_*.bin" "${GMODEL[@]}" --batch-size "$1" \
-            --recompute "$2" --steps 0 --peak-tflops 1 >"$tmp/gpu_$1_$2.log" 2>&1
-        python3 - "$tmp/gpu.csv" "$tmp/gpu_$1_$2.log" "$1" "$2" <<'EOF'
+        launch=() csv="$tmp/gpu.csv" flags=()
+        if [ "$3" -gt 1 ]; then
+            launch=(timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$3") csv="$tmp/gpu2.csv"
+            flags=(--cp "$3" --zero 1)
+        fi
+        "${launch[@]}" "$BUILD/emu/train_gptcu" --data-train "$tmp/data/src_train_*.bin" "${GMODEL[@]}" \
+            --batch-size "$1" --recompute "$2" "${flags[@]}" --steps 0 --peak-tflops 1 >"$tmp/gpu_$1_$2_$3.log" 2>&1
+        python3 - "$csv" "$tmp/gpu_$1_$2_$3.log" "$1" "$2" "$3" <<'EOF'
 import csv, re, sys
-rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["B"] == sys.argv[3] and r["recompute"] == sys.argv[4]]
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["B"] == sys.argv[3] and r["recompute"] == sys.argv[4] and
+        r["cp"] == sys.argv[5] and r["dp"] == "1" and r["zero"] == ("0" if sys.argv[5] == "1" else "1")]
+text = open(sys.argv[2]).read()
 m = re.search(r"^memory: params ([0-9.]+) MB .*grads ([0-9.]+) MB, AdamW ([0-9.]+) MB, activations ([0-9.]+) MB"
-              r".*workspace ([0-9.]+) MB", open(sys.argv[2]).read(), re.M)
-ok = len(rows) == 1 and m is not None
-plan = []
-if ok:  # weights, grads, AdamW: the same formula; activations within 10%; the workspace within 1 MB
+              r".*workspace ([0-9.]+) MB", text, re.M)
+context = re.search(r"([0-9.]+) MB of context buffers", text)  # (context parallel's, beside the activations)
+ok = len(rows) == 1 and m is not None and (sys.argv[5] == "1" or context is not None)
+plan, got = [], None
+if ok:  # weights, grads, AdamW: the same formula; activations (with context buffers) within 15%; workspace 1 MB
     r, got = rows[0], [float(x) for x in m.groups()]
+    got[3] += float(context.group(1)) if context else 0.0
     plan = [float(r[k]) for k in ("mem0_params_mb", "mem0_grads_mb", "mem0_optimizer_mb", "mem0_activations_mb")]
     workspace = float(r["mem_max_mb"]) - sum(plan) - float(r["mem0_tied_mb"])
     ok = all(abs(g - w) <= 0.06 for g, w in zip(got[:3], plan)) and abs(plan[3] / got[3] - 1) <= 0.15 and \
         abs(workspace - got[4]) <= 1.0
-print("%s: plan_gpu_memory_is_the_gpu_trainers (B %s recompute %s: trainer %s, plan %s)" % (
-    "PASS" if ok else "FAIL", sys.argv[3], sys.argv[4], m.groups() if m else "no memory line", plan))
+print("%s: plan_gpu_memory_is_the_gpu_trainers (B %s recompute %s cp %s: trainer %s, plan %s)" % (
+    "PASS" if ok else "FAIL", sys.argv[3], sys.argv[4], sys.argv[5], got if got else "no memory line", plan))
 EOF
     done
 fi

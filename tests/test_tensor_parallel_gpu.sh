@@ -3,7 +3,7 @@
 # (llmc/gpt_gpu.cuh with llmc/tensor_parallel.cuh) under mpirun, against the
 # one-GPU run of the same global batch: tp 2 and tp 2 with sequence parallel,
 # each over the staged MPI backend and over NCCL, sequence parallel with
-# --recompute 2, data 2 x tp 2 at ZeRO-3 (NCCL) and at ZeRO-1 with sequence
+# --recompute full, data 2 x tp 2 at ZeRO-3 (NCCL) and at ZeRO-1 with sequence
 # parallel (MPI), tp 2 x pp 2 (zb1p, NCCL): losses, gradient norms and
 # final weights. To 1e-3: bf16 activations, and a row-parallel layer's
 # partial sums are fp32 and rounded to bf16 once summed over the group where
@@ -24,22 +24,8 @@ need_mpi "${P}tensor_parallel_gpu" 300
 # NCCL wants a GPU per rank: with fewer, those runs go over --comm mpi
 nccl2=$(comm_for 2) nccl4=$(comm_for 4)
 
-# The data: a committed fixture's bytes, which do not change with the sources. A tensor-parallel run's logits
-# differ from one GPU's in their last bf16 bits (its row-parallel sums add in another order), so a draw that
-# falls at a token's boundary can differ; on fixed data the sample checks below are deterministic
-byte_corpus "$tmp" d 20000 tests/fixtures/tiny_model.bin
-# 2 layers of 2 heads of 32 (the flash kernels' head size); global batch 4 x 32 tokens x 2 micro-batches
-COMMON=(--data-train "$tmp/d_train_*.bin" --n-layer 2 --n-embd 64 --n-head 2 --vocab-size 257 --max-seq-len 64
-        --seq-len 32 --total-batch-tokens 256 --steps 4 --lr 1e-3 --eps 1e-4 --weight-decay 0.1 --seed 5
-        --peak-tflops 1 --comm-timeout 120 --batch-size 4)
-
-# evaluation and sampling (the first layout's runs): vocabulary-parallel losses and draws
-EVAL=(--data-val "$tmp/d_val_*.bin" --eval-every 2 --eval-batches 1 --sample-every 4 --sample-tokens 16)
-timeout 300 "$TRAIN" "${COMMON[@]}" "${EVAL[@]}" --log-json "$tmp/ref.json" --save-model "$tmp/ref.bin" >"$tmp/ref.log" 2>&1 ||
-    { fail reference_run "$(tail -2 "$tmp/ref.log")"; exit 1; }
-
-# (compare_layout: the checks are named tp_NAME_..._match_one_gpu)
-LAYOUT_PREFIX=tp_ LAYOUT_REF=one_gpu
+# the data, COMMON, EVAL (the first layout's runs: vocabulary-parallel losses and draws), the one-GPU run
+layout_reference tp_
 # layouts that do not fit: one line, exit 2
 expect_usage_error tp_n_head_not_divisible 'n-head is not a multiple of the tensor-parallel size' \
     "$TRAIN" "${COMMON[@]}" --tp 3
@@ -60,23 +46,24 @@ eval_matches tp2_mpi
 compare_layout tp2_nccl 2 1e-3 --tp 2 --comm $nccl2
 compare_layout tp2_sp_mpi 2 1e-3 --tp 2 --sequence-parallel 1 --comm mpi
 compare_layout tp2_sp_nccl 2 1e-3 --tp 2 --sequence-parallel 1 --comm $nccl2 --ckpt-dir "$tmp/ck" --ckpt-every 2
-compare_layout tp2_sp_recompute2 2 1e-3 --tp 2 --sequence-parallel 1 --recompute 2 --comm $nccl2
+compare_layout tp2_sp_recompute_full 2 1e-3 --tp 2 --sequence-parallel 1 --recompute full --comm $nccl2
 compare_layout dp2_tp2_zero3 4 1e-3 --tp 2 --zero 3 --batch-size 2 --comm $nccl4
 compare_layout tp2_pp2_zb1p 4 1e-3 --tp 2 --pp 2 --pp-schedule zb1p --comm $nccl4 "${EVAL[@]}"
 eval_matches tp2_pp2_zb1p
 compare_layout dp2_tp2_sp_zero1_mpi 4 1e-3 --tp 2 --sequence-parallel 1 --zero 1 --batch-size 2 --comm mpi
 # the memory line's activations of a layer (what gpu_gpt_init lays out) are the formula of
-# docs/distributed.md: 2 bytes x (ln1, ln2: N C each unless --recompute 2; qkv 3 N C/tp; atty N C/tp;
-# residual2, residual3: Nl C each; fch 4 N C/tp; fch_gelu 4 N C/tp unless --recompute 1) + 4 bytes x
-# (LayerNorm means and rstds 4 Nl; the attention's log-sum-exp B (NH/tp) T); Nl = N/tp under sequence
-# parallel, else N; N = B T
+# docs/distributed.md: 2 bytes x (ln1, ln2: N C each; qkv 3 N C/tp; atty N C/tp; residual2, residual3:
+# Nl C each; fch 4 N C/tp; fch_gelu 4 N C/tp unless --recompute selective) + 4 bytes x (LayerNorm means
+# and rstds 4 Nl; the attention's log-sum-exp B (NH/tp) T); under --recompute full only residual3;
+# Nl = N/tp under sequence parallel, else N; N = B T
 layer_mb() { sed -n 's/.*(a layer \([0-9.]*\) MB.*/\1/p' "$1" | head -1; }
 layer_formula_mb() {  # TP SP RECOMPUTE
     awk -v tp="$1" -v sp="$2" -v rc="$3" 'BEGIN { B = 4; T = 32; N = B * T; C = 64; NH = 2
-        Nl = sp ? N / tp : N; ln = rc < 2 ? N * C : 0; gelu = rc < 1 ? 4 * N * C / tp : 0
-        printf "%.3f", (2 * (2 * ln + 3*N*C/tp + N*C/tp + 2*Nl*C + 4*N*C/tp + gelu) + 4 * (4*Nl + B*(NH/tp)*T)) / 1e6 }'
+        Nl = sp ? N / tp : N; gelu = rc == "none" ? 4 * N * C / tp : 0
+        layer = 2 * (2 * N * C + 3*N*C/tp + N*C/tp + 2*Nl*C + 4*N*C/tp + gelu) + 4 * (4*Nl + B*(NH/tp)*T)
+        printf "%.3f", (rc == "full" ? 2 * Nl * C : layer) / 1e6 }'
 }
-for run in "ref 1 0 0" "tp2_mpi 2 0 0" "tp2_sp_mpi 2 1 0" "tp2_sp_recompute2 2 1 2"; do
+for run in "ref 1 0 none" "tp2_mpi 2 0 none" "tp2_sp_mpi 2 1 none" "tp2_sp_recompute_full 2 1 full"; do
     set -- $run
     check "tp_memory_line_layer_activations_${1}_are_the_formula" \
         "[ '$(layer_mb "$tmp/$1.log")' = '$(layer_formula_mb $2 $3 $4)' ]" \

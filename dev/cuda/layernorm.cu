@@ -15,7 +15,7 @@
 // of the 128-row chunks of the parameter gradients. Each is also run on
 // misaligned copies of every buffer (its element path) and must give the bits
 // of the aligned run; the fused forward followed by a plain forward of its
-// residual must give the same out, mean and rstd bits (the --recompute 2
+// residual must give the same out, mean and rstd bits (the --recompute full
 // guarantee); two backward runs must agree bit for bit. Then both versions are
 // timed at d12 (16384 x 768) and d48 (16384 x 1600) width.
 #include "dev/cuda/dev_common.cuh"

@@ -11,7 +11,7 @@
 // The FLOPs it counts call by call must add up to the model's formula
 // (gpt_flops_per_token over the padded vocabulary): a matmul the wrappers
 // below missed shows there.
-//   profile_step_gpu [preset=d12|d24|d36|d48|tiny] [B=16] [T=1024] [attention=flash|cudnn] [recompute=0] [steps=8]
+//   profile_step_gpu [preset=d12|d24|d36|d48|tiny] [B=16] [T=1024] [attention=flash|cudnn] [recompute=none] [steps=8]
 // "tiny" (L=2, C=64, NH=2, V=257) is for the emulated build (build/emu/),
 // where the times are the CPU's and mean nothing; the FLOP count still does.
 #include "llmc/attention_cudnn.cuh"
@@ -120,7 +120,9 @@ int main(int argc, char **argv) {
     const char *preset = argc > 1 ? argv[1] : "d12";
     int B = argc > 2 ? atoi(argv[2]) : 16, T = argc > 3 ? atoi(argv[3]) : 1024;
     const char *attn = argc > 4 ? argv[4] : "flash";
-    int recompute = argc > 5 ? atoi(argv[5]) : 0, steps = argc > 6 ? atoi(argv[6]) : 8;
+    const char *recompute = argc > 5 ? argv[5] : "none";
+    int steps = argc > 6 ? atoi(argv[6]) : 8;
+    RecomputePolicy policy;
     GPTConfig cfg;
     if (strcmp(preset, "tiny") == 0) {
         GPTConfig tiny = {64, 257, pad_vocab(257), 2, 2, 64};
@@ -128,8 +130,8 @@ int main(int argc, char **argv) {
     } else if (!gpt_config_preset(preset, &cfg)) {
         die_usage("unknown preset '%s' (d12|d24|d36|d48|tiny)", preset);
     }
-    if (B < 1 || T < 1 || T > cfg.max_seq_len || steps < 3 || recompute < 0 || recompute > 2)
-        die_usage("need B >= 1, 1 <= T <= %d, recompute 0..2, steps >= 3", cfg.max_seq_len);
+    if (B < 1 || T < 1 || T > cfg.max_seq_len || steps < 3 || !recompute_parse(recompute, &policy))
+        die_usage("need B >= 1, 1 <= T <= %d, recompute none|selective|full|full:K, steps >= 3", cfg.max_seq_len);
     if (strcmp(attn, "flash") != 0 && strcmp(attn, "cudnn") != 0) die_usage("attention '%s' (flash|cudnn)", attn);
     if (!cuda_device_present()) die_usage("no CUDA device found");
     AttentionKind kind = strcmp(attn, "cudnn") == 0 ? ATTENTION_CUDNN : ATTENTION_FLASH;
@@ -140,7 +142,7 @@ int main(int argc, char **argv) {
     matmul_free(&probe);
 
     GPTGPU m;
-    gpu_gpt_init(&m, &cfg, NULL, tp_none(), B, T, recompute, kind, gpu_sharding(0, 0, 1), 1, 0, 0);
+    gpu_gpt_init(&m, &cfg, NULL, tp_none(), B, T, policy, kind, gpu_sharding(0, 0, 1), 1, 0, 0);
     float *h = (float *)alignedMallocCheck(sizeof(float) * (size_t)m.layout.num_elements);
     gpt2_init_params(&m.layout, h, 1);
     gpu_gpt_set_params(&m, h);
@@ -197,7 +199,7 @@ int main(int argc, char **argv) {
     double counted = (kind_flops[0][KIND_MATMUL] + kind_flops[0][KIND_ATTENTION] + kind_flops[1][KIND_MATMUL] +
                       kind_flops[1][KIND_ATTENTION]) / k;
     double model_flops = gpt_flops_per_token(&cfg, T) * N;  // MFU counts the real vocabulary, as the trainer does
-    printf("%s B=%d T=%d attention %s recompute %d: GPU ms per step (CUDA events), mean of steps %d..%d\n", preset, B,
+    printf("%s B=%d T=%d attention %s recompute %s: GPU ms per step (CUDA events), mean of steps %d..%d\n", preset, B,
            T, attn, recompute, warmup + 1, steps);
     const char *names[2] = {"forward (input upload, classifier backward)", "backward"};
     for (int p = 0; p < 2; p++) {

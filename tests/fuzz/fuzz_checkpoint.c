@@ -1,4 +1,4 @@
-// fuzz_checkpoint.c: the checkpoint reader (llmc/checkpoint.h, llmc/ckpt_manifest.h, llmc/json.h)
+// fuzz_checkpoint.c: the checkpoint reader (llmc/ckpt_reader.h, llmc/ckpt_manifest.h, llmc/json.h)
 // on arbitrary manifests and data files, against a fixed tiny run and its training data: any
 // damage or conflict must come back as an error naming the file (never a crash, a read out of
 // bounds, or an allocation the files cannot back), and a checkpoint that reads fills every
@@ -41,8 +41,11 @@ static void set_up_run(void) {
     fuzz_plan = train_batch_plan(&fuzz_opts, &fuzz_cfg, 1);
     param_layout_init(&fuzz_layout, &fuzz_cfg);
     param_map_init(&fuzz_map, &fuzz_layout);
-    CkptRun run = {&fuzz_opts, &fuzz_cfg, &fuzz_layout, &fuzz_plan, NULL, "train_gpt", 0};
-    fuzz_run_desc = run;
+    Comm one_rank;  // (the layout the run records: one rank)
+    memset(&one_rank, 0, sizeof(one_rank));
+    one_rank.world = 1;
+    for (int d = 0; d < GRID_DIMS; d++) one_rank.grid.size[d] = 1;
+    fuzz_run_desc = ckpt_run_of(&fuzz_opts, &fuzz_cfg, &fuzz_layout, &fuzz_plan, &one_rank, "train_gpt");
     for (int s = 0; s < CKPT_STATES; s++)
         fuzz_state[s] = (float *)mallocCheck(sizeof(float) * (size_t)fuzz_layout.num_elements);
     char path[512];
@@ -95,7 +98,7 @@ static void fuzz_one(const uint8_t *data, size_t size) {
     }
     snprintf(path, sizeof(path), "step_00000002/rank_00000.bin");
     fuzz_write_file(path, data + 4 + manifest_len, size - 4 - manifest_len);
-    fuzz_opts.resume_data_changed = (n & FUZZ_DATA_CHANGED) != 0;
+    fuzz_run_desc.set.resume_data_changed = (n & FUZZ_DATA_CHANGED) != 0;
     CkptTargets t;
     memset(&t, 0, sizeof(t));
     t.map = &fuzz_map;
