@@ -1,7 +1,7 @@
 // plan.c: the layout planner. Given a model (the trainers' --model and shape
 // flags), a global batch and sequence length, and one or more clusters
 // (plan_cluster.h: presets or files; `local` is this machine, measured), it
-// enumerates every dp x tp x pp x ZeRO x sequence-parallel x schedule x
+// enumerates every dp x cp x tp x pp x ZeRO x sequence-parallel x schedule x
 // micro-batch (x recompute on GPUs) layout, says why the trainers refuse or
 // memory rejects each invalid one, predicts the others' memory per rank and
 // step time (plan_model.h), and prints the best few with the reasons, the
@@ -61,8 +61,8 @@ static const FlagSpec PLAN_FLAGS[] = {
 #undef PO
 
 static const char *SUMMARY =
-    "Plan a training run's layout: every dp x tp x pp x ZeRO x schedule x micro-batch layout on each cluster,\n"
-    "its memory per rank and predicted step time, the best few, the rejected ones and why, the run's cost.\n"
+    "Plan a training run's layout: every dp x cp x tp x pp x ZeRO x schedule x micro-batch layout on each\n"
+    "cluster, its memory per rank and predicted step time, the best few, the rejected ones and why, the run's cost.\n"
     "Example: ./plan --model d12 --seq-len 1024 --total-batch-tokens 524288 --cluster dgx-h100,dgx-h200\n"
     "One layout explained: ./plan --model d12 --seq-len 1024 --total-batch-tokens 524288 --cluster dgx-h100 \\\n"
     "    --layout dp=8,tp=1,pp=1,cp=1,zero=1,mb=16,schedule=1f1b,recompute=none";
@@ -76,18 +76,20 @@ typedef struct {
 
 // --- the local cluster: its figures measured by this program under mpirun over the ranks ---
 
-static StageKernelTimes local_kernels(void *ctx, int B, int tp, int sp, RecomputeKind recompute) {
+static StageKernelTimes local_kernels(void *ctx, int B, int cp, int tp, int sp, RecomputeKind recompute) {
     (void)recompute;  // (measured without; plan_model.h adds the recompute)
     const LocalFigures *f = (const LocalFigures *)ctx;
-    for (int i = 0; i < f->nshapes; i++)
-        if (f->shapes[i].B == B && f->shapes[i].tp == tp && f->shapes[i].sp == sp) return f->shapes[i].t;
-    die_at(__FILE__, __LINE__, "no measured kernels for B %d tp %d sp %d", B, tp, sp);
+    for (int i = 0; i < f->nshapes; i++) {
+        const ShapeTimes *s = &f->shapes[i];
+        if (s->B == B && s->cp == cp && s->tp == tp && s->sp == sp) return s->t;
+    }
+    die_at(__FILE__, __LINE__, "no measured kernels for B %d cp %d tp %d sp %d", B, cp, tp, sp);
 }
 
 typedef struct { const Cluster *c; const GPTConfig *cfg; int T; } GpuKernels;
-static StageKernelTimes gpu_kernels(void *ctx, int B, int tp, int sp, RecomputeKind recompute) {
+static StageKernelTimes gpu_kernels(void *ctx, int B, int cp, int tp, int sp, RecomputeKind recompute) {
     GpuKernels *g = (GpuKernels *)ctx;
-    return plan_gpu_kernels(g->c, g->cfg, B, g->T, tp, sp, recompute);
+    return plan_gpu_kernels(g->c, g->cfg, B, g->T, cp, tp, sp, recompute);
 }
 
 // The shell's single-quoted form of s into out.
@@ -113,8 +115,9 @@ static void measure_local(Cluster *c, const PlanList *pl, int argc, char **argv,
         const PlanLayout *l = &pl->r[i].l;
         int seen = pl->r[i].why_not[0] != '\0';
         for (int j = 0; j < i && !seen; j++)
-            seen = !pl->r[j].why_not[0] && pl->r[j].l.B == l->B && pl->r[j].l.tp == l->tp && pl->r[j].l.sp == l->sp;
-        if (!seen) fprintf(out, "%d %d %d\n", l->B, l->tp, l->sp);
+            seen = !pl->r[j].why_not[0] && pl->r[j].l.B == l->B && pl->r[j].l.cp == l->cp && pl->r[j].l.tp == l->tp &&
+                   pl->r[j].l.sp == l->sp;
+        if (!seen) fprintf(out, "%d %d %d %d\n", l->B, l->cp, l->tp, l->sp);
     }
     fclose(out);
     char exe[4096], cmd[16384], q[1100];
@@ -155,8 +158,9 @@ static void measure_local(Cluster *c, const PlanList *pl, int argc, char **argv,
         if (sscanf(line, "zero = %lf %lf %lf %lf", &z[0], &z[1], &z[2], &z[3]) == 4)
             for (int i = 0; i < 4; i++) c->zero_s[i / 2][i % 2] = z[i] * 1e-9 / 1024;
         if (f->nshapes < PLAN_MAX_SHAPES &&
-            sscanf(line, "kernels %d %d %d = %lf %lf %lf %lf %lf %lf %lf", &st.B, &st.tp, &st.sp, &t->layer_f,
-                   &t->layer_b_input, &t->layer_b_weight, &t->embed_f, &t->embed_b, &t->head_f, &t->head_b) == 10)
+            sscanf(line, "kernels %d %d %d %d = %lf %lf %lf %lf %lf %lf %lf", &st.B, &st.cp, &st.tp, &st.sp,
+                   &t->layer_f, &t->layer_b_input, &t->layer_b_weight, &t->embed_f, &t->embed_b, &t->head_f,
+                   &t->head_b) == 11)
             f->shapes[f->nshapes++] = st;
     }
     int rc = p ? pclose(p) : -1;
@@ -199,8 +203,8 @@ static void plan_finish(PlanResult *r, const PlanProblem *pb, int predict_anyway
     PPLayout ppl;
     memset(&ppl, 0, sizeof(ppl));
     plan_check_layout(pb, l, &ppl, r->why_not, sizeof(r->why_not), &r->why_kind);
-    int world = l->dp * l->tp * l->pp;
-    for (int rank = 0; rank < l->tp * l->pp; rank++) {
+    int world = plan_world(l);
+    for (int rank = 0; rank < l->cp * l->tp * l->pp; rank++) {
         RankMemory m = plan_rank_memory(pb, l, &ppl, rank);
         if (rank == 0) r->mem0 = m;
         if (rank_memory_total(&m) > r->mem_max) r->mem_max = rank_memory_total(&m);
@@ -214,35 +218,39 @@ static void plan_finish(PlanResult *r, const PlanProblem *pb, int predict_anyway
     if (l->pp > 1) pp_layout_free(&ppl);
 }
 
-// Every layout of world ranks: dp x tp x pp = world, ZeRO 0-3 (0 only with one data rank: the stages are
-// then the same), sequence parallel with tp > 1, each schedule with pp > 1 (interleaved with 2 .. L/pp
-// chunks), B up to max_b each power of two and each divisor of a data rank's sequences, --recompute none,
-// selective and full (every layer).
+// Every layout of world ranks: dp x cp x tp x pp = world, ZeRO 0-3 (0 only with one replica, data x
+// context: the stages are then the same), sequence parallel with tp > 1, each schedule with pp > 1
+// (interleaved with 2 .. L/pp chunks), B up to max_b each power of two and each divisor of a data rank's
+// sequences, --recompute none, selective and full (every layer).
 static void plan_enumerate(PlanList *pl, const PlanProblem *pb, int world, int max_b) {
     const int recomputes = 3;
     for (int tp = 1; tp <= world; tp++) {
         if (world % tp) continue;
         for (int pp = 1; pp <= world / tp; pp++) {
             if ((world / tp) % pp) continue;
-            int dp = world / tp / pp;
-            for (int sp = 0; sp <= (tp > 1); sp++)
-                for (int kind = 0; kind < (pp > 1 ? 4 : 1); kind++) {
-                    int vmax = kind == PP_INTERLEAVED ? (pb->cfg->num_layers / pp > 2 ? pb->cfg->num_layers / pp : 2)
-                                                      : 1;
-                    for (int v = kind == PP_INTERLEAVED ? 2 : 1; v <= vmax; v++)
-                        for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++)
-                            for (int B = 1; B <= max_b; B++)
-                                for (int rc = 0; rc < recomputes; rc++) {
-                                    long long seqs = pb->total_tokens / pb->T / dp;
-                                    if ((B & (B - 1)) && !(pb->total_tokens % ((long long)pb->T * dp) == 0 && seqs % B == 0))
-                                        continue;  // (neither a power of two nor a divisor)
-                                    long long micro = (long long)B * pb->T * dp;
-                                    PlanLayout l = {dp, tp, pp, sp, zero, pp > 1 ? (PPKind)kind : PP_1F1B, v, B,
-                                                    pb->total_tokens % micro ? 0 : (int)(pb->total_tokens / micro),
-                                                    (RecomputeKind)rc};
-                                    plan_add(pl, pb, &l);
-                                }
-                }
+            for (int cp = 1; cp <= world / tp / pp; cp++) {
+                if ((world / tp / pp) % cp) continue;
+                int dp = world / tp / pp / cp;
+                for (int sp = 0; sp <= (tp > 1); sp++)
+                    for (int kind = 0; kind < (pp > 1 ? 4 : 1); kind++) {
+                        int vmax = kind == PP_INTERLEAVED ? (pb->cfg->num_layers / pp > 2 ? pb->cfg->num_layers / pp : 2)
+                                                          : 1;
+                        for (int v = kind == PP_INTERLEAVED ? 2 : 1; v <= vmax; v++)
+                            for (int zero = 0; zero <= (dp * cp > 1 ? 3 : 0); zero++)
+                                for (int B = 1; B <= max_b; B++)
+                                    for (int rc = 0; rc < recomputes; rc++) {
+                                        long long seqs = pb->total_tokens / pb->T / dp;
+                                        if ((B & (B - 1)) &&
+                                            !(pb->total_tokens % ((long long)pb->T * dp) == 0 && seqs % B == 0))
+                                            continue;  // (neither a power of two nor a divisor)
+                                        long long micro = (long long)B * pb->T * dp;
+                                        PlanLayout l = {dp, tp, pp, sp, zero, pp > 1 ? (PPKind)kind : PP_1F1B, v, B,
+                                                        pb->total_tokens % micro ? 0 : (int)(pb->total_tokens / micro),
+                                                        (RecomputeKind)rc, cp};
+                                        plan_add(pl, pb, &l);
+                                    }
+                    }
+            }
         }
     }
 }
@@ -255,7 +263,9 @@ static const char *layout_text(const PlanLayout *l, char *buf, size_t n) {
         if (l->v > 1) snprintf(sched, sizeof(sched), "%s:%d", pp_kind_names[l->schedule], l->v);
         else snprintf(sched, sizeof(sched), "%s", pp_kind_names[l->schedule]);
     }
-    snprintf(buf, n, "dp %d tp %d%s pp %d %-13s ZeRO-%d B %d x %d%s", l->dp, l->tp, l->sp ? "+sp" : "   ", l->pp,
+    char cp[16] = "";
+    if (l->cp > 1) snprintf(cp, sizeof(cp), " cp %d", l->cp);
+    snprintf(buf, n, "dp %d%s tp %d%s pp %d %-13s ZeRO-%d B %d x %d%s", l->dp, cp, l->tp, l->sp ? "+sp" : "   ", l->pp,
              sched, l->zero, l->B, l->accum, l->recompute == RECOMPUTE_FULL ? " rcfull" : l->recompute ? " rcsel" : "");
     return buf;
 }
@@ -263,7 +273,7 @@ static const char *layout_text(const PlanLayout *l, char *buf, size_t n) {
 // How much simpler a layout is to run and debug (fewer parallel dimensions, less recomputation, a lighter
 // ZeRO stage): the order among ties.
 static int layout_complexity(const PlanLayout *l) {
-    return (l->tp > 1) + (l->pp > 1) + l->sp + (l->recompute > 0) + (l->zero >= 2) + (l->zero == 3);
+    return (l->tp > 1) + (l->pp > 1) + (l->cp > 1) + l->sp + (l->recompute > 0) + (l->zero >= 2) + (l->zero == 3);
 }
 static int by_simplicity(const void *a, const void *b) {
     const PlanResult *x = (const PlanResult *)a, *y = (const PlanResult *)b;
@@ -292,7 +302,7 @@ static int order_ties(PlanResult *r, int valid, double error) {
 
 // The command that runs layout l with the trainer (printed for the user to copy).
 static void print_command(const PlanOptions *o, const GPTConfig *cfg, const Cluster *c, const PlanLayout *l) {
-    int world = l->dp * l->tp * l->pp;
+    int world = plan_world(l);
     printf("  run it: ");
     if (world > 1) printf("mpirun -np %d ", world);
     if (c->nodes > 1) printf("-npernode %d --hostfile HOSTS ", c->devices_per_node);
@@ -304,6 +314,7 @@ static void print_command(const PlanOptions *o, const GPTConfig *cfg, const Clus
         printf(" --model %s", o->train.model);
     printf(" --seq-len %d --total-batch-tokens %lld --batch-size %d --zero %d", o->train.seq_len,
            o->train.total_batch_tokens, l->B, l->zero);
+    if (l->cp > 1) printf(" --cp %d", l->cp);
     if (l->tp > 1) printf(" --tp %d%s", l->tp, l->sp ? " --sequence-parallel 1" : "");
     if (l->pp > 1) printf(" --pp %d --pp-schedule %s --virtual-stages %d", l->pp, pp_kind_names[l->schedule], l->v);
     RecomputePolicy rp = {l->recompute, 1};
@@ -313,7 +324,7 @@ static void print_command(const PlanOptions *o, const GPTConfig *cfg, const Clus
 }
 
 static void print_legend(const Cluster *c) {
-    printf("  legend: dp/tp/pp: data, tensor, pipeline ranks; +sp: sequence parallel; the schedule ('-': none, one "
+    printf("  legend: dp/cp/tp/pp: data, context (shown when over 1), tensor, pipeline ranks; +sp: sequence parallel; the schedule ('-': none, one "
            "stage; interleaved:v: v chunks a rank); ZeRO-n: the stage; B 64 x 4: micro-batches of 64 sequences, 4 "
            "of them a step on each data rank; %s; prices in %s a device-hour\n",
            c->cpu_trainer ? "rcsel: --recompute selective (attention's probabilities and GELU recomputed in the "
@@ -321,6 +332,20 @@ static void print_legend(const Cluster *c) {
                           : "rcsel: --recompute selective (GELU recomputed in the backward), rcfull: --recompute full "
                             "(each layer's forward again), none shown: none",
            c->currency);
+}
+
+// The least memory a rank of any layout the trainers take needs (fitting or not), without context parallel
+// and with it: below the first, only context parallel fits the model at this sequence length.
+static void print_context_need(const PlanResult *r, int n) {
+    double least[2] = {0, 0};
+    for (int i = 0; i < n; i++) {
+        int k = r[i].l.cp > 1;
+        if ((!r[i].why_not[0] || r[i].why_kind == PLAN_REJ_MEMORY) && (least[k] == 0 || r[i].mem_max < least[k]))
+            least[k] = r[i].mem_max;
+    }
+    if (least[0] > 0 && least[1] > 0)
+        printf("  memory a rank, the least of any layout: %.2f GB without context parallel, %.2f GB with it%s\n",
+               least[0] / 1e9, least[1] / 1e9, least[1] < least[0] ? " (below the first only context parallel fits)" : "");
 }
 
 // The rejected layouts grouped by reason: a count each and up to `list` of them (0: all).
@@ -342,8 +367,7 @@ static void print_rejected(const PlanResult *r, int n, int list) {
 
 // --layout: the spec's layout (die_usage on a bad one; the world it needs into *world).
 static PlanLayout parse_layout(const char *spec, const PlanProblem *pb) {
-    PlanLayout l = {1, 1, 1, 0, 0, PP_1F1B, 1, 1, 0, 0};
-    int cp = 1;
+    PlanLayout l = {1, 1, 1, 0, 0, PP_1F1B, 1, 1, 0, 0, 1};
     char buf[FLAG_STR_MAX];
     snprintf(buf, sizeof(buf), "%s", spec);
     for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
@@ -373,18 +397,17 @@ static PlanLayout parse_layout(const char *spec, const PlanProblem *pb) {
         } else if (strcmp(k, "dp") == 0) l.dp = (int)x;
         else if (strcmp(k, "tp") == 0) l.tp = (int)x;
         else if (strcmp(k, "pp") == 0) l.pp = (int)x;
-        else if (strcmp(k, "cp") == 0) cp = (int)x;
+        else if (strcmp(k, "cp") == 0) l.cp = (int)x;
         else if (strcmp(k, "zero") == 0) l.zero = (int)x;
         else if (strcmp(k, "mb") == 0) l.B = (int)x;
         else if (strcmp(k, "v") == 0) l.v = (int)x;
         else if (strcmp(k, "sp") == 0) l.sp = (int)x;
         else die_usage("--layout: unknown key '%s' (dp, tp, pp, cp, zero, mb, schedule, v, sp, recompute)", k);
     }
-    if (cp != 1) die_usage("--layout: cp=%d: the planner models no context parallel yet (cp=1 only)", cp);
-    if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.B < 1 || l.zero > 3 || l.sp > 1 || l.v < 1)
-        die_usage("--layout: want dp, tp, pp, mb >= 1, zero 0-3, sp 0|1, v >= 1");
-    if ((long long)l.dp * l.tp * l.pp > CLUSTER_MAX_RANKS)
-        die_usage("--layout: dp x tp x pp = %lld ranks, more than %d", (long long)l.dp * l.tp * l.pp, CLUSTER_MAX_RANKS);
+    if (l.dp < 1 || l.cp < 1 || l.tp < 1 || l.pp < 1 || l.B < 1 || l.zero > 3 || l.sp > 1 || l.v < 1)
+        die_usage("--layout: want dp, cp, tp, pp, mb >= 1, zero 0-3, sp 0|1, v >= 1");
+    long long ranks = (long long)l.dp * l.cp * l.tp * l.pp;
+    if (ranks > CLUSTER_MAX_RANKS) die_usage("--layout: dp x cp x tp x pp = %lld ranks, more than %d", ranks, CLUSTER_MAX_RANKS);
     if (l.pp == 1) l.v = 1;
     long long micro = (long long)l.B * pb->T * l.dp;
     l.accum = pb->total_tokens % micro ? 0 : (int)(pb->total_tokens / micro);
@@ -405,7 +428,7 @@ static void print_explain(const PlanOptions *o, const PlanProblem *pb, const Pla
     double layers = (double)pb->cfg->num_layers / l->pp, passes = (double)l->accum;
     if (!c->local) {
         PlanKernelBook bk;
-        plan_gpu_kernels_book(c, pb->cfg, l->B, pb->T, l->tp, l->sp, l->recompute, &bk);
+        plan_gpu_kernels_book(c, pb->cfg, l->B, pb->T, l->cp, l->tp, l->sp, l->recompute, &bk);
         // rank 0: its layers, the embedding, and the classifier when it is the only stage
         double count[PLAN_KPARTS] = {layers, layers, layers, 1, 1, l->pp == 1, l->pp == 1};
         double fam[PLAN_FAMILIES] = {0}, sum = 0, launches = 0;
@@ -425,13 +448,19 @@ static void print_explain(const PlanOptions *o, const PlanProblem *pb, const Pla
     if (l->tp > 1)
         printf("    tensor parallel: %s over %d ranks inside F and B (not overlapped): %.2f ms\n",
                l->sp ? "all-gathers and reduce-scatters" : "all-reduces of the partial sums (fp32)", l->tp, pc->tp_s * 1e3);
+    if (l->cp > 1)
+        printf("    context parallel over %d ranks on %d node%s: all-gather of K and V (%.1f MB a layer) forward, "
+               "reduce-scatter of their gradients backward (NCCL %s), inside F and B (not overlapped): %.2f ms\n",
+               l->cp, pc->cp_group.nodes, pc->cp_group.nodes > 1 ? "s" : "", pc->cp_bytes / 1e6,
+               plan_algo_names[pc->cp_algo], pc->cp_s * 1e3);
     if (l->pp > 1)
         printf("    pipeline: a transfer of a micro-batch's activations %.3f ms; the bubble %.2f ms\n", pc->xfer_s * 1e3,
                t->bubble * 1e3);
-    if (l->dp > 1) {
+    if (pc->dp_group.p > 1) {
         const char *rname = l->zero == 0 ? "all-reduce" : "reduce-scatter";
-        printf("    data parallel over %d ranks on %d node%s: ZeRO-%d %s of %.1f MB of fp32 gradients %s (%d calls, "
-               "NCCL %s): %.2f ms, %.2f ms not hidden behind the backward\n", l->dp, pc->dp_group.nodes,
+        printf("    data parallel over %d ranks%s on %d node%s: ZeRO-%d %s of %.1f MB of fp32 gradients %s (%d calls, "
+               "NCCL %s): %.2f ms, %.2f ms not hidden behind the backward\n", pc->dp_group.p,
+               l->cp > 1 ? " (data x context)" : "", pc->dp_group.nodes,
                pc->dp_group.nodes > 1 ? "s" : "", l->zero, rname, pc->reduce_bytes / 1e6,
                l->zero >= 2 ? "every micro-batch" : "once a step", pc->reduce_calls, plan_algo_names[pc->reduce_algo],
                pc->reduce_s * 1e3, pc->reduce_exposed_s * 1e3);
@@ -441,7 +470,7 @@ static void print_explain(const PlanOptions *o, const PlanProblem *pb, const Pla
                    l->zero == 3 ? "before each forward and backward" : "after the update", pc->gather_calls,
                    plan_algo_names[pc->gather_algo], pc->gather_s * 1e3, pc->gather_exposed_s * 1e3);
     }
-    if (l->dp == 1 && l->tp == 1 && l->pp == 1) printf("    none (one rank)\n");
+    if (plan_world(l) == 1) printf("    none (one rank)\n");
     printf("  optimizer (AdamW, the gradient norm) over %.1fM elements: %.2f ms\n", r->mem0.optimizer / 8 / 1e6,
            t->opt * 1e3);
     printf("  memory of rank 0: weights %.2f GB, gradients %.2f GB, AdamW %.2f GB, activations %.2f GB\n",
@@ -509,8 +538,8 @@ static void csv_rows(AtomicOut *f, const Cluster *c, const PlanList *pl) {
         const PlanLayout *l = &r->l;
         RecomputePolicy rp = {l->recompute, 1};
         char rc[32];
-        atomic_out_printf(f, "%s,%d,%d,%d,%d,%d,%s,%d,%d,%d,%s,%d,\"%s\",%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.4f,%.4f,"
-                          "%.4f,%.4f,%.4f,%.4f,%.1f\n", c->name, l->dp, l->tp, l->pp, l->sp, l->zero,
+        atomic_out_printf(f, "%s,%d,%d,%d,%d,%d,%d,%s,%d,%d,%d,%s,%d,\"%s\",%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.4f,%.4f,"
+                          "%.4f,%.4f,%.4f,%.4f,%.1f\n", c->name, l->dp, l->cp, l->tp, l->pp, l->sp, l->zero,
                           l->pp > 1 ? pp_kind_names[l->schedule] : "-", l->v, l->B, l->accum,
                           recompute_name(&rp, rc, sizeof(rc)),
                           !r->why_not[0], r->why_not, r->t.total * 1e3, r->t.fwd * 1e3, r->t.bwd * 1e3,
@@ -557,7 +586,7 @@ int main(int argc, char **argv) {
     AtomicOut csv;  // (written whole, then renamed over any old one)
     if (o.csv[0]) {
         atomic_out_open(&csv, o.csv);
-        atomic_out_printf(&csv, "cluster,dp,tp,pp,sp,zero,schedule,v,B,accum,recompute,valid,why_not,step_ms,fwd_ms,"
+        atomic_out_printf(&csv, "cluster,dp,cp,tp,pp,sp,zero,schedule,v,B,accum,recompute,valid,why_not,step_ms,fwd_ms,"
                           "bwd_ms,comm_ms,bubble_ms,opt_ms,tokens_per_s,mem0_params_mb,mem0_grads_mb,"
                           "mem0_optimizer_mb,mem0_activations_mb,mem0_tied_mb,mem_max_mb,baseline_mb\n");
     }
@@ -585,11 +614,11 @@ int main(int argc, char **argv) {
         PlanLayout pinned;
         if (o.layout[0]) {  // the layout's world sets the nodes (unless --nodes did)
             pinned = parse_layout(o.layout, &pb);
-            int want = pinned.dp * pinned.tp * pinned.pp;
+            int want = plan_world(&pinned);
             if (want <= c.devices_per_node && o.nodes == 0) c.devices_per_node = want, c.nodes = 1;
             else if (o.nodes == 0 && want % c.devices_per_node == 0) c.nodes = want / c.devices_per_node;
             if ((long long)c.nodes * c.devices_per_node != want)
-                die_usage("--layout: dp x tp x pp = %d ranks, but cluster %s has %d nodes x %d devices", want, c.name,
+                die_usage("--layout: dp x cp x tp x pp = %d ranks, but cluster %s has %d nodes x %d devices", want, c.name,
                           c.nodes, c.devices_per_node);
         }
         int world = cluster_ranks(&c);
@@ -645,6 +674,7 @@ int main(int argc, char **argv) {
         }
         if (valid) print_command(&o, &cfg, &c, &pl.r[0].l);
         print_legend(&c);
+        print_context_need(pl.r, pl.n);
         if (pl.n > valid) print_rejected(pl.r + valid, pl.n - valid, o.rejected);
         if (!c.local) gpu_caveat();
         snprintf(best[ci].name, sizeof(best[0].name), "%s", c.name);

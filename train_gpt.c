@@ -17,7 +17,7 @@
 #include "llmc/optimizer.h"      // defines: AdamWConfig
 #include "llmc/perf_control.h"   // defines: perf_control, perf_control_attached
 #include "llmc/pipeline_cpu.h"   // defines: Pipeline, pipeline_init, pipeline_step, pipeline_forward, ...
-#include "llmc/rank_memory.h"    // defines: RankPlace, RankMemory, cpu_rank_memory
+#include "llmc/rank_memory.h"    // defines: RankPlace, RankMemory, cpu_rank_memory, cp_act_slots, cp_rank_shared_floats
 #include "llmc/tokenizer.h"      // defines: Tokenizer, tokenizer_free
 #include "llmc/train_options.h"  // defines: TrainOptions, train_options_parse
 #include "llmc/train_loop.h"     // defines: TrainModel, TrainRun, train_run, train_save_final, ...
@@ -144,8 +144,8 @@ int main(int argc, char **argv) {
     PPKind pp_kind = train_pipeline_plan(&o, &cfg, &plan, &pp_layout);  // (one stage without --pp)
     const int pipe_rank = comm_group(&comm, COMM_PIPELINE)->rank;
     // the memory this rank will hold (rank_memory.h), checked before anything is allocated
-    RankPlace place = {o.zero, replica->size, replica->rank, tp.size, tp.rank, tp.sp, pipelined ? &pp_layout : NULL,
-                       pp_kind, pipe_rank, plan.accum, B, Tl, o.recompute_policy};
+    RankPlace place = {o.zero, replica->size, replica->rank, tp.size, tp.rank, tp.sp, o.cp,
+                       pipelined ? &pp_layout : NULL, pp_kind, pipe_rank, plan.accum, B, T, o.recompute_policy};
     RankMemory need = cpu_rank_memory(&cfg, &place);
     train_check_host_memory(&o, need.params + need.tied / 2, need.grads + need.tied / 2, need.optimizer,
                             need.activations);
@@ -184,10 +184,15 @@ int main(int argc, char **argv) {
     Tokenizer tokenizer;
     int have_tokenizer = train_load_tokenizer(&o, &tokenizer, cfg.vocab_size);
     generate_check(&o, have_tokenizer ? &tokenizer : NULL, cfg.vocab_size);
+    // (one stage: what was allocated, context parallel's slots as they will be)
+    double cp_floats = o.cp > 1 ? cp_act_slots(&o.recompute_policy, 0, cfg.num_layers) *
+                                          (double)cp_layer_floats(&model.cp) +
+                                      cp_rank_shared_floats(&cfg, B, T, tp.size, o.cp)
+                                : 0.0;
     double act_bytes = 4.0 * (pipelined ? pipeline_rank_activation_floats(&cfg, &pipeline.core.run.layout, pp_kind,
-                                                                            pipe_rank, plan.accum, B, Tl, tp.size,
-                                                                            tp.sp, &o.recompute_policy)
-                                        : model.acts.num_floats + cp_memory_floats(&model.cp, gpt_cp_slots(&model)));
+                                                                            pipe_rank, plan.accum, B, T, tp.size,
+                                                                            tp.sp, o.cp, &o.recompute_policy)
+                                        : model.acts.num_floats + cp_floats);
 
     // a rank's peak: every rank probes at once (they share the cores), the mean of their probes; measured once
     double peak_gflops = o.peak_tflops > 0 ? o.peak_tflops * 1e3

@@ -27,10 +27,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "comm.h"        // defines: CommGroup, comm_all_gather_start, comm_reduce_scatter_start, comm_wait
-#include "cpu_matmul.h"  // defines: matmul
-#include "cpu_vec.h"     // defines: vec_max, vec_exp_sum, vec_dot
-#include "utils.h"       // defines: mallocCheck, alignedMallocCheck, omp_threads, omp_thread_id, wall_seconds
+#include "comm.h"                  // defines: CommGroup, comm_all_gather_start, comm_reduce_scatter_start, comm_wait
+#include "cpu_matmul.h"            // defines: matmul
+#include "cpu_vec.h"               // defines: vec_max, vec_exp_sum, vec_dot
+#include "gpt_activation_sizes.h"  // defines: cp_layer_act_floats
+#include "utils.h"                 // defines: mallocCheck, alignedMallocCheck, omp_threads, omp_thread_id, wall_seconds, process_cpu_seconds
 
 // A micro-batch's attention state, per slot (NULL until the slot's first forward): slot l is layer l's,
 // slot L the one the layers that recompute their attention (--recompute) share.
@@ -53,7 +54,9 @@ typedef struct {
     float *wpe, *dwpe;   // (Tl,C): the rank's positions' rows of wpe, and their gradient
     int *tokens;         // (2,seqs,Tl): the rank's inputs and targets of a step
     float *memory;
-    double attention_s;  // seconds in the attention arithmetic (forward and backward), for the balance report
+    // seconds in the attention arithmetic (forward and backward), wall and the process's CPU time (ranks
+    // sharing cores wait for each other: the CPU time is the work), for the balance report
+    double attention_s, attention_cpu_s;
 } CPContext;
 
 static inline CPContext cp_none(void) {
@@ -111,16 +114,9 @@ static void cp_free(CPContext *cp) {
     *cp = cp_none();
 }
 
-// A layer's floats in a micro-batch's CPActs: K and V of every position, the probabilities.
+// A slot's floats in a micro-batch's CPActs: K and V of every position, the probabilities.
 static inline size_t cp_layer_floats(const CPContext *cp) {
-    return (size_t)cp->B * cp->T * 2 * cp->Cl + (size_t)cp->B * cp->NHl * cp->Tl * cp->T;
-}
-// The floats of a one-process step's activations beside gpt_cpu.h's: the CPActs of `slots` slots (the
-// layers that keep their attention state, and the recomputing layers' shared one) and the shared buffers.
-static inline double cp_memory_floats(const CPContext *cp, int slots) {
-    if (cp->size == 1) return 0.0;
-    return (double)slots * cp_layer_floats(cp) + 2.0 * cp->B * cp->T * 2 * cp->Cl +
-           (double)omp_threads() * cp->Tc * cp->T + 2.0 * cp->Tl * cp->C;
+    return (size_t)cp_layer_act_floats(cp->B, cp->T, cp->size, cp->Cl, cp->NHl);
 }
 
 // Slot l's state in *acts (made at its first use; *acts too).
@@ -217,7 +213,7 @@ static void cp_attention_forward(CPContext *cp, CPActs **acts, int l, float *out
     float *kv, *att;
     cp_acts_layer(cp, acts, l, &kv, &att);
     cp_reorder(cp, cp->pieces, kv, B, 0);
-    double t0 = wall_seconds();
+    double t0 = wall_seconds(), c0 = process_cpu_seconds();
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for collapse(3) schedule(dynamic)
     for (int b = 0; b < B; b++) {
@@ -242,7 +238,7 @@ static void cp_attention_forward(CPContext *cp, CPActs **acts, int l, float *out
             }
         }
     }
-    cp->attention_s += wall_seconds() - t0;
+    cp->attention_s += wall_seconds() - t0, cp->attention_cpu_s += process_cpu_seconds() - c0;
 }
 
 // The backward of cp_attention_forward: dqkv (B,Tl,3Cl) overwritten from dout
@@ -254,7 +250,7 @@ static void cp_attention_backward(CPContext *cp, CPActs *acts, int l, float *dqk
     size_t C3 = 3 * (size_t)Cl, C2 = 2 * (size_t)Cl, piece = (size_t)B * Tl * C2;
     const float *kv = acts->kv[l], *att = acts->att[l];
     float *dkv = cp->dkv;
-    double t0 = wall_seconds();
+    double t0 = wall_seconds(), c0 = process_cpu_seconds();
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for collapse(2) schedule(dynamic)
     for (int b = 0; b < B; b++) {
@@ -288,7 +284,7 @@ static void cp_attention_backward(CPContext *cp, CPActs *acts, int l, float *dqk
             }
         }
     }
-    cp->attention_s += wall_seconds() - t0;
+    cp->attention_s += wall_seconds() - t0, cp->attention_cpu_s += process_cpu_seconds() - c0;
     cp_reorder(cp, cp->pieces, dkv, B, 1);
     for (int r = 0; r < cp->size; r++) cp->counts[r] = piece;
     float *mine = cp->pieces + cp->rank * piece;
@@ -298,18 +294,20 @@ static void cp_attention_backward(CPContext *cp, CPActs *acts, int l, float *dqk
     for (int i = 0; i < B * Tl; i++) memcpy(dqkv + (size_t)i * C3 + Cl, mine + (size_t)i * C2, sizeof(float) * C2);
 }
 
-// Each rank's attention seconds as a share of the group's (rank 0 of the world prints).
+// Each rank's attention seconds (wall, then CPU) as a share of the group's (rank 0 of the world prints).
 static void cp_report(const CPContext *cp, int print) {
     if (cp->size == 1) return;
-    double mine = cp->attention_s, *all = (double *)mallocCheck(sizeof(double) * (size_t)cp->size), total = 0;
-    for (int r = 0; r < cp->size; r++) cp->counts[r] = 1;
-    CommRequest req = comm_all_gather_start(cp->group, &mine, all, cp->counts, COMM_F64);
+    double mine[2] = {cp->attention_s, cp->attention_cpu_s}, total[2] = {0, 0};
+    double *all = (double *)mallocCheck(sizeof(double) * 2 * (size_t)cp->size);
+    for (int r = 0; r < cp->size; r++) cp->counts[r] = 2;
+    CommRequest req = comm_all_gather_start(cp->group, mine, all, cp->counts, COMM_F64);
     comm_wait(&req);
-    for (int r = 0; r < cp->size; r++) total += all[r];
+    for (int r = 0; r < cp->size; r++) total[0] += all[2 * r], total[1] += all[2 * r + 1];
     if (print) {
-        printf("context parallel: attention time per rank (chunks i and %d-i):", 2 * cp->size - 1);
+        printf("context parallel: attention time per rank (chunks i and %d-i), wall and CPU:", 2 * cp->size - 1);
         for (int r = 0; r < cp->size; r++)
-            printf(" %d: %.3f s (%.1f%%)", r, all[r], 100.0 * all[r] / (total > 0 ? total : 1));
+            printf(" %d: %.3f s (%.1f%%) cpu %.3f s (%.1f%%)", r, all[2 * r], 100.0 * all[2 * r] / (total[0] > 0 ? total[0] : 1),
+                   all[2 * r + 1], 100.0 * all[2 * r + 1] / (total[1] > 0 ? total[1] : 1));
         printf("\n");
         fflush(stdout);
     }

@@ -30,11 +30,11 @@
 
 #include "context_parallel.h"      // defines: CPContext, cp_attention_*, cp_local_wpe, cp_local_dwpe, cp_add_dwpe
 #include "cpu_layers.h"            // defines: the layers (encoder_*, layernorm_*, attention_*, ...)
-#include "gpt_activation_sizes.h"  // defines: gpt_activation_sizes, gpt_act_shared, GPT_ACT_PER_LAYER, GPT_ACT_SINGLES
+#include "gpt_activation_sizes.h"  // defines: gpt_activation_sizes, gpt_attention_scratch_floats, gpt_act_shared, gpt_act_slot_floats, GPT_ACT_PER_LAYER, GPT_ACT_SINGLES
 #include "model.h"                 // defines: GPTConfig, ParamLayout, LayerTensors, GPTHooks
 #include "model_init.h"            // defines: gpt2_init_params (for the trainers)
 #include "rand.h"                  // defines: Rng
-#include "recompute.h"             // defines: RecomputePolicy, RecomputeKind, recompute_layer, recompute_any
+#include "recompute.h"             // defines: RecomputePolicy, RecomputeKind, recompute_layer
 #include "tensor_parallel.h"       // defines: TPContext, tp_all_reduce, tp_*_rows, tp_sample_token
 
 // One micro-batch's activations for a stage: layers [l0, l1) of the model
@@ -49,7 +49,7 @@ typedef struct {
     float **ln1, **ln1_mean, **ln1_rstd;   // (N,C) (Nl) (Nl): ln1 whole, all-gathered under sequence parallel
     float **qkv;                           // (N,3Cl)
     float **atty;                          // (N,Cl) attention output before projection
-    float **att;                           // (B,NHl,T,T) softmax probabilities
+    float **att;                           // (B,NHl,T,T) softmax probabilities (context parallel: context_parallel.h's)
     float **residual2;                     // (Nl,C) after the attention block
     float **ln2, **ln2_mean, **ln2_rstd;   // (N,C) (Nl) (Nl)
     float **fch, **fch_gelu;               // (N,4Cl)
@@ -72,7 +72,7 @@ typedef struct {
     float *datty;                          // (N,Cl)
     float *partial;                        // (N,C) tensor parallel: a partial output, or the residual gradient gathered
     CPActs *cp;                            // context parallel: each layer's gathered K, V and probabilities
-    float *att_scratch;                    // threads * T * T
+    float *att_scratch;                    // threads * T * T (context parallel: none)
     float *memory;
     size_t num_floats;
     int B, T, l0, l1, split;               // capacity and the stage this set serves
@@ -148,8 +148,9 @@ static void gpt_activations_alloc(GPTActivations *a, const GPT *m, int B, int T,
                                         &a->dlnf, &a->dresidual, &a->dln, &a->dbig, &a->dqkv, &a->datty,
                                         &a->partial};
     size_t sizes[GPT_ACT_PER_LAYER], single_sizes[GPT_ACT_SINGLES];
-    gpt_activation_sizes(&m->cfg, B, T, split, (size_t)l1 == L, m->tp.size, m->tp.sp, sizes, single_sizes);
-    size_t scratch = (size_t)omp_threads() * T * T;
+    gpt_activation_sizes(&m->cfg, B, T, split, (size_t)l1 == L, m->tp.size, m->tp.sp, m->cp.size, sizes,
+                         single_sizes);
+    size_t scratch = gpt_attention_scratch_floats(T, m->cp.size);
     a->num_floats = scratch;
     for (int s = 0; s < GPT_ACT_PER_LAYER; s++)
         a->num_floats += (size_t)gpt_act_slot_floats(sizes[s], s, &m->recompute, l0, l1);
@@ -348,16 +349,10 @@ static int gpt_sample_row(GPT *m, const GPTActivations *a, int row, const Sample
         }                                              \
     } while (0)
 
-// Layer l's slot of a micro-batch's context-parallel attention state (context_parallel.h's CPActs).
+// Layer l's slot of a micro-batch's context-parallel attention state (context_parallel.h's CPActs; the
+// slots a set holds: gpt_activation_sizes.h's cp_act_slots).
 static inline int gpt_cp_slot(const GPT *m, int l) {
     return recompute_layer(&m->recompute, l) == RECOMPUTE_NONE ? l : m->cfg.num_layers;
-}
-
-// The slots of context-parallel attention state a micro-batch of the whole model holds (cp_memory_floats).
-static inline int gpt_cp_slots(const GPT *m) {
-    int slots = recompute_any(&m->recompute, 0, m->cfg.num_layers);
-    for (int l = 0; l < m->cfg.num_layers; l++) slots += recompute_layer(&m->recompute, l) == RECOMPUTE_NONE;
-    return slots;
 }
 
 // Layer l's attention over its qkv into out (N,Cl), keeping what its backward

@@ -48,11 +48,15 @@ static void linear_fit(const double *x, const double *y, const double *w, int n,
     } while (0)
 
 // The kernels of one rank with tp tensor-parallel ranks (sp: its LayerNorms on
-// its N/tp rows) at micro-batch B x T, the mean over passes of all of them
+// its N/tp rows) and cp context ranks at micro-batch B x T: every kernel on the
+// rank's B x T/cp positions, attention's forward and backward cp times over
+// them (the rank's share of the causal work: its two chunks' queries against
+// their keys are 1/cp of T's, cp times a T/cp sequence's), the mean over passes of all of them
 // after a warm-up one, for at least min_s seconds (other ranks running theirs
 // at the same time share the machine as in training); the collectives
 // between them are the communication model's, not timed here.
-static StageKernelTimes plan_measure_stage(const GPTConfig *cfg, int B, int T, int tp, int sp, double min_s) {
+static StageKernelTimes plan_measure_stage(const GPTConfig *cfg, int B, int T, int cp, int tp, int sp, double min_s) {
+    T /= cp;
     int C = cfg->channels, Cl = C / tp, NHl = cfg->num_heads / tp, N = B * T, Nl = sp ? N / tp : N;
     int V = tp > 1 ? cfg->padded_vocab_size / tp : cfg->vocab_size;
     size_t n4 = (size_t)N * 4 * Cl, nC = (size_t)N * C, att = (size_t)B * NHl * T * T;
@@ -80,7 +84,7 @@ static StageKernelTimes plan_measure_stage(const GPTConfig *cfg, int B, int T, i
         PLAN_TIME(t.layer_f, {
             layernorm_forward(p[Y], p[MEAN], p[RSTD], p[X], p[BIAS], p[BIAS], Nl, C);
             linear_forward(p[QKV], p[Y], p[W], p[BIAS], NULL, N, C, 3 * Cl);
-            attention_forward(p[ATTY], p[ATT], NULL, p[QKV], B, T, Cl, NHl);
+            for (int k = 0; k < cp; k++) attention_forward(p[ATTY], p[ATT], NULL, p[QKV], B, T, Cl, NHl);
             linear_forward(p[DX], p[ATTY], p[W], p[BIAS], NULL, N, Cl, C);
             layernorm_forward(p[Y], p[MEAN], p[RSTD], p[DX], p[BIAS], p[BIAS], Nl, C);
             linear_forward(p[FCH], p[Y], p[W], p[BIAS], NULL, N, C, 4 * Cl);
@@ -93,7 +97,7 @@ static StageKernelTimes plan_measure_stage(const GPTConfig *cfg, int B, int T, i
             linear_backward_input(p[Y], p[DBIG], p[W], N, C, 4 * Cl);
             layernorm_backward(p[DX], p[DW], p[DW], p[Y], p[X], p[BIAS], p[MEAN], p[RSTD], Nl, C);
             linear_backward_input(p[ATTY], p[X], p[W], N, Cl, C);
-            attention_backward(p[DQKV], p[SCRATCH], p[ATTY], p[QKV], p[ATT], B, T, Cl, NHl);
+            for (int k = 0; k < cp; k++) attention_backward(p[DQKV], p[SCRATCH], p[ATTY], p[QKV], p[ATT], B, T, Cl, NHl);
             linear_backward_input(p[Y], p[DQKV], p[W], N, C, 3 * Cl);
             layernorm_backward(p[DX], p[DW], p[DW], p[Y], p[X], p[BIAS], p[MEAN], p[RSTD], Nl, C);
         });
@@ -171,7 +175,7 @@ static double plan_spin_compute(float *buf, int reps) {
 }
 
 // What plan --measure-local finds (rank 0 prints it as lines, plan.c reads them).
-typedef struct { int B, tp, sp; StageKernelTimes t; } ShapeTimes;
+typedef struct { int B, cp, tp, sp; StageKernelTimes t; } ShapeTimes;
 #define PLAN_MAX_SHAPES 256
 #define PLAN_SYNC_POINTS 5
 // The collectives the model times: all-reduce (k = 2 in the ring model), reduce-scatter, all-gather (k = 1).
@@ -288,7 +292,7 @@ static void plan_measure_local(const GPTConfig *cfg, int T, const char *shapes_f
     memset(&f, 0, sizeof(f));
     FILE *in = open_input(shapes_file, "--measure-local", NULL);
     ShapeTimes st;
-    while (f.nshapes < PLAN_MAX_SHAPES && fscanf(in, "%d %d %d", &st.B, &st.tp, &st.sp) == 3) f.shapes[f.nshapes++] = st;
+    while (f.nshapes < PLAN_MAX_SHAPES && fscanf(in, "%d %d %d %d", &st.B, &st.cp, &st.tp, &st.sp) == 4) f.shapes[f.nshapes++] = st;
     fclose(in);
     const size_t sizes[] = {256, 2048, 16384, 131072, 1048576};  // floats
     const int n = sizeof(sizes) / sizeof(sizes[0]);
@@ -346,7 +350,7 @@ static void plan_measure_local(const GPTConfig *cfg, int T, const char *shapes_f
     for (int i = 0; i < f.nshapes; i++) {
         ShapeTimes *s = &f.shapes[i];
         comm_barrier(g);
-        StageKernelTimes t = plan_measure_stage(cfg, s->B, T, s->tp, s->sp, 0.25);
+        StageKernelTimes t = plan_measure_stage(cfg, s->B, T, s->cp, s->tp, s->sp, 0.25);
         double *fields[] = {&t.layer_f, &t.layer_b_input, &t.layer_b_weight, &t.embed_f, &t.embed_b, &t.head_f,
                             &t.head_b};
         for (size_t k = 0; k < sizeof(fields) / sizeof(fields[0]); k++) *fields[k] = comm_mean(g, *fields[k]);
@@ -361,7 +365,7 @@ static void plan_measure_local(const GPTConfig *cfg, int T, const char *shapes_f
             printf("sync %d = %.9f %.9f %.9f\n", k, f.chunk_s[k], f.loss_s[0][k], f.loss_s[1][k]);
         for (int i = 0; i < f.nshapes; i++) {
             const ShapeTimes *s = &f.shapes[i];
-            printf("kernels %d %d %d = %.9f %.9f %.9f %.9f %.9f %.9f %.9f\n", s->B, s->tp, s->sp, s->t.layer_f,
+            printf("kernels %d %d %d %d = %.9f %.9f %.9f %.9f %.9f %.9f %.9f\n", s->B, s->cp, s->tp, s->sp, s->t.layer_f,
                    s->t.layer_b_input, s->t.layer_b_weight, s->t.embed_f, s->t.embed_b, s->t.head_f, s->t.head_b);
         }
     }

@@ -1,5 +1,5 @@
 // plan_model.h: the planner's model of a training layout (plan.c). A layout is
-// dp x tp x pp ranks, a ZeRO stage, sequence parallel, a pipeline schedule
+// dp x cp x tp x pp ranks, a ZeRO stage, sequence parallel, a pipeline schedule
 // (and its chunks per rank), the micro-batch B and recomputation (GPU). For
 // each it says whether the trainers take it (the same checks: model.h's
 // tensor split, pp_layout.h, pp_schedule.h, the batch plan of train_setup.h)
@@ -13,9 +13,13 @@
 //   tensor parallel: per layer 2 all-reduces forward and 2 backward of the
 //     N x C activations (or all-gather + reduce-scatter with sequence
 //     parallel), inside F and B: the trainers do not overlap them;
+//   context parallel: each rank's T/cp positions (attention's causal work
+//     balanced: 1/cp of it a rank), per layer an all-gather of K and V
+//     forward and a reduce-scatter of their gradients backward over the
+//     cp group, inside F and B;
 //   the pipeline: the schedule simulator (pp_schedule.h) over those F, B, W
 //     and a point-to-point transfer per micro-batch;
-//   data parallel: ZeRO's collectives (ring model: t = k (p-1) alpha +
+//   data parallel: ZeRO's collectives over data x context ranks (ring model: t = k (p-1) alpha +
 //     k (p-1)/p n / bw, k = 2 for all-reduce, 1 for reduce-scatter and
 //     all-gather), overlapped with the backward they follow except the last
 //     layer's share;
@@ -27,7 +31,7 @@
 #ifndef LLMC_PLAN_MODEL_H
 #define LLMC_PLAN_MODEL_H
 
-#include "gpt_activation_sizes.h"  // defines: gpt_activation_sizes, GPT_ACT_PER_LAYER, GPT_ACT_ATT, GPT_ACT_FCH_GELU, GPT_ACT_RESIDUAL3
+#include "gpt_activation_sizes.h"  // defines: gpt_activation_sizes, gpt_attention_scratch_floats, cp_layer_act_floats, cp_rank_shared_floats, GPT_ACT_PER_LAYER, GPT_ACT_ATT, GPT_ACT_FCH_GELU, GPT_ACT_RESIDUAL3
 #include "plan_cluster.h"          // defines: Cluster
 #include "plan_measure.h"          // defines: StageKernelTimes, GELU, PLAN_ALL_REDUCE, PLAN_ALL_GATHER, ...
 #include "rank_memory.h"           // defines: RankMemory, RankPlace, cpu_rank_memory
@@ -39,7 +43,11 @@ typedef struct {
     int v;            // chunks per pipeline rank (interleaved: 2 or more)
     int B, accum;     // micro-batch, micro-batches a step
     RecomputeKind recompute;  // every layer's --recompute (recompute.h)
+    int cp;           // context-parallel ranks: each holds T/cp positions of every sequence
 } PlanLayout;
+
+// The ranks of a layout.
+static inline int plan_world(const PlanLayout *l) { return l->dp * l->cp * l->tp * l->pp; }
 
 // The predicted step, seconds, by part (step_time.h's names).
 typedef struct {
@@ -55,12 +63,13 @@ typedef struct { int p, nodes; } PlanGroup;
 
 // Why the trainers refuse a layout, or why it does not fit: the kinds the rejected list is grouped by.
 typedef enum {
-    PLAN_OK, PLAN_REJ_TP_NODES, PLAN_REJ_TP_SPLIT, PLAN_REJ_SP_SEQ, PLAN_REJ_BATCH, PLAN_REJ_STAGES, PLAN_REJ_SCHEDULE,
-    PLAN_REJ_MEMORY, PLAN_REJECTS
+    PLAN_OK, PLAN_REJ_TP_NODES, PLAN_REJ_TP_SPLIT, PLAN_REJ_CP_SEQ, PLAN_REJ_SP_SEQ, PLAN_REJ_BATCH, PLAN_REJ_STAGES,
+    PLAN_REJ_SCHEDULE, PLAN_REJ_MEMORY, PLAN_REJECTS
 } PlanReject;
 static const char *const plan_reject_names[PLAN_REJECTS] = {
     "", "tensor parallel would span nodes", "tp does not divide the heads, channels or vocabulary",
-    "sequence parallel: seq-len not a multiple of tp", "the batch is not a multiple of B x T x dp",
+    "context parallel: seq-len not a multiple of 2 x cp", "sequence parallel: seq-len / cp not a multiple of tp",
+    "the batch is not a multiple of B x T x dp",
     "more pipeline stages (or chunks) than layers", "the schedule cannot run that many micro-batches",
     "does not fit in memory"};
 
@@ -73,6 +82,9 @@ typedef struct {
     PlanAlgo reduce_algo, gather_algo;
     PlanGroup dp_group;
     double tp_s;                        // tensor parallel's collectives a step (inside F and B)
+    double cp_s, cp_bytes;              // context parallel's a step (inside F and B), the K | V of a layer gathered
+    PlanAlgo cp_algo;                   // (the all-gather's)
+    PlanGroup cp_group;
     double xfer_s;                      // one pipeline transfer
 } PlanComm;
 
@@ -88,7 +100,7 @@ typedef struct {
 } PlanResult;
 
 // What a rank's kernels take per micro-batch at a shape: measured (local) or modeled.
-typedef StageKernelTimes (*PlanKernels)(void *ctx, int B, int tp, int sp, RecomputeKind recompute);
+typedef StageKernelTimes (*PlanKernels)(void *ctx, int B, int cp, int tp, int sp, RecomputeKind recompute);
 
 typedef struct {
     const GPTConfig *cfg;
@@ -147,9 +159,11 @@ static double plan_gpu_gemm_s(const Cluster *c, double M, double K, double N, do
 
 // Causal flash attention over B x T tokens of Cl channels: 2 B T^2 Cl FLOPs forward (half of QK^T and
 // PV), 2.5x that backward (Dao, FlashAttention-2, 2023), at the attention kernels' fraction of the peak,
-// or its q, k, v, out (and their gradients) at the HBM bandwidth.
-static double plan_gpu_attention_s(const Cluster *c, double B, double T, double Cl, int backward) {
-    double flops = 2.0 * B * T * T * Cl * (backward ? 2.5 : 1.0), bytes = 2.0 * B * T * Cl * (backward ? 8 : 4);
+// or its q, k, v, out (and their gradients) at the HBM bandwidth. A context rank's (cp > 1): its T/cp
+// queries (chunks i and 2cp-1-i: 1/cp of the causal FLOPs) against the gathered K and V of all T.
+static double plan_gpu_attention_s(const Cluster *c, double B, double T, double cp, double Cl, int backward) {
+    double flops = 2.0 * B * T * T * Cl * (backward ? 2.5 : 1.0) / cp;
+    double bytes = 2.0 * B * Cl * (backward ? 4 : 2) * (T / cp + T);  // (q, out and theirs local; k, v whole)
     double f = flops / (c->peak_tflops * 1e12 * c->attention_eff), m = bytes / (c->hbm_gbs * 1e9 * c->hbm_eff);
     return (f > m ? f : m) + c->launch_us * 1e-6 * (backward ? 2 : 1);  // (backward: its preprocessing kernel)
 }
@@ -166,10 +180,12 @@ static void plan_book(PlanKernelBook *bk, int part, PlanFamily fam, double s, in
 // backward and the two LayerNorms' backward (B), the weights' GEMM of each and the bias gradients (W);
 // selective recompute runs GELU again, full the layer's forward. The embedding and the classifier (the logits GEMM,
 // the fused softmax + loss + gradient kernel) on the first and last stage. Bytes are bf16 activations,
-// fp32 LayerNorm statistics; with sequence parallel the LayerNorms and residuals see N / tp rows.
-static StageKernelTimes plan_gpu_kernels_book(const Cluster *c, const GPTConfig *cfg, int B, int T, int tp, int sp,
-                                              RecomputeKind recompute, PlanKernelBook *bk) {
-    double C = cfg->channels, Cl = C / tp, N = (double)B * T, Nl = sp ? N / tp : N, V = cfg->padded_vocab_size / tp;
+// fp32 LayerNorm statistics; with sequence parallel the LayerNorms and residuals see N / tp rows; with
+// context parallel every kernel sees the rank's N = B T / cp rows (attention: plan_gpu_attention_s's).
+static StageKernelTimes plan_gpu_kernels_book(const Cluster *c, const GPTConfig *cfg, int B, int T, int cp, int tp,
+                                              int sp, RecomputeKind recompute, PlanKernelBook *bk) {
+    double C = cfg->channels, Cl = C / tp, N = (double)B * T / cp, Nl = sp ? N / tp : N;
+    double V = cfg->padded_vocab_size / tp;
     double ln_fwd = plan_gpu_mem_s(c, 2.0 * 4 * Nl * C + 8 * Nl);  // residual + x in, residual + ln out
     double ln_bwd = plan_gpu_mem_s(c, 2.0 * 5 * Nl * C + 8 * Nl);  // dres, x, dln in; dres, dx out
     PlanKernelBook local;
@@ -179,7 +195,7 @@ static StageKernelTimes plan_gpu_kernels_book(const Cluster *c, const GPTConfig 
     plan_book(bk, PLAN_KP_LAYER_F, PLAN_FAM_GEMM,
               plan_gpu_gemm_s(c, N, C, 3 * Cl, 0) + plan_gpu_gemm_s(c, N, Cl, C, 0) +
                   plan_gpu_gemm_s(c, N, C, 4 * Cl, 2.0 * N * 4 * Cl) + plan_gpu_gemm_s(c, N, 4 * Cl, C, 0), 4);
-    plan_book(bk, PLAN_KP_LAYER_F, PLAN_FAM_ATTENTION, plan_gpu_attention_s(c, B, T, Cl, 0), 1);
+    plan_book(bk, PLAN_KP_LAYER_F, PLAN_FAM_ATTENTION, plan_gpu_attention_s(c, B, T, cp, Cl, 0), 1);
     plan_book(bk, PLAN_KP_LAYER_F, PLAN_FAM_LAYERNORM, 2 * ln_fwd, 2);
     // its backward to the input
     plan_book(bk, PLAN_KP_LAYER_B, PLAN_FAM_GEMM,
@@ -189,7 +205,7 @@ static StageKernelTimes plan_gpu_kernels_book(const Cluster *c, const GPTConfig 
               plan_gpu_mem_s(c, 2.0 * 3 * N * 4 * Cl) +
                   (recompute == RECOMPUTE_SELECTIVE ? plan_gpu_mem_s(c, 2.0 * 2 * N * 4 * Cl) : 0),
               1 + (recompute == RECOMPUTE_SELECTIVE));
-    plan_book(bk, PLAN_KP_LAYER_B, PLAN_FAM_ATTENTION, plan_gpu_attention_s(c, B, T, Cl, 1), 2);
+    plan_book(bk, PLAN_KP_LAYER_B, PLAN_FAM_ATTENTION, plan_gpu_attention_s(c, B, T, cp, Cl, 1), 2);
     plan_book(bk, PLAN_KP_LAYER_B, PLAN_FAM_LAYERNORM, 2 * ln_bwd, 2);
     if (recompute == RECOMPUTE_FULL) {  // the layer's forward again before its backward
         for (int f = 0; f < PLAN_FAMILIES; f++) bk->s[PLAN_KP_LAYER_B][f] += bk->s[PLAN_KP_LAYER_F][f];
@@ -218,9 +234,9 @@ static StageKernelTimes plan_gpu_kernels_book(const Cluster *c, const GPTConfig 
                           part[PLAN_KP_EMBED_B], part[PLAN_KP_HEAD_F], part[PLAN_KP_HEAD_B]};
     return t;
 }
-static StageKernelTimes plan_gpu_kernels(const Cluster *c, const GPTConfig *cfg, int B, int T, int tp, int sp,
+static StageKernelTimes plan_gpu_kernels(const Cluster *c, const GPTConfig *cfg, int B, int T, int cp, int tp, int sp,
                                          RecomputeKind recompute) {
-    return plan_gpu_kernels_book(c, cfg, B, T, tp, sp, recompute, NULL);
+    return plan_gpu_kernels_book(c, cfg, B, T, cp, tp, sp, recompute, NULL);
 }
 
 // The optimizer a parameter element on a GPU: AdamW reads the fp32 master, gradient, m and v and writes the
@@ -308,9 +324,11 @@ static const char *plan_check_layout(const PlanProblem *pb, const PlanLayout *l,
     const GPTConfig *cfg = pb->cfg;
     const char *tp_why = l->tp > 1 ? param_tp_problem(cfg, l->tp) : NULL;
     long long micro = (long long)l->B * pb->T * l->dp;
+    int cp_why = l->cp > 1 && pb->T % (2 * l->cp) != 0, sp_why = l->sp && pb->T / l->cp % l->tp != 0;
     *kind = l->tp > pb->cluster->devices_per_node ? PLAN_REJ_TP_NODES
             : tp_why                               ? PLAN_REJ_TP_SPLIT
-            : l->sp && pb->T % l->tp != 0          ? PLAN_REJ_SP_SEQ
+            : cp_why                               ? PLAN_REJ_CP_SEQ
+            : sp_why                               ? PLAN_REJ_SP_SEQ
             : pb->total_tokens % micro != 0        ? PLAN_REJ_BATCH
                                                    : PLAN_OK;
     if (l->tp > pb->cluster->devices_per_node)
@@ -318,7 +336,12 @@ static const char *plan_check_layout(const PlanProblem *pb, const PlanLayout *l,
                  pb->cluster->devices_per_node);
     else if (tp_why)
         snprintf(why, len, "tp %d: %s", l->tp, tp_why);
-    else if (l->sp && pb->T % l->tp != 0)
+    else if (cp_why)
+        snprintf(why, len, "context parallel: seq-len %d is not a multiple of 2 x cp = %d (chunks i and 2cp-1-i)",
+                 pb->T, 2 * l->cp);
+    else if (sp_why && l->cp > 1)
+        snprintf(why, len, "sequence parallel: seq-len %d / cp %d is not a multiple of tp %d", pb->T, l->cp, l->tp);
+    else if (sp_why)
         snprintf(why, len, "sequence parallel: seq-len %d is not a multiple of tp %d", pb->T, l->tp);
     else if (pb->total_tokens % micro != 0)
         snprintf(why, len, "the batch of %lld tokens is not a multiple of B x T x dp = %lld", pb->total_tokens, micro);
@@ -346,35 +369,58 @@ static const char *plan_check_layout(const PlanProblem *pb, const PlanLayout *l,
 // The cuBLASLt workspace the GPU trainer reserves (matmul.cuh's MATMUL_WORKSPACE_BYTES).
 #define PLAN_GPU_WORKSPACE_BYTES (32.0 * (1 << 20))
 
+// The layers of pipeline rank r's largest chunk (gpt_activation_sizes.h's pipeline formula holds its sets).
+static int plan_largest_chunk_layers(const PPLayout *ppl, int r) {
+    int most = 0;
+    for (int c = 0; c < ppl->v; c++) {
+        int g = pp_stage_of(ppl->pp, r, c), layers = ppl->first_layer[g + 1] - ppl->first_layer[g];
+        if (layers > most) most = layers;
+    }
+    return most;
+}
+
 // Rank r's memory (grid coordinates as comm.h's) under the layout.
 static RankMemory plan_rank_memory(const PlanProblem *pb, const PlanLayout *l, const PPLayout *ppl, int r) {
-    CommGrid grid = {{l->dp, l->pp, 1, l->tp}};  // (the planner's layouts have no context dimension yet)
+    CommGrid grid = {{l->dp, l->pp, l->cp, l->tp}};
     int x[GRID_DIMS];
     grid_coords(&grid, r, x);
-    int tp_rank = x[GRID_TP], pipe_rank = x[GRID_PP], dp_rank = x[GRID_DP];
+    int tp_rank = x[GRID_TP], pipe_rank = x[GRID_PP], replica_rank = x[GRID_DP] * l->cp + x[GRID_CP];
     // (the GPU's bytes below start from the CPU trainer's without recompute)
     RecomputePolicy policy = {pb->cluster->cpu_trainer ? l->recompute : RECOMPUTE_NONE, 1};
-    RankPlace place = {l->zero, l->dp, dp_rank, l->tp, tp_rank, l->sp, l->pp > 1 ? ppl : NULL, l->schedule,
-                       pipe_rank, l->accum, l->B, pb->T, policy};
+    RankPlace place = {l->zero, l->dp * l->cp, replica_rank, l->tp, tp_rank, l->sp, l->cp, l->pp > 1 ? ppl : NULL,
+                       l->schedule, pipe_rank, l->accum, l->B, pb->T, policy};
     RankMemory m = cpu_rank_memory(pb->cfg, &place);
     if (!pb->cluster->cpu_trainer) {  // the GPU trainer's bytes (an estimate: docs/planner.md)
         // weights bf16 (N, or S at ZeRO-3) and the fp32 master copy (as the AdamW state: N or S); grads and
         // AdamW state fp32 as the CPU's; the tied copy bf16 with an fp32 gradient
         m.params = 2 * (m.params / 4) + 4 * (m.optimizer / 8);
         m.tied *= 6.0 / 8.0;
-        // activations bf16, without the attention matrix (flash attention keeps its log-sum-exp rows);
-        // what recomputation drops from each layer is one shared buffer instead
-        // (selective: the GELU output; full: all but the layer's output, the next one's input)
+        // activations bf16, without the attention matrix (flash attention keeps its log-sum-exp rows) or
+        // the CPU's score scratch; what recomputation drops from each layer is one shared buffer instead
+        // (selective: the GELU output; full: all but the layer's output, the next one's input); context
+        // parallel's buffers the GPU trainer's (context_parallel.cuh's cp_gpu_bytes: every layer's gathered
+        // K and V and the gathered pieces in bf16, their gradients and those in rank order in fp32, the
+        // rank's wpe rows in bf16 and their fp32 gradient) instead of the CPU's
+        double T = pb->T, Tl = T / l->cp, C = pb->cfg->channels, Cl = C / l->tp, NHl = pb->cfg->num_heads / l->tp;
         size_t per[GPT_ACT_PER_LAYER], single[GPT_ACT_SINGLES];
-        gpt_activation_sizes(pb->cfg, l->B, pb->T, 0, 1, l->tp, l->sp, per, single);
-        double layers = l->pp > 1 ? (double)pb->cfg->num_layers / l->pp : pb->cfg->num_layers;
+        gpt_activation_sizes(pb->cfg, l->B, pb->T / l->cp, 0, 1, l->tp, l->sp, l->cp, per, single);
+        // (a pipeline rank's sets are of its largest chunk: gpt_activation_sizes.h's pipeline formula)
+        double layers = l->pp > 1 ? plan_largest_chunk_layers(ppl, pipe_rank) : pb->cfg->num_layers;
         double sets = l->pp > 1 ? pp_peak_alive_theory(l->schedule, l->pp, l->v, l->accum, pipe_rank) : 1;
-        double att = (double)per[GPT_ACT_ATT], dropped = 0.0;
+        double att = (double)per[GPT_ACT_ATT], dropped = 0.0;  // (context parallel: its probabilities below)
         if (l->recompute == RECOMPUTE_SELECTIVE) dropped = (double)per[GPT_ACT_FCH_GELU];
         for (int s = 0; s < GPT_ACT_RESIDUAL3 && l->recompute == RECOMPUTE_FULL; s++)
             dropped += s == GPT_ACT_ATT ? 0.0 : (double)per[s];
-        m.activations = (m.activations / 4 - sets * layers * (att + dropped) + dropped) * 2;
+        double scratch = l->pp > 1 ? 0 : (double)gpt_attention_scratch_floats(pb->T, l->cp), cp_cpu = 0, cp_gpu = 0;
+        if (l->cp > 1) {
+            double kv = (double)l->B * T * 2 * Cl;
+            cp_cpu = sets * layers * cp_layer_act_floats(l->B, pb->T, l->cp, (int)Cl, (int)NHl) +
+                     cp_rank_shared_floats(pb->cfg, l->B, pb->T, l->tp, l->cp);
+            cp_gpu = (sets * layers + 1) * kv * 2 + 2 * kv * 4 + Tl * C * (2 + 4);
+        }
+        m.activations = (m.activations / 4 - scratch - cp_cpu - sets * layers * (att + dropped) + dropped) * 2;
         if (m.activations < 0) m.activations = 0;
+        m.activations += cp_gpu;
         m.transient = PLAN_GPU_WORKSPACE_BYTES;  // (its ZeRO-2/3 segment buffers: small next to the rest)
     }
     return m;
@@ -386,7 +432,8 @@ static double plan_tp_layer_s(const PlanProblem *pb, const PlanLayout *l, double
     const Cluster *c = pb->cluster;
     PlanGroup tg = plan_group(c, 1, l->tp);
     // the partial sums reduce in fp32, sequence parallel's rows gather in the activations' type (gpt_gpu.cuh)
-    double N = (double)l->B * pb->T, act = N * pb->cfg->channels * (c->cpu_trainer ? 4 : 2), sums = N * pb->cfg->channels * 4;
+    double N = (double)l->B * pb->T / l->cp, act = N * pb->cfg->channels * (c->cpu_trainer ? 4 : 2);
+    double sums = N * pb->cfg->channels * 4;
     *head = 0.0;
     if (l->tp <= 1) return 0.0;
     *head = plan_collective(c, PLAN_ALL_REDUCE, N * 4 * 3, tg, NULL);  // the loss's row statistics
@@ -395,12 +442,40 @@ static double plan_tp_layer_s(const PlanProblem *pb, const PlanLayout *l, double
                  : 2 * plan_collective(c, PLAN_ALL_REDUCE, sums, tg, NULL);
 }
 
-// Seconds of rank r's F, B and W per micro-batch, its tensor-parallel collectives included.
+// The context group's ranks: cp ranks tp apart (comm.h's grid: the context dimension inside the pipeline's).
+static PlanGroup plan_cp_group(const Cluster *c, const PlanLayout *l) { return plan_group(c, l->tp, l->cp); }
+// The replica group ZeRO reduces and shards over: data x context ranks, the nodes of each dimension's.
+static PlanGroup plan_replica_group(const Cluster *c, const PlanLayout *l) {
+    PlanGroup g = plan_group(c, l->tp * l->cp * l->pp, l->dp);
+    g.p = l->dp * l->cp, g.nodes *= plan_cp_group(c, l).nodes;
+    if (g.nodes > c->nodes) g.nodes = c->nodes;
+    return g;
+}
+
+// Seconds of a layer's context-parallel collectives forward (the all-gather of every position's K and V:
+// B T 2Cl in the activations' type, fp32 on the CPU trainer) into *fwd, backward (the reduce-scatter of
+// their gradients, fp32; the all-gather again where the layer's attention runs again: full recompute,
+// and selective on the CPU trainer) into *bwd; the algorithm the all-gather takes into *algo when not NULL.
+static void plan_cp_layer_s(const PlanProblem *pb, const PlanLayout *l, double *fwd, double *bwd, PlanAlgo *algo) {
+    const Cluster *c = pb->cluster;
+    int regather = l->recompute == RECOMPUTE_FULL || (c->cpu_trainer && l->recompute == RECOMPUTE_SELECTIVE);
+    *fwd = *bwd = 0.0;
+    if (algo) *algo = PLAN_RING;
+    if (l->cp <= 1) return;
+    PlanGroup g = plan_cp_group(c, l);
+    double kv = (double)l->B * pb->T * 2 * (pb->cfg->channels / l->tp);
+    *fwd = plan_collective(c, PLAN_ALL_GATHER, kv * (c->cpu_trainer ? 4 : 2), g, algo);
+    *bwd = plan_collective(c, PLAN_REDUCE_SCATTER, kv * 4, g, NULL) + (regather ? *fwd : 0.0);
+}
+
+// Seconds of rank r's F, B and W per micro-batch, its tensor- and context-parallel collectives included.
 static PPTimes plan_rank_times(const PlanProblem *pb, const PlanLayout *l, const PPLayout *ppl, int pipe_rank,
                                const StageKernelTimes *k) {
     const Cluster *c = pb->cluster;
     double tp_head, tp_layer = plan_tp_layer_s(pb, l, &tp_head);  // one direction of one layer
-    double act = (double)l->B * pb->T * pb->cfg->channels * (c->cpu_trainer ? 4 : 2);
+    double cp_f, cp_b;
+    plan_cp_layer_s(pb, l, &cp_f, &cp_b, NULL);
+    double act = (double)l->B * pb->T / l->cp * pb->cfg->channels * (c->cpu_trainer ? 4 : 2);
     int layers = pb->cfg->num_layers, first = 1, last = 1;
     if (l->pp > 1) {
         layers = 0, first = 0, last = 0;
@@ -412,11 +487,12 @@ static PPTimes plan_rank_times(const PlanProblem *pb, const PlanLayout *l, const
     }
     double chunks = l->pp > 1 ? ppl->v : 1;  // (the simulator's F is one chunk's)
     PPTimes t;
-    t.f = (layers * (k->layer_f + tp_layer) + first * k->embed_f + last * (k->head_f + tp_head)) / chunks;
-    t.b = (layers * (k->layer_b_input + tp_layer * (l->recompute == RECOMPUTE_FULL ? 2 : 1)) + last * (k->head_b + tp_layer / 2)) /
+    t.f = (layers * (k->layer_f + tp_layer + cp_f) + first * k->embed_f + last * (k->head_f + tp_head)) / chunks;
+    t.b = (layers * (k->layer_b_input + tp_layer * (l->recompute == RECOMPUTE_FULL ? 2 : 1) + cp_b) +
+           last * (k->head_b + tp_layer / 2)) /
           chunks;
     t.w = (layers * k->layer_b_weight + first * k->embed_b) / chunks;
-    t.xfer = plan_transfer(c, l->sp ? act / l->tp : act, plan_group(c, l->tp, l->pp));
+    t.xfer = plan_transfer(c, l->sp ? act / l->tp : act, plan_group(c, l->tp * l->cp, l->pp));
     return t;
 }
 
@@ -444,7 +520,7 @@ static double plan_sync_loss_at(const Cluster *c, int g, int world, double chunk
 static double plan_sync_loss_s(const PlanProblem *pb, const PlanLayout *l, const StageKernelTimes *k, double f,
                                double b) {
     const Cluster *c = pb->cluster;
-    int world = l->dp * l->tp * l->pp;
+    int world = plan_world(l);
     if (!c->local || world < 2) return 0.0;
     double layers = (double)pb->cfg->num_layers / l->pp, micro = f + b;
     double loss = 2 * plan_sync_loss_at(c, world, world, micro * l->accum);  // the loss and the norm
@@ -454,10 +530,16 @@ static double plan_sync_loss_s(const PlanProblem *pb, const PlanLayout *l, const
         loss += l->accum * (layers * per_layer + 4) * plan_sync_loss_at(c, l->tp, world, chunk);
     }
     if (l->pp > 1) loss += l->accum * 2 * l->v * plan_sync_loss_at(c, 2, world, micro / 2);
-    if (l->dp > 1) {  // a reduction a segment (a layer, the embeddings) each pass reduced, a gather each use
+    if (l->cp > 1) {  // a layer's all-gather forward and reduce-scatter backward
+        double chunk = (k->layer_f + k->layer_b_input + k->layer_b_weight) / 2;
+        loss += l->accum * layers * 2 * plan_sync_loss_at(c, l->cp, world, chunk);
+    }
+    if (l->dp * l->cp > 1) {  // a reduction a segment (a layer, the embeddings) each pass reduced, a gather each use
         double segments = layers + 1, passes = l->zero >= 2 ? l->accum : 1;
-        loss += (passes * segments + (l->zero >= 1)) * plan_sync_loss_at(c, l->dp, world, b / segments);
-        if (l->zero == 3) loss += l->accum * 2 * segments * plan_sync_loss_at(c, l->dp, world, micro / (2 * segments));
+        int replicas = l->dp * l->cp;
+        loss += (passes * segments + (l->zero >= 1)) * plan_sync_loss_at(c, replicas, world, b / segments);
+        if (l->zero == 3)
+            loss += l->accum * 2 * segments * plan_sync_loss_at(c, replicas, world, micro / (2 * segments));
     }
     return loss;
 }
@@ -475,8 +557,8 @@ static void plan_cpu_recompute_times(StageKernelTimes *k, RecomputeKind recomput
 static void plan_predict(const PlanProblem *pb, PlanResult *r, const PPLayout *ppl) {
     const PlanLayout *l = &r->l;
     const Cluster *c = pb->cluster;
-    int world = l->dp * l->tp * l->pp;
-    StageKernelTimes k = pb->kernels(pb->kernels_ctx, l->B, l->tp, l->sp, l->recompute);
+    int world = plan_world(l), replicas = l->dp * l->cp;
+    StageKernelTimes k = pb->kernels(pb->kernels_ctx, l->B, l->cp, l->tp, l->sp, l->recompute);
     if (c->cpu_trainer) plan_cpu_recompute_times(&k, l->recompute, pb->T, pb->cfg->channels);
     PPTimes *times = (PPTimes *)mallocCheck(sizeof(PPTimes) * (size_t)l->pp);
     double f = 0, b = 0, slowest = 0;
@@ -504,35 +586,41 @@ static void plan_predict(const PlanProblem *pb, PlanResult *r, const PPLayout *p
     // measured pattern a byte (the reductions with the release and refault of the full gradient,
     // the gathers of released weights) in the backward and forward.
     RankMemory m0 = r->mem0;
-    double elems = m0.grads / 4 * (l->zero >= 2 ? l->dp : 1);  // the rank's parameters (a shard's x dp)
+    double elems = m0.grads / 4 * (l->zero >= 2 ? replicas : 1);  // the rank's parameters (a shard's x dp x cp)
     double segments = (double)pb->cfg->num_layers / l->pp + 1, last_share = 1.0 / segments;
-    PlanGroup dg = plan_group(c, l->tp * l->pp, l->dp);
+    PlanGroup dg = plan_replica_group(c, l);
     double wbytes = c->cpu_trainer ? 4 : 2, comm = 0.0, zero_fwd = 0.0, zero_bwd = 0.0;
     PlanComm *pc = &r->comm;
     memset(pc, 0, sizeof(*pc));
     pc->dp_group = dg;
     double tp_head, tp_layer = plan_tp_layer_s(pb, l, &tp_head);
-    pc->tp_s = l->accum * ((double)pb->cfg->num_layers / l->pp * tp_layer * (l->recompute == RECOMPUTE_FULL ? 3 : 2) + tp_head * 2.5);
-    pc->xfer_s = l->pp > 1 ? plan_transfer(c, (double)l->B * pb->T * pb->cfg->channels * wbytes / (l->sp ? l->tp : 1),
-                                           plan_group(c, l->tp, l->pp))
+    pc->tp_s = l->accum * ((double)pb->cfg->num_layers / l->pp * tp_layer * (l->recompute == RECOMPUTE_FULL ? 3 : 2) +
+                           tp_head * 2.5);
+    pc->xfer_s = l->pp > 1 ? plan_transfer(c, (double)l->B * pb->T / l->cp * pb->cfg->channels * wbytes /
+                                                  (l->sp ? l->tp : 1),
+                                           plan_group(c, l->tp * l->cp, l->pp))
                            : 0.0;
+    double cp_f, cp_b;
+    plan_cp_layer_s(pb, l, &cp_f, &cp_b, &pc->cp_algo);
+    pc->cp_s = l->accum * (double)pb->cfg->num_layers / l->pp * (cp_f + cp_b);
+    pc->cp_bytes = (double)l->B * pb->T * 2 * (pb->cfg->channels / l->tp) * wbytes, pc->cp_group = plan_cp_group(c, l);
     pc->reduce_bytes = 4 * elems, pc->gather_bytes = wbytes * elems;
     // a collective a segment (a layer's tensors, the embeddings): the whole as segments calls
     PlanOp rop = l->zero == 0 ? PLAN_ALL_REDUCE : PLAN_REDUCE_SCATTER;
-    double reduce = l->dp > 1 ? segments * plan_collective(c, rop, 4 * elems / segments, dg, &pc->reduce_algo) : 0;
-    double gather = l->dp > 1 && l->zero >= 1
+    double reduce = replicas > 1 ? segments * plan_collective(c, rop, 4 * elems / segments, dg, &pc->reduce_algo) : 0;
+    double gather = replicas > 1 && l->zero >= 1
                         ? segments * plan_collective(c, PLAN_ALL_GATHER, wbytes * elems / segments, dg, &pc->gather_algo)
                         : 0;
     int passes = l->zero >= 2 ? l->accum : 1;
-    if (l->dp > 1 && c->local && l->zero >= 2) {
-        double at = world > 2 ? (double)(l->dp - 2) / (world - 2) : 1.0;
+    if (replicas > 1 && c->local && l->zero >= 2) {
+        double at = world > 2 ? (double)(replicas - 2) / (world - 2) : 1.0;
         zero_bwd = l->accum * 4 * elems * (c->zero_s[0][0] + at * (c->zero_s[0][1] - c->zero_s[0][0]));
         if (l->zero == 3)
             zero_fwd = l->accum * 2 * 4 * elems * (c->zero_s[1][0] + at * (c->zero_s[1][1] - c->zero_s[1][0]));
         else
             comm += pc->gather_exposed_s = pc->gather_s = gather;  // the updated shards
         pc->reduce_s = pc->reduce_exposed_s = zero_bwd, pc->reduce_calls = (int)(passes * segments);
-    } else if (l->dp > 1) {
+    } else if (replicas > 1) {
         double window = c->local ? 0.0 : b * (1 - last_share);
         double per_pass = reduce - window > reduce * last_share ? reduce - window : reduce * last_share;
         pc->reduce_s = passes * reduce, pc->reduce_exposed_s = passes * (c->local ? reduce : per_pass);

@@ -1,11 +1,13 @@
-// rank_memory.h: the host memory one CPU-trainer rank holds in a dp x tp x pp
+// rank_memory.h: the host memory one CPU-trainer rank holds in a dp x cp x tp x pp
 // layout, before anything is allocated: its weights, gradients and AdamW state
 // (zero_shard.h's formula over the ZeRO shard of what the rank holds), the
 // last pipeline stage's copy of the tied wte and its gradient, and the
-// activations (gpt_activation_sizes.h: gpt_cpu.h's buffers under the recompute
-// policy; a pipeline rank's at its schedule's peak). train_gpt.c checks it against the memory available and
-// the planner (plan.c) predicts with it, so the two are the same formula. Only
-// formulas: it includes no trainer runtime.
+// activations (gpt_activation_sizes.h: gpt_cpu.h's buffers at the rank's T/cp
+// positions under the recompute policy, with context parallel's gathered K, V
+// and probabilities; a pipeline rank's at its schedule's peak). train_gpt.c
+// checks it against the memory available and the planner (plan.c) predicts
+// with it, so the two are the same formula. Only formulas: it includes no
+// trainer runtime.
 #ifndef LLMC_RANK_MEMORY_H
 #define LLMC_RANK_MEMORY_H
 
@@ -20,12 +22,13 @@
 // One rank's place in the layout and its micro-batch.
 typedef struct {
     int zero;                  // ZeRO stage over the data ranks
-    int dp, dp_rank;           // data-parallel ranks, this one's index
+    int dp, dp_rank;           // the ranks ZeRO shards over (data x context), this one's index
     int tp, tp_rank, sp;       // tensor-parallel ranks, this one's index, sequence parallel
+    int cp;                    // context-parallel ranks (each holds T/cp positions of every sequence)
     const PPLayout *pipeline;  // the stages (NULL: not pipelined)
     PPKind schedule;
     int pipe_rank;
-    int accum, B, T;  // micro-batches a step (a pipeline's in flight), micro-batch shape
+    int accum, B, T;  // micro-batches a step (a pipeline's in flight), micro-batch shape (T: the whole sequence)
     RecomputePolicy recompute;  // which layers keep their activations (recompute.h)
 } RankPlace;
 
@@ -60,9 +63,9 @@ static RankMemory cpu_rank_memory(const GPTConfig *cfg, const RankPlace *p) {
     }
     if (holding.lnf && !holding.embeddings) m.tied = 2 * 4.0 * cfg->padded_vocab_size / p->tp * cfg->channels;
     m.activations = 4.0 * (p->pipeline ? pipeline_rank_activation_floats(cfg, p->pipeline, p->schedule, p->pipe_rank,
-                                                                         p->accum, p->B, p->T, p->tp, p->sp,
+                                                                         p->accum, p->B, p->T, p->tp, p->sp, p->cp,
                                                                          &p->recompute)
-                                       : gpt_activation_floats(cfg, p->B, p->T, p->tp, p->sp, &p->recompute));
+                                       : gpt_activation_floats(cfg, p->B, p->T, p->tp, p->sp, p->cp, &p->recompute));
     param_layout_free(&pl);
     free(layers);
     return m;

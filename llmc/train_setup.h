@@ -227,7 +227,7 @@ static void train_check_host_memory(const TrainOptions *o, double params, double
     if (have.bytes > 0 && need > have.bytes)
         die_usage("the run needs %.2f %s of memory per rank (params %.2f, grads %.2f, AdamW state %.2f, activations "
                   "%.2f %s) but %s; try a smaller model, --batch-size or --seq-len, a higher --zero stage over more "
-                  "ranks, or more --pp stages", need / s, unit, params / s, grads / s, optimizer / s, activations / s,
+                  "ranks, more --pp stages, or --cp ranks for a long --seq-len", need / s, unit, params / s, grads / s, optimizer / s, activations / s,
                   unit, have.text);
 }
 

@@ -52,6 +52,10 @@ def parse_args():
                    help="CPU trainer: the cores every run gets, as cores/ranks OpenMP threads a rank (at least 1: "
                         "more ranks than cores oversubscribe them; default: the cores this process may use)")
     a.add_argument("--extra", default="", help="more trainer flags, space-separated")
+    a.add_argument("--long-seqs", default="", help="long-context cases at these T (e.g. 4096,8192): one process, "
+                   "cp 2 and --recompute full on --long-model, B 1, and the longest T each fits in --fit-gb")
+    a.add_argument("--long-model", default="4:256:4", help="the long-context cases' shape L:C:NH")
+    a.add_argument("--fit-gb", type=float, default=16, help="the memory the longest T must fit in (the trainer's check)")
     return a.parse_args()
 
 
@@ -70,6 +74,9 @@ def layout_flags(spec):
     for o in opts:
         if o == "sp":
             flags += ["--sequence-parallel", "1"]
+        elif o.startswith("cp"):
+            flags += ["--cp", o[2:]]
+            t *= int(o[2:])  # (context ranks: more ranks, the same data ranks)
         elif o.startswith("zero"):
             flags += ["--zero", o[4:]]
         else:
@@ -79,7 +86,7 @@ def layout_flags(spec):
 
 def run_once(args, name, value, model, batch, seq, layout, extra):
     ranks, dp, lflags = layout_flags(layout)
-    tag = f"{name}_{value}".replace(":", "-").replace("/", "-")
+    tag = f"{name}_{value}".replace(":", "-").replace("/", "-").replace(" ", "_")
     log_json = os.path.join(args.out, tag + ".json")
     tokens = batch * seq * dp * args.accum
     cmd = [args.trainer, "--data-train", args.data, *model_flags(model, args.vocab, seq), "--batch-size", str(batch),
@@ -124,6 +131,60 @@ def run(args, name, value, model, batch, seq, layout="1x1x1", extra=()):
     return row
 
 
+# The long-context cases: how each is run (a layout and extra flags) on --long-model at B 1.
+LONG_CASES = (("one process", "1x1x1", ()), ("cp 2", "1x1x1:cp2", ()), ("full recompute", "1x1x1", ("--recompute", "full")))
+
+
+def refused_flag(log):
+    """The trainer refused the case's flag value (not the memory): the case is skipped."""
+    with open(log, errors="replace") as f:
+        return any(line.startswith("error: --recompute") for line in f)
+
+
+def longest_fit(args, layout, extra, lo=1024, hi=1 << 20):
+    """The longest T (a multiple of lo) whose run the trainer's memory check (rank_memory.h, --mem-limit-mb) takes
+    in --fit-gb, by bisection over --steps 0 starts (0 when lo does not fit), and whether the trainer refuses the
+    case's flags."""
+    ranks, _, lflags = layout_flags(layout)
+    def fits(T):
+        cmd = [args.trainer, "--data-train", args.data, *model_flags(args.long_model, args.vocab, T), "--batch-size", "1",
+               "--seq-len", str(T), "--total-batch-tokens", str(T), "--steps", "0", "--peak-tflops", "1",
+               "--mem-limit-mb", str(int(args.fit_gb * 1000)), *lflags, *extra]
+        if ranks > 1:
+            cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)] + cmd
+        log = os.path.join(args.out, "fit.log")
+        with open(log, "w") as f:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+        return rc == 0, rc == 2 and refused_flag(log)
+    ok, refused = fits(lo)
+    if not ok:
+        return 0, refused
+    while hi - lo > 1024:
+        mid = (lo + hi) // 2 // 1024 * 1024
+        if fits(mid)[0]:
+            lo = mid
+        else:
+            hi = mid
+    return lo, False
+
+
+def long_context(args):
+    """Tokens/s and peak memory of each long-context case at each --long-seqs T, and the longest T each fits."""
+    rows = []
+    for name, layout, extra in LONG_CASES:
+        fit, refused = longest_fit(args, layout, extra)
+        if refused:
+            print(f"BENCH long       {name}: skipped (the trainer refuses {' '.join(extra)})", flush=True)
+            continue
+        for t in [v for v in args.long_seqs.split(",") if v]:
+            rows.append(run(args, "long", f"{name} T {t}", args.long_model, 1, int(t), layout=layout, extra=extra))
+        print(f"BENCH long       {name}: the longest T in {args.fit_gb:g} GB (the trainer's memory check): {fit}",
+              flush=True)
+        rows.append({"sweep": "long_fit", "value": name, "layout": layout, "model": args.long_model, "batch": 1,
+                     "seq": fit, "status": 0, "flags": " ".join(extra)})
+    return rows
+
+
 def plots(rows, out, args):
     try:
         import matplotlib
@@ -148,6 +209,8 @@ def plots(rows, out, args):
             a.set_xlabel(sweep)
             a.tick_params(axis="x", labelrotation=30)
         base = {"model": f"model {args.model}", "batch": f"batch {args.batch}", "seq": f"seq {args.seq}"}
+        if sweep == "long":
+            base = {"model": f"model {args.long_model}", "batch": "batch 1"}
         base.pop(sweep, None)
         title = (f"{sweep} sweep | {', '.join(base.values())}, accum {args.accum} | "
                  f"median of {args.repeats} runs, whiskers min-max")
@@ -199,6 +262,8 @@ def main():
         rows.append(run(args, "zero", z, *base, layout=f"2x1x1:zero{z}"))
     for spec in lists(args.layouts):
         rows.append(run(args, "layout", spec, *base, layout=spec))
+    if args.long_seqs:
+        rows += long_context(args)
     cols = ["sweep", "value", "ranks", "threads", "layout", "model", "batch", "seq", "status", "repeats", "tok_per_s",
             "tok_per_s_min", "tok_per_s_max", "mfu", "mfu_min", "mfu_max", "step_ms",
             *[p + "_ms" for p in PARTS], "peak_mem_mb", "flags"]

@@ -51,7 +51,7 @@ def parse_args():
 
 
 def layout_flags(row):
-    f = ["--tp", row["tp"], "--pp", row["pp"], "--zero", row["zero"], "--batch-size", row["B"]]
+    f = ["--cp", row["cp"], "--tp", row["tp"], "--pp", row["pp"], "--zero", row["zero"], "--batch-size", row["B"]]
     if row["sp"] == "1":
         f += ["--sequence-parallel", "1"]
     if int(row["pp"]) > 1:
@@ -60,7 +60,8 @@ def layout_flags(row):
 
 
 def layout_name(row):
-    s = "dp%s tp%s%s pp%s" % (row["dp"], row["tp"], "+sp" if row["sp"] == "1" else "", row["pp"])
+    s = "dp%s%s tp%s%s pp%s" % (row["dp"], " cp%s" % row["cp"] if row["cp"] != "1" else "", row["tp"],
+                                "+sp" if row["sp"] == "1" else "", row["pp"])
     if int(row["pp"]) > 1:
         s += " " + row["schedule"] + (":" + row["v"] if row["v"] != "1" else "")
     return s + " z%s B%s" % (row["zero"], row["B"])

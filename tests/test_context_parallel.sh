@@ -9,10 +9,11 @@
 # with 2 accumulation micro-batches; evaluation losses and samples equal the
 # one process's. A checkpoint written on cp 2 resumes on one process and on
 # cp 4 (following the uninterrupted run to 1e-5) and on cp 2 bit for bit, and
-# one written on one process resumes on cp 2. The balance line prints each
-# rank's share of the attention time at cp 4 and T 1024 (not asserted: the
-# ranks share the cores). Layouts that do not fit end with one line and exit 2. SKIPs
-# without MPI.
+# one written on one process resumes on cp 2. At cp 4 and T 1024 each rank's
+# share of the attention's CPU time is within 15% of every other's (chunks i
+# and 2cp-1-i balance the causal work); at T 4096 a rank's peak RSS falls from
+# cp 2 to cp 4 as the start line's memory formula says, within 10%. Layouts
+# that do not fit end with one line and exit 2. SKIPs without MPI.
 set -u
 cd "$(dirname "$0")/.."
 P=cp_
@@ -64,10 +65,46 @@ ckpt_run ck_cp1 1 --batch-size 4
 resume_run ck_cp1_to_cp2 ck_cp1 2 --batch-size 4 --cp 2
 "$CMP" --compare-models "$tmp/ck_cp1.bin" "$tmp/ck_cp1_to_cp2.bin" 1e-5 "${P}cp1_resumed_on_cp2_matches_uninterrupted"
 
-# the balance: each rank's share of the attention time at cp 4, T 1024 (printed, not asserted)
+# the balance: with cp 4 at T 1024 each rank's share of the attention's CPU time (the ranks share the cores:
+# the wall clock counts their waits for each other, the CPU time the work) within 15% of every other's
 "${MPIRUN[@]}" -np 4 "$TRAIN" --data-train "$tmp/d_train_*.bin" --n-layer 2 --n-embd 32 --n-head 2 --vocab-size 257 \
-    --max-seq-len 1024 --seq-len 1024 --batch-size 1 --steps 3 --cp 4 --peak-tflops 1 >"$tmp/balance.log" 2>&1
-check balance_line "grep -a '^context parallel: attention time per rank' '$tmp/balance.log'"
+    --max-seq-len 1024 --seq-len 1024 --batch-size 1 --steps 6 --cp 4 --peak-tflops 1 >"$tmp/balance.log" 2>&1
+python3 - "$tmp/balance.log" <<'EOF'
+import re, sys
+line = next((l for l in open(sys.argv[1], errors="replace") if l.startswith("context parallel: attention time per rank")), "")
+cpu = [float(x) for x in re.findall(r"cpu ([0-9.]+) s", line)]
+ok = len(cpu) == 4 and min(cpu) > 0 and max(cpu) / min(cpu) <= 1.15
+shares = re.findall(r"cpu [0-9.]+ s \(([0-9.]+%)\)", line)
+print("%s: cp_attention_balanced_within_15pct_at_cp4_T1024 (CPU shares by rank: %s)" % ("PASS" if ok else "FAIL",
+      " ".join(shares) or "no balance line"))
+EOF
+
+# memory: at T 4096 each rank's peak RSS falls from cp 2 to cp 4 as the start line's formula (weights, gradients,
+# AdamW, activations: rank_memory.h) says, within 10% (the rank's baseline, the program and MPI, cancels)
+for n in 2 4; do
+    "${MPIRUN[@]}" -np $n "$TRAIN" --data-train "$tmp/d_train_*.bin" --n-layer 2 --n-embd 32 --n-head 2 \
+        --vocab-size 257 --max-seq-len 4096 --seq-len 4096 --batch-size 1 --steps 2 --cp $n --peak-tflops 1 \
+        >"$tmp/mem_cp$n.log" 2>&1
+done
+python3 - "$tmp/mem_cp2.log" "$tmp/mem_cp4.log" <<'EOF'
+import re, sys
+def figures(path):
+    text = open(path, errors="replace").read()
+    m = re.search(r"^memory per rank .* = ([0-9.]+) MB \| activations ([0-9.]+) MB", text, re.M)
+    rss = re.search(r"peak memory \(host RSS\), MB by rank:((?: [0-9.]+)+)", text)
+    if not m or not rss:
+        return None
+    peaks = [float(x) for x in rss.group(1).split()]
+    return float(m.group(1)) + float(m.group(2)), sum(peaks) / len(peaks)
+two, four = figures(sys.argv[1]), figures(sys.argv[2])
+ok = bool(two and four)
+if ok:
+    want, got = two[0] - four[0], two[1] - four[1]
+    ok = want > 0 and abs(got / want - 1) <= 0.10
+print("%s: cp_peak_rss_falls_with_cp_as_the_formula_says (cp 2 -> 4: formula %s MB, measured %s MB)" % (
+    "PASS" if ok else "FAIL", ok is not None and two and four and "%.1f -> %.1f" % (two[0], four[0]),
+    two and four and "%.1f -> %.1f" % (two[1], four[1])))
+EOF
 
 # layouts that do not fit: exit 2, and one line (rank 0's)
 expect_layout_error() {

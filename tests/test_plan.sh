@@ -10,7 +10,9 @@
 # (emulated), its activations within 15% and the workspace. The local cluster's
 # measurements run (plan under mpirun over 2 ranks) and give a prediction
 # for each valid layout; the cost table's hours and cost follow from its
-# tokens/s, the run's tokens and the price. Bad input: one line, exit 2.
+# tokens/s, the run's tokens and the price. Context parallel (cp layouts are
+# among those): its attention and collectives against hand-computed values at
+# T 4096, a cp that does not divide T/2 rejected. Bad input: one line, exit 2.
 # SKIPs the trainer runs without MPI.
 set -u
 cd "$(dirname "$0")/.."
@@ -57,7 +59,7 @@ expect_usage_error "an unknown flag" "unknown flag" "$PLAN" --warp-speed 9
 rc=$?
 check lists_the_small_case "[ $rc -eq 0 ] && grep -q '^cluster four: 1 node x 4 CPU ranks = 4 ranks' '$tmp/four.log'" \
     "exit $rc: $(tail -2 "$tmp/four.log")"
-# every (dp, tp, pp) of 4 ranks, each schedule, ZeRO stage (with dp > 1), sequence parallel (tp > 1), B 1,
+# every (dp, cp, tp, pp) of 4 ranks, each schedule, ZeRO stage (with dp x cp > 1), sequence parallel (tp > 1), B 1,
 # --recompute none, selective and full
 python3 - "$tmp/four.csv" >"$tmp/count.txt" <<'EOF'
 import csv, sys
@@ -65,15 +67,18 @@ rows = list(csv.DictReader(open(sys.argv[1])))
 want = 0
 for tp in (1, 2, 4):
     for pp in (1, 2, 4):
-        if 4 % (tp * pp):
-            continue
-        dp = 4 // tp // pp
-        scheds = {1: 1, 2: 4, 4: 4}[pp]  # interleaved: 2 chunks (L/pp <= 2)
-        want += (2 if tp > 1 else 1) * scheds * (4 if dp > 1 else 1) * 3
+        for cp in (1, 2, 4):
+            if 4 % (tp * pp * cp):
+                continue
+            dp = 4 // tp // pp // cp
+            scheds = {1: 1, 2: 4, 4: 4}[pp]  # interleaved: 2 chunks (L/pp <= 2)
+            want += (2 if tp > 1 else 1) * scheds * (4 if dp * cp > 1 else 1) * 3
 print(len(rows), want, sum(r["valid"] == "1" for r in rows))
 EOF
 read -r listed want valid <"$tmp/count.txt"
 check enumerates_every_candidate "[ '$listed' = '$want' ] && [ '$valid' -gt 0 ]" "listed $listed, want $want"
+check says_the_least_memory_without_and_with_context_parallel \
+    "grep -q '^  memory a rank, the least of any layout: [0-9.]* GB without context parallel, [0-9.]* GB with it' '$tmp/four.log'"
 check says_why_tp_4_dp_4_and_pp_4_do_not_divide "grep -q 'tp 4: .*' '$tmp/four.log' &&
     grep -q 'more than the model.s 2 layers' '$tmp/four.log' && grep -q 'not a multiple of B x T x dp = 128' '$tmp/four.log'"
 
@@ -100,10 +105,43 @@ EOF
 check layout_takes_any_micro_batch_and_sets_the_nodes "grep -q '^cluster dgx-a100: 2 nodes x 8 devices' '$tmp/nodes.log' &&
     grep -q 'B 12 x 1' '$tmp/nodes.log' && grep -q 'over 16 ranks on 2 nodes: ZeRO-2 reduce-scatter' '$tmp/nodes.log' &&
     grep -q -- '-npernode 8 --hostfile HOSTS' '$tmp/nodes.log'" "$(head -12 "$tmp/nodes.log")"
-expect_usage_error "context parallel" "no context parallel yet" "$PLAN" "${D12[@]}" --cluster dgx-h100 --layout dp=4,cp=2
+expect_usage_error "a layout of cp 0" "want dp, cp, tp, pp, mb >= 1" "$PLAN" "${D12[@]}" --cluster dgx-h100 --layout dp=8,cp=0
 expect_usage_error "an unknown layout key" "unknown key 'ep'" "$PLAN" "${D12[@]}" --cluster dgx-h100 --layout dp=8,ep=2
 expect_usage_error "a layout of 2^40 ranks" "more than 16777216" "$PLAN" "${D12[@]}" --cluster dgx-h100 \
     --layout dp=1048576,tp=1048576
+# --- context parallel against the model's formulas by hand: 2 layers, C 64, T 4096, dp 2 x cp 2 on the
+# four cluster (1 TFLOP/s, attention at the default 0.35, 100 GB/s, 4 us a kernel, links 10 GB/s 5 us) ---
+CPM=(--n-layer 2 --n-embd 64 --n-head 2 --vocab-size 257 --max-seq-len 4096 --seq-len 4096 --total-batch-tokens 16384)
+"$PLAN" "${CPM[@]}" --cluster "$tmp/four.cluster" --layout dp=2,cp=2,zero=1,mb=1 >"$tmp/cp.log" 2>&1
+python3 - "$tmp/cp.log" <<'EOF'
+import re, sys
+text = open(sys.argv[1]).read()
+B, T, cp, Cl, L, accum = 1, 4096, 2, 64, 2, 2  # (16384 tokens / (B T dp) = 2 micro-batches)
+# attention of a rank: its T/cp queries, 1/cp of the causal FLOPs (2 B T^2 Cl forward, 2.5x backward), or
+# q, out local and k, v whole at the HBM bandwidth, whichever is longer, plus the launch gaps
+def att(backward):
+    flops = 2.0 * B * T * T * Cl * (2.5 if backward else 1) / cp / (1e12 * 0.35)
+    nbytes = 2.0 * B * Cl * (4 if backward else 2) * (T / cp + T) / 100e9
+    return max(flops, nbytes) + 4e-6 * (2 if backward else 1)
+want_att = L * accum * (att(0) + att(1)) * 1e3
+# a layer's all-gather of K | V (B T 2Cl fp32) and reduce-scatter of their gradients over 2 ranks: the ring's
+# p-1 steps of 5 us and (p-1)/p of the bytes at 10 GB/s each
+kv = B * T * 2 * Cl * 4
+ring = 5e-6 + 0.5 * kv / 10e9
+want_cp = L * accum * 2 * ring * 1e3
+got_att = re.search(r"flash attention +([0-9.]+) ms", text)
+got_cp = re.search(r"context parallel over 2 ranks on 1 node: all-gather of K and V \(([0-9.]+) MB a layer\).*: ([0-9.]+) ms", text)
+ok = got_att and got_cp and abs(float(got_att.group(1)) / want_att - 1) < 0.005 and \
+    abs(float(got_cp.group(2)) / want_cp - 1) < 0.01 and abs(float(got_cp.group(1)) - kv / 1e6) < 0.05
+print("%s: plan_cp_attention_and_collectives_are_the_hand_computed (attention %s ms, want %.2f; cp %s ms, want %.3f)" % (
+    "PASS" if ok else "FAIL", got_att and got_att.group(1), want_att, got_cp and got_cp.group(2), want_cp))
+EOF
+check cp_layout_runs_with_cp "grep -q 'layout dp 2 cp 2 tp 1' '$tmp/cp.log' && grep -q -- '--zero 1 --cp 2' '$tmp/cp.log' &&
+    grep -q 'data parallel over 4 ranks (data x context)' '$tmp/cp.log'" "$(sed -n 3,6p "$tmp/cp.log")"
+"$PLAN" "${MODEL[@]}" --max-seq-len 36 --seq-len 36 --total-batch-tokens 144 --cluster "$tmp/four.cluster" \
+    --layout cp=4 >"$tmp/cp_odd.log" 2>&1
+check cp_not_dividing_half_the_sequence_is_rejected \
+    "grep -q 'rejected: context parallel: seq-len 36 is not a multiple of 2 x cp = 8' '$tmp/cp_odd.log'" "$(sed -n 3,4p "$tmp/cp_odd.log")"
 "$PLAN" "${D12[@]}" --cluster dgx-h100 --top 3 >"$tmp/list.log" 2>&1
 python3 - "$tmp/list.log" <<'EOF'
 import re, sys
@@ -141,7 +179,7 @@ export ASAN_OPTIONS=detect_leaks=0  # (MPI's own allocations)
 tokenize_sources "$tmp/data" llmc/plan_*.h
 # layouts on the trainer: valid ones start and print the planner's memory, rejected ones exit 2 naming why.
 # The smallest set that covers every value of each feature: the valid layouts chosen greedily until each
-# dp x tp x pp, ZeRO stage, sequence parallel setting and schedule has run once, and one rejected layout of
+# dp x cp x tp x pp, ZeRO stage, sequence parallel setting and schedule has run once, and one rejected layout of
 # each reason (the reason's text without its numbers).
 python3 - "$tmp/four.csv" "$TRAIN" "$tmp/data/src_train_*.bin" "${MODEL[@]}" <<'EOF'
 import csv, re, subprocess, sys
@@ -150,7 +188,7 @@ mpirun = ["timeout", "120", "mpirun", "--allow-run-as-root", "--oversubscribe", 
           "-x", "ASAN_OPTIONS"]
 rows = list(csv.DictReader(open(path)))
 def features(r):
-    return {("dims", r["dp"], r["tp"], r["pp"]), ("zero", r["zero"]), ("sp", r["sp"]), ("schedule", r["schedule"], r["v"])}
+    return {("dims", r["dp"], r["cp"], r["tp"], r["pp"]), ("zero", r["zero"]), ("sp", r["sp"]), ("schedule", r["schedule"], r["v"])}
 want = set().union(*(features(r) for r in rows if r["valid"] == "1"))
 chosen = []
 while want:
@@ -164,7 +202,7 @@ for r in rows:
 chosen += list(reasons.values())
 bad_valid, bad_rejected, bad_memory, runs = [], [], [], 0
 for r in chosen:
-    flags = ["--tp", r["tp"], "--pp", r["pp"], "--zero", r["zero"], "--batch-size", r["B"]]
+    flags = ["--cp", r["cp"], "--tp", r["tp"], "--pp", r["pp"], "--zero", r["zero"], "--batch-size", r["B"]]
     if r["sp"] == "1":
         flags += ["--sequence-parallel", "1"]
     if int(r["pp"]) > 1:
@@ -199,25 +237,39 @@ if [ -x "$BUILD/emu/train_gptcu" ] && [ "$BUILD" = build ]; then
         >"$tmp/gpu.cluster"
     GMODEL=(--n-layer 2 --n-embd 64 --n-head 2 --vocab-size 257 --max-seq-len 32 --seq-len 32 --total-batch-tokens 128)
     "$PLAN" "${GMODEL[@]}" --cluster "$tmp/gpu.cluster" --max-micro-batch 4 --csv "$tmp/gpu.csv" >/dev/null 2>&1
-    for run in "2 full"; do  # (B 2, recompute full: every buffer the recomputation shares)
+    sed 's/^devices_per_node = 1$/devices_per_node = 2/' "$tmp/gpu.cluster" >"$tmp/gpu2.cluster"
+    "$PLAN" "${GMODEL[@]}" --cluster "$tmp/gpu2.cluster" --max-micro-batch 4 --csv "$tmp/gpu2.csv" >/dev/null 2>&1
+    # (B 2; full: every buffer the recomputation shares; cp 2 at ZeRO-1 under mpirun: its context buffers too)
+    runs=("2 full 1")
+    have_mpi && runs+=("2 none 2" "2 full 2")
+    for run in "${runs[@]}"; do
         set -- $run
-        "$BUILD/emu/train_gptcu" --data-train "$tmp/data/src_train_*.bin" "${GMODEL[@]}" --batch-size "$1" \
-            --recompute "$2" --steps 0 --peak-tflops 1 >"$tmp/gpu_$1_$2.log" 2>&1
-        python3 - "$tmp/gpu.csv" "$tmp/gpu_$1_$2.log" "$1" "$2" <<'EOF'
+        launch=() csv="$tmp/gpu.csv" flags=()
+        if [ "$3" -gt 1 ]; then
+            launch=(timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$3") csv="$tmp/gpu2.csv"
+            flags=(--cp "$3" --zero 1)
+        fi
+        "${launch[@]}" "$BUILD/emu/train_gptcu" --data-train "$tmp/data/src_train_*.bin" "${GMODEL[@]}" \
+            --batch-size "$1" --recompute "$2" "${flags[@]}" --steps 0 --peak-tflops 1 >"$tmp/gpu_$1_$2_$3.log" 2>&1
+        python3 - "$csv" "$tmp/gpu_$1_$2_$3.log" "$1" "$2" "$3" <<'EOF'
 import csv, re, sys
-rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["B"] == sys.argv[3] and r["recompute"] == sys.argv[4]]
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["B"] == sys.argv[3] and r["recompute"] == sys.argv[4] and
+        r["cp"] == sys.argv[5] and r["dp"] == "1" and r["zero"] == ("0" if sys.argv[5] == "1" else "1")]
+text = open(sys.argv[2]).read()
 m = re.search(r"^memory: params ([0-9.]+) MB .*grads ([0-9.]+) MB, AdamW ([0-9.]+) MB, activations ([0-9.]+) MB"
-              r".*workspace ([0-9.]+) MB", open(sys.argv[2]).read(), re.M)
-ok = len(rows) == 1 and m is not None
-plan = []
-if ok:  # weights, grads, AdamW: the same formula; activations within 10%; the workspace within 1 MB
+              r".*workspace ([0-9.]+) MB", text, re.M)
+context = re.search(r"([0-9.]+) MB of context buffers", text)  # (context parallel's, beside the activations)
+ok = len(rows) == 1 and m is not None and (sys.argv[5] == "1" or context is not None)
+plan, got = [], None
+if ok:  # weights, grads, AdamW: the same formula; activations (with context buffers) within 15%; workspace 1 MB
     r, got = rows[0], [float(x) for x in m.groups()]
+    got[3] += float(context.group(1)) if context else 0.0
     plan = [float(r[k]) for k in ("mem0_params_mb", "mem0_grads_mb", "mem0_optimizer_mb", "mem0_activations_mb")]
     workspace = float(r["mem_max_mb"]) - sum(plan) - float(r["mem0_tied_mb"])
     ok = all(abs(g - w) <= 0.06 for g, w in zip(got[:3], plan)) and abs(plan[3] / got[3] - 1) <= 0.15 and \
         abs(workspace - got[4]) <= 1.0
-print("%s: plan_gpu_memory_is_the_gpu_trainers (B %s recompute %s: trainer %s, plan %s)" % (
-    "PASS" if ok else "FAIL", sys.argv[3], sys.argv[4], m.groups() if m else "no memory line", plan))
+print("%s: plan_gpu_memory_is_the_gpu_trainers (B %s recompute %s cp %s: trainer %s, plan %s)" % (
+    "PASS" if ok else "FAIL", sys.argv[3], sys.argv[4], sys.argv[5], got if got else "no memory line", plan))
 EOF
     done
 fi

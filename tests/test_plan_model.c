@@ -47,8 +47,8 @@ static void gemm_checks(void) {
     test_result(near(plan_gpu_mem_s(&c, 1e9), 1e9 / hbm + gap), "memory_bound_kernel_is_bytes_over_hbm_plus_the_gap");
     // causal flash attention: 2 B T^2 Cl FLOPs forward, 2.5x backward, at the attention fraction of the peak
     double B = 8, T = 4096, Cl = 4096, att = c.peak_tflops * 1e12 * c.attention_eff;
-    test_result(near(plan_gpu_attention_s(&c, B, T, Cl, 0), 2 * B * T * T * Cl / att + gap) &&
-                    near(plan_gpu_attention_s(&c, B, T, Cl, 1), 2.5 * 2 * B * T * T * Cl / att + 2 * gap),
+    test_result(near(plan_gpu_attention_s(&c, B, T, 1, Cl, 0), 2 * B * T * T * Cl / att + gap) &&
+                    near(plan_gpu_attention_s(&c, B, T, 1, Cl, 1), 2.5 * 2 * B * T * T * Cl / att + 2 * gap),
                 "attention_is_2BT2C_forward_and_2_5x_backward");
 }
 
