@@ -14,7 +14,7 @@
 #       --batches 4,8,16 --seqs 256,1024 --recomputes none,selective,full --zeros 0,1 --layouts 1x1x1,1x1x2:zb1p
 #   bash scripts/bench.sh --models '' --batches '' --seqs '' --zeros '' --layouts '' --long-seqs 4096,8192
 #       # the long-context cases: 4 layers at C 256, B 1, at each T one process, cp 2 and --recompute full
-#       # (skipped when the trainer refuses it): tokens/s and peak memory; and the longest T each fits in
+#       # (a case the trainer refuses is skipped with a line): tokens/s and peak memory; and the longest T each fits in
 #       # --fit-gb (16) by the trainer's memory check (--mem-limit-mb, --steps 0: nothing runs out of memory)
 #   OUT=DIR (default /tmp/llmc_bench); any bench.py flag (python3 scripts/bench.py --help) after the script.
 # The data is this repository's source as byte tokens (no download), or DATA='glob'.
