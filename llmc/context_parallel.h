@@ -55,8 +55,9 @@ typedef struct {
     int *tokens;         // (2,seqs,Tl): the rank's inputs and targets of a step
     float *memory;
     // seconds in the attention arithmetic (forward and backward), wall and the process's CPU time (ranks
-    // sharing cores wait for each other: the CPU time is the work), for the balance report
-    double attention_s, attention_cpu_s;
+    // sharing cores wait for each other: the CPU time is the work), and the query-key scores the forward
+    // computes (the work itself, which the backward repeats), for the balance report
+    double attention_s, attention_cpu_s, attention_scores;
 } CPContext;
 
 static inline CPContext cp_none(void) {
@@ -224,6 +225,8 @@ static void cp_attention_forward(CPContext *cp, CPActs **acts, int l, float *out
                 const float *k = kv + (size_t)b * T * C2 + (size_t)h * hs, *v = k + Cl;
                 float *p = att + (((size_t)b * NH + h) * Tl + (size_t)j * Tc) * T;
                 matmul(0, 1, Tc, keys, hs, scale, q, (int)C3, k, (int)C2, 0.0f, p, T);
+#pragma omp atomic
+                cp->attention_scores += (double)Tc * keys;
                 for (int t = 0; t < Tc; t++) {
                     float *row = p + (size_t)t * T;
                     int n = g * Tc + t + 1;  // causal: keys up to the query's global position
@@ -294,20 +297,26 @@ static void cp_attention_backward(CPContext *cp, CPActs *acts, int l, float *dqk
     for (int i = 0; i < B * Tl; i++) memcpy(dqkv + (size_t)i * C3 + Cl, mine + (size_t)i * C2, sizeof(float) * C2);
 }
 
-// Each rank's attention seconds (wall, then CPU) as a share of the group's (rank 0 of the world prints).
+// Each rank's attention seconds (wall, then CPU) and scores computed, as shares of the group's (rank 0 of
+// the world prints).
 static void cp_report(const CPContext *cp, int print) {
     if (cp->size == 1) return;
-    double mine[2] = {cp->attention_s, cp->attention_cpu_s}, total[2] = {0, 0};
-    double *all = (double *)mallocCheck(sizeof(double) * 2 * (size_t)cp->size);
-    for (int r = 0; r < cp->size; r++) cp->counts[r] = 2;
+    double mine[3] = {cp->attention_s, cp->attention_cpu_s, cp->attention_scores}, total[3] = {0, 0, 0};
+    double *all = (double *)mallocCheck(sizeof(double) * 3 * (size_t)cp->size);
+    for (int r = 0; r < cp->size; r++) cp->counts[r] = 3;
     CommRequest req = comm_all_gather_start(cp->group, mine, all, cp->counts, COMM_F64);
     comm_wait(&req);
-    for (int r = 0; r < cp->size; r++) total[0] += all[2 * r], total[1] += all[2 * r + 1];
+    for (int r = 0; r < cp->size; r++)
+        for (int k = 0; k < 3; k++) total[k] += all[3 * r + k];
     if (print) {
-        printf("context parallel: attention time per rank (chunks i and %d-i), wall and CPU:", 2 * cp->size - 1);
-        for (int r = 0; r < cp->size; r++)
-            printf(" %d: %.3f s (%.1f%%) cpu %.3f s (%.1f%%)", r, all[2 * r], 100.0 * all[2 * r] / (total[0] > 0 ? total[0] : 1),
-                   all[2 * r + 1], 100.0 * all[2 * r + 1] / (total[1] > 0 ? total[1] : 1));
+        printf("context parallel: attention per rank (chunks i and %d-i), wall, CPU and scores computed:",
+               2 * cp->size - 1);
+        for (int r = 0; r < cp->size; r++) {
+            double share[3];
+            for (int k = 0; k < 3; k++) share[k] = 100.0 * all[3 * r + k] / (total[k] > 0 ? total[k] : 1);
+            printf(" %d: %.3f s (%.1f%%) cpu %.3f s (%.1f%%) scores %.0f (%.1f%%)", r, all[3 * r], share[0],
+                   all[3 * r + 1], share[1], all[3 * r + 2], share[2]);
+        }
         printf("\n");
         fflush(stdout);
     }
