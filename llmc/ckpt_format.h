@@ -40,7 +40,7 @@
 #include "dataloader.h"     // defines: DataLoaderState, DataSetId
 #include "model.h"          // defines: ParamLayout, param_segment_held, GPTConfig, param_tp_problem, ...
 #include "rand.h"           // defines: Rng
-#include "utils.h"          // defines: CHECK, reallocCheck, callocCheck
+#include "utils.h"          // defines: CHECK, reallocCheck, callocCheck, array_room
 #include "zero_shard.h"     // defines: ShardMap
 
 // The flags a resume must keep (checked against the command line), by their
@@ -75,11 +75,7 @@ static inline void ckpt_pieces_add(CkptPieces *p, int64_t lo, int64_t hi) {
         p->r[p->n - 1].hi = hi;
         return;
     }
-    if (p->n == p->cap) {
-        p->cap = p->cap ? 2 * p->cap : 8;
-        p->r = (CkptRange *)reallocCheck(p->r, sizeof(CkptRange) * (size_t)p->cap);
-        CHECK(p->r != NULL, "out of memory");
-    }
+    array_room(p->r, p->n, p->cap, 8);
     p->r[p->n++] = (CkptRange){lo, hi};
 }
 

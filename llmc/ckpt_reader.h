@@ -32,7 +32,7 @@
 #include "json.h"           // defines: JsonValue, json_parse, json_get, json_int64, ...
 #include "model.h"          // defines: GPTConfig, ParamLayout, ParamTensor, param_layout_init, ...
 #include "param_map.h"      // defines: ParamMap, param_map_runs, param_map_init, param_map_free
-#include "utils.h"          // defines: mallocCheck, reallocCheck, CHECK
+#include "utils.h"          // defines: mallocCheck, array_room
 
 // A checkpoint's manifest, parsed and checked against this run. Errors go to
 // err (a message naming the file); damaged (vs. conflicting) says whether
@@ -340,11 +340,7 @@ typedef struct {
 } CkptSpanList;
 static inline void ckpt_span_run(void *ctx, int64_t local, int64_t global, int64_t n) {
     CkptSpanList *l = (CkptSpanList *)ctx;
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 64;
-        l->s = (CkptSpan *)reallocCheck(l->s, sizeof(CkptSpan) * (size_t)l->cap);
-        CHECK(l->s != NULL, "out of memory");
-    }
+    array_room(l->s, l->n, l->cap, 64);
     l->s[l->n++] = (CkptSpan){global, n, l->piece_at + (local - l->piece_lo)};
 }
 static inline int ckpt_span_cmp(const void *a, const void *b) {
@@ -396,11 +392,7 @@ static inline void ckpt_copy_run(void *ctx, int64_t local, int64_t g, int64_t n)
     for (int i = lo; i < ns && sp[i].global < g + n; i++) {
         int64_t a = g > sp[i].global ? g : sp[i].global, z = g + n < sp[i].global + sp[i].n ? g + n : sp[i].global + sp[i].n;
         if (z <= a) continue;
-        if (l->n == l->cap) {
-            l->cap = l->cap ? 2 * l->cap : 64;
-            l->c = (CkptCopy *)reallocCheck(l->c, sizeof(CkptCopy) * (size_t)l->cap);
-            CHECK(l->c != NULL, "out of memory");
-        }
+        array_room(l->c, l->n, l->cap, 64);
         l->c[l->n++] = (CkptCopy){l->off + (local + (a - g) - l->lo) * 4, z - a, sp[i].at + (a - sp[i].global), l->state};
     }
 }

@@ -22,7 +22,7 @@
 #include "comm.h"        // defines: CommGroup, CommRequest, comm_all_gather_start, COMM_F64, ...
 #include "modelfile.h"   // defines: ModelFileFetch, MODELFILE_CHUNK_ELEMS
 #include "param_map.h"   // defines: ParamMap, param_map_runs
-#include "utils.h"       // defines: CHECK, mallocCheck
+#include "utils.h"       // defines: CHECK, mallocCheck, array_room
 
 #define PARAM_GATHER_TAG_RUNS 7101
 #define PARAM_GATHER_TAG_DATA 7102
@@ -47,11 +47,7 @@ typedef struct {
 } GatherRunList;
 static inline void param_gather_add_run(void *ctx, int64_t local, int64_t global, int64_t n) {
     GatherRunList *l = (GatherRunList *)ctx;
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 64;
-        l->r = (GatherRun *)realloc(l->r, sizeof(GatherRun) * (size_t)l->cap);
-        CHECK(l->r != NULL, "out of memory");
-    }
+    array_room(l->r, l->n, l->cap, 64);
     l->r[l->n++] = (GatherRun){global, local, n};
 }
 static inline int param_gather_run_cmp(const void *a, const void *b) {

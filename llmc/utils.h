@@ -115,6 +115,16 @@ static inline void *realloc_check_at(void *p, size_t size, const char *file, int
 }
 #define reallocCheck(p, size) realloc_check_at((p), (size), __FILE__, __LINE__)
 
+// Room for one more item in a growable array p holding n of cap items: when full, cap doubles (from
+// `first`) and p is reallocated (checked). p and cap are assigned.
+static inline void *array_room_at(void *p, int n, int *cap, int first, size_t item, const char *file, int line) {
+    if (n < *cap) return p;
+    *cap = *cap ? 2 * *cap : first;
+    return realloc_check_at(p, item * (size_t)*cap, file, line);
+}
+#define array_room(p, n, cap, first) \
+    ((p) = (__typeof__(p))array_room_at((p), (n), &(cap), (first), sizeof(*(p)), __FILE__, __LINE__))
+
 // 64-byte aligned allocation for vectorised kernels.
 static inline void *aligned_malloc_check_at(size_t size, const char *file, int line) {
     void *p = NULL;

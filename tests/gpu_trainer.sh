@@ -42,3 +42,15 @@ layout_reference() {
         >"$tmp/ref.log" 2>&1 || { fail reference_run "$(tail -2 "$tmp/ref.log")"; exit 1; }
     LAYOUT_PREFIX=$1 LAYOUT_REF=one_gpu
 }
+
+# resumed_on_one_gpu NAME: the layout's checkpoint at step 2 ($tmp/ck/step_00000002) resumed on one GPU,
+# its weights following the one-GPU run of layout_reference: checks NAME_resumes_on_one_gpu and
+# NAME_resumed_on_one_gpu_matches
+resumed_on_one_gpu() {
+    mkdir -p "$tmp/one.ck" && cp -r "$tmp/ck/step_00000002" "$tmp/one.ck/"
+    timeout 300 "$TRAIN" "${COMMON[@]}" --ckpt-dir "$tmp/one.ck" --resume auto --save-model "$tmp/one.bin" \
+        >"$tmp/one.log" 2>&1
+    check "$1_resumes_on_one_gpu" "grep -aq 'resume: continuing at step 2' '$tmp/one.log'" \
+        "$(grep -a -m2 -i 'error\|resume' "$tmp/one.log" | tr '\n' ' ')"
+    "$CMP" --compare-models "$tmp/ref.bin" "$tmp/one.bin" 1e-3 "${P}$1_resumed_on_one_gpu_matches"
+}

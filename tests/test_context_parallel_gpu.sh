@@ -42,9 +42,4 @@ compare_layout dp2_cp2_zero3 4 1e-3 --cp 2 --zero 3 --batch-size 2 --comm $nccl4
 compare_layout cp2_tp2 4 1e-3 --cp 2 --tp 2 --comm $nccl4
 
 # the cp 2 checkpoint at step 2, resumed on one GPU: its weights follow the one-GPU run
-mkdir -p "$tmp/one.ck" && cp -r "$tmp/ck/step_00000002" "$tmp/one.ck/"
-timeout 300 "$TRAIN" "${COMMON[@]}" --ckpt-dir "$tmp/one.ck" --resume auto --save-model "$tmp/one.bin" \
-    >"$tmp/one.log" 2>&1
-check cp_ckpt_cp2_resumes_on_one_gpu "grep -aq 'resume: continuing at step 2' '$tmp/one.log'" \
-    "$(grep -a -m2 -i 'error\|resume' "$tmp/one.log" | tr '\n' ' ')"
-"$CMP" --compare-models "$tmp/ref.bin" "$tmp/one.bin" 1e-3 "${P}cp_ckpt_cp2_resumed_on_one_gpu_matches"
+resumed_on_one_gpu cp_ckpt_cp2

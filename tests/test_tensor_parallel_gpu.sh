@@ -72,9 +72,4 @@ done
 check tp_says_its_layout "grep -aq '^ranks: 2 (mpirun launch, MPI on) | data parallel 1 x tensor 2 x pipeline 1' '$tmp/tp2_mpi.log'"
 
 # the tp 2 checkpoint at step 2, resumed on one GPU: its weights follow the one-GPU run
-mkdir -p "$tmp/one.ck" && cp -r "$tmp/ck/step_00000002" "$tmp/one.ck/"
-timeout 300 "$TRAIN" "${COMMON[@]}" --ckpt-dir "$tmp/one.ck" --resume auto --save-model "$tmp/one.bin" \
-    >"$tmp/one.log" 2>&1
-check tp_ckpt_tp2_resumes_on_one_gpu "grep -aq 'resume: continuing at step 2' '$tmp/one.log'" \
-    "$(grep -a -m2 -i 'error\|resume' "$tmp/one.log" | tr '\n' ' ')"
-"$CMP" --compare-models "$tmp/ref.bin" "$tmp/one.bin" 1e-3 "${P}tp_ckpt_tp2_resumed_on_one_gpu_matches"
+resumed_on_one_gpu tp_ckpt_tp2
