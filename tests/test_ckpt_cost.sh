@@ -9,10 +9,8 @@
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
-TRAIN="$BUILD/train_gpt"
-export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0
-
-byte_corpus "$tmp/data" src 2000 <(head -c 5000 train_gpt.c)
+export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0  # (one training thread: the two ways differ only by the flag)
+byte_corpus "$tmp/data" src 0 <(head -c 5000 train_gpt.c)
 RUN=(--data-train "$tmp/data/src_train_*.bin" --n-layer 2 --n-embd 64 --n-head 4 --vocab-size 257 --max-seq-len 64
      --seq-len 32 --batch-size 4 --total-batch-tokens 256 --peak-tflops 0.1 --steps 12 --lr 1e-3 --weight-decay 0.1
      --shuffle 1)
@@ -26,7 +24,7 @@ same_checkpoints() {
 line0="checkpoint: no core spare beside 1 training thread a rank (--ckpt-writer-cores 0; [0-9]* cores): the writer runs at nice 19, on their idle time; the AdamW update makes each checkpoint's copy"
 line1="checkpoint: the writer has 1 core beside 1 training thread a rank (--ckpt-writer-cores 1; [0-9]* cores): it copies each checkpoint beside the next step"
 for cores in 0 1; do
-    "$TRAIN" "${RUN[@]}" --ckpt-writer-cores $cores --ckpt-dir "$tmp/ck$cores" --ckpt-every 4 --ckpt-keep 0 \
+    "$CPU" "${RUN[@]}" --ckpt-writer-cores $cores --ckpt-dir "$tmp/ck$cores" --ckpt-every 4 --ckpt-keep 0 \
         --log-json "$tmp/c$cores.json" --save-model "$tmp/c$cores.bin" >"$tmp/c$cores.log" 2>&1
     rc=$?
     line=line$cores
@@ -36,7 +34,7 @@ for cores in 0 1; do
     check "--ckpt-writer-cores $cores: each checkpoint's cost record adds up to the step lines" \
         'python3 tests/ckpt_cost_check.py "$tmp/c$cores.json" 4 8 12' \
         "cost records: $(grep -a '"ckpt":"cost"' "$tmp/c$cores.json" | tr '\n' ' ')"
-    "$TRAIN" "${RUN[@]}" --ckpt-writer-cores $cores --resume "$tmp/ck$cores/step_00000004" \
+    "$CPU" "${RUN[@]}" --ckpt-writer-cores $cores --resume "$tmp/ck$cores/step_00000004" \
         --save-model "$tmp/r$cores.bin" >"$tmp/r$cores.log" 2>&1
     check "--ckpt-writer-cores $cores: a resume at step 4 ends on the same weights, to the bit" \
         'cmp -s "$tmp/c$cores.bin" "$tmp/r$cores.bin"' "$(grep -a error "$tmp/r$cores.log" | head -1)"
@@ -46,7 +44,7 @@ check "the update's copy and the writer's copy: the same checkpoints, byte for b
 
 # --- the writer's copy held back 1.5 s: the next update waits for it (the same bytes; the wait is in the stall of
 # steps 4 and 8; the last checkpoint's copy and write are waited for whole, by design) ---
-LLMC_TEST_CKPT_FAULT=copy-1500:0 "$TRAIN" "${RUN[@]}" --ckpt-writer-cores 1 --ckpt-dir "$tmp/held" \
+LLMC_TEST_CKPT_FAULT=copy-1500:0 "$CPU" "${RUN[@]}" --ckpt-writer-cores 1 --ckpt-dir "$tmp/held" \
     --ckpt-every 4 --log-json "$tmp/held.json" >"$tmp/held.log" 2>&1
 rc=$?
 stalls=$(grep -ao '"ckpt":"staged","stall_ms":[0-9.]*' "$tmp/held.json" | cut -d: -f3 | tr '\n' ' ')
@@ -59,7 +57,7 @@ check "a held-back writer copy: the update waits for it (stalls $stalls ms), the
 need_mpi "checkpoints on 2 ranks, each way" 120
 for zero in 1 3; do
     for cores in 0 1; do
-        "${MPIRUN[@]}" -np 2 "$TRAIN" "${RUN[@]}" --batch-size 2 --bucket-mb 0.02 --zero $zero --steps 8 \
+        "${MPIRUN[@]}" -np 2 "$CPU" "${RUN[@]}" --batch-size 2 --bucket-mb 0.02 --zero $zero --steps 8 \
             --ckpt-writer-cores $cores --ckpt-dir "$tmp/z$zero.$cores" --ckpt-every 4 >"$tmp/z$zero.$cores.log" 2>&1
     done
     check "ZeRO-$zero on 2 ranks: the update's copy and the writer's copy write the same checkpoints, byte for byte" \
