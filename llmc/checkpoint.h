@@ -43,6 +43,7 @@ static inline CkptRun ckpt_run_of(const TrainOptions *o, const GPTConfig *cfg, c
     snprintf(s->dir, sizeof(s->dir), "%s", o->ckpt_dir);
     snprintf(s->resume, sizeof(s->resume), "%s", o->resume);
     s->every = o->ckpt_every, s->keep = o->ckpt_keep, s->compress = o->ckpt_compress;
+    s->writer_cores = strcmp(o->ckpt_writer_cores, "auto") == 0 ? -1 : atoi(o->ckpt_writer_cores);
     s->resume_data_changed = o->resume_data_changed, s->steps = o->steps, s->zero = o->zero;
     for (int i = 0; i < CKPT_NUM_KEPT_FLAGS; i++) {
         const FlagSpec *f = NULL;

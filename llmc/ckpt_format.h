@@ -197,6 +197,7 @@ typedef struct {
 typedef struct {
     char dir[FLAG_STR_MAX];     // --ckpt-dir ("": none)
     int every, keep, compress;  // --ckpt-every, --ckpt-keep, --ckpt-compress
+    int writer_cores;           // --ckpt-writer-cores (-1: auto, counted at start-up)
     char resume[FLAG_STR_MAX];  // --resume: "", "auto" or a checkpoint directory
     int resume_data_changed;    // --resume-data-changed
     int steps;                  // --steps

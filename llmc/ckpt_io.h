@@ -10,10 +10,13 @@
 // data file's write as a full disk would, (latest-error) `latest`'s, (POINT
 // slow-MS) sleep MS ms after the data file, a slow disk the loop must not wait
 // for, (crawl-MS) sleep MS ms before each chunk of it, a disk whose write
-// takes long enough to report its progress, or (direct-refused) fail its
+// takes long enough to report its progress, (copy-MS) sleep MS ms before the
+// writer thread's staging copy (where it makes it: a writer that lost its core,
+// whose copy the next update must wait for), or (direct-refused) fail its
 // first O_DIRECT write with EINVAL, as a file system that takes the flag but
-// not the write (tests/test_checkpoint.sh, tests/test_ckpt_dir.sh). The writer
-// gives each checkpoint's POINT (CkptIO.kill_point).
+// not the write (tests/test_checkpoint.sh, tests/test_ckpt_dir.sh,
+// tests/test_ckpt_cost.sh). The writer gives each checkpoint's POINT
+// (CkptIO.kill_point).
 #ifndef LLMC_CKPT_IO_H
 #define LLMC_CKPT_IO_H
 
@@ -61,15 +64,20 @@ static inline void ckpt_kill_point(const CkptIO *io, const char *point) {
     }
 }
 
+// The sleep of the fault point KIND-MS (slow-, crawl-, copy-), when it is this checkpoint's.
+static inline void ckpt_fault_sleep(const CkptIO *io, const char *kind) {
+    size_t len = strlen(kind);
+    if (!io->kill_point || strncmp(io->kill_point, kind, len) != 0) return;
+    int ms = atoi(io->kill_point + len);
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
 // Before each chunk of a data file (done of n bytes, t0 its start): crawl-MS's
 // sleep, and every CKPT_PROGRESS_S seconds (*next_s) a line on how far the
 // write got.
 static inline void ckpt_write_progress(const CkptIO *io, size_t done, size_t n, double t0, double *next_s) {
-    if (io->kill_point && strncmp(io->kill_point, "crawl-", 6) == 0) {
-        int ms = atoi(io->kill_point + 6);
-        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
-    }
+    ckpt_fault_sleep(io, "crawl-");
     double t = wall_seconds() - t0;
     if (!io->progress || t < *next_s) return;
     printf("checkpoint: writing %s: %.0f of %.0f MB (%.0f%%) after %.0f s\n", io->progress, done / 1e6, n / 1e6,

@@ -13,12 +13,16 @@
 //
 // Asynchronous: at a checkpoint step every rank copies what it writes into a
 // host staging buffer (the trainer's, allocated page-aligned and pre-faulted
-// once: ckpt_staging_alloc on the CPU) and training goes on: on the CPU the
-// training threads make the copy at the step boundary (they are idle there
-// anyway), or, where a core is spare, the thread makes it beside the next
-// forward and backward and the next update waits for it
-// (ckpt_before_update); either takes each chunk's CRC32C while it is in
-// cache (ckpt_stage.h). On the GPU a device-to-host copy into pinned memory
+// once: ckpt_staging_alloc on the CPU) and training goes on. On the CPU,
+// where the writer has a core of its own (--ckpt-writer-cores, counted by
+// default), the thread makes the copy there beside the next forward and
+// backward, and the next update, which rewrites what it copies, waits for it
+// (ckpt_before_update); where it has none, the AdamW update that makes the
+// checkpoint's state writes its results into staging as well
+// (stage_in_update), and a checkpoint not known before the update (a
+// preemption's) is copied by the training threads at the step boundary
+// (they are idle there anyway). Each takes each chunk's CRC32C while it is
+// in cache (ckpt_stage.h). On the GPU a device-to-host copy into pinned memory
 // is queued on a side stream, the next update waits for it on the device,
 // and the loop hands the buffer to the thread at the next step boundary. The
 // thread then (compresses,) writes, with O_DIRECT where the file system takes
@@ -42,12 +46,14 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "ckpt_dir.h"       // defines: CKPT_PATH_MAX, CKPT_NAME_MAX, ckpt_step_dir, ckpt_make_tmp_dir, ...
 #include "ckpt_format.h"    // defines: CkptRun, CkptRanges, CkptPoint, CkptFileRecord, ckpt_manifest_json, ...
-#include "ckpt_io.h"        // defines: CkptIO, CKPT_ERR_MAX, ckpt_write_file, ckpt_write_latest, ...
+#include "ckpt_io.h"        // defines: CkptIO, CKPT_ERR_MAX, ckpt_write_file, ckpt_write_latest, ckpt_fault_sleep, ...
 #include "ckpt_signal.h"    // defines: ckpt_signal_received
 #include "ckpt_stage.h"     // defines: ckpt_stage_chunks, ckpt_stage_crc
 #include "comm.h"           // defines: CommGroup, comm_all_reduce, comm_all_gather_start, comm_wait, ...
@@ -102,6 +108,9 @@ typedef struct {
     double stall_ms;            // what the checkpoint in flight has cost the loop so far
     int stall_open;             // its copy is not known done yet: its JSON record is still to come
     int low_priority;           // no core spare beside the training threads: the thread runs at nice 19
+    int thread_copies;          // a core is spare (CPU): the thread makes each copy, beside the next step
+    void (*stage)(void *ctx, float *staging, int64_t lo, int64_t hi, uint32_t *crcs);  // the copy it makes then
+    int copy_pending;           // the thread's copy of the checkpoint in flight is not known done (the update waits)
     CkptCost cost;              // the checkpoint in flight's cost
     CkptCost ended[2];          // those committed in the step now running (the one before and one staged in it)
     double clean_ms[CKPT_BASELINE_STEPS];  // the last steps that overlapped no checkpoint (a ring)
@@ -126,6 +135,7 @@ typedef struct {
     pthread_cond_t cv;
     CkptJob job;
     int job_done, job_failed;
+    int copied;                 // the thread's copy of the checkpoint in flight is done
     char err[CKPT_ERR_MAX];
 } CkptWriter;
 
@@ -175,10 +185,19 @@ static inline uint32_t ckpt_staged_crc(const CkptWriter *w) {
     return crc;
 }
 
-// The thread's WRITE job: this rank's data file into step_N.tmp/.
+// The thread's WRITE job: (thread_copies: the copy into staging first, the
+// update waiting for it) this rank's data file into step_N.tmp/.
 static inline int ckpt_do_write(CkptWriter *w, CkptIO *io) {
     char tmp_dir[CKPT_PATH_MAX], path[CKPT_FILE_MAX];
     double cpu0 = thread_cpu_seconds();
+    if (w->thread_copies) {
+        ckpt_fault_sleep(io, "copy-");  // (a writer that lost its core: the update must wait for its copy)
+        ckpt_stage_pieces(w, w->stage);
+        pthread_mutex_lock(&w->mu);
+        w->copied = 1;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+    }
     ckpt_step_dir(tmp_dir, sizeof(tmp_dir), w->dir, w->point.step, ".tmp");
     double t0 = wall_seconds();
     int err = ckpt_make_tmp_dir(tmp_dir);
@@ -199,10 +218,7 @@ static inline int ckpt_do_write(CkptWriter *w, CkptIO *io) {
         io->progress = NULL;
         if (!ok) return 0;
     }
-    if (io->kill_point && strncmp(io->kill_point, "slow-", 5) == 0) {  // a slow disk: the loop must not wait for it
-        struct timespec ts = {atoi(io->kill_point + 5) / 1000, (long)(atoi(io->kill_point + 5) % 1000) * 1000000L};
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
-    }
+    ckpt_fault_sleep(io, "slow-");  // (a slow disk: the loop must not wait for it)
     w->write_s = wall_seconds() - t0;
     w->write_cpu_s = thread_cpu_seconds() - cpu0;
     ckpt_kill_point(io, "after-data");
@@ -247,6 +263,9 @@ static inline void *ckpt_thread_main(void *arg) {
     CkptWriter *w = (CkptWriter *)arg;
     // (no spare core: the training threads' idle time only; lowering its own priority never needs a privilege)
     if (w->low_priority) setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+#ifdef _OPENMP
+    if (w->thread_copies) omp_set_num_threads(1);  // (its copy on its own core, not a team beside the training threads)
+#endif
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (w->job == CKPT_JOB_NONE || w->job_done) pthread_cond_wait(&w->cv, &w->mu);
@@ -271,6 +290,7 @@ static inline void ckpt_submit(CkptWriter *w, CkptJob job) {
     w->job = job;
     w->job_done = 0;
     w->job_failed = 0;
+    w->copied = 0;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
 }
@@ -305,8 +325,10 @@ static inline int ckpt_spare_cores(int train_threads, int *cores) {
 
 // Starts the writer (--ckpt-dir given, claimed by ckpt_dir_claim): takes the
 // identity of the training data (rank 0, whose thread writes the manifest),
-// starts the thread, at the lowest priority when no core is spare beside the
-// train_threads a step keeps busy, and says which. (The trainer caught
+// starts the thread, and says what it has: a core beside the train_threads a
+// step keeps busy (--ckpt-writer-cores, or counted: ckpt_spare_cores), where
+// the CPU trainer's thread makes each copy, or none, where it runs at the
+// lowest priority and the CPU trainer's update makes the copy. (The trainer caught
 // SIGTERM, SIGUSR1 and SIGINT at its start: ckpt_catch_preemption.)
 static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup *dp, const DataLoader *train,
                                     const CkptRanges *ranges, float *staging, void (*wait_staged)(void *),
@@ -334,19 +356,26 @@ static inline void ckpt_writer_init(CkptWriter *w, const CkptRun *run, CommGroup
     w->files = (CkptFileRecord *)callocCheck((size_t)w->world, sizeof(CkptFileRecord));
     if (w->rank == 0) w->data_set = dataloader_identity(train, train->num_shards);
     int cores, spare = ckpt_spare_cores(train_threads, &cores);
+    if (run->set.writer_cores >= 0) spare = run->set.writer_cores;
     w->low_priority = spare < 1;
+    w->thread_copies = spare >= 1 && !wait_staged;
     if (!wait_staged && w->compress <= 0) {  // (the CPU's copy takes each chunk's CRC32C while it is in cache)
         int64_t chunks = 0;
         for (int k = 0; k < w->ranges.write.n; k++) chunks += ckpt_stage_chunks(w->ranges.write.r[k].hi - w->ranges.write.r[k].lo);
         w->chunk_crcs = (uint32_t *)mallocCheck(sizeof(uint32_t) * (size_t)(chunks > 0 ? chunks : 1));
     }
     if (w->rank == 0) {
+        char how[64];  // (the count's source where the flag gave it)
+        if (run->set.writer_cores >= 0) snprintf(how, sizeof(how), "--ckpt-writer-cores %d; %d cores", spare, cores);
+        else snprintf(how, sizeof(how), "%d cores", cores);
         if (spare >= 1)
-            printf("checkpoint: the writer has %d core%s beside %d training thread%s a rank (%d cores)\n", spare,
-                   spare > 1 ? "s" : "", train_threads, train_threads > 1 ? "s" : "", cores);
+            printf("checkpoint: the writer has %d core%s beside %d training thread%s a rank (%s)%s\n", spare,
+                   spare > 1 ? "s" : "", train_threads, train_threads > 1 ? "s" : "", how,
+                   w->thread_copies ? ": it copies each checkpoint beside the next step" : "");
         else
-            printf("checkpoint: no core spare beside %d training thread%s a rank (%d cores): the writer runs at "
-                   "nice 19, on their idle time\n", train_threads, train_threads > 1 ? "s" : "", cores);
+            printf("checkpoint: no core spare beside %d training thread%s a rank (%s): the writer runs at nice 19, "
+                   "on their idle time%s\n", train_threads, train_threads > 1 ? "s" : "", how,
+                   stage_in_update ? "; the AdamW update makes each checkpoint's copy" : "");
         fflush(stdout);
     }
     CHECK(pthread_mutex_init(&w->mu, NULL) == 0 && pthread_cond_init(&w->cv, NULL) == 0, "pthread init failed");
@@ -473,6 +502,7 @@ static inline void ckpt_drain(CkptWriter *w, int64_t at_step) {
     ckpt_hand_to_thread(w);
     if (w->phase == CKPT_WRITING) {
         ckpt_job_done(w, 1, &failed);
+        w->copy_pending = 0;
         ckpt_stall_close(w, 0.0);  // (the run's end, or the next checkpoint, waited for all of it)
         double f[2] = {1.0, (double)failed};
         comm_all_reduce(w->dp, f, 2, COMM_F64);
@@ -558,6 +588,11 @@ static inline int ckpt_step_boundary(CkptWriter *w, int64_t steps_done, int fina
     if (w->staged_in_update == steps_done) {
         before_ms = w->update_wait_ms;
         ckpt_hand_to_thread(w);
+    } else if (w->thread_copies) {  // (the thread copies, then writes; the next update waits for the copy)
+        w->stage = stage;
+        w->copy_pending = 1;
+        w->phase = CKPT_WRITING;
+        ckpt_submit(w, CKPT_JOB_WRITE);
     } else {
         ckpt_stage_pieces(w, stage);  // (GPU: queued; CPU: a checkpoint not known before the update, a preemption's)
         if (!w->wait_staged) ckpt_hand_to_thread(w);
@@ -567,7 +602,8 @@ static inline int ckpt_step_boundary(CkptWriter *w, int64_t steps_done, int fina
     w->staged_in_update = -1;
     if (w->rank == 0) {
         printf("checkpoint step_%08lld staged (training stalled %.2f ms); %s in the background\n",
-               (long long)steps_done, stall_ms, w->wait_staged ? "copying to host memory, then writing" : "writing");
+               (long long)steps_done, stall_ms, w->wait_staged ? "copying to host memory, then writing"
+               : w->thread_copies ? "copying, then writing" : "writing");
         fflush(stdout);
     }
     w->stall_ms = stall_ms;
@@ -580,20 +616,34 @@ static inline int ckpt_step_boundary(CkptWriter *w, int64_t steps_done, int fina
         c.baseline_ms = quantile(v, n, 0.5);
     }
     w->cost = c;
-    if (!w->wait_staged) ckpt_stall_close(w, 0.0);  // (the copy is done)
+    if (!w->wait_staged && !w->copy_pending) ckpt_stall_close(w, 0.0);  // (the copy is done)
     if (final || preempt) ckpt_drain(w, steps_done);
     return preempt;
 }
 
 // Before the update after which `steps_after` steps are done (final: the
-// run's last): when a checkpoint is due after it (every --ckpt-every steps
-// and at the end; a preemption's is not known yet) and the trainer's update
-// can stage (stage_in_update, the CPU's), the update is asked to write its
-// results into staging too, once the checkpoint before it no longer needs
-// staging (collective then, like the boundary; that wait is the new one's
-// stall). w: NULL, none.
+// run's last), which rewrites the states a checkpoint copies:
+// - thread_copies: waits for the thread's copy of the checkpoint staged at
+//   the boundary before (done long before, as a rule: it ran beside the
+//   step's forward and backward); the wait is that checkpoint's stall;
+// - else, when a checkpoint is due after it (every --ckpt-every steps and at
+//   the end; a preemption's is not known yet) and the trainer's update can
+//   stage (stage_in_update, the CPU's), the update is asked to write its
+//   results into staging too, once the checkpoint before it no longer needs
+//   staging (collective then, like the boundary; that wait is the new one's
+//   stall).
+// w: NULL, none.
 static inline void ckpt_before_update(CkptWriter *w, int64_t steps_after, int final) {
-    if (!w || !w->stage_in_update || !((w->every > 0 && steps_after % w->every == 0) || final)) return;
+    if (w && w->copy_pending) {
+        double t0 = wall_seconds();
+        pthread_mutex_lock(&w->mu);
+        while (!w->copied && !w->job_done) pthread_cond_wait(&w->cv, &w->mu);
+        pthread_mutex_unlock(&w->mu);
+        w->copy_pending = 0;
+        ckpt_stall_close(w, (wall_seconds() - t0) * 1e3);
+    }
+    if (!w || w->thread_copies || !w->stage_in_update || !((w->every > 0 && steps_after % w->every == 0) || final))
+        return;
     double t0 = wall_seconds();
     ckpt_wait_previous(w, steps_after);
     ckpt_stage_pieces(w, w->stage_in_update);

@@ -53,8 +53,9 @@ typedef struct {
     // staging (CKPT_STATES, hi - lo), in ckpt_stage.h's chunks with their
     // CRC32Cs into crcs (NULL: none wanted), or queues that copy (crcs then
     // NULL: the writer takes the CRC32C); wait_staged: waits
-    // for a queued copy (NULL: stage copies at once, on the training threads,
-    // at the step boundary); stage_in_update: the next optimizer_step also
+    // for a queued copy (NULL: stage copies at once: on the training threads
+    // at the step boundary, or on the writer's thread where it has a core,
+    // beside the next step, which the next update waits for); stage_in_update: the next optimizer_step also
     // writes its results over [lo, hi) as stage would copy them (NULL: it
     // cannot; a checkpoint due after it is copied by stage); load: installs the states over ranges->hold from host arrays
     // (states[s]: hold[s]'s pieces one after the other), as they were after `step` steps.

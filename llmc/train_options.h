@@ -54,6 +54,7 @@ typedef struct {
     float mem_limit_mb;           // a rank's memory budget (utils.h's mem_budget; 0: what is available)
     char ckpt_dir[FLAG_STR_MAX];  // checkpoints (checkpoint.h)
     int ckpt_every, ckpt_keep, ckpt_compress;
+    char ckpt_writer_cores[FLAG_STR_MAX];  // "auto", "0" or "1": whether the checkpoint writer has a core of its own
     char resume[FLAG_STR_MAX];    // "", "auto" or a checkpoint directory
     int resume_data_changed;      // resume onto training data other than the checkpoint's
     int tp, sequence_parallel;    // tensor parallel (tensor_parallel.h)
@@ -162,6 +163,10 @@ static const FlagSpec TRAIN_FLAGS[] = {
     {"ckpt-keep", FLAG_INT, TO(ckpt_keep), "3", NULL, 0, 1e9,
      "keep the newest K checkpoints, delete older ones once a newer one is complete (0: keep all)", "checkpoints and model files"},
     {"ckpt-compress", FLAG_INT, TO(ckpt_compress), "0", NULL, 0, 19, "zstd level for checkpoint data (0: raw)", "checkpoints and model files"},
+    {"ckpt-writer-cores", FLAG_CHOICE, TO(ckpt_writer_cores), "auto", "auto|0|1", 0, 0,
+     "cores the checkpoint writer has beside the training threads: auto (those the process may run on less the "
+     "node's training threads), 0 (none: it runs at nice 19, and the CPU trainer's AdamW update makes the staging "
+     "copy), 1 (one: it makes the copy itself, beside the next step)", "checkpoints and model files"},
     {"resume", FLAG_STRING, TO(resume), "", NULL, 0, 0,
      "continue from a checkpoint: auto (the newest complete one in --ckpt-dir; none: start fresh) or a step_N directory", "checkpoints and model files"},
     {"resume-data-changed", FLAG_BOOL, TO(resume_data_changed), "0", NULL, 0, 1,

@@ -24,12 +24,15 @@
 # Env: MODEL STEPS (30, a multiple of EVERY) EVERY (10) BATCH (1) SEQ (64);
 # THREADS: a list of OpenMP thread counts a rank, each measured in turn (on 2
 # cores "2 1": no core spare for the writer, then one; default: as
-# OMP_NUM_THREADS says); BEFORE=path: another build's trainer (an older
+# OMP_NUM_THREADS says); WRITER_CORES: a list of --ckpt-writer-cores values,
+# each measured in turn (THREADS=1 WRITER_CORES="0 1": the update's copy, then
+# the writer's, with the same core spare; default: the trainer counts); BEFORE=path: another build's trainer (an older
 # commit's) measured beside this tree's, each case before then after;
 # TRAIN=path: that trainer binary only; TINY=1: a 2-layer model, 12 steps,
 # every 4 (the tests' plumbing check).
 # Run from anywhere: bash scripts/bench_ckpt.sh
 #   BEFORE=/path/to/old/train_gpt THREADS="2 1" bash scripts/bench_ckpt.sh   (the figures of docs/checkpoints.md)
+#   THREADS=1 WRITER_CORES="0 1" bash scripts/bench_ckpt.sh   (who makes the copy, with a core spare)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=(--model "${MODEL:-d12}")
@@ -72,14 +75,17 @@ step_ms() {
 printf '%-16s %10s %10s %10s %10s %8s %10s %10s %7s %6s %7s\n' trainer lost_ms log_lost stall_ms sync_ms "lost%" \
     step_none after_ms MB/s cpu_s zstd3
 for threads in ${THREADS:-${OMP_NUM_THREADS:-default}}; do
+for writer_cores in ${WRITER_CORES:-counted}; do
 [ "$threads" = default ] || export OMP_NUM_THREADS=$threads
 for trainer in "${trainers[@]}"; do
     name=$(basename "$trainer")
     [ "$trainer" = "${BEFORE:-}" ] && name=before
     [ -n "${BEFORE:-}" ] && [ "$trainer" = ./train_gpt ] && name=after
     [ -z "${THREADS:-}" ] || name="$name ${threads}t"
+    writer_flag=()
+    [ "$writer_cores" = counted ] || { writer_flag=(--ckpt-writer-cores "$writer_cores"); name="$name w$writer_cores"; }
     common=(--data-train "$tmp/bench_train_*.bin" "${model[@]}" --batch-size "${BATCH:-1}" --seq-len "${SEQ:-64}"
-            --steps "$steps" --peak-tflops 1)
+            --steps "$steps" --peak-tflops 1 "${writer_flag[@]}")
     "$trainer" "${common[@]}" --log-json "$tmp/none.json" >"$tmp/none.log" 2>&1 ||
         { echo "$name: $(tail -1 "$tmp/none.log")"; continue; }
     "$trainer" "${common[@]}" --ckpt-dir "$tmp/ck" --ckpt-every "$every" --ckpt-keep 1 --log-json "$tmp/ck.json" \
@@ -124,5 +130,6 @@ for trainer in "${trainers[@]}"; do
         echo "  note: a checkpoint waited for the one before: its writer needs more than $every steps here (raise EVERY)"
     fi
     rm -rf "$tmp/ck" "$tmp/sync.bin"
+done
 done
 done

@@ -10,7 +10,9 @@
 # writer killed at each write boundary, or the whole run killed from outside,
 # resumes to the same final weights; a failed write stops the run and leaves
 # the previous checkpoint; the data file's O_DIRECT write and its buffered
-# fallback (and /dev/shm) give the same bytes. The corpus is this repository's own source.
+# fallback (and /dev/shm) give the same bytes. The one-process runs have the writer thread make each staging copy
+# (--ckpt-writer-cores 1), the 2-rank runs the AdamW update (0); tests/test_ckpt_cost.sh compares the two. The
+# corpus is this repository's own source.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
@@ -22,7 +24,7 @@ byte_corpus "$tmp/data" src 2000 <(head -c 5000 train_gpt.c)
 RUN=(--data-train "$tmp/data/src_train_*.bin" --data-val "$tmp/data/src_val_*.bin" --n-layer 2 --n-embd 64 --n-head 4
      --vocab-size 257 --max-seq-len 64 --seq-len 32 --batch-size 4 --total-batch-tokens 256 --peak-tflops 0.1
      --steps 16 --lr 1e-3 --weight-decay 0.1 --shuffle 1 --eval-every 3 --eval-batches 2 --sample-every 5
-     --sample-tokens 8)
+     --sample-tokens 8 --ckpt-writer-cores 1)  # (one process: the writer thread makes each copy; DIST below: the update)
 
 # --- the uninterrupted run, checkpointing every 4 steps, keeping all ---
 "$TRAIN" "${RUN[@]}" --ckpt-dir "$tmp/ck" --ckpt-every 4 --ckpt-keep 0 --log-json "$tmp/full.json" \
@@ -44,33 +46,11 @@ committed_at=$(grep -an 'checkpoint .*step_00000004 committed' "$tmp/full.log" |
 check "'staged' is logged before 'committed', and nothing says 'saved' before then" \
     '[ -n "$staged_at" ] && [ -n "$committed_at" ] && [ "$staged_at" -lt "$committed_at" ] && ! grep -aqi "checkpoint.*saved" "$tmp/full.log"'
 
-# each checkpoint's cost record adds up to the step lines: its steps run from the one that staged it (steps
-# done, as the step records count: "first_step" = N) to the step line just before the record (the one it was committed
-# in); step_ms is their "ms" summed; baseline_ms the median (nearest rank) of the last 5 steps before it, the
-# first left out, that are in no checkpoint's steps; lost_ms = step_ms - steps x baseline_ms; stall_ms the
-# "staged" record's, within the first step's "ckpt" time
-check "the JSON log's cost record of each checkpoint adds up to the step lines" "python3 - '$tmp/full.json' <<'PY'
-import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1])]
-ms = {r['step']: r['ms'] for r in lines if 'loss' in r}
-ckpt_part = {r['step']: r['time']['ckpt'] for r in lines if 'loss' in r}
-staged = {r['step']: r['stall_ms'] for r in lines if r.get('ckpt') == 'staged'}
-costs = [(i, r) for i, r in enumerate(lines) if r.get('ckpt') == 'cost']
-busy = set(s for _, c in costs for s in range(c['first_step'], c['first_step'] + c['steps']))
-bad = []
-for i, c in costs:
-    f, n = c['first_step'], c['steps']
-    last = [r['step'] for r in lines[:i] if 'loss' in r][-1]
-    clean = [s for s in sorted(ms) if 1 < s < f and s not in busy][-5:]
-    base = sorted(ms[s] for s in clean)[(len(clean) + 1) // 2 - 1] if clean else None
-    ok = (f == c['step'] and n >= 1 and f + n - 1 == last and abs(sum(ms[s] for s in range(f, f + n)) - c['step_ms']) < 0.01
-          and c['stall_ms'] == staged[c['step']] and c['stall_ms'] <= ckpt_part[f] + 0.002
-          and (base is None and c['baseline_ms'] is None and c['lost_ms'] is None
-               or base is not None and abs(base - c['baseline_ms']) < 0.002 and abs(c['step_ms'] - n * c['baseline_ms'] - c['lost_ms']) < 0.01))
-    if not ok: bad.append((c, 'base', base, 'last', last))
-if bad: print(bad)
-sys.exit(0 if [c['step'] for _, c in costs] == [4, 8, 12, 16] and not bad else 1)
-PY" "cost records: $(grep -a '"ckpt":"cost"' "$tmp/full.json" | tr '\n' ' ')"
+# each checkpoint's cost record adds up to the step lines (its steps, their summed "ms", the baseline, lost_ms,
+# the stall: tests/ckpt_cost_check.py)
+check "the JSON log's cost record of each checkpoint adds up to the step lines" \
+    'python3 tests/ckpt_cost_check.py "$tmp/full.json" 4 8 12 16' \
+    "cost records: $(grep -a '"ckpt":"cost"' "$tmp/full.json" | tr '\n' ' ')"
 
 # --- stopped at step k and resumed: bit-exact ---
 for k in 4 8 12; do
@@ -293,7 +273,7 @@ check "bench_ckpt.sh (TINY=1): lost time per checkpoint beside the synchronous w
 # --- 2 ranks under mpirun: every ZeRO stage resumes bit-exact on its own layout; a ZeRO-1 checkpoint of 2 ranks
 # continues on 1 and 4 ranks and at ZeRO 0 and 3 (the same global batch) to 1e-5 of the uninterrupted run ---
 need_mpi "checkpoints on several ranks" 120
-DIST=("${RUN[@]}" --bucket-mb 0.02 --comm-timeout 60)
+DIST=("${RUN[@]}" --bucket-mb 0.02 --comm-timeout 60 --ckpt-writer-cores 0)
 for zero in 0 1 2 3; do
     "${MPIRUN[@]}" -np 2 "$TRAIN" "${DIST[@]}" --batch-size 2 --zero $zero --ckpt-dir "$tmp/z$zero" --ckpt-every 4 \
         --log-json "$tmp/z$zero.json" --save-model "$tmp/z$zero.bin" >"$tmp/z$zero.log" 2>&1
