@@ -244,6 +244,7 @@ int main(int argc, char **argv) {
     if (finished && o.generate) train_generate(&run);
     free(ckpt_staging);
 
+    if (rank == 0) matmul_print_shape_choices(stdout);
     pp_runner_report(&pipeline.core.run, rank == 0);
     cp_report(&model.cp, rank == 0);
     if (finished) train_save_final(&run, cpu_read_held, &trainer);
