@@ -62,8 +62,6 @@ static inline void matmul_set_backend(const char *name) {
         g_matmul_tuned = 1;
         name = "auto";
     }
-#endif
-#ifdef LLMC_BLAS
 #ifdef LLMC_MATMUL_AUTO_BLAS  // (the sanitizer builds: the Makefile says why)
     const int native_is_wider = 0;
 #else
@@ -264,7 +262,7 @@ static void matmul_native(int transA, int transB, int M, int N, int K, float alp
 // for this CPU (OPENBLAS_CORETYPE overrides it); tuned: "tuned per shape: native (avx2 6x16) or openblas
 // (Haswell), else openblas (Haswell)" (the latter for products outside matmul_team)
 static inline const char *matmul_backend_name(void) {
-    static char name[192];
+    static char name[256];
     char native[64], blas[64] = "";
     snprintf(native, sizeof(native), "native (%s)", MATMUL_NATIVE_KERNEL);
 #ifdef LLMC_BLAS
@@ -358,7 +356,7 @@ static void matmul_slice(MatmulBackend be, MatmulSlice s, int transA, int transB
 typedef struct {
     int transA, transB, M, N, K, P;
     MatmulBackend backend;       // the faster of the two
-    double ms[2];                // the best time of each (native, openblas), the team's slices together
+    double ms[2];                // the best time of each (native, openblas): its slowest thread's on its slice
 } MatmulShapeChoice;
 #define MATMUL_MAX_SHAPES 64
 static MatmulShapeChoice g_matmul_shapes[MATMUL_MAX_SHAPES];
