@@ -378,7 +378,8 @@ static inline int matmul_shape_find(int transA, int transB, int M, int N, int K,
 // run's time is its slowest thread's CPU time on its slice, so that threads
 // descheduled on a busy machine do not count (a team of one outside a
 // parallel region, where the backend runs its own threads: wall time).
-// Called by the whole team; returns the faster.
+// Called by the whole team; returns the faster (auto's backend unless the
+// other is at least 5% faster).
 static MatmulBackend matmul_tune_shape(int transA, int transB, int M, int N, int K, float beta) {
     static int reps;  // (the team's shared values, set by one thread between barriers)
     static double best[2], slowest;
@@ -417,7 +418,9 @@ static MatmulBackend matmul_tune_shape(int transA, int transB, int M, int N, int
 #pragma omp barrier
         }
     }
-    MatmulBackend faster = best[MATMUL_BLAS] < best[MATMUL_NATIVE] ? MATMUL_BLAS : MATMUL_NATIVE;
+    // (the other backend only 5% faster or more, so that near ties keep auto's choice from run to run)
+    MatmulBackend other = g_matmul_backend == MATMUL_BLAS ? MATMUL_NATIVE : MATMUL_BLAS;
+    MatmulBackend faster = best[other] < 0.95 * best[g_matmul_backend] ? other : g_matmul_backend;
 #pragma omp single
     {
         free(g_matmul_tune_buf);
