@@ -8,7 +8,7 @@
 // sequence over context ranks (llmc/context_parallel.h).
 #include <sys/resource.h>
 
-#include "llmc/comm.h"           // defines: CommGroup, comm_broadcast, COMM_F64, Comm, ...
+#include "llmc/comm.h"           // defines: CommGroup, comm_broadcast, comm_barrier, COMM_F64, Comm, ...
 #include "llmc/dataloader.h"     // defines: DataLoader, dataloader_init, dataloader_free
 #include "llmc/generate.h"       // defines: generate_check, train_generate
 #include "llmc/gpt_cpu.h"        // defines: GPT, gpt_forward, gpt_backward, gpt_sample_row, ...
@@ -194,9 +194,15 @@ int main(int argc, char **argv) {
                                                                             tp.sp, o.cp, &o.recompute_policy)
                                         : model.acts.num_floats + cp_floats);
 
-    // a rank's peak: every rank probes at once (they share the cores), the mean of their probes; measured once
-    double peak_gflops = o.peak_tflops > 0 ? o.peak_tflops * 1e3
-                                           : comm_mean(comm_group(&comm, COMM_WORLD), matmul_measure_peak_gflops(1024, 5));
+    // a rank's peak, measured once: rank 0 probes alone, after every rank's set-up and while the others wait
+    // (asleep), so that ranks sharing the cores do not slow its probe; every rank is taken to reach it (ranks
+    // that share cores reach less together: MFU then reads low, never above 100%)
+    double peak_gflops = o.peak_tflops * 1e3;
+    if (o.peak_tflops <= 0) {
+        comm_barrier(comm_group(&comm, COMM_WORLD));
+        if (comm.rank == 0) peak_gflops = matmul_measure_peak_gflops(1024, 5);
+        comm_broadcast(comm_group(&comm, COMM_WORLD), &peak_gflops, 1, COMM_F64, 0);
+    }
     if (!(peak_gflops > 0 && isfinite(peak_gflops))) peak_gflops = 0;  // (MFU then not given)
     double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)plan.total_tokens;
     ZeroMemory zm = zero_cpu_memory(&zero);
@@ -222,9 +228,10 @@ int main(int argc, char **argv) {
                o.zero >= 3 ? "S" : "N", zm.grads / 1e6, o.zero >= 2 ? "S" : "N", zm.optimizer / 1e6,
                o.zero >= 1 ? "S" : "N", (zm.params + zm.grads + zm.optimizer) / 1e6, act_bytes / 1e6,
                pipelined ? " at the schedule's peak" : "", o.recompute);
-        printf("compute: %d threads, matmul %s, peak %.1f GFLOP/s (%s), %.2f GFLOP/step\n", omp_threads(),
-               matmul_backend_name(), peak_gflops, o.peak_tflops > 0 ? "--peak-tflops" : matmul_peak_source(),
-               flops_per_step * 1e-9);
+        printf("compute: %d threads, matmul %s, peak %.1f GFLOP/s%s (%s%s), %.2f GFLOP/step\n", omp_threads(),
+               matmul_backend_name(), peak_gflops, comm.world > 1 ? " a rank" : "",
+               o.peak_tflops > 0 ? "--peak-tflops" : matmul_peak_source(),
+               o.peak_tflops <= 0 && comm.world > 1 ? ", by rank 0 alone" : "", flops_per_step * 1e-9);
         fflush(stdout);
     }
 
@@ -244,6 +251,7 @@ int main(int argc, char **argv) {
     if (finished && o.generate) train_generate(&run);
     free(ckpt_staging);
 
+    if (rank == 0) matmul_print_shape_choices(stdout);
     pp_runner_report(&pipeline.core.run, rank == 0);
     cp_report(&model.cp, rank == 0);
     if (finished) train_save_final(&run, cpu_read_held, &trainer);

@@ -16,7 +16,7 @@
 #include <omp.h>
 #endif
 
-#include "cpu_matmul.h"  // defines: matmul
+#include "cpu_matmul.h"  // defines: matmul, matmul_team, matmul_team_backend, matmul_slice, KERNEL_TEAM, ...
 #include "cpu_vec.h"     // defines: vec_max, vec_exp_sum, vec_dot, vf_*
 #include "utils.h"       // defines: omp_threads, omp_thread_id
 
@@ -209,13 +209,14 @@ static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {
 static void linear_act_forward(float *out, float *gelu_out, const float *inp, const float *weight, const float *bias,
                                const float *residual, int N, int IC, int OC) {
     KERNEL_TEAM(linear_act_forward(out, gelu_out, inp, weight, bias, residual, N, IC, OC));
+    MatmulBackend be = matmul_team_backend(0, 1, N, OC, IC, 1.0f);
     MatmulSlice s = matmul_team_slice(N, OC);
     for (int i = s.i0; i < s.i0 + s.rows; i++) {
         float *o = out + (size_t)i * OC;
         const float *r = residual ? residual + (size_t)i * OC : NULL;
         for (int j = s.j0; j < s.j0 + s.cols; j++) o[j] = (bias ? bias[j] : 0.0f) + (r ? r[j] : 0.0f);
     }
-    matmul_slice(s, 0, 1, IC, 1.0f, inp, IC, weight, IC, 1.0f, out, OC);
+    matmul_slice(be, s, 0, 1, IC, 1.0f, inp, IC, weight, IC, 1.0f, out, OC);
     if (gelu_out)
         for (int i = s.i0; i < s.i0 + s.rows; i++)
             gelu_span(gelu_out + (size_t)i * OC + s.j0, out + (size_t)i * OC + s.j0, (size_t)s.cols);

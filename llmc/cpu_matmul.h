@@ -4,7 +4,9 @@
 // packed, cache-blocked, OpenMP-parallel kernel written with GCC vector
 // extensions, its register tile chosen for the instruction set the build
 // targets (AVX-512 6x64, AVX2 6x16, NEON 8x12, portable 4x8: MATMUL_NATIVE_KERNEL).
-// matmul_set_backend() picks one at run time; benchmarks compare both.
+// matmul_set_backend() picks one at run time; benchmarks compare both. With
+// "tuned", matmul_team times both on each product shape the first time the
+// team multiplies it and keeps the faster for that shape (matmul_team_backend).
 #ifndef LLMC_CPU_MATMUL_H
 #define LLMC_CPU_MATMUL_H
 
@@ -30,6 +32,7 @@ static MatmulBackend g_matmul_backend =
 #else
     MATMUL_NATIVE;
 #endif
+static int g_matmul_tuned;  // 1: matmul_team picks per shape (--matmul tuned); g_matmul_backend serves the rest
 
 #ifdef LLMC_BLAS
 // 1 when OpenBLAS runs a vector kernel at least as wide as the native one: its kernel for this CPU is one
@@ -48,10 +51,17 @@ static inline int matmul_blas_kernel_is_wide(void) {
 #endif
 
 // name: "auto" (OpenBLAS, unless its kernel for this CPU is narrower than the native one: then native),
-// "blas" or "native". Asking for BLAS in a build without it is a usage error.
+// "blas", "native" or "tuned" (auto's choice, but each shape matmul_team multiplies on the faster of the
+// two, timed at its first use; a build without BLAS has only native). Asking for BLAS in a build without
+// it is a usage error.
 static inline void matmul_set_backend(const char *name) {
+    g_matmul_tuned = 0;
     if (strcmp(name, "native") == 0) { g_matmul_backend = MATMUL_NATIVE; return; }
 #ifdef LLMC_BLAS
+    if (strcmp(name, "tuned") == 0) {
+        g_matmul_tuned = 1;
+        name = "auto";
+    }
 #ifdef LLMC_MATMUL_AUTO_BLAS  // (the sanitizer builds: the Makefile says why)
     const int native_is_wider = 0;
 #else
@@ -249,32 +259,41 @@ static void matmul_native(int transA, int transB, int M, int N, int K, float alp
 // dispatch
 
 // "native (avx2 6x16)": the kernel this build compiled; "openblas (Haswell)": the kernel OpenBLAS picked
-// for this CPU (OPENBLAS_CORETYPE overrides it)
+// for this CPU (OPENBLAS_CORETYPE overrides it); tuned: "tuned per shape: native (avx2 6x16) or openblas
+// (Haswell), else openblas (Haswell)" (the latter for products outside matmul_team)
 static inline const char *matmul_backend_name(void) {
-    static char name[64];
+    static char name[256];
+    char native[64], blas[64] = "";
+    snprintf(native, sizeof(native), "native (%s)", MATMUL_NATIVE_KERNEL);
 #ifdef LLMC_BLAS
-    if (g_matmul_backend == MATMUL_BLAS) {
-        snprintf(name, sizeof(name), "openblas (%s)", openblas_get_corename());
-        return name;
-    }
+    snprintf(blas, sizeof(blas), "openblas (%s)", openblas_get_corename());
 #endif
-    snprintf(name, sizeof(name), "native (%s)", MATMUL_NATIVE_KERNEL);
+    const char *other = g_matmul_backend == MATMUL_BLAS ? blas : native;
+    if (g_matmul_tuned) snprintf(name, sizeof(name), "tuned per shape: %s or %s, else %s", native, blas, other);
+    else snprintf(name, sizeof(name), "%s", other);
     return name;
 }
 
-// The whole product by the calling thread, or outside a parallel region by
-// the backend's own threads (inside one, both backends run single-threaded).
-static inline void matmul(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
-                          const float *B, int ldb, float beta, float *C, int ldc) {
+// The whole product on backend be by the calling thread, or outside a parallel
+// region by the backend's own threads (inside one, both backends run single-threaded).
+static inline void matmul_on(MatmulBackend be, int transA, int transB, int M, int N, int K, float alpha,
+                             const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     if (M == 0 || N == 0) return;
 #ifdef LLMC_BLAS
-    if (g_matmul_backend == MATMUL_BLAS) {
+    if (be == MATMUL_BLAS) {
         cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K,
                     alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
+#else
+    (void)be;
 #endif
     matmul_native(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+// matmul_on the run's backend (--matmul; tuned: auto's)
+static inline void matmul(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                          const float *B, int ldb, float beta, float *C, int ldc) {
+    matmul_on(g_matmul_backend, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 // ---------------------------------------------------------------------------
@@ -319,27 +338,139 @@ static inline MatmulSlice matmul_team_slice(int M, int N) {
     return s;
 }
 
-// Slice s of the product, by the calling thread (the whole of it, in a team
-// of one, by matmul's threads): every element sums its depth as the whole
-// product does.
-static void matmul_slice(MatmulSlice s, int transA, int transB, int K, float alpha, const float *A, int lda,
-                         const float *B, int ldb, float beta, float *C, int ldc) {
+// Slice s of the product on backend be, by the calling thread (the whole of
+// it, in a team of one, by the backend's threads): every element sums its
+// depth as the whole product does.
+static void matmul_slice(MatmulBackend be, MatmulSlice s, int transA, int transB, int K, float alpha, const float *A,
+                         int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     if (s.rows == 0 || s.cols == 0) return;
-    matmul(transA, transB, s.rows, s.cols, K, alpha, transA ? A + s.i0 : A + (size_t)s.i0 * lda, lda,
-           transB ? B + (size_t)s.j0 * ldb : B + s.j0, ldb, beta, C + (size_t)s.i0 * ldc + s.j0, ldc);
+    matmul_on(be, transA, transB, s.rows, s.cols, K, alpha, transA ? A + s.i0 : A + (size_t)s.i0 * lda, lda,
+              transB ? B + (size_t)s.j0 * ldb : B + s.j0, ldb, beta, C + (size_t)s.i0 * ldc + s.j0, ldc);
+}
+
+// --matmul tuned: the backend each product shape runs on, in a team of P
+// threads (P = 1 also outside a parallel region). A shape's entry is made the
+// first time a team multiplies it and never changes in the run, so a run's
+// products are deterministic; past MATMUL_MAX_SHAPES shapes the rest run on
+// g_matmul_backend.
+typedef struct {
+    int transA, transB, M, N, K, P;
+    MatmulBackend backend;       // the faster of the two
+    double ms[2];                // the best time of each (native, openblas): its slowest thread's on its slice
+} MatmulShapeChoice;
+#define MATMUL_MAX_SHAPES 64
+static MatmulShapeChoice g_matmul_shapes[MATMUL_MAX_SHAPES];
+static int g_matmul_num_shapes;
+static float *g_matmul_tune_buf;  // the team's scratch operands while it times a shape
+
+static inline int matmul_shape_find(int transA, int transB, int M, int N, int K, int P) {
+    for (int i = 0; i < g_matmul_num_shapes; i++) {
+        const MatmulShapeChoice *c = &g_matmul_shapes[i];
+        if (c->transA == transA && c->transB == transB && c->M == M && c->N == N && c->K == K && c->P == P) return i;
+    }
+    return -1;
+}
+
+// Times both backends on the shape as the team multiplies it (each thread its
+// matmul_team_slice), on scratch operands (the caller's C is not touched):
+// runs alternating between the two, the best of each, after one untimed run
+// of each; 10 timed runs each, fewer for products over 2 ms (2 over 10 ms). A
+// run's time is its slowest thread's CPU time on its slice, so that threads
+// descheduled on a busy machine do not count (a team of one outside a
+// parallel region, where the backend runs its own threads: wall time).
+// Called by the whole team; returns the faster (auto's backend unless the
+// other is at least 5% faster).
+static MatmulBackend matmul_tune_shape(int transA, int transB, int M, int N, int K, float beta) {
+    static int reps;  // (the team's shared values, set by one thread between barriers)
+    static double best[2], slowest;
+#pragma omp single
+    {
+        size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+        g_matmul_tune_buf = (float *)alignedMallocCheck(sizeof(float) * (na + nb + nc));
+        for (size_t i = 0; i < na + nb + nc; i++) g_matmul_tune_buf[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+        reps = 10;
+        best[0] = best[1] = 1e30;
+    }
+    const float *A = g_matmul_tune_buf, *B = A + (size_t)M * K;
+    float *C = g_matmul_tune_buf + (size_t)M * K + (size_t)K * N;
+    MatmulSlice s = matmul_team_slice(M, N);
+#ifdef _OPENMP
+    const clockid_t clock = omp_get_level() > 0 || omp_get_max_threads() == 1 ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
+#else
+    const clockid_t clock = CLOCK_THREAD_CPUTIME_ID;
+#endif
+    for (int r = -1; r < reps; r++) {
+        for (int be = MATMUL_NATIVE; be <= MATMUL_BLAS; be++) {
+#pragma omp single
+            slowest = 0.0;
+            double t0 = clock_seconds(clock);
+            matmul_slice((MatmulBackend)be, s, transA, transB, K, 1.0f, A, transA ? M : K, B, transB ? K : N, beta,
+                         C, N);
+            double dt = clock_seconds(clock) - t0;
+#pragma omp critical(matmul_tune)
+            slowest = dt > slowest ? dt : slowest;
+#pragma omp barrier
+#pragma omp master
+            {
+                if (r < 0 && be == MATMUL_NATIVE && slowest > 2e-3) reps = slowest > 10e-3 ? 2 : (int)(20e-3 / slowest);
+                if (r >= 0 && slowest < best[be]) best[be] = slowest;
+            }
+#pragma omp barrier
+        }
+    }
+    // (the other backend only 5% faster or more, so that near ties keep auto's choice from run to run)
+    MatmulBackend other = g_matmul_backend == MATMUL_BLAS ? MATMUL_NATIVE : MATMUL_BLAS;
+    MatmulBackend faster = best[other] < 0.95 * best[g_matmul_backend] ? other : g_matmul_backend;
+#pragma omp single
+    {
+        free(g_matmul_tune_buf);
+        g_matmul_tune_buf = NULL;
+        if (g_matmul_num_shapes < MATMUL_MAX_SHAPES)
+            g_matmul_shapes[g_matmul_num_shapes++] = (MatmulShapeChoice){
+                transA, transB, M, N, K, omp_team_size(), faster, {best[0] * 1e3, best[1] * 1e3}};
+    }
+    return faster;
+}
+
+// The backend the calling team multiplies this shape on (tuned: the shape's
+// entry, made now when it has none). Every thread of the team calls it at
+// the same point: the table is read by all before a barrier and written only
+// after it, so they all find the same.
+static MatmulBackend matmul_team_backend(int transA, int transB, int M, int N, int K, float beta) {
+    if (!g_matmul_tuned || M == 0 || N == 0 || K == 0) return g_matmul_backend;
+    int i = matmul_shape_find(transA, transB, M, N, K, omp_team_size());
+    if (i >= 0) return g_matmul_shapes[i].backend;
+    if (g_matmul_num_shapes >= MATMUL_MAX_SHAPES) return g_matmul_backend;
+#pragma omp barrier
+    return matmul_tune_shape(transA, transB, M, N, K, beta);
+}
+
+// The tuned shapes' choices, one line ("M x N x K (op) on P threads: native|openblas (a vs b ms), ...").
+static void matmul_print_shape_choices(FILE *f) {
+    if (!g_matmul_tuned) return;
+    fprintf(f, "matmul tuned per shape (%d shapes; C = op(A) @ op(B), MxNxK, N/T: op is the matrix or its transpose):",
+            g_matmul_num_shapes);
+    for (int i = 0; i < g_matmul_num_shapes; i++) {
+        const MatmulShapeChoice *c = &g_matmul_shapes[i];
+        fprintf(f, "%s %dx%dx%d %c%c %dt %s (%.3f vs %.3f ms)", i ? "," : "", c->M, c->N, c->K, c->transA ? 'T' : 'N',
+                c->transB ? 'T' : 'N', c->P, c->backend == MATMUL_BLAS ? "openblas" : "native",
+                c->ms[c->backend], c->ms[!c->backend]);
+    }
+    fprintf(f, "\n");
 }
 
 // matmul shared by the calling team, each thread its matmul_team_slice;
 // returns when the whole product is done. Outside a parallel region (or in a
-// team of one) it is matmul.
+// team of one) it is matmul (tuned: on the shape's backend).
 static void matmul_team(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                         const float *B, int ldb, float beta, float *C, int ldc) {
-    matmul_slice(matmul_team_slice(M, N), transA, transB, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    MatmulBackend be = matmul_team_backend(transA, transB, M, N, K, beta);
+    matmul_slice(be, matmul_team_slice(M, N), transA, transB, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #pragma omp barrier
 }
 
 // Achieved GFLOP/s of the sgemm the run uses (the backend matmul_set_backend
-// chose: MFU is against what that kernel reaches) on n x n x n products of the sizes up to max_n
+// chose, tuned: the better of both: MFU is against what that kernel reaches) on n x n x n products of the sizes up to max_n
 // (256, 512, ...), each the best of up to reps runs (and at least 0.1 s of
 // them), the best of all: the CPU's practical peak, against which MFU and
 // benchmarks are reported. Several probes of several sizes, so that one slow
@@ -355,15 +486,18 @@ static double matmul_measure_peak_gflops(int max_n, int reps) {
     double best = 0.0;
     for (int n = max_n < 256 ? max_n : 256; n <= max_n; n *= 2) {
         size_t nn = (size_t)n * n;
-        for (int team = 0; team < 2; team++) {
+        for (int probe = 0; probe < 4; probe++) {
+            int team = probe & 1;
+            MatmulBackend be = g_matmul_tuned ? (MatmulBackend)(probe >> 1) : g_matmul_backend;
+            if (!g_matmul_tuned && probe >= 2) break;
             double spent = 0.0;
             for (int r = -1; r < reps || spent < 0.1; r++) {  // (r = -1: warm up threads and caches, untimed)
                 double t0 = wall_seconds();
                 if (team) {
 #pragma omp parallel
-                    matmul_team(0, 1, n, n, n, 1.0f, a, n, a + nn, n, 0.0f, a + 2 * nn, n);
+                    matmul_slice(be, matmul_team_slice(n, n), 0, 1, n, 1.0f, a, n, a + nn, n, 0.0f, a + 2 * nn, n);
                 } else {
-                    matmul(0, 1, n, n, n, 1.0f, a, n, a + nn, n, 0.0f, a + 2 * nn, n);
+                    matmul_on(be, 0, 1, n, n, n, 1.0f, a, n, a + nn, n, 0.0f, a + 2 * nn, n);
                 }
                 double dt = wall_seconds() - t0, gflops = 2.0 * n * (double)nn / dt * 1e-9;
                 if (r < 0) continue;
@@ -379,8 +513,9 @@ static double matmul_measure_peak_gflops(int max_n, int reps) {
 
 // where matmul_measure_peak_gflops' figure comes from (the start-up line)
 static inline const char *matmul_peak_source(void) {
-    return g_matmul_backend == MATMUL_NATIVE ? "measured: the best of native sgemm probes"
-                                             : "measured: the best of openblas sgemm probes";
+    return g_matmul_tuned                      ? "measured: the best of native and openblas sgemm probes"
+           : g_matmul_backend == MATMUL_NATIVE ? "measured: the best of native sgemm probes"
+                                               : "measured: the best of openblas sgemm probes";
 }
 
 #endif  // LLMC_CPU_MATMUL_H

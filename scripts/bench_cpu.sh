@@ -10,7 +10,9 @@
 #      of every run's start-up probes, themselves the best of several: a step
 #      never reads above 100%). TRAIN_OLD=PATH (another build of train_gpt,
 #      e.g. main's) runs alternately with this build's, ROUNDS times, and each
-#      case ends with new's speed-up over it. CASES=small stops after this part;
+#      case ends with new's speed-up over it. MATMUL=tuned (or another --matmul
+#      value) sets this build's backend there (default auto; TRAIN_OLD runs
+#      with its own default). CASES=small stops after this part;
 #   1. train_gpt on GPT-2 124M (d12) at batch 4 x 64 tokens and on make run's
 #      small model (4 layers, 256 channels, 2048-token vocabulary) at batch
 #      8 x 256, the two backends alternating ROUNDS times (default 2): per run
@@ -63,6 +65,7 @@ measure() {
 small_run() {
     local name=$1 bin=$2 threads=$3
     shift 3
+    [ "$bin" = "$BUILD/train_gpt" ] && set -- "$@" --matmul "${MATMUL:-auto}"
     measure "$name $bin" "$tmp/${name}_train_*.bin" env OMP_NUM_THREADS="$threads" "$bin" "$@" || return 0
     echo "$name $bin $ms $gflop $peak $tokens" >>"$tmp/small"
     awk -v n="$name" -v b="$bin" -v th="$threads" -v ms="$ms" -v gf="$gflop" -v tok="$tokens" 'BEGIN{

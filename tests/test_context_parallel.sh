@@ -11,7 +11,8 @@
 # cp 4 (following the uninterrupted run to 1e-5) and on cp 2 bit for bit, and
 # one written on one process resumes on cp 2. At cp 4 and T 1024 each rank's
 # share of the attention's work is within 15% of every other's (chunks i and
-# 2cp-1-i balance the causal work; CPU shares printed); at T 4096 a rank's peak RSS falls from
+# 2cp-1-i balance the causal work; CPU shares printed); cp 2 counts the one
+# process's FLOPs a step, against rank 0's peak probe (made alone) times 2; at T 4096 a rank's peak RSS falls from
 # cp 2 to cp 4 as the start line's memory formula says, within 10%. Layouts
 # that do not fit end with one line and exit 2. SKIPs without MPI.
 set -u
@@ -38,6 +39,19 @@ compare_cp() {
 }
 compare_cp cp2 2 --batch-size 4 --cp 2 "${EVAL[@]}"
 eval_matches cp2
+# MFU's counts: a cp 2 step counts the one process's FLOPs (the same model, batch and T) against a rank's peak
+# times its 2 ranks; measured, the peak is rank 0's probe alone (two ranks probing at once on shared cores
+# each measured part of them, and MFU read up to 93%)
+json_num() { grep -m1 -o "\"$2\":[0-9.e+]*" "$1" | cut -d: -f2; }
+check cp2_counts_the_one_process_flops_against_2_ranks_peak \
+    '[ -n "$(json_num "$tmp/ref.json" flops_per_step)" ] &&
+     [ "$(json_num "$tmp/ref.json" flops_per_step)" = "$(json_num "$tmp/cp2.json" flops_per_step)" ] &&
+     [ "$(json_num "$tmp/ref.json" peak_flops)" = 1e+12 ] && [ "$(json_num "$tmp/cp2.json" peak_flops)" = 2e+12 ]' \
+    "$(grep -h -m1 -o '"flops_per_step.*' "$tmp/ref.json" "$tmp/cp2.json" | tr '\n' ' ')"
+"${MPIRUN[@]}" -np 2 "$TRAIN" "${COMMON[@]}" --batch-size 4 --cp 2 --steps 1 --peak-tflops 0 >"$tmp/cp2_peak.log" 2>&1
+check cp2_peak_probed_by_rank_0_alone \
+    "grep -aq '^compute: .*, peak [0-9.]* GFLOP/s a rank (measured: .*, by rank 0 alone)' '$tmp/cp2_peak.log'" \
+    "$(grep -a '^compute' "$tmp/cp2_peak.log" || tail -2 "$tmp/cp2_peak.log")"
 compare_cp cp4 4 --batch-size 4 --cp 4
 compare_cp dp2_cp2_zero1 4 --batch-size 2 --cp 2 --zero 1
 compare_cp dp2_cp2_zero3 4 --batch-size 2 --cp 2 --zero 3 "${EVAL[@]}"

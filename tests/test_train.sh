@@ -133,6 +133,22 @@ else
     echo "SKIP: --matmul auto's choice (a build without OpenBLAS, or a CPU without AVX2)"
 fi
 
+# --- --matmul tuned: each product shape of the layers is timed on both backends at its first use and runs on
+# the faster from then on; the end line names the 15 shapes of this model (forward, input and weight gradient
+# of the 4 linear layers and the classifier), and the losses follow a native run's (the backends round apart) ---
+if grep -q -- '-DLLMC_BLAS' "$BUILD/flags.stamp" 2>/dev/null; then
+    "$TRAIN" "${TINY[@]}" --steps 3 --matmul tuned --log-json "$tmp/tuned.jsonl" >"$tmp/tuned.log" 2>&1
+    "$TRAIN" "${TINY[@]}" --steps 3 --matmul native --log-json "$tmp/native.jsonl" >"$tmp/native.log" 2>&1
+    check "--matmul tuned picks a backend for each of the model's 15 product shapes, once" \
+        'grep -q "^compute: .*matmul tuned per shape: native (.*) or openblas (.*), else " "$tmp/tuned.log" &&
+         [ "$(grep -c "^matmul tuned per shape (15 shapes;" "$tmp/tuned.log")" = 1 ] &&
+         [ "$(grep "^matmul tuned per shape" "$tmp/tuned.log" | grep -o " [0-9]*x[0-9]*x[0-9]* [NT][NT] " | sort -u | wc -l)" = 15 ]' \
+        "$(grep "^matmul tuned\|^compute" "$tmp/tuned.log" || tail -2 "$tmp/tuned.log")"
+    "$CMP" --compare-logs "$tmp/native.jsonl" "$tmp/tuned.jsonl" 1e-5 "--matmul tuned's losses follow native's"
+else
+    echo "SKIP: --matmul tuned (a build without OpenBLAS: native is the only backend)"
+fi
+
 # --- --tensorboard DIR: an event file whose records (framing, CRCs) read back to the JSON log's values; and
 # TensorBoard's own reader reads the same, where the tensorboard package is installed ---
 python3 tests/tb_events.py "$tmp/tb" >"$tmp/tb.txt" 2>&1

@@ -183,6 +183,7 @@ int main(int argc, char **argv) {
                (double)regions_phase[p] / k);
     printf("  step %.3f ms; kernels with FLOPs (matmuls, attention) %.3f ms at %.1f GFLOP/s; %.3f GFLOP/step\n",
            total * 1e3 / k, mm_s * 1e3 / k, mm_flops / mm_s * 1e-9, mm_flops / k * 1e-9);
+    matmul_print_shape_choices(stdout);
     double peak = matmul_measure_peak_gflops(1024, 10);
     printf("  step at %.1f GFLOP/s = %.1f%% of sgemm peak %.1f GFLOP/s (%s)\n", mm_flops / total * 1e-9,
            100 * mm_flops / total * 1e-9 / peak, peak, matmul_peak_source());
