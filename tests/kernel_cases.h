@@ -48,6 +48,12 @@
 #include "llmc/rand.h"
 #include "tests/testing.h"
 
+// A program compiles the kernels (and gets the rows) of the families it asks
+// for, by defining before the include: KC_MEMORY_BOUND (layernorm, gelu,
+// classifier, encoder, adamw, global_norm, colsum), KC_ATTENTION, KC_MATMUL,
+// KC_TENSOR_PARALLEL. (The emulator compiles every kernel a header defines,
+// used or not: a checker that included them all would build all of them.)
+#ifdef KC_MEMORY_BOUND
 #include "llmc/adamw.cuh"
 #include "llmc/classifier.cuh"
 #include "llmc/colsum.cuh"
@@ -55,6 +61,18 @@
 #include "llmc/gelu.cuh"
 #include "llmc/global_norm.cuh"
 #include "llmc/layernorm.cuh"
+#endif
+#ifdef KC_ATTENTION
+#include "llmc/attention_flash.cuh"
+#endif
+#ifdef KC_MATMUL
+#include "llmc/matmul.cuh"
+#endif
+#ifdef KC_TENSOR_PARALLEL
+#include "llmc/model.h"
+#include "llmc/tensor_parallel.cuh"
+#include "llmc/tensor_parallel.h"
+#endif
 
 // Compiled for tests/cuda_emulator.h, the rows take their smaller shapes.
 #ifdef LLMC_CUDA_EMULATION
@@ -67,8 +85,10 @@
 // ---------------------------------------------------------------------------
 // the launchers a run goes through
 
+struct FaQueries;  // llmc/attention_flash.cuh
 struct KernelImpls {
     const char *name;  // printed before each case ("llmc", "v1 scalar", ...)
+#ifdef KC_MEMORY_BOUND
     decltype(&gpu_layernorm_forward) layernorm_forward;
     decltype(&gpu_fused_residual_layernorm) fused_residual_layernorm;
     decltype(&gpu_layernorm_backward) layernorm_backward;
@@ -80,12 +100,43 @@ struct KernelImpls {
     decltype(&gpu_adamw_update) adamw_update;
     decltype(&gpu_sum_of_squares) sum_of_squares;
     decltype(&gpu_sum_of_squares_ranges) sum_of_squares_ranges;  // NULL: its rows skipped
+#endif
+    // causal attention of qkv (B,T,3C): out (B,T,C), lse (B,NH,T); its backward into dqkv (delta: scratch)
+    void (*attention_forward)(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH, cudaStream_t s);
+    void (*attention_backward)(floatX *dqkv, float *delta, const floatX *dout, const floatX *qkv, const floatX *out,
+                               const float *lse, int B, int T, int C, int NH, cudaStream_t s);
+    // before a case: NULL when the version runs B, T, C, NH, else why not (the case is a SKIP); may be NULL
+    const char *(*attention_prepare)(int B, int T, int C, int NH);
+    bool attention_deterministic;  // a second run must give the same bits
+    // with query offsets (a context-parallel rank's rows; llmc/attention_flash.cuh): NULL: their rows skipped
+    void (*attention_forward_queries)(floatX *out, float *lse, const floatX *q, int Tq, const floatX *kv, int64_t kvs,
+                                      int Tk, const FaQueries &qry, int B, int C, int NH, cudaStream_t s);
+    void (*attention_backward_queries)(floatX *dq, float *dkv, float *delta, const floatX *dout, const floatX *q, int Tq,
+                                       const floatX *kv, int64_t kvs, int Tk, const FaQueries &qry, const floatX *out,
+                                       const float *lse, int B, int C, int NH, cudaStream_t s);
 };
-static const KernelImpls LLMC_KERNELS = {
-    "llmc",           gpu_layernorm_forward, gpu_fused_residual_layernorm, gpu_layernorm_backward,
-    gpu_gelu_forward, gpu_gelu_backward_inplace, gpu_fused_classifier, gpu_encoder_forward,
-    gpu_encoder_backward, gpu_adamw_update, gpu_sum_of_squares, gpu_sum_of_squares_ranges,
-};
+static KernelImpls llmc_kernels(void) {
+    KernelImpls v;
+    memset(&v, 0, sizeof(v));
+    v.name = "llmc";
+#ifdef KC_MEMORY_BOUND
+    v.layernorm_forward = gpu_layernorm_forward, v.fused_residual_layernorm = gpu_fused_residual_layernorm;
+    v.layernorm_backward = gpu_layernorm_backward;
+    v.gelu_forward = gpu_gelu_forward, v.gelu_backward_inplace = gpu_gelu_backward_inplace;
+    v.fused_classifier = gpu_fused_classifier;
+    v.encoder_forward = gpu_encoder_forward, v.encoder_backward = gpu_encoder_backward;
+    v.adamw_update = gpu_adamw_update;
+    v.sum_of_squares = gpu_sum_of_squares, v.sum_of_squares_ranges = gpu_sum_of_squares_ranges;
+#endif
+#ifdef KC_ATTENTION
+    v.attention_forward = gpu_flash_attention_forward, v.attention_backward = gpu_flash_attention_backward;
+    v.attention_deterministic = true;
+    v.attention_forward_queries = gpu_flash_attention_forward_queries;
+    v.attention_backward_queries = gpu_flash_attention_backward_queries;
+#endif
+    return v;
+}
+static const KernelImpls LLMC_KERNELS = llmc_kernels();
 
 // llmc's launchers with some replaced (by a dev/cuda checker's older version): name, and the replacing
 static KernelImpls kernel_impls_with(const char *name, void (*replace)(KernelImpls *)) {
@@ -100,17 +151,17 @@ static KernelImpls kernel_impls_with(const char *name, void (*replace)(KernelImp
 // and on the emulator)
 
 // n elements of T in device memory filled with NaN bits, starting 256-byte
-// aligned or (misaligned) one element past it: a kernel handed it takes its
-// element path.
+// aligned or `shift` elements past it (1, misaligned: a kernel handed it takes
+// its element path).
 template <class T> struct KcBuf {
     unsigned char *base;
     T *p;
     size_t n;
-    KcBuf(size_t n_, int misaligned) : n(n_) {
-        size_t bytes = ((n + 16) * sizeof(T) + 255) / 256 * 256;
+    KcBuf(size_t n_, int shift) : n(n_) {
+        size_t bytes = ((n + (size_t)shift + 16) * sizeof(T) + 255) / 256 * 256;
         CUDA_CHECK(cudaMalloc((void **)&base, bytes));
         CUDA_CHECK(cudaMemset(base, 0xff, bytes));
-        p = (T *)base + (misaligned ? 1 : 0);
+        p = (T *)base + shift;
     }
     ~KcBuf() { CUDA_CHECK(cudaFree(base)); }
     KcBuf(const KcBuf &) = delete;
@@ -172,6 +223,7 @@ struct KcReport {
     std::vector<Close> close;
     std::vector<std::pair<std::string, bool>> checks;
     std::string note;  // printed after the errors (e.g. a sum and its reference)
+    std::string skip;  // set: the version cannot run the case (a SKIP line saying why)
     uint64_t bits = 0;  // a hash of the outputs every version must give bit for bit (0: none promised)
 
     void same_bits_across_versions(const std::vector<float> &v) {
@@ -212,8 +264,10 @@ struct KernelCase {
     int64_t a, b, c, d;  // the shape's numbers (see each family's run function)
     KernelCaseRun run;
     uint64_t seed;       // the family's random inputs (the generator is seeded at its first row)
+    int64_t e = 0, f = 0;  // more numbers, for the families that need them
 };
 
+#ifdef KC_MEMORY_BOUND
 // ---- layernorm: gpu_layernorm_forward, gpu_fused_residual_layernorm and
 // gpu_layernorm_backward (llmc/layernorm.cuh). a = N, b = C, c = 1: also with
 // the outputs and weights misaligned, the row inputs aligned (the backward's
@@ -609,12 +663,207 @@ static void colsum_case(const KernelCase *kc, const KernelImpls *, Rng *rng, KcR
     else colsum_run<float>((int)kc->a, (int)kc->b, rng, rep);
 }
 
+#endif  // KC_MEMORY_BOUND
+
+#ifdef KC_ATTENTION
+// ---- attention: gpu_flash_attention_forward/backward (llmc/attention_flash.cuh) or a checker's
+// version, against llmc/cpu_layers.h's attention_forward/backward (fp32) on the same bf16 values: out,
+// lse and dq|dk|dv, every output starting as NaN. a = B, b = T, c = NH, d = head size. Two kinds of rows:
+//   attention_case: inputs uniform in [-1, 1], absolute tolerances (below), and a second run's bits
+//       for the versions that promise them; e = 1: cp.async copies completing at issue (the emulator;
+//       else at the last moment);
+//   attention_sharp_case: normal inputs with q scaled by 2 (a sharper softmax), tolerances scaled by
+//       each output's largest value (a gradient's rounding follows the terms summed into it); the
+//       query-offset rows (attention_cp_case) are of this kind.
+// On the emulator each case also draws a random accumulator layout for the wmma fragments, and shared
+// memory is NaN before every block.
+//
+// The absolute tolerances (abs + rel) of attention_case: a bf16 rounding is off by at most u = 2^-8
+// (3.9e-3) relative. out: its own rounding (u |out|) plus the probabilities rounded to bf16 before
+// p @ v (at most u sum p |v| <= u, far less with random signs). dqkv: p and ds rounded to bf16 before
+// the three products of the backward, and the outputs' rounding. An fp32 CPU emulation of the flash
+// kernels' roundings on these inputs (B=16 T=1024 C=768 NH=12) needed at most atol 1.2e-3 at rtol
+// 1e-2 (out) and 2.6e-3 at rtol 2e-2 (dv, the worst of dq/dk/dv); the margins below are 3x and 2x.
+// Looser bounds hide real bugs: at T=1024 most gradients are under 2e-2 (90% of dq, 67% of dv), and
+// in that emulation dq missing the diagonal key tile for queries >= 512, or dk/dv missing the last
+// query tile for keys >= 512, passed at atol 2e-2 and fail at these. lse: fp32 scores from exact
+// products, ~1e-6 relative.
+
+// rows x width values of a strided host array (the q, k or v channels of qkv rows, ...)
+static std::vector<float> kc_slice(const float *p, size_t rows, size_t stride, size_t width) {
+    std::vector<float> v(rows * width);
+    for (size_t r = 0; r < rows; r++) memcpy(&v[r * width], p + r * stride, width * sizeof(float));
+    return v;
+}
+// got against ref with atol scaled by ref's largest value (at least 1e-4: an output that is 0 in exact
+// arithmetic, T = 1's dq and dk, is ~1e-7 from roundings)
+static void kc_compare_scaled(KcReport *rep, const std::string &what, const std::vector<float> &got,
+                              const std::vector<float> &ref, double atol, double rtol) {
+    double scale = 1e-4;
+    for (float x : ref) scale = fmax(scale, fabs((double)x));
+    rep->compare(what, got, ref, atol * scale, rtol);
+}
+
+// bf16 values: normal (sharp: q, the first C of each 3C channels, times 2) or uniform in [-1, 1]
+static std::vector<float> kc_attention_inputs(Rng *rng, size_t n, int C, bool sharp) {
+    if (!sharp) return random_floatX(rng, n, 1.0f);
+    std::vector<float> h(n);
+    for (size_t i = 0; i < n; i++) {
+        float x = 0;
+        rng_normal_fill(rng, &x, 1, 1.0f);
+        if (C > 0 && (int)(i % (3 * (size_t)C)) < C) x *= 2.0f;
+        h[i] = floatX_round(x);
+    }
+    return h;
+}
+
+// the emulator's strictness knobs for one case: cp.async copies completing at issue or at the wait
+// (then back to the wait), and a random wmma accumulator layout
+static void kc_emulator_schedule(bool copy_at_issue, Rng *rng) {
+#ifdef LLMC_CUDA_EMULATION
+    emu_copy_at_issue = copy_at_issue;
+    if (rng) emu_shuffle_accumulator_layout(rng_next_u64(rng));
+#else
+    (void)copy_at_issue, (void)rng;
+#endif
+}
+
+static void attention_run(const KernelCase *kc, const KernelImpls *im, Rng *rng, KcReport *rep, bool sharp) {
+    const int B = (int)kc->a, T = (int)kc->b, NH = (int)kc->c, C = NH * (int)kc->d;
+    if (im->attention_prepare) {
+        const char *why = im->attention_prepare(B, T, C, NH);
+        if (why) {
+            rep->skip = why;
+            return;
+        }
+    }
+    const size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    std::vector<float> qkv = kc_attention_inputs(rng, nq, C, sharp), dout = kc_attention_inputs(rng, no, 0, sharp);
+    std::vector<float> ref_out(no), att((size_t)B * NH * T * T), ref_lse(nl), ref_dqkv(nq);
+    std::vector<float> scratch((size_t)omp_threads() * T * T);
+    attention_forward(ref_out.data(), att.data(), ref_lse.data(), qkv.data(), B, T, C, NH);
+    attention_backward(ref_dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    KcBuf<floatX> dqkv_in(nq, 0), ddout(no, 0);
+    put(dqkv_in.p, qkv), put(ddout.p, dout);
+    kc_emulator_schedule(kc->e == 1, rng);
+    std::vector<float> got[2][3];  // [run][out, lse, dqkv]
+    const int runs = !sharp && im->attention_deterministic ? 2 : 1;
+    for (int run = 0; run < runs; run++) {
+        KcBuf<floatX> out(no, 0), dqkv(nq, 0);
+        KcBuf<float> lse(nl, 0), delta(nl, 0);
+        im->attention_forward(out.p, lse.p, dqkv_in.p, B, T, C, NH, 0);
+        im->attention_backward(dqkv.p, delta.p, ddout.p, dqkv_in.p, out.p, lse.p, B, T, C, NH, 0);
+        got[run][0] = get(out.p, no), got[run][1] = get(lse.p, nl), got[run][2] = get(dqkv.p, nq);
+    }
+    kc_emulator_schedule(false, NULL);
+    if (sharp) {
+        const size_t rows = (size_t)B * T, C3 = 3 * (size_t)C;
+        kc_compare_scaled(rep, "out", got[0][0], ref_out, 8e-3, 1e-2);
+        rep->compare("lse", got[0][1], ref_lse, 1e-4, 1e-4);
+        const char *names[] = {"dq", "dk", "dv"};
+        for (int j = 0; j < 3; j++)
+            kc_compare_scaled(rep, names[j], kc_slice(got[0][2].data() + j * C, rows, C3, C),
+                              kc_slice(ref_dqkv.data() + j * C, rows, C3, C), 1.5e-2, 2e-2);
+    } else {
+        rep->compare("out", got[0][0], ref_out, 4e-3, 1e-2);
+        rep->compare("lse", got[0][1], ref_lse, 1e-3, 1e-3);
+        rep->compare("dqkv", got[0][2], ref_dqkv, 5e-3, 2e-2);
+    }
+    if (runs == 2)
+        rep->check("two runs bit-identical (out, lse, dqkv)",
+                   same_bits(got[0][0], got[1][0]) && same_bits(got[0][1], got[1][1]) && same_bits(got[0][2], got[1][2]));
+}
+static void attention_case(const KernelCase *kc, const KernelImpls *im, Rng *rng, KcReport *rep) {
+    attention_run(kc, im, rng, rep, false);
+}
+static void attention_sharp_case(const KernelCase *kc, const KernelImpls *im, Rng *rng, KcReport *rep) {
+    attention_run(kc, im, rng, rep, true);
+}
+
+// Query offsets: rank f of a context group of e (cp): its rows, chunks f and 2cp-1-f of T/(2cp)
+// positions, against every position's K and V (B,T,2C), forward and backward. out, lse and dq must be
+// those rows of the whole sequence's attention; dk|dv (fp32) every key's gradient from those rows
+// alone (the CPU backward with dout 0 on the other rows).
+static void attention_cp_case(const KernelCase *kc, const KernelImpls *im, Rng *rng, KcReport *rep) {
+    const int B = (int)kc->a, T = (int)kc->b, NH = (int)kc->c, C = NH * (int)kc->d, cp = (int)kc->e, r = (int)kc->f;
+    const int Tc = T / (2 * cp), Tl = 2 * Tc;
+    const size_t C3 = 3 * (size_t)C, nq = (size_t)B * T * C3, no = (size_t)B * T * C;
+    std::vector<float> qkv = kc_attention_inputs(rng, nq, C, true), dout_all = kc_attention_inputs(rng, no, 0, true);
+    // the rank's rows: local t at global position pos[t]; the others' dout is 0
+    std::vector<int> pos(Tl);
+    for (int t = 0; t < Tl; t++) pos[t] = (t < Tc ? r : 2 * cp - 1 - r) * Tc + t % Tc;
+    std::vector<bool> held(T, false);
+    for (int t = 0; t < Tl; t++) held[pos[t]] = true;
+    std::vector<float> q((size_t)B * Tl * C3), kv((size_t)B * T * 2 * C), dout((size_t)B * Tl * C), dout_f = dout_all;
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < Tl; t++) {
+            memcpy(&q[((size_t)b * Tl + t) * C3], &qkv[((size_t)b * T + pos[t]) * C3], sizeof(float) * C3);
+            memcpy(&dout[((size_t)b * Tl + t) * C], &dout_all[((size_t)b * T + pos[t]) * C], sizeof(float) * C);
+        }
+        for (int t = 0; t < T; t++) {
+            memcpy(&kv[((size_t)b * T + t) * 2 * C], &qkv[((size_t)b * T + t) * C3 + C], sizeof(float) * 2 * C);
+            if (!held[t]) memset(&dout_f[((size_t)b * T + t) * C], 0, sizeof(float) * C);
+        }
+    }
+    const FaQueries qry = {2, {0, Tc}, {Tc, Tc}, {r * Tc, (2 * cp - 1 - r) * Tc}};
+    KcBuf<floatX> dq_in(q.size(), 0), dkv_in(kv.size(), 0), ddout(dout.size(), 0), out((size_t)B * Tl * C, 0),
+        dq(q.size(), 0);
+    KcBuf<float> lse((size_t)B * NH * Tl, 0), delta((size_t)B * NH * Tl, 0), dkv(kv.size(), 0);
+    put(dq_in.p, q), put(dkv_in.p, kv), put(ddout.p, dout);
+    kc_emulator_schedule(false, rng);
+    im->attention_forward_queries(out.p, lse.p, dq_in.p, Tl, dkv_in.p, 2 * C, T, qry, B, C, NH, 0);
+    im->attention_backward_queries(dq.p, dkv.p, delta.p, ddout.p, dq_in.p, Tl, dkv_in.p, 2 * C, T, qry, out.p, lse.p,
+                                   B, C, NH, 0);
+    std::vector<float> g_out = get(out.p, out.n), g_lse = get(lse.p, lse.n), g_dq = get(dq.p, dq.n),
+                       g_dkv = get(dkv.p, dkv.n);
+
+    std::vector<float> ref_out(no), att((size_t)B * NH * T * T), ref_dqkv(nq), ref_lse((size_t)B * NH * T);
+    std::vector<float> scratch((size_t)omp_threads() * T * T);
+    attention_forward(ref_out.data(), att.data(), ref_lse.data(), qkv.data(), B, T, C, NH);
+    attention_backward(ref_dqkv.data(), scratch.data(), dout_f.data(), qkv.data(), att.data(), B, T, C, NH);
+    // each chunk: Tc rows of the whole sequence's (the worst over batches and chunks); every key's dk, dv
+    KcReport part;
+    for (int b = 0; b < B; b++) {
+        for (int j = 0; j < 2; j++) {
+            size_t lrow = (size_t)b * Tl + (size_t)j * Tc, grow = (size_t)b * T + pos[(size_t)j * Tc];
+            kc_compare_scaled(&part, "out", kc_slice(&g_out[lrow * C], Tc, C, C),
+                              kc_slice(&ref_out[grow * C], Tc, C, C), 8e-3, 1e-2);
+            kc_compare_scaled(&part, "dq", kc_slice(&g_dq[lrow * C3], Tc, C3, C),
+                              kc_slice(&ref_dqkv[grow * C3], Tc, C3, C), 1.5e-2, 2e-2);
+            std::vector<float> gl, rl;
+            for (int h = 0; h < NH; h++)
+                for (int t = 0; t < Tc; t++) {
+                    gl.push_back(g_lse[((size_t)b * NH + h) * Tl + (size_t)j * Tc + t]);
+                    rl.push_back(ref_lse[((size_t)b * NH + h) * T + pos[(size_t)j * Tc + t]]);
+                }
+            part.compare("lse", gl, rl, 1e-4, 1e-4);
+        }
+        size_t row = (size_t)b * T;
+        kc_compare_scaled(&part, "dk", kc_slice(&g_dkv[row * 2 * C], T, 2 * C, C),
+                          kc_slice(&ref_dqkv[row * C3 + C], T, C3, C), 1.5e-2, 2e-2);
+        kc_compare_scaled(&part, "dv", kc_slice(&g_dkv[row * 2 * C + C], T, 2 * C, C),
+                          kc_slice(&ref_dqkv[row * C3 + 2 * C], T, C3, C), 1.5e-2, 2e-2);
+    }
+    const char *names[] = {"out", "lse", "dq", "dk", "dv"};
+    for (const char *n : names) {  // one line per output: the worst of its pieces
+        KcReport::Close w = {n, 0.0, 0.0, 0.0};
+        for (const KcReport::Close &c : part.close)
+            if (c.what == n) {
+                w.excess = c.excess != c.excess || c.excess > w.excess ? c.excess : w.excess;
+                w.max_abs = fmax(w.max_abs, c.max_abs), w.max_rel = fmax(w.max_rel, c.max_rel);
+            }
+        rep->close.push_back(w);
+    }
+}
+#endif  // KC_ATTENTION
+
 // ---------------------------------------------------------------------------
 // the rows: the shapes dev/cuda/<family>.cu checks on a GPU, scaled down where the emulator would be slow
 // (KC_SIZE(emulated, gpu)); a first number 0 skips the row there (the GPU's larger shapes of what a
 // smaller row checks already on the emulator)
 
 static const KernelCase KERNEL_CASES[] = {
+#ifdef KC_MEMORY_BOUND
     // LayerNorm: C = 64 (one chunk per lane), 768 (three), 1600 (seven, the last partly past C), 2304 (> 2048:
     // re-read), multiples of 8; 100, 7, 2052 (element path); N not a multiple of 4 rows, nor of 128-row chunks
     {"layernorm", "N=%lld C=%lld", 7, 64, 0, 0, layernorm_case, 2},
@@ -666,6 +915,37 @@ static const KernelCase KERNEL_CASES[] = {
     {"colsum", "N=%lld C=%lld", 5, 32, 1, 0, colsum_case, 9},
     {"colsum", "N=%lld C=%lld", 600, 300, 1, 0, colsum_case, 9},
     {"colsum", "N=%lld C=%lld", 513, 77, 0, 0, colsum_case, 9},
+#endif
+#ifdef KC_ATTENTION
+    // attention, the checker's rows: head size 64 one tile; 32 a partial tile; 64 six tiles, the last of 13
+    // rows; d12 heads (the emulator: a partial tile of 80 rows); d12's sequence; d12's step (as benchmarked)
+    {"attention", "B=%lld T=%lld NH=%lld hs=%lld", 2, 64, 2, 64, attention_case, 5},
+    {"attention", "B=%lld T=%lld NH=%lld hs=%lld", 1, 100, 4, 32, attention_case, 5},
+    {"attention", "B=%lld T=%lld NH=%lld hs=%lld", 2, 333, 4, 64, attention_case, 5},
+    {"attention", "B=%lld T=%lld NH=%lld hs=%lld", KC_SIZE(1, 2), KC_SIZE(80, 256), 12, 64, attention_case, 5},
+    {"attention", "B=%lld T=%lld NH=%lld hs=%lld", KC_SIZE(0, 1), 1024, 12, 64, attention_case, 5},
+    {"attention", "B=%lld T=%lld NH=%lld hs=%lld", KC_SIZE(0, 16), 1024, 12, 64, attention_case, 5},
+    // sharp softmax: T from 1 to 257 (partial tiles, one tile, several), head sizes 64 and 32, cp.async
+    // copies completing at the wait and (e = 1) at issue
+#define KC_SHARP(T, issue)                                                                                        \
+    {"attention", "B=%lld T=%lld NH=%lld hs=%lld sharp, cp.async at issue %lld", 2, T, 2, 64, attention_sharp_case, \
+     5, issue},                                                                                                   \
+    {"attention", "B=%lld T=%lld NH=%lld hs=%lld sharp, cp.async at issue %lld", 1, T, 3, 32, attention_sharp_case, 5, issue}
+    KC_SHARP(1, 0), KC_SHARP(1, 1), KC_SHARP(17, 0), KC_SHARP(17, 1), KC_SHARP(64, 0), KC_SHARP(64, 1),
+    KC_SHARP(65, 0), KC_SHARP(65, 1), KC_SHARP(130, 0), KC_SHARP(130, 1), KC_SHARP(257, 0),
+#undef KC_SHARP
+    // query offsets: a context rank's two chunks of 32 (two a tile), of one tile, of 50 (off the tiles'
+    // grid), cp 4 with chunks of 40, chunks of 130 (three tiles, the last partial)
+#define KC_CP "B=%1$lld T=%2$lld NH=%3$lld hs=%4$lld, context rank %6$lld of %5$lld"
+    {"attention", KC_CP, 2, 128, 2, 64, attention_cp_case, 5, 2, 0},
+    {"attention", KC_CP, 2, 128, 2, 64, attention_cp_case, 5, 2, 1},
+    {"attention", KC_CP, 1, 256, 2, 64, attention_cp_case, 5, 2, 1},
+    {"attention", KC_CP, 1, 200, 2, 64, attention_cp_case, 5, 2, 0},
+    {"attention", KC_CP, 1, 320, 3, 32, attention_cp_case, 5, 4, 1},
+    {"attention", KC_CP, 1, 320, 3, 32, attention_cp_case, 5, 4, 3},
+    {"attention", KC_CP, 1, 520, 1, 64, attention_cp_case, 5, 2, 1},
+#undef KC_CP
+#endif
 };
 
 // ---------------------------------------------------------------------------
@@ -680,9 +960,22 @@ static void kernel_cases_run(const char *family, const KernelImpls *impl, std::v
     for (const KernelCase &k : KERNEL_CASES) {
         if (family && strcmp(family, k.family) != 0) continue;
         if (!seeded || strcmp(seeded, k.family) != 0) rng_seed(&rng, k.seed), seeded = k.family;
-        if (k.a == 0 || (k.run == global_norm_ranges_case && !impl->sum_of_squares_ranges)) continue;
+        if (k.a == 0) continue;
+#ifdef KC_MEMORY_BOUND
+        if (k.run == global_norm_ranges_case && !impl->sum_of_squares_ranges) continue;
+#endif
+#ifdef KC_ATTENTION
+        if (k.run == attention_cp_case && !impl->attention_forward_queries) continue;
+#endif
         KcReport rep;
         k.run(&k, impl, &rng, &rep);
+        char shape[96];
+        snprintf(shape, sizeof(shape), k.shape, (long long)k.a, (long long)k.b, (long long)k.c, (long long)k.d,
+                 (long long)k.e, (long long)k.f);
+        if (!rep.skip.empty()) {
+            test_skip("%s %s %s: %s", impl->name, k.family, shape, rep.skip.c_str());
+            continue;
+        }
         bool ok = true;
         double worst = 0, max_abs = 0, max_rel = 0;
         std::string worst_what = "-", bad;
@@ -693,8 +986,6 @@ static void kernel_cases_run(const char *family, const KernelImpls *impl, std::v
         }
         for (const auto &c : rep.checks)
             if (!c.second) ok = false, bad += "; " + c.first + ": NO";
-        char shape[96];
-        snprintf(shape, sizeof(shape), k.shape, (long long)k.a, (long long)k.b, (long long)k.c, (long long)k.d);
         test_result(ok, "%s %s %s: worst error / tolerance %.2f (%s), max abs %.2g, max rel %.2g; %zu checks%s%s%s",
                     impl->name, k.family, shape, worst, worst_what.c_str(), max_abs, max_rel, rep.checks.size(),
                     rep.note.empty() ? "" : "; ", rep.note.c_str(), bad.c_str());

@@ -8,6 +8,7 @@
 // cover and how their tolerances are set.
 #include "tests/cuda_emulator.h"
 
+#define KC_MEMORY_BOUND
 #include "tests/kernel_cases.h"
 
 // ---------------------------------------------------------------------------
