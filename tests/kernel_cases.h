@@ -39,6 +39,9 @@
 
 #include <string.h>
 
+#include <algorithm>
+#include <memory>
+
 #include <string>
 #include <vector>
 
@@ -85,6 +88,25 @@
 // ---------------------------------------------------------------------------
 // the launchers a run goes through
 
+#ifdef KC_TENSOR_PARALLEL
+// the cross-entropy's three passes, as gpt_gpu.cuh launches them
+static void kc_tp_vocab_max(float *mx, const floatX *logits, int N, int Vl, int vreal, cudaStream_t s) {
+    launch_kernel(tp_vocab_max_kernel, N, TP_ROW_THREADS, 0, s, mx, logits, Vl, vreal);
+    CUDA_CHECK_LAUNCH();
+}
+static void kc_tp_vocab_sums(float *stats, float *gmax, const float *maxes, int tp, const floatX *logits, const int *y,
+                             int N, int Vl, int vreal, int v0, cudaStream_t s) {
+    launch_kernel(tp_vocab_sums_kernel, N, TP_ROW_THREADS, 0, s, stats, gmax, maxes, tp, logits, y, N, Vl, vreal, v0);
+    CUDA_CHECK_LAUNCH();
+}
+static void kc_tp_vocab_finish(floatX *logits, float *losses, const float *stats, const float *gmax, const int *y,
+                               int N, int Vl, int vreal, int v0, float dloss, cudaStream_t s) {
+    launch_kernel(tp_vocab_finish_kernel, N, TP_ROW_THREADS, 0, s, logits, losses, stats, gmax, y, N, Vl, vreal, v0,
+                  dloss, dloss != 0.0f);
+    CUDA_CHECK_LAUNCH();
+}
+#endif
+
 struct FaQueries;  // llmc/attention_flash.cuh
 struct KernelImpls {
     const char *name;  // printed before each case ("llmc", "v1 scalar", ...)
@@ -114,6 +136,22 @@ struct KernelImpls {
     void (*attention_backward_queries)(floatX *dq, float *dkv, float *delta, const floatX *dout, const floatX *q, int Tq,
                                        const floatX *kv, int64_t kvs, int Tk, const FaQueries &qry, const floatX *out,
                                        const float *lse, int B, int C, int NH, cudaStream_t s);
+#ifdef KC_MATMUL
+    decltype(&gpu_matmul_forward) matmul_forward;
+    decltype(&gpu_matmul_backward<floatX>) matmul_backward;     // dbias from floatX dout
+    decltype(&gpu_matmul_backward<float>) matmul_backward_f32;  // dbias from an fp32 source
+#endif
+#ifdef KC_TENSOR_PARALLEL
+    void (*tp_vocab_max)(float *mx, const floatX *logits, int N, int Vl, int vreal, cudaStream_t s);
+    void (*tp_vocab_sums)(float *stats, float *gmax, const float *maxes, int tp, const floatX *logits, const int *y,
+                          int N, int Vl, int vreal, int v0, cudaStream_t s);
+    void (*tp_vocab_finish)(floatX *logits, float *losses, const float *stats, const float *gmax, const int *y, int N,
+                            int Vl, int vreal, int v0, float dloss, cudaStream_t s);
+    decltype(&gpu_tp_bias_floatX) tp_bias_floatX;
+    decltype(&gpu_tp_embed_rows) tp_embed_rows;
+    decltype(&gpu_tp_embed_finish) tp_embed_finish;
+    decltype(&gpu_tp_wpe_backward) tp_wpe_backward;
+#endif
 };
 static KernelImpls llmc_kernels(void) {
     KernelImpls v;
@@ -133,6 +171,15 @@ static KernelImpls llmc_kernels(void) {
     v.attention_deterministic = true;
     v.attention_forward_queries = gpu_flash_attention_forward_queries;
     v.attention_backward_queries = gpu_flash_attention_backward_queries;
+#endif
+#ifdef KC_MATMUL
+    v.matmul_forward = gpu_matmul_forward;
+    v.matmul_backward = gpu_matmul_backward<floatX>, v.matmul_backward_f32 = gpu_matmul_backward<float>;
+#endif
+#ifdef KC_TENSOR_PARALLEL
+    v.tp_vocab_max = kc_tp_vocab_max, v.tp_vocab_sums = kc_tp_vocab_sums, v.tp_vocab_finish = kc_tp_vocab_finish;
+    v.tp_bias_floatX = gpu_tp_bias_floatX, v.tp_embed_rows = gpu_tp_embed_rows;
+    v.tp_embed_finish = gpu_tp_embed_finish, v.tp_wpe_backward = gpu_tp_wpe_backward;
 #endif
     return v;
 }
@@ -857,6 +904,286 @@ static void attention_cp_case(const KernelCase *kc, const KernelImpls *im, Rng *
 }
 #endif  // KC_ATTENTION
 
+#ifdef KC_MATMUL
+// ---- matmul: gpu_matmul_forward and gpu_matmul_backward (llmc/matmul.cuh: cuBLASLt, floatX in, fp32
+// accumulate; emulated by tests/cublaslt_emulator.h) against llmc/cpu_layers.h's linear_forward,
+// gelu_forward, linear_backward. a = N, b = IC, c = OC, d = the elements every floatX operand sits past
+// a 256-byte boundary (64: 128-byte aligned, as a model's weights are when C is not a multiple of 128).
+// The forward with each epilogue: bias; GELU + bias (the pre-activation saved); none (no bias: the
+// classifier's). The backward: dinp, dW accumulated in fp32, dbias from floatX dout; then as the residual
+// projections run it: dinp skipped, dbias from an fp32 source (a separate, unrounded array, so dbias
+// must come from it), dW and dbias accumulating on. Outputs start as NaN. floatX outputs: inputs of
+// size 1 (weights 0.1) summed over IC: 1e-2 abs + rel; fp32 gradients: 1e-3.
+
+static void matmul_case(const KernelCase *kc, const KernelImpls *im, Rng *rng, KcReport *rep) {
+    const int N = (int)kc->a, IC = (int)kc->b, OC = (int)kc->c, shift = (int)kc->d;
+    const size_t ni = (size_t)N * IC, no = (size_t)N * OC, wo = (size_t)OC * IC;
+    std::vector<float> inp = random_floatX(rng, ni, 1.0f), w = random_floatX(rng, wo, 0.1f),
+                       bias = random_floatX(rng, OC, 1.0f);
+    std::vector<float> ref(no), ref_gelu(no), ref_nb(no);
+    linear_forward(ref.data(), inp.data(), w.data(), bias.data(), NULL, N, IC, OC);
+    gelu_forward(ref_gelu.data(), ref.data(), no);
+    linear_forward(ref_nb.data(), inp.data(), w.data(), NULL, NULL, N, IC, OC);
+    MatmulContext mc;
+    matmul_init(&mc);
+    KcBuf<floatX> d_inp(ni, shift), d_w(wo, shift), d_bias(OC, shift);
+    put(d_inp.p, inp), put(d_w.p, w), put(d_bias.p, bias);
+    {
+        KcBuf<floatX> out(no, shift), out_g(no, shift), pre(no, shift), out_nb(no, shift);
+        im->matmul_forward(&mc, out.p, NULL, d_inp.p, d_w.p, d_bias.p, N, IC, OC, 0);
+        im->matmul_forward(&mc, out_g.p, pre.p, d_inp.p, d_w.p, d_bias.p, N, IC, OC, 0);
+        im->matmul_forward(&mc, out_nb.p, NULL, d_inp.p, d_w.p, NULL, N, IC, OC, 0);
+        rep->compare("forward + bias", get(out.p, no), ref, 1e-2, 1e-2);
+        rep->compare("forward + bias + GELU: out", get(out_g.p, no), ref_gelu, 1e-2, 1e-2);
+        rep->compare("forward + bias + GELU: pre-activation", get(pre.p, no), ref, 1e-2, 1e-2);
+        rep->compare("forward, no bias", get(out_nb.p, no), ref_nb, 1e-2, 1e-2);
+    }
+    std::vector<float> dout = random_floatX(rng, no, 1.0f), dw = random_floatX(rng, wo, 1.0f),
+                       db = random_floatX(rng, OC, 1.0f), dinp(ni);
+    KcBuf<floatX> d_dout(no, shift), d_dinp(ni, shift);
+    KcBuf<float> d_dw(wo, 0), d_db(OC, 0), scratch(colsum_scratch_floats(N, OC), 0);
+    put(d_dout.p, dout), put(d_dw.p, dw), put(d_db.p, db);
+    linear_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
+    im->matmul_backward(&mc, d_dinp.p, d_dw.p, d_db.p, scratch.p, d_dout.p, d_dout.p, d_inp.p, d_w.p, N, IC, OC, 0);
+    rep->compare("backward: dinp", get(d_dinp.p, ni), dinp, 1e-2, 1e-2);
+    rep->compare("backward: dW (fp32, accumulated)", get(d_dw.p, wo), dw, 1e-3, 1e-3);
+    rep->compare("backward: dbias", get(d_db.p, OC), db, 1e-3, 1e-3);
+    std::vector<float> dsrc(no);
+    for (size_t i = 0; i < no; i++) dsrc[i] = 2.0f * rng_uniform(rng) - 1.0f;  // fp32: not floatX values
+    KcBuf<float> d_dsrc(no, 0);
+    put(d_dsrc.p, dsrc);
+    linear_backward(dinp.data(), dw.data(), NULL, dout.data(), inp.data(), w.data(), N, IC, OC);
+    column_sum_accumulate(db.data(), dsrc.data(), N, OC);
+    im->matmul_backward_f32(&mc, NULL, d_dw.p, d_db.p, scratch.p, d_dout.p, d_dsrc.p, d_inp.p, d_w.p, N, IC, OC, 0);
+    rep->compare("backward, fp32 dbias source: dW (2nd accumulation)", get(d_dw.p, wo), dw, 1e-3, 1e-3);
+    rep->compare("backward, fp32 dbias source: dbias", get(d_db.p, OC), db, 1e-3, 1e-3);
+    matmul_free(&mc);
+}
+#endif  // KC_MATMUL
+
+#ifdef KC_TENSOR_PARALLEL
+// ---- tensor parallel: the kernels llmc/tensor_parallel.cuh adds to the GPU trainer, for a tensor group
+// of tp ranks simulated on the one device: each rank's kernels run on its own buffers and its slice
+// (tensor_parallel.h's tp_vocab_slice, padded columns and rows included), launched as llmc/gpt_gpu.cuh
+// launches them, and the group's collectives between the passes (the all-gather of the row maxima, the
+// all-reduces of the sums and of the embedding's partials, sequence parallel's reduce-scatter) done here
+// by device copies and fp32 sums over the ranks in rank order.
+
+// This rank's slice of the padded vocabulary Vp of V (tp_vocab_slice).
+static void kc_vocab_slice(int V, int tp, int rank, int *v0, int *vreal) {
+    GPTConfig c;
+    memset(&c, 0, sizeof(c));
+    c.vocab_size = V, c.padded_vocab_size = pad_vocab(V);
+    TPContext t = tp_none();
+    t.size = tp, t.rank = rank;
+    tp_vocab_slice(&c, &t, v0, vreal);
+}
+
+// One run of the group's vocabulary-parallel cross-entropy (gpu_stage_forward, tp > 1) on fresh poisoned
+// buffers holding lp's (N, Vp) columns: each rank's maxima, the all-gather, each rank's sums, the
+// all-reduce, each rank's losses and (dloss != 0) logits' gradient. losses: (tp, N), each rank's;
+// logits: (N, Vp), the ranks' slices put together.
+static void kc_vocab_ce_group(const KernelImpls *im, const std::vector<float> &lp, const int *d_y, int N, int V, int tp,
+                              float dloss, std::vector<float> *losses, std::vector<float> *logits) {
+    const int Vp = pad_vocab(V), Vl = Vp / tp;
+    std::vector<std::unique_ptr<KcBuf<floatX>>> lg;
+    std::vector<std::unique_ptr<KcBuf<float>>> mx, stats, gmax, loss;
+    std::vector<int> v0(tp), vreal(tp);
+    std::vector<float> slice((size_t)N * Vl);
+    for (int r = 0; r < tp; r++) {
+        kc_vocab_slice(V, tp, r, &v0[r], &vreal[r]);
+        for (int i = 0; i < N; i++) memcpy(&slice[(size_t)i * Vl], &lp[(size_t)i * Vp + v0[r]], sizeof(float) * Vl);
+        lg.emplace_back(new KcBuf<floatX>(slice.size(), 0));
+        put(lg[r]->p, slice);
+        mx.emplace_back(new KcBuf<float>((size_t)tp * N, 0)), stats.emplace_back(new KcBuf<float>(2 * (size_t)N, 0));
+        gmax.emplace_back(new KcBuf<float>(N, 0)), loss.emplace_back(new KcBuf<float>(N, 0));
+    }
+    for (int r = 0; r < tp; r++) im->tp_vocab_max(mx[r]->p + (size_t)r * N, lg[r]->p, N, Vl, vreal[r], 0);
+    // comm_all_gather_start in place: rank r's N maxima into every rank's (tp, N) at r * N
+    for (int r = 0; r < tp; r++)
+        for (int q = 0; q < tp; q++)
+            if (q != r)
+                CUDA_CHECK(cudaMemcpy(mx[q]->p + (size_t)r * N, mx[r]->p + (size_t)r * N, sizeof(float) * N,
+                                      cudaMemcpyDeviceToDevice));
+    for (int r = 0; r < tp; r++)
+        im->tp_vocab_sums(stats[r]->p, gmax[r]->p, mx[r]->p, tp, lg[r]->p, d_y, N, Vl, vreal[r], v0[r], 0);
+    // tp_all_reduce(stats, 2N, COMM_F32): their fp32 sum over the ranks, into every rank's
+    std::vector<float> sum(2 * (size_t)N, 0.0f);
+    for (int r = 0; r < tp; r++) {
+        std::vector<float> part = get(stats[r]->p, sum.size());
+        for (size_t i = 0; i < sum.size(); i++) sum[i] += part[i];
+    }
+    for (int r = 0; r < tp; r++) put(stats[r]->p, sum);
+    for (int r = 0; r < tp; r++)
+        im->tp_vocab_finish(lg[r]->p, loss[r]->p, stats[r]->p, gmax[r]->p, d_y, N, Vl, vreal[r], v0[r], dloss, 0);
+    losses->assign((size_t)tp * N, 0.0f), logits->assign((size_t)N * Vp, 0.0f);
+    for (int r = 0; r < tp; r++) {
+        std::vector<float> l = get(loss[r]->p, N), x = get(lg[r]->p, slice.size());
+        memcpy(&(*losses)[(size_t)r * N], l.data(), sizeof(float) * N);
+        for (int i = 0; i < N; i++) memcpy(&(*logits)[(size_t)i * Vp + v0[r]], &x[(size_t)i * Vl], sizeof(float) * Vl);
+    }
+}
+
+// The vocabulary-parallel cross-entropy (tp_vocab_max/sums/finish_kernel) against llmc/cpu_layers.h's
+// softmax_crossentropy of the whole row (fp32): every rank's losses (the same bits on every rank, eval
+// and train), the logits' gradient dloss * (softmax - onehot) written into each rank's slice, its padded
+// columns (garbage logits on input) zero, eval mode leaving the logits alone, a second run's bits;
+// targets at each slice's first and last real column. a = N, b = V, c = tp.
+static void tp_vocab_ce_case(const KernelCase *kc, const KernelImpls *im, Rng *rng, KcReport *rep) {
+    const int N = (int)kc->a, V = (int)kc->b, tp = (int)kc->c, Vp = pad_vocab(V);
+    std::vector<float> lp = random_floatX(rng, (size_t)N * Vp, 8.0f);  // padded columns: garbage, to be left out
+    // targets: row i in rank i % tp's slice (its first real column, then its last, then any), or anywhere
+    // when that slice is all padding
+    std::vector<int> y(N);
+    for (int i = 0; i < N; i++) {
+        int v0, vreal, k = i / tp;
+        kc_vocab_slice(V, tp, i % tp, &v0, &vreal);
+        if (vreal == 0) y[i] = (int)rng_below(rng, (uint64_t)V);
+        else y[i] = v0 + (k == 0 ? 0 : k == 1 ? vreal - 1 : (int)rng_below(rng, (uint64_t)vreal));
+    }
+    std::vector<float> ref((size_t)N * V), losses(N);
+    for (int i = 0; i < N; i++) memcpy(&ref[(size_t)i * V], &lp[(size_t)i * Vp], sizeof(float) * V);
+    const float dloss = 1.0f;  // dlogits of order 1: the classifier's tolerances
+    softmax_crossentropy(ref.data(), losses.data(), y.data(), N, V, dloss);
+    KcBuf<int> d_y(N, 0);
+    CUDA_CHECK(cudaMemcpy(d_y.p, y.data(), sizeof(int) * N, cudaMemcpyHostToDevice));
+    std::vector<float> ev_loss, ev_logits, tr_loss, tr_logits, again_loss, again_logits;
+    kc_vocab_ce_group(im, lp, d_y.p, N, V, tp, 0.0f, &ev_loss, &ev_logits);
+    kc_vocab_ce_group(im, lp, d_y.p, N, V, tp, dloss, &tr_loss, &tr_logits);
+    kc_vocab_ce_group(im, lp, d_y.p, N, V, tp, dloss, &again_loss, &again_logits);
+    std::vector<float> got_d((size_t)N * V), got_pad;
+    for (int i = 0; i < N; i++) {
+        memcpy(&got_d[(size_t)i * V], &tr_logits[(size_t)i * Vp], sizeof(float) * V);
+        for (int c = V; c < Vp; c++) got_pad.push_back(tr_logits[(size_t)i * Vp + c]);
+    }
+    bool same_losses = true;
+    for (int r = 0; r < tp; r++) {
+        const std::string at = " rank " + std::to_string(r);
+        rep->compare("eval losses" + at, &ev_loss[(size_t)r * N], losses.data(), N, 1e-4, 1e-4);
+        rep->compare("train losses" + at, &tr_loss[(size_t)r * N], losses.data(), N, 1e-4, 1e-4);
+        same_losses = same_losses && !memcmp(&tr_loss[(size_t)r * N], tr_loss.data(), sizeof(float) * N) &&
+                      !memcmp(&ev_loss[(size_t)r * N], tr_loss.data(), sizeof(float) * N);
+    }
+    rep->check("every rank's losses the same bits, eval and train", same_losses);
+    rep->check("eval leaves the logits unchanged", same_bits(ev_logits, lp));
+    rep->compare("train: dlogits over the slices", got_d, ref, 1e-4, 1e-2);
+    rep->check("train: padded columns zero", std::all_of(got_pad.begin(), got_pad.end(), [](float x) { return x == 0; }));
+    rep->check("a second run gives the same bits (losses, dlogits)",
+               same_bits(tr_loss, again_loss) && same_bits(tr_logits, again_logits));
+}
+
+// gpu_tp_bias_floatX (a row-parallel layer's bias) against fp32 in + bias rounded once (bits). a = rows, b = C.
+static void tp_bias_case(const KernelCase *kc, const KernelImpls *im, Rng *rng, KcReport *rep) {
+    const int rows = (int)kc->a, C = (int)kc->b;
+    const size_t n = (size_t)rows * C;
+    std::vector<float> in(n), ref(n);
+    for (size_t i = 0; i < n; i++) in[i] = (2.0f * rng_uniform(rng) - 1.0f) * 4.0f;  // fp32: not floatX values
+    std::vector<float> bias = random_floatX(rng, C, 1.0f);
+    for (size_t i = 0; i < n; i++) ref[i] = floatX_round(in[i] + bias[i % C]);
+    KcBuf<float> d_in(n, 0);
+    KcBuf<floatX> d_bias(C, 0), d_out(n, 0);
+    put(d_in.p, in), put(d_bias.p, bias);
+    im->tp_bias_floatX(d_out.p, d_in.p, d_bias.p, rows, C, 0);
+    rep->check("in + bias rounded once (bits)", same_bits(get(d_out.p, n), ref));
+}
+
+// The vocabulary-parallel embedding: each rank's partial (gpu_tp_embed_rows: the rows its slice holds,
+// zeros for the others' tokens) and the group's sum against the full lookup (bits), then
+// gpu_tp_embed_finish without and with sequence parallel (each rank its N/tp rows) against
+// encoder_forward rounded to floatX (bits). a = B, b = T, c = C, d = V, e = tp.
+static void tp_embedding_case(const KernelCase *kc, const KernelImpls *im, Rng *rng, KcReport *rep) {
+    const int B = (int)kc->a, T = (int)kc->b, C = (int)kc->c, V = (int)kc->d, tp = (int)kc->e;
+    const int N = B * T, Vp = pad_vocab(V), Vl = Vp / tp;
+    const size_t n = (size_t)N * C;
+    std::vector<float> wte = random_floatX(rng, (size_t)Vp * C, 1.0f), wpe = random_floatX(rng, (size_t)T * C, 1.0f);
+    // tokens: each slice's first and last real id, V - 1, then any
+    std::vector<int> inp(N);
+    for (int i = 0; i < N; i++) inp[i] = (int)rng_below(rng, (uint64_t)V);
+    for (int r = 0, i = 0; r < tp && i + 1 < N; r++) {
+        int v0, vreal;
+        kc_vocab_slice(V, tp, r, &v0, &vreal);
+        if (vreal > 0) inp[i++] = v0, inp[i++] = v0 + vreal - 1;
+    }
+    inp[N - 1] = V - 1;
+    std::vector<float> lookup(n), ref(n), sum(n, 0.0f), want(n);
+    for (int i = 0; i < N; i++) memcpy(&lookup[(size_t)i * C], &wte[(size_t)inp[i] * C], sizeof(float) * C);
+    encoder_forward(ref.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
+    for (size_t i = 0; i < n; i++) ref[i] = floatX_round(ref[i]);
+    KcBuf<int> d_inp(N, 0);
+    CUDA_CHECK(cudaMemcpy(d_inp.p, inp.data(), sizeof(int) * N, cudaMemcpyHostToDevice));
+    KcBuf<floatX> d_wpe((size_t)T * C, 0);
+    put(d_wpe.p, wpe);
+    bool rows_ok = true;
+    for (int r = 0; r < tp; r++) {  // each rank's partial, and their sum (the all-reduce / reduce-scatter's)
+        int v0, vreal;
+        kc_vocab_slice(V, tp, r, &v0, &vreal);
+        KcBuf<floatX> d_wte((size_t)Vl * C, 0);  // the rank's rows, padding included
+        put(d_wte.p, std::vector<float>(wte.begin() + (size_t)v0 * C, wte.begin() + (size_t)(v0 + Vl) * C));
+        KcBuf<float> d_part(n, 0);
+        im->tp_embed_rows(d_part.p, d_inp.p, d_wte.p, v0, vreal, N, C, 0);
+        std::vector<float> got = get(d_part.p, n);
+        for (int i = 0; i < N; i++) {
+            int t = inp[i] - v0;
+            for (int c = 0; c < C; c++)
+                want[(size_t)i * C + c] = t >= 0 && t < vreal ? wte[(size_t)inp[i] * C + c] : 0.0f;
+        }
+        rows_ok = rows_ok && same_bits(got, want);
+        for (size_t i = 0; i < n; i++) sum[i] += got[i];
+    }
+    rep->check("gpu_tp_embed_rows: each rank its slice's rows, else 0", rows_ok);
+    rep->check("gpu_tp_embed_rows: the group's sum is the lookup", same_bits(sum, lookup));
+    // the positions added: every row on every rank, or (sequence parallel) rank r's rows [r N/tp, (r+1) N/tp)
+    for (int sp = 0; sp < 2; sp++) {
+        const int Nl = sp ? N / tp : N;
+        bool ok = true;
+        for (int r = 0; r < tp; r++) {
+            const int r0 = sp ? r * Nl : 0;
+            KcBuf<float> d_sum((size_t)Nl * C, 0);
+            KcBuf<floatX> d_enc((size_t)Nl * C, 0);
+            put(d_sum.p, std::vector<float>(sum.begin() + (size_t)r0 * C, sum.begin() + (size_t)(r0 + Nl) * C));
+            im->tp_embed_finish(d_enc.p, d_sum.p, d_wpe.p, r0, T, Nl, C, 0);
+            ok = ok && same_bits(get(d_enc.p, (size_t)Nl * C),
+                                 std::vector<float>(ref.begin() + (size_t)r0 * C, ref.begin() + (size_t)(r0 + Nl) * C));
+        }
+        rep->check(sp ? "gpu_tp_embed_finish, sequence parallel: every rank's rows" : "gpu_tp_embed_finish: every rank",
+                   ok);
+    }
+}
+
+// gpu_tp_wpe_backward (sequence parallel): each rank's accumulation into a non-zero dwpe against a CPU
+// sum over its rows, and the group's sum against encoder_backward's dwpe of the whole batch. a = B,
+// b = T, c = C, d = tp.
+static void tp_wpe_backward_case(const KernelCase *kc, const KernelImpls *im, Rng *rng, KcReport *rep) {
+    const int B = (int)kc->a, T = (int)kc->b, C = (int)kc->c, tp = (int)kc->d, N = B * T, Nl = N / tp;
+    const size_t tc = (size_t)T * C;
+    std::vector<float> dout = random_floatX(rng, (size_t)N * C, 1.0f);
+    // the group's sum from zeros: encoder_backward's dwpe of the whole batch (its dwte: one row, token 0)
+    std::vector<int> zero_inp(N, 0);
+    std::vector<float> dwte1(C, 0.0f), want_group(tc, 0.0f), group(tc, 0.0f), ref(tc);
+    encoder_backward(dwte1.data(), want_group.data(), dout.data(), zero_inp.data(), B, T, C);
+    for (int r = 0; r < tp; r++) {
+        const int r0 = r * Nl;
+        KcBuf<float> d_dout((size_t)Nl * C, 0), d_dwpe(tc, 0);
+        put(d_dout.p, std::vector<float>(dout.begin() + (size_t)r0 * C, dout.begin() + (size_t)(r0 + Nl) * C));
+        // accumulating into a non-zero gradient, against a CPU sum over the rank's rows
+        std::vector<float> dwpe0 = random_floatX(rng, tc, 1.0f);
+        std::vector<double> acc(tc, 0.0);
+        for (int i = 0; i < Nl; i++)
+            for (int c = 0; c < C; c++) acc[(size_t)((r0 + i) % T) * C + c] += dout[(size_t)(r0 + i) * C + c];
+        for (size_t q = 0; q < tc; q++) ref[q] = (float)(dwpe0[q] + acc[q]);
+        put(d_dwpe.p, dwpe0);
+        im->tp_wpe_backward(d_dwpe.p, d_dout.p, r0, T, Nl, C, 0);
+        rep->compare("rank " + std::to_string(r) + "'s rows accumulated", get(d_dwpe.p, tc), ref, 1e-5, 1e-5);
+        // from zeros, summed over the group (the replicated gradient's reduction)
+        CUDA_CHECK(cudaMemset(d_dwpe.p, 0, sizeof(float) * tc));
+        im->tp_wpe_backward(d_dwpe.p, d_dout.p, r0, T, Nl, C, 0);
+        std::vector<float> mine = get(d_dwpe.p, tc);
+        for (size_t q = 0; q < tc; q++) group[q] += mine[q];
+    }
+    rep->compare("the group's sum is encoder_backward's", group, want_group, 1e-5, 1e-5);
+}
+#endif  // KC_TENSOR_PARALLEL
+
 // ---------------------------------------------------------------------------
 // the rows: the shapes dev/cuda/<family>.cu checks on a GPU, scaled down where the emulator would be slow
 // (KC_SIZE(emulated, gpu)); a first number 0 skips the row there (the GPU's larger shapes of what a
@@ -945,6 +1272,37 @@ static const KernelCase KERNEL_CASES[] = {
     {"attention", KC_CP, 1, 320, 3, 32, attention_cp_case, 5, 4, 3},
     {"attention", KC_CP, 1, 520, 1, 64, attention_cp_case, 5, 2, 1},
 #undef KC_CP
+#endif
+#ifdef KC_MATMUL
+    // matmul: a square-ish one; d12's fc (IC 768 -> 3072) and fcproj (3072 -> 768); a C = 192 model's shapes
+    // with every floatX operand only 128-byte aligned
+    {"matmul", "N=%lld IC=%lld OC=%lld shift=%lld", 64, 64, 192, 0, matmul_case, 3},
+    {"matmul", "N=%lld IC=%lld OC=%lld shift=%lld", KC_SIZE(40, 200), 768, 3072, 0, matmul_case, 3},
+    {"matmul", "N=%lld IC=%lld OC=%lld shift=%lld", KC_SIZE(32, 512), 3072, 768, 0, matmul_case, 3},
+    {"matmul", "N=%lld IC=%lld OC=%lld shift=%lld", KC_SIZE(64, 256), 192, 768, 64, matmul_case, 3},
+#endif
+#ifdef KC_TENSOR_PARALLEL
+    // vocabulary-parallel cross-entropy at tp 2 and 4: Vp 1024 (the last slice partly padding), Vp 128 (every
+    // slice after the first all padding), no padding, GPT-2's (the last slice partly padding)
+#define KC_TP_CE(tp)                                                                                           \
+    {"tensor_parallel", "cross-entropy N=%lld V=%lld tp=%lld", 8, 1000, tp, 0, tp_vocab_ce_case, 9},          \
+    {"tensor_parallel", "cross-entropy N=%lld V=%lld tp=%lld", 6, 10, tp, 0, tp_vocab_ce_case, 9},            \
+    {"tensor_parallel", "cross-entropy N=%lld V=%lld tp=%lld", 5, 640, tp, 0, tp_vocab_ce_case, 9},           \
+    {"tensor_parallel", "cross-entropy N=%lld V=%lld tp=%lld", KC_SIZE(8, 64), 50257, tp, 0, tp_vocab_ce_case, 9}
+    // the embedding: slices across a sequence boundary (sequence parallel); tp 4: slices of 4 rows, ranks
+    // 1..3 holding no real token; the wpe gradient: B x T = 3 x 8 and (tp 4: a slice shorter than T) 2 x 8
+#define KC_TP_EMBED(tp)                                                                                                \
+    {"tensor_parallel", "embedding B=%lld T=%lld C=%lld V=%lld tp=%lld", 3, 8, 64, 1000, tp_embedding_case, 9, tp},   \
+    {"tensor_parallel", "embedding B=%lld T=%lld C=%lld V=%lld tp=%lld", 2, 8, 30, 10, tp_embedding_case, 9, tp},     \
+    {"tensor_parallel", "wpe backward B=%lld T=%lld C=%lld tp=%lld", 3, 8, 64, tp, tp_wpe_backward_case, 9},          \
+    {"tensor_parallel", "wpe backward B=%lld T=%lld C=%lld tp=%lld", 2, 8, 30, tp, tp_wpe_backward_case, 9}
+    KC_TP_CE(2), KC_TP_EMBED(2), KC_TP_CE(4), KC_TP_EMBED(4),
+#undef KC_TP_CE
+#undef KC_TP_EMBED
+    // the bias add: partial blocks
+    {"tensor_parallel", "bias rows=%lld C=%lld", 7, 64, 0, 0, tp_bias_case, 9},
+    {"tensor_parallel", "bias rows=%lld C=%lld", 5, 30, 0, 0, tp_bias_case, 9},
+    {"tensor_parallel", "bias rows=%lld C=%lld", 3, 768, 0, 0, tp_bias_case, 9},
 #endif
 };
 

@@ -9,6 +9,8 @@
 #include "tests/cuda_emulator.h"
 
 #define KC_MEMORY_BOUND
+#define KC_MATMUL
+#define KC_TENSOR_PARALLEL
 #include "tests/kernel_cases.h"
 
 // ---------------------------------------------------------------------------
