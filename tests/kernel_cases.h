@@ -5,12 +5,24 @@
 // llmc/cpu_layers.h or llmc/optimizer.h on the same values, and its
 // tolerances. The runner (kernel_cases_run) runs the table's rows of the
 // family asked for (or all), through a set of launchers (KernelImpls: llmc's, or a
-// dev/cuda checker's older versions), and prints one line per case: PASS or
+// dev/cuda checker's other versions), and prints one line per case: PASS or
 // FAIL, the worst error over its tolerance, the largest absolute and relative
-// errors, and which checks failed. tests/test_kernels_emulated.cpp runs every
-// row with llmc's launchers on the CPU emulator; dev/cuda/<family>.cu runs
-// its family's rows for each of its versions on a GPU (and its old versions
-// on the emulator), then benchmarks.
+// errors, and which checks failed; or SKIP with the reason a version cannot
+// run the shape (cuDNN refusing it). The families: the memory-bound kernels
+// (layernorm, gelu, classifier, encoder, adamw, global_norm, colsum), attention
+// (flash, forward and backward, lse, query offsets), matmul (cuBLASLt, each
+// epilogue, backward) and tensor_parallel (the kernels of a simulated tensor
+// group). A program compiles the families it defines a macro for before the
+// include (KC_MEMORY_BOUND, KC_ATTENTION, KC_MATMUL, KC_TENSOR_PARALLEL): the
+// emulator compiles every kernel a header defines, so each program builds only
+// its own. On the CPU emulator every row runs through llmc's launchers:
+// tests/test_kernels_emulated.cpp (memory-bound, matmul through
+// tests/cublaslt_emulator.h, tensor_parallel) and tests/test_flash_emulated.cpp
+// (attention); dev/cuda/<family>.cu runs its family's rows for each of its
+// versions on a GPU (on the emulator its other versions: cuDNN's graphs through
+// tests/emu_include/cudnn.h), then benchmarks. Every kernel runs on the
+// emulator; what only a GPU runs is the larger shapes, the rows written
+// KC_SIZE(0, n) (their first number 0 on the emulator skips them).
 //
 // What the rows cover: both the 16-byte vector path and the element-by-element
 // fallback (C a multiple of 8 and not; every buffer one element past a 16-byte
