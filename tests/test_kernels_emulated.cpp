@@ -1,13 +1,17 @@
 // test_kernels_emulated.cpp: the datasheet peaks MFU uses (llmc/cuda_common.cuh),
-// and the memory-bound GPU kernels (llmc/layernorm.cuh, gelu.cuh,
-// classifier.cuh, encoder.cuh, adamw.cuh, global_norm.cuh, colsum.cuh: the
-// text nvcc compiles) run on the CPU through tests/cuda_emulator.h, against
-// the CPU references of llmc/cpu_layers.h and llmc/optimizer.h: every row of
-// tests/kernel_cases.h's table through llmc's launchers (the emulator's
-// launch_kernel runs the kernel they launch). The table says what the rows
-// cover and how their tolerances are set.
+// and the GPU kernels (llmc/layernorm.cuh, gelu.cuh, classifier.cuh,
+// encoder.cuh, adamw.cuh, global_norm.cuh, colsum.cuh, tensor_parallel.cuh:
+// the text nvcc compiles; matmul.cuh's cuBLASLt calls through
+// tests/cublaslt_emulator.h) run on the CPU through tests/cuda_emulator.h,
+// against the CPU references of llmc/cpu_layers.h and llmc/optimizer.h: every
+// row of tests/kernel_cases.h's table but attention's (test_flash_emulated's)
+// through llmc's launchers (the emulator's launch_kernel runs the kernel they
+// launch). The table says what the rows cover and how their tolerances are set.
 #include "tests/cuda_emulator.h"
 
+#define KC_MEMORY_BOUND
+#define KC_MATMUL
+#define KC_TENSOR_PARALLEL
 #include "tests/kernel_cases.h"
 
 // ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 // (float4 path with tails); each also on misaligned copies of every array
 // (element path), which must give the aligned run's bits. Then both are
 // timed on d12- and d36-sized updates.
+#define KC_MEMORY_BOUND
 #include "dev/cuda/dev_common.cuh"
 #include "llmc/adamw.cuh"
 

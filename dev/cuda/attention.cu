@@ -8,17 +8,18 @@
 //               build has cuDNN),
 //   version 3 = our tensor-core flash attention (llmc/attention_flash.cuh,
 //               wmma bf16 fragments; what the trainer's --attention flash runs).
-// Output, softmax statistics (lse) and dq|dk|dv of each against the CPU at
-// several shapes (head sizes 32 and 64, T not a multiple of the 64-row tile,
-// d12 heads at T=1024, and the whole d12 batch), and version 3 run twice for
-// bit-identical results; then forward and backward of each timed at d12 size
-// (B=16 T=1024 C=768 NH=12), FLOPs counted causally. Version 2 runs last, its
-// checks and benchmark together; a shape the installed cuDNN cannot run is a
-// SKIP naming the reason (cudnn_attention_try_init), not the end of the run.
+// Each runs the attention rows of tests/kernel_cases.h (the table says what
+// they cover: out, lse and dq|dk|dv against the CPU at head sizes 32 and 64,
+// T from 1 to 1024 and the whole d12 batch, partial tiles, a sharp softmax;
+// version 3 also twice for bit-identical results and with query offsets, the
+// rows versions 1 and 2 have no launcher for); a shape the installed cuDNN
+// cannot run is a SKIP naming the reason (cudnn_attention_try_init). On the
+// emulator, versions 1 and 2 (test_flash_emulated runs version 3's rows).
+// Then forward and backward of each timed at d12 size (B=16 T=1024 C=768
+// NH=12), FLOPs counted causally.
+#define KC_ATTENTION
 #include "dev/cuda/dev_common.cuh"
 #include "llmc/attention_cudnn.cuh"
-#include "llmc/attention_flash.cuh"
-#include "llmc/cpu_layers.h"
 
 // ---------------------------------------------------------------------------
 // version 1: scalar flash attention. Tiles of 64 keys/queries staged through
@@ -252,205 +253,84 @@ static void scalar_attention_backward(floatX *dqkv, float *delta, const floatX *
 }
 
 // ---------------------------------------------------------------------------
-// checks
+// the versions in the kernel checks' launcher table (tests/kernel_cases.h), beside llmc's (version 3)
 
-// Tolerances, abs + rel, for every version against the fp32 CPU (inputs are the
-// same bf16 values; every product of two bf16 is exact in fp32). A bf16 rounding
-// is off by at most u = 2^-8 (3.9e-3) relative. out: the output's own rounding
-// (u |out|) plus the probabilities rounded to bf16 before p @ v (at most
-// u * sum p |v| <= u, far less with random signs). dqkv: p and ds rounded to
-// bf16 before the three products of the backward, and the outputs' rounding.
-// An fp32 CPU emulation of version 3's roundings on these inputs (uniform in
-// [-1, 1], B=16 T=1024 C=768 NH=12) needed at most atol 1.2e-3 at rtol 1e-2
-// (out) and 2.6e-3 at rtol 2e-2 (dv, the worst of dq/dk/dv); the margins below
-// are 3x and 2x. Looser bounds hide real bugs here: at T=1024 most gradients are
-// under 2e-2 (90% of dq, 67% of dv), and in that emulation dq missing the
-// diagonal key tile for queries >= 512, or dk/dv missing the last query tile
-// for keys >= 512, passed at the old atol 2e-2 and fail at these.
-// lse: all fp32 (the scores from exact products), so ~1e-6 relative.
-#define TOL_OUT 4e-3, 1e-2
-#define TOL_DQKV 5e-3, 2e-2
-#define TOL_LSE 1e-3, 1e-3
-
-// Device inputs of one shape (bf16, as the CPU reference saw them) and the
-// CPU's fp32 answers.
-typedef struct {
-    int B, T, C, NH;
-    size_t nq, no, nl;
-    floatX *qkv, *dout;
-    float *ref_out, *ref_dqkv, *ref_lse;
-} Shape;
-
-static void shape_init(Shape *s, Rng *rng, int B, int T, int C, int NH) {
-    s->B = B; s->T = T; s->C = C; s->NH = NH;
-    s->nq = (size_t)B * T * 3 * C; s->no = (size_t)B * T * C; s->nl = (size_t)B * NH * T;
-    float *qkv = host_random(rng, s->nq, 1.0f), *dout = host_random(rng, s->no, 1.0f);
-    float *att = (float *)mallocCheck((size_t)B * NH * T * T * 4);
-    float *scratch = (float *)mallocCheck((size_t)omp_threads() * T * T * 4);
-    s->ref_out = (float *)mallocCheck(s->no * 4);
-    s->ref_dqkv = (float *)mallocCheck(s->nq * 4);
-    s->ref_lse = (float *)mallocCheck(s->nl * 4);
-    attention_forward(s->ref_out, att, s->ref_lse, qkv, B, T, C, NH);
-    attention_backward(s->ref_dqkv, scratch, dout, qkv, att, B, T, C, NH);
-    s->qkv = device_floatX_from(qkv, s->nq);
-    s->dout = device_floatX_from(dout, s->no);
-    free(qkv); free(dout); free(att); free(scratch);
+static void v1_forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH, cudaStream_t) {
+    scalar_attention_forward(out, lse, qkv, B, T, C, NH);
+}
+static void v1_backward(floatX *dqkv, float *delta, const floatX *dout, const floatX *qkv, const floatX *out,
+                        const float *lse, int B, int T, int C, int NH, cudaStream_t) {
+    scalar_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH);
+}
+static void use_v1(KernelImpls *v) {
+    v->attention_forward = v1_forward, v->attention_backward = v1_backward;
+    v->attention_deterministic = false, v->attention_forward_queries = NULL, v->attention_backward_queries = NULL;
 }
 
-static void shape_free(Shape *s) {
-    CUDA_CHECK(cudaFree(s->qkv));
-    CUDA_CHECK(cudaFree(s->dout));
-    free(s->ref_out); free(s->ref_dqkv); free(s->ref_lse);
+// version 2: cuDNN, set up for each case's shape (cudnn_attention_try_init; a shape it refuses is a SKIP)
+static CudnnAttention v2_ca;
+static int v2_shape[4];  // B, T, C, NH of v2_ca's plans (B 0: none)
+static const char *v2_prepare(int B, int T, int C, int NH) {
+    if (v2_shape[0] == B && v2_shape[1] == T && v2_shape[2] == C && v2_shape[3] == NH) return NULL;
+    if (v2_shape[0]) cudnn_attention_free(&v2_ca);
+    v2_shape[0] = 0;
+    GPTConfig cfg = {T, 2, 128, 1, NH, C};
+    const char *why = cudnn_attention_try_init(&v2_ca, &cfg, B, T);
+    if (!why) v2_shape[0] = B, v2_shape[1] = T, v2_shape[2] = C, v2_shape[3] = NH;
+    return why;
 }
-
-// Host copies of what one version produced.
-typedef struct {
-    float *out, *dqkv, *lse;
-} Result;
-
-// Runs a version's forward then backward on fresh, poisoned outputs, checks
-// out, lse and dqkv against the CPU; returns host copies (free with result_free).
-// fwd(out, lse) and bwd(dqkv, delta, out, lse) close over the shape's inputs.
-template <typename F, typename G>
-static Result run_version(const Shape *s, const char *name, F fwd, G bwd) {
-    char what[200];
-    floatX *out = (floatX *)cudaMallocCheck(s->no * 2), *dqkv = (floatX *)cudaMallocCheck(s->nq * 2);
-    float *lse = (float *)cudaMallocCheck(s->nl * 4), *delta = (float *)cudaMallocCheck(s->nl * 4);
-    poison(out, s->no * 2); poison(dqkv, s->nq * 2); poison(lse, s->nl * 4); poison(delta, s->nl * 4);
-    fwd(out, lse);
-    CUDA_CHECK_LAUNCH();
-    bwd(dqkv, delta, out, lse);
-    CUDA_CHECK_LAUNCH();
-    Result r = {host_from_floatX(out, s->no), host_from_floatX(dqkv, s->nq), host_from_f32(lse, s->nl)};
-    snprintf(what, sizeof(what), "%s vs cpu B=%d T=%d C=%d NH=%d: out", name, s->B, s->T, s->C, s->NH);
-    check_close(what, r.out, s->ref_out, s->no, TOL_OUT);
-    snprintf(what, sizeof(what), "%s vs cpu B=%d T=%d C=%d NH=%d: lse", name, s->B, s->T, s->C, s->NH);
-    check_close(what, r.lse, s->ref_lse, s->nl, TOL_LSE);
-    snprintf(what, sizeof(what), "%s vs cpu B=%d T=%d C=%d NH=%d: dqkv", name, s->B, s->T, s->C, s->NH);
-    check_close(what, r.dqkv, s->ref_dqkv, s->nq, TOL_DQKV);
-    void *dev[] = {out, dqkv, lse, delta};
-    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
-    return r;
+static void v2_forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH, cudaStream_t s) {
+    gpu_cudnn_attention_forward(&v2_ca, out, lse, qkv, B, T, C, NH, s);
 }
-
-static void result_free(Result *r) { free(r->out); free(r->dqkv); free(r->lse); }
-
-static int same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
-
-// versions 1 and 3, and version 3's determinism
-static void check_flash(const Shape *s) {
-    int B = s->B, T = s->T, C = s->C, NH = s->NH;
-    Result v1 = run_version(
-        s, "v1 flash scalar",
-        [&](floatX *out, float *lse) { scalar_attention_forward(out, lse, s->qkv, B, T, C, NH); },
-        [&](floatX *dqkv, float *delta, floatX *out, float *lse) {
-            scalar_attention_backward(dqkv, delta, s->dout, s->qkv, out, lse, B, T, C, NH);
-        });
-    auto v3_fwd = [&](floatX *out, float *lse) { gpu_flash_attention_forward(out, lse, s->qkv, B, T, C, NH, 0); };
-    auto v3_bwd = [&](floatX *dqkv, float *delta, floatX *out, float *lse) {
-        gpu_flash_attention_backward(dqkv, delta, s->dout, s->qkv, out, lse, B, T, C, NH, 0);
-    };
-    Result v3 = run_version(s, "v3 flash wmma", v3_fwd, v3_bwd);
-    {  // deterministic: a second run gives the same bits (no atomics, fixed reduction order)
-        Result again = run_version(s, "v3 flash wmma (second run)", v3_fwd, v3_bwd);
-        int same = same_bits(again.out, v3.out, s->no) && same_bits(again.dqkv, v3.dqkv, s->nq) &&
-                   same_bits(again.lse, v3.lse, s->nl);
-        test_result(same, "v3 flash wmma B=%d T=%d C=%d NH=%d: two runs bit-identical (out, lse, dqkv)", B, T, C, NH);
-        result_free(&again);
-    }
-    result_free(&v1);
-    result_free(&v3);
+static void v2_backward(floatX *dqkv, float *delta, const floatX *dout, const floatX *qkv, const floatX *out,
+                        const float *lse, int B, int T, int C, int NH, cudaStream_t s) {
+    gpu_cudnn_attention_backward(&v2_ca, dqkv, delta, dout, qkv, out, lse, B, T, C, NH, s);
 }
-
-// version 2: cuDNN. ca: set up for the shape (cudnn_attention_try_init) by the caller.
-static void check_cudnn(const Shape *s, CudnnAttention *ca) {
-    int B = s->B, T = s->T, C = s->C, NH = s->NH;
-    Result v2 = run_version(
-        s, "v2 cudnn",
-        [&](floatX *out, float *lse) { gpu_cudnn_attention_forward(ca, out, lse, s->qkv, B, T, C, NH, 0); },
-        [&](floatX *dqkv, float *delta, floatX *out, float *lse) {
-            gpu_cudnn_attention_backward(ca, dqkv, delta, s->dout, s->qkv, out, lse, B, T, C, NH, 0);
-        });
-    result_free(&v2);
+static void use_v2(KernelImpls *v) {
+    use_v1(v);
+    v->attention_forward = v2_forward, v->attention_backward = v2_backward, v->attention_prepare = v2_prepare;
 }
+static const KernelImpls V1_KERNELS = kernel_impls_with("v1 flash scalar", use_v1);
+static const KernelImpls V2_KERNELS = kernel_impls_with("v2 cudnn", use_v2);
 
 int main(void) {
     dev_require_gpu("dev_attention");
-    Rng rng;
-    rng_seed(&rng, 5);
-    const int dims[][4] = {{2, 64, 128, 2},     // B, T, C, NH: head size 64, one tile
-                           {1, 100, 128, 4},    // head size 32, a partial tile
-                           {2, 333, 256, 4},    // head size 64, 6 tiles, the last one of 13 rows
-                           {2, 256, 768, 12},   // d12 heads
-                           {1, 1024, 768, 12},  // d12 sequence length
-                           {16, 1024, 768, 12}};  // the d12 step's shape, as benchmarked below
-    // the emulator: the first four, the d12 heads' one at a partial tile of 80 rows
-    const int nshapes = DEV_EMULATED ? 4 : (int)(sizeof(dims) / sizeof(dims[0]));
-    Shape shapes[sizeof(dims) / sizeof(dims[0])];
-    for (int i = 0; i < nshapes; i++) {
-        Shape *s = &shapes[i];
-        shape_init(s, &rng, DEV_EMULATED && i == 3 ? 1 : dims[i][0], DEV_EMULATED && i == 3 ? 80 : dims[i][1],
-                   dims[i][2], dims[i][3]);
-        check_flash(s);
-    }
+    const KernelImpls *versions[] = {&V1_KERNELS, &LLMC_KERNELS, &V2_KERNELS};
+    kernel_cases_run_versions("attention", versions, cudnn_attention_available() ? 3 : 2);
+    if (!cudnn_attention_available()) test_skip("v2 cudnn (no cuDNN in this build)");
+    if (!dev_benchmarks("dev_attention")) return test_exit_code();
 
-    // the emulator: the cuDNN checks below, no benchmarks
-    const int bench = dev_benchmarks("dev_attention");
     Bench b;
+    bench_init(&b);
     int B = 16, T = 1024, C = 768, NH = 12;
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
-    floatX *qkv = NULL, *out = NULL, *dout = NULL, *dqkv = NULL;
-    float *lse = NULL, *delta = NULL;
     // causal: half of the (T,T) scores; forward 2 matmuls, backward 5 (dq, dk, dv, and the recomputed p and dp;
     // versions 1 and 3 recompute p and dp twice, once per backward kernel: 7 done, 5 counted)
     double fwd_flops = 2.0 * 2.0 * B * NH * (double)T * T * (C / NH) / 2.0, ms;
-    if (bench) {
-        bench_init(&b);
-        qkv = (floatX *)cudaMallocCheck(nq * 2), out = (floatX *)cudaMallocCheck(no * 2);
-        dout = (floatX *)cudaMallocCheck(no * 2), dqkv = (floatX *)cudaMallocCheck(nq * 2);
-        lse = (float *)cudaMallocCheck(nl * 4), delta = (float *)cudaMallocCheck(nl * 4);
-        launch_kernel(fill_hash_floatX_kernel, ceil_div_int(nq, 256), 256, 0, 0, qkv, (int64_t)nq, 11);
-        launch_kernel(fill_hash_floatX_kernel, ceil_div_int(no, 256), 256, 0, 0, dout, (int64_t)no, 12);
-        ms = bench_ms(&b, 5, [&] { scalar_attention_forward(out, lse, qkv, B, T, C, NH); });
-        bench_report(&b, "v1 flash scalar forward d12 16x1024", ms, 0, fwd_flops);
-        ms = bench_ms(&b, 5, [&] { scalar_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH); });
-        bench_report(&b, "v1 flash scalar backward d12 16x1024", ms, 0, 2.5 * fwd_flops);
-        ms = bench_ms(&b, 10, [&] { gpu_flash_attention_forward(out, lse, qkv, B, T, C, NH, 0); });
-        bench_report(&b, "v3 flash wmma forward d12 16x1024", ms, 0, fwd_flops);
-        ms = bench_ms(&b, 10, [&] { gpu_flash_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, 0); });
-        bench_report(&b, "v3 flash wmma backward d12 16x1024", ms, 0, 2.5 * fwd_flops);
-    }
-
-    if (cudnn_attention_available()) {
-        // the benchmark's (d12) shape first and timed at once, the odd shapes (partial tiles) last
-        for (int i = nshapes - 1; i >= 0; i--) {
-            const Shape *s = &shapes[i];
-            GPTConfig cfg = {s->T, 2, 128, 1, s->NH, s->C};
-            CudnnAttention ca;
-            const char *why = cudnn_attention_try_init(&ca, &cfg, s->B, s->T);
-            if (why) {
-                test_skip("v2 cudnn B=%d T=%d C=%d NH=%d: %s", s->B, s->T, s->C, s->NH, why);
-                continue;
-            }
-            check_cudnn(s, &ca);
-            if (bench && s->B == B && s->T == T && s->C == C && s->NH == NH) {
-                ms = bench_ms(&b, 10, [&] { gpu_cudnn_attention_forward(&ca, out, lse, qkv, B, T, C, NH, 0); });
-                bench_report(&b, "v2 cudnn forward d12 16x1024", ms, 0, fwd_flops);
-                ms = bench_ms(&b, 10, [&] {
-                    gpu_cudnn_attention_backward(&ca, dqkv, delta, dout, qkv, out, lse, B, T, C, NH, 0);
-                });
-                bench_report(&b, "v2 cudnn backward d12 16x1024", ms, 0, 2.5 * fwd_flops);
-            }
-            cudnn_attention_free(&ca);
+    floatX *qkv = (floatX *)cudaMallocCheck(nq * 2), *out = (floatX *)cudaMallocCheck(no * 2);
+    floatX *dout = (floatX *)cudaMallocCheck(no * 2), *dqkv = (floatX *)cudaMallocCheck(nq * 2);
+    float *lse = (float *)cudaMallocCheck(nl * 4), *delta = (float *)cudaMallocCheck(nl * 4);
+    launch_kernel(fill_hash_floatX_kernel, ceil_div_int(nq, 256), 256, 0, 0, qkv, (int64_t)nq, 11);
+    launch_kernel(fill_hash_floatX_kernel, ceil_div_int(no, 256), 256, 0, 0, dout, (int64_t)no, 12);
+    char name[96];
+    for (const KernelImpls *v : versions) {
+        if (v == &V2_KERNELS && !cudnn_attention_available()) continue;
+        const char *why = v->attention_prepare ? v->attention_prepare(B, T, C, NH) : NULL;
+        if (why) {
+            test_skip("%s benchmark: %s", v->name, why);
+            continue;
         }
-    } else {
-        test_skip("v2 cudnn (no cuDNN in this build)");
+        int reps = v == &V1_KERNELS ? 5 : 10;
+        ms = bench_ms(&b, reps, [&] { v->attention_forward(out, lse, qkv, B, T, C, NH, 0); });
+        snprintf(name, sizeof(name), "%s forward d12 16x1024", v->name);
+        bench_report(&b, name, ms, 0, fwd_flops);
+        ms = bench_ms(&b, reps, [&] { v->attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, 0); });
+        snprintf(name, sizeof(name), "%s backward d12 16x1024", v->name);
+        bench_report(&b, name, ms, 0, 2.5 * fwd_flops);
     }
-    for (int i = 0; i < nshapes; i++) shape_free(&shapes[i]);
-    if (bench) {
-        void *dev[] = {qkv, out, dout, dqkv, lse, delta};
-        for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
-        bench_free(&b);
-    }
+    if (v2_shape[0]) cudnn_attention_free(&v2_ca);
+    void *dev[] = {qkv, out, dout, dqkv, lse, delta};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
+    bench_free(&b);
     return test_exit_code();
 }

@@ -13,6 +13,7 @@
 // (element path), V = 70000 (re-read path); each also on a misaligned copy
 // (element path), which must give the aligned run's bits. Then both are
 // timed on d12's (16384, 50304) logits.
+#define KC_MEMORY_BOUND
 #include "dev/cuda/dev_common.cuh"
 #include "llmc/classifier.cuh"
 #include "llmc/cpu_layers.h"

@@ -12,6 +12,7 @@
 // backward float4), C = 30 (both element paths); each also on misaligned
 // copies (element paths), which must give the aligned run's bits. Then both
 // are timed at GPT-2 d12 size (B=16, T=1024, C=768) against the copy bandwidth.
+#define KC_MEMORY_BOUND
 #include "dev/cuda/dev_common.cuh"
 #include "llmc/cpu_layers.h"
 #include "llmc/encoder.cuh"

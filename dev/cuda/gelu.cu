@@ -10,6 +10,7 @@
 // group) also runs on misaligned copies (the element path), which must give
 // the aligned run's bits. Then both are timed on a d12 MLP activation
 // (16384 x 3072) against the copy bandwidth.
+#define KC_MEMORY_BOUND
 #include "dev/cuda/dev_common.cuh"
 #include "llmc/cpu_layers.h"
 #include "llmc/gelu.cuh"

@@ -12,6 +12,7 @@
 // tensors' pieces) against the CPU's sums over the same ranges, and its bits
 // run to run. Then versions 1 and 2 are timed on a d12-sized gradient buffer
 // against the copy bandwidth.
+#define KC_MEMORY_BOUND
 #include "dev/cuda/dev_common.cuh"
 #include "llmc/global_norm.cuh"
 #include "llmc/model.h"

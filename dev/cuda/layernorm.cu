@@ -18,6 +18,7 @@
 // residual must give the same out, mean and rstd bits (the --recompute full
 // guarantee); two backward runs must agree bit for bit. Then both versions are
 // timed at d12 (16384 x 768) and d48 (16384 x 1600) width.
+#define KC_MEMORY_BOUND
 #include "dev/cuda/dev_common.cuh"
 #include "llmc/cpu_layers.h"
 #include "llmc/layernorm.cuh"
