@@ -3,8 +3,9 @@
 # provide one API: exactly the verbs llmc/zero_shard.h lists, no other public
 # zero_* function (a backend's helpers are zero_cpu_* / zero_gpu_*), a struct
 # named Zero whose fields begin with the listed common ones in their order,
-# and the models own their state: neither backend runs AdamW or stages
-# checkpoints. Reads the sources only (no build).
+# the models own their state: neither backend runs AdamW or stages
+# checkpoints, and both trainers finish a step's gradients with the same
+# calls in the same order. Reads the sources only (no build).
 set -u
 cd "$(dirname "$0")/.."
 fails=0
@@ -38,4 +39,12 @@ for f in llmc/zero_cpu.h llmc/zero_gpu.cuh; do
     grep -qE 'adamw_update|ckpt_stage|stage_state|m->adam_|z->m\b|z->v\b' "$f" && ok=0 || ok=1
     result $ok "${b}_leaves_adamw_and_checkpoint_state_to_the_model" "$(grep -nE 'adamw_update|ckpt_stage|stage_state' "$f" | head -1)"
 done
+# one order of finishing a step's gradients: the same calls in pipeline_cpu.h's and pipeline_gpu.cuh's finish_grads
+order() {  # file function: the ZeRO verbs, the tie and the norm's sum in the order the function calls them
+    sed -n "/^static float $2(/,/^}/p" "$1" | grep -oE '\b(zero_[a-z_]+|pipeline_tie_grads|comm_all_reduce)\(' | tr -d '(' | tr '\n' ' '
+}
+cpu=$(order llmc/pipeline_cpu.h pipeline_finish_grads)
+gpu=$(order llmc/pipeline_gpu.cuh pipeline_gpu_finish_grads)
+[ -n "$cpu" ] && [ "$cpu" = "$gpu" ] && ok=1 || ok=0
+result $ok both_trainers_finish_gradients_in_one_order "CPU: $cpu; GPU: $gpu"
 exit $((fails > 0))
