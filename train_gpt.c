@@ -11,7 +11,7 @@
 #include "llmc/comm.h"           // defines: CommGroup, comm_broadcast, comm_barrier, COMM_F64, Comm, ...
 #include "llmc/dataloader.h"     // defines: DataLoader, dataloader_init, dataloader_free
 #include "llmc/generate.h"       // defines: generate_check, train_generate
-#include "llmc/gpt_cpu.h"        // defines: GPT, gpt_forward, gpt_backward, gpt_sample_row, ...
+#include "llmc/gpt_cpu.h"        // defines: GPT, gpt_init_held, gpt_shard_params, gpt_stage_state, gpt_load_state, ...
 #include "llmc/logger.h"         // defines: Logger, logger_close
 #include "llmc/model_source.h"   // defines: train_build_config, train_load_weights
 #include "llmc/optimizer.h"      // defines: AdamWConfig
@@ -22,17 +22,16 @@
 #include "llmc/train_options.h"  // defines: TrainOptions, train_options_parse
 #include "llmc/train_loop.h"     // defines: TrainModel, TrainRun, train_run, train_save_final, ...
 #include "llmc/train_setup.h"    // defines: train_print_schedule_and_exit, train_check_layout, train_grid, BatchPlan, ...
-#include "llmc/zero_cpu.h"       // defines: Zero, zero_init, zero_cpu_memory, zero_ckpt_stage, ...
+#include "llmc/zero_cpu.h"       // defines: Zero, zero_init, zero_memory, zero_free
 
 static const char *SUMMARY =
     "Train a GPT-2 on the CPU (fp32, OpenMP). Data: llm.c token shards (see ./tokenize).\n"
     "Example: ./train_gpt --data-train 'data/default/*train*.bin' --model d12 --steps 100";
 
-// TrainModel (llmc/train_loop.h) over the CPU model, its ZeRO layer and its
-// pipeline schedule (one stage without --pp).
+// TrainModel (llmc/train_loop.h) over the CPU model and its pipeline schedule
+// (one stage without --pp), which drives the ZeRO layer.
 typedef struct {
     GPT *model;
-    Zero *zero;
     Pipeline *pipeline;
     int B;  // sequences a micro-batch
 } CpuTrainer;
@@ -96,25 +95,25 @@ static void cpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scal
 }
 // [lo, hi) of this rank's buffer: weights, m and v into staging
 static void cpu_ckpt_stage(void *ctx, float *staging, int64_t lo, int64_t hi, uint32_t *crcs) {
-    zero_ckpt_stage(((CpuTrainer *)ctx)->zero, staging, lo, hi, crcs);
+    gpt_stage_state(((CpuTrainer *)ctx)->model, staging, lo, hi, crcs);
 }
 // the next update also writes [lo, hi) of its results into staging
 static void cpu_ckpt_stage_in_update(void *ctx, float *staging, int64_t lo, int64_t hi, uint32_t *crcs) {
-    zero_ckpt_stage_in_update(((CpuTrainer *)ctx)->zero, staging, lo, hi, crcs);
+    gpt_stage_in_update(((CpuTrainer *)ctx)->model, staging, lo, hi, crcs);
 }
 static void cpu_ckpt_load(void *ctx, float *const states[CKPT_STATES], const CkptRanges *ranges, int64_t step) {
     (void)step;
     CpuTrainer *t = (CpuTrainer *)ctx;
     int64_t holds[CKPT_STATES][2];  // (ZeRO's holds are one range each)
     for (int s = 0; s < CKPT_STATES; s++) holds[s][0] = ranges->hold[s].r[0].lo, holds[s][1] = ranges->hold[s].r[0].hi;
-    zero_ckpt_load(t->zero, states, holds);
+    gpt_load_state(t->model, states, holds);
     pipeline_sync_tied(t->pipeline);  // the last stage's copy of wte from the loaded one
 }
 // A ModelFileFetch over what this rank holds: [lo, hi) of its buffer into dst.
 static void cpu_read_held(void *ctx, int64_t lo, int64_t hi, float *dst) {
     CpuTrainer *t = (CpuTrainer *)ctx;
     float *views[3];
-    zero_state_views(t->zero, views);
+    gpt_state_views(t->model, views);
     memcpy(dst, views[0] + lo, sizeof(float) * (size_t)(hi - lo));
 }
 
@@ -152,8 +151,8 @@ int main(int argc, char **argv) {
     unsigned char *held_layers = (unsigned char *)mallocCheck((size_t)cfg.num_layers);
     // what this rank holds: its pipeline stages (one stage: everything)
     ParamHolding holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
-    GPT model;
-    gpt_init_held(&model, &cfg, &holding, tp);
+    GPT model;  // its weights, gradients and AdamW state, sharded for ZeRO over the replica group
+    gpt_init_held(&model, &cfg, &holding, tp, zero_sharding(o.zero, replica->rank, replica->size));
     model.recompute = o.recompute_policy;
     if (o.cp > 1)
         cp_init(&model.cp, comm_group(&comm, COMM_CONTEXT), B, T, plan.accum, cfg.num_layers, cfg.channels,
@@ -162,6 +161,9 @@ int main(int argc, char **argv) {
     // this rank's part of the weights, as the whole model's initialisation or file has them
     if (from_file) train_load_weights(&o, &model.layout, model.params);
     else gpt2_init_params(&model.layout, model.params, (uint64_t)o.seed);
+    gpt_shard_params(&model);
+    Zero zero;  // gradient reduction and gathers of the sharded state
+    zero_init(&zero, &model, replica, o.zero, o.bucket_mb);
     ParamLayout global;  // the whole model's order: checkpoints and model files
     param_layout_init(&global, &cfg);
     ParamMap map;
@@ -176,8 +178,6 @@ int main(int argc, char **argv) {
     if (have_val)
         dataloader_init(&val_loader, o.data_val, B, T, dp->rank, world, 0, (uint64_t)o.seed, cfg.vocab_size, 2);
 
-    Zero zero;  // gradient reduction, sharded AdamW state (and gradients, weights)
-    zero_init(&zero, &model, &comm, o.zero, o.bucket_mb);
     Pipeline pipeline;  // the stages' schedule, the tied wte between the ends
     pipeline_init(&pipeline, &model, &zero, &comm, pp_layout, pp_kind, B, Tl, plan.dloss, o.pp_trace);
     pipeline_sync_tied(&pipeline);
@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
     }
     if (!(peak_gflops > 0 && isfinite(peak_gflops))) peak_gflops = 0;  // (MFU then not given)
     double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)plan.total_tokens;
-    ZeroMemory zm = zero_cpu_memory(&zero);
+    ZeroMemory zm = zero_memory(&zero);
     if (rank == 0) {
         train_print_header(&o, &cfg, global.num_params, model.layout.num_params, from_file, &plan, world,
                            have_data ? &train_loader : NULL, have_val);
@@ -235,7 +235,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
 
-    CpuTrainer trainer = {&model, &zero, &pipeline, B};
+    CpuTrainer trainer = {&model, &pipeline, B};
     TrainModel tm = {&trainer, cpu_train_step, cpu_forward, cpu_sample, cpu_finish_grads, cpu_optimizer_step,
                      cpu_profile, NULL, NULL, cpu_ckpt_stage, NULL, cpu_ckpt_stage_in_update, cpu_ckpt_load,
                      omp_threads()};

@@ -31,7 +31,7 @@
 #include "llmc/train_options.h"    // defines: TrainOptions, train_options_parse
 #include "llmc/train_loop.h"       // defines: TrainModel, TrainRun, train_run, train_save_final, ...
 #include "llmc/train_setup.h"      // defines: train_print_schedule_and_exit, train_check_layout, train_grid, BatchPlan, ...
-#include "llmc/zero_gpu.cuh"       // defines: ZeroGPU, zero_gpu_init, zero_gpu_gather_weights, zero_gpu_memory, ...
+#include "llmc/zero_gpu.cuh"       // defines: Zero, zero_init, zero_gather_params, zero_memory, ...
 
 static const char *SUMMARY =
     "Train a GPT-2 on NVIDIA GPUs, data parallel under mpirun or srun (" FLOATX_NAME ", cuBLASLt, flash or cuDNN attention). Data: llm.c token shards.\n"
@@ -41,7 +41,7 @@ static const char *SUMMARY =
 // pipeline schedule (one stage without --pp).
 typedef struct {
     GPTGPU *model;
-    ZeroGPU *zero;
+    Zero *zero;
     PipelineGPU *pipeline;  // the stages' runtime (one stage without --pp)
     CPGPU *cp;              // the context group (--cp), else NULL
     uint64_t seed;  // --seed, for the stochastic rounding of each step's floatX weights
@@ -102,7 +102,7 @@ static void gpu_optimizer_step(void *ctx, const AdamWConfig *ac, float grad_scal
         t->ckpt_copy_pending = 0;
     }
     gpu_gpt_update(t->model, ac, grad_scale, gpu_step_seed(t, step));
-    zero_gpu_gather_weights(t->zero);
+    zero_gather_params(t->zero);
     pipeline_gpu_sync_tied(t->pipeline);
     CUDA_CHECK(cudaStreamSynchronize(t->model->stream));
 }
@@ -121,7 +121,7 @@ static void gpu_ckpt_load(void *ctx, float *const states[CKPT_STATES], const Ckp
     (void)ranges;  // the model's shard: [shard.begin, shard.end) of every state
     GpuTrainer *t = (GpuTrainer *)ctx;
     gpu_gpt_load_state(t->model, states, gpu_step_seed(t, step - 1));
-    zero_gpu_gather_weights(t->zero);
+    zero_gather_params(t->zero);
     pipeline_gpu_sync_tied(t->pipeline);
     CUDA_CHECK(cudaStreamSynchronize(t->model->stream));
 }
@@ -226,10 +226,10 @@ int main(int argc, char **argv) {
     unsigned char *held_layers = (unsigned char *)mallocCheck((size_t)cfg.num_layers);
     ParamHolding holding = {1, 1, NULL};  // what this rank holds: everything, or its pipeline stages
     if (pipelined) holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
-    GPTGPU model;
+    GPTGPU model;  // its weights, gradients and AdamW state, sharded for ZeRO over the replica group
     int act_sets = pipelined ? pp_peak_alive_theory(pp_kind, o.pp, o.virtual_stages, plan.accum, pipe_rank) : 1;
     gpu_gpt_init(&model, &cfg, pipelined ? &holding : NULL, tp, B, Tl, o.recompute_policy, attention,
-                 gpu_sharding(o.zero, dp->rank, dp->size), act_sets, pp_kind == PP_ZB1P, o.mem_limit_mb);
+                 zero_sharding(o.zero, dp->rank, dp->size), act_sets, pp_kind == PP_ZB1P, o.mem_limit_mb);
     free(held_layers);
 #ifdef LLMC_NCCL
     for (int k = 0; k < COMM_NUM_GROUPS; k++)
@@ -241,8 +241,6 @@ int main(int argc, char **argv) {
                     cfg.channels, cfg.channels / tp.size, cfg.num_heads / tp.size, model.stream);
         model.cp = &cp;
     }
-    ZeroGPU zero;  // gradient reduction, sharded AdamW state (and gradients, weights)
-    zero_gpu_init(&zero, &model, dp, host_replica, o.zero, o.bucket_mb);
     {  // this rank's part of the weights, as the whole model's initialisation or file has them
         float *h = (float *)alignedMallocCheck(sizeof(float) * (size_t)model.layout.num_elements);
         if (from_file) train_load_weights(&o, &model.layout, h);
@@ -250,6 +248,8 @@ int main(int argc, char **argv) {
         gpu_gpt_set_params(&model, h);
         free(h);
     }
+    Zero zero;  // gradient reduction and gathers of the sharded state
+    zero_init(&zero, &model, dp, o.zero, o.bucket_mb);
     PipelineGPU pipeline;  // the stages' schedule, the tied wte between the ends
     pipeline_gpu_init(&pipeline, &model, &zero, &comm, dev_groups, pp_layout, pp_kind, fused, B, Tl, plan.dloss,
                       o.pp_trace);
@@ -271,7 +271,7 @@ int main(int argc, char **argv) {
 
     double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)plan.total_tokens;
     const GPUMemory *mem = &model.mem;
-    ZeroMemory zm = zero_gpu_memory(&zero);
+    ZeroMemory zm = zero_memory(&zero);
     if (rank == 0) {
         train_print_header(&o, &cfg, global.num_params, model.layout.num_params, from_file, &plan, world,
                            have_data ? &train_loader : NULL, have_val);
@@ -357,7 +357,7 @@ int main(int argc, char **argv) {
     free(trainer.logits);
     tp_free(&trainer.host_tp);
     pipeline_gpu_free(&pipeline);
-    zero_gpu_free(&zero);
+    zero_free(&zero);
     if (o.cp > 1) cp_gpu_free(&cp);
     param_layout_free(&global);
     ckpt_ranges_free(&ranges);

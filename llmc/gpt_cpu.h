@@ -21,6 +21,20 @@
 // fills again right before the layer's backward (and a split backward's
 // weight gradients) read it, with the forward's own code: the same bits.
 //
+// Sharded state (ZeroSharding, zero_shard.h), by ZeRO stage: the model owns
+// its weights, gradients and AdamW state and updates them (gpt_update);
+// zero_cpu.h only communicates, through the hooks.
+//   0: everything whole; AdamW m and v over the whole buffer.
+//   1: AdamW m and v of one shard (zero_shard.h) of the flat buffer only; the
+//      shard's reduced gradients stay at their place in grads (grad_shard
+//      points there).
+//   2: also the reduced gradients of the shard in a buffer of their own
+//      (grad_shard); grads holds a pass's gradients until they are reduced.
+//   3: also the fp32 weights: the shard's (param_shard) are the master copy,
+//      params holds only the segments gathered for a pass.
+// params and grads are zeroed mappings (utils.h's map_zeroed) whose released
+// ranges hold no memory and read as zero.
+//
 // Hooks (model.h's GPTHooks) let a distributed layer (ZeRO, overlapped
 // gradient reduction) act at segment boundaries.
 #ifndef LLMC_GPT_CPU_H
@@ -28,14 +42,17 @@
 
 #include <string.h>
 
+#include "ckpt_stage.h"            // defines: ckpt_stage_chunks, ckpt_stage_chunk
 #include "context_parallel.h"      // defines: CPContext, cp_attention_*, cp_local_wpe, cp_local_dwpe, cp_add_dwpe
 #include "cpu_layers.h"            // defines: the layers (encoder_*, layernorm_*, attention_*, ...)
 #include "gpt_activation_sizes.h"  // defines: gpt_activation_sizes, gpt_attention_scratch_floats, gpt_act_shared, gpt_act_slot_floats, GPT_ACT_PER_LAYER, GPT_ACT_SINGLES
 #include "model.h"                 // defines: GPTConfig, ParamLayout, LayerTensors, GPTHooks
 #include "model_init.h"            // defines: gpt2_init_params (for the trainers)
+#include "optimizer.h"             // defines: AdamWConfig, adamw_update_range, adamw_update_staged, ADAMW_GRADS_LOCAL, ...
 #include "rand.h"                  // defines: Rng
 #include "recompute.h"             // defines: RecomputePolicy, RecomputeKind, recompute_layer
 #include "tensor_parallel.h"       // defines: TPContext, tp_all_reduce, tp_*_rows, tp_sample_token
+#include "zero_shard.h"            // defines: ZeroSharding, zero_sharding, ShardMap, shard_map_init
 
 // One micro-batch's activations for a stage: layers [l0, l1) of the model
 // (all of them for one process), with the embeddings when l0 == 0 and ln_f,
@@ -80,14 +97,28 @@ typedef struct {
     const int *inputs;  // the micro-batch of the forward (B*T), for the embedding backward
 } GPTActivations;
 
+// A checkpoint's staging copy the next update makes of [lo, hi) (ckpt_stage.h's layout, crcs: its chunks' CRC32Cs).
+typedef struct {
+    float *staging;
+    int64_t lo, hi;
+    uint32_t *crcs;
+} GPTStaged;
+
 typedef struct {
     GPTConfig cfg;
     ParamLayout layout;   // what this rank holds (the whole model, a pipeline rank's stages, a tensor slice)
     TPContext tp;         // the tensor group (size 1: none)
     CPContext cp;         // the context group (size 1: none): the activations hold the rank's positions
     RecomputePolicy recompute;  // which layers recompute their activations in the backward (zeroed: none)
-    float *params;   // (layout.num_elements)
-    float *grads;    // (layout.num_elements)
+    ZeroSharding sharding;  // what it holds of its state (see the top of the file)
+    ShardMap shard;  // the range [shard.begin, shard.end) whose AdamW state (stage >= 1: gradients; 3: weights) it holds
+    float *params;   // (layout.num_elements) stage 3: the segments gathered only
+    float *grads;    // (layout.num_elements) a pass's gradients (stage >= 2: until reduced)
+    float *adam_m, *adam_v;  // (shard.shard) each, indexed from shard.begin
+    float *grad_shard;   // stage >= 1: the shard's reduced gradients, indexed from shard.begin (stage 1: in grads)
+    float *param_shard;  // stage 3: (shard.shard) the shard's weights (the master copy), indexed from shard.begin
+    GPTStaged *staged;   // the next update's staging copies (gpt_stage_in_update), sorted by lo
+    int num_staged, cap_staged;
     // the classifier's weights when the layout lacks the embeddings (a
     // pipeline's last stage): a copy of wte (its vocabulary slice) and its
     // gradient, kept equal to the first stage's by the pipeline (pipeline.h); NULL otherwise
@@ -102,23 +133,42 @@ static inline size_t gpt_wte_elems(const GPT *m) {
 }
 
 // The model's part `held` names (NULL: all of it), at tensor-parallel slice
-// tp (tp_none(): whole tensors). params and grads are zeroed mappings: a page
-// takes memory once written, so a distributed layer that uses part of them
-// (ZeRO-2/3) holds only that part.
-static void gpt_init_held(GPT *m, const GPTConfig *cfg, const ParamHolding *held, TPContext tp) {
+// tp (tp_none(): whole tensors), holding the state of sharding sh. params and
+// grads are zeroed mappings: a page takes memory once written, so a
+// distributed layer that uses part of them (ZeRO-2/3) holds only that part.
+// The trainer then writes the weights into params and calls gpt_shard_params.
+static void gpt_init_held(GPT *m, const GPTConfig *cfg, const ParamHolding *held, TPContext tp, ZeroSharding sh) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     m->tp = tp;
     m->cp = cp_none();
     param_layout_init_held(&m->layout, cfg, held, tp.size, tp.rank);
-    m->params = map_zeroed(sizeof(float) * (size_t)m->layout.num_elements);
-    m->grads = map_zeroed(sizeof(float) * (size_t)m->layout.num_elements);
+    const int64_t n = m->layout.num_elements;
+    m->params = map_zeroed(sizeof(float) * (size_t)n);
+    m->grads = map_zeroed(sizeof(float) * (size_t)n);
     if (held && held->lnf && !held->embeddings) {
         m->tied_wte = map_zeroed(sizeof(float) * gpt_wte_elems(m));
         m->tied_dwte = map_zeroed(sizeof(float) * gpt_wte_elems(m));
     }
+    CHECK(sh.stage >= 0 && sh.stage <= 3, "ZeRO stage %d", sh.stage);
+    m->sharding = sh;
+    shard_map_init(&m->shard, n, sh.rank, sh.world);
+    m->adam_m = (float *)callocCheck((size_t)m->shard.shard, sizeof(float));
+    m->adam_v = (float *)callocCheck((size_t)m->shard.shard, sizeof(float));
+    if (sh.stage == 1) m->grad_shard = m->grads + m->shard.begin;
+    if (sh.stage >= 2) m->grad_shard = (float *)callocCheck((size_t)m->shard.shard, sizeof(float));
+    if (sh.stage == 3) m->param_shard = (float *)callocCheck((size_t)m->shard.shard, sizeof(float));
 }
-static void gpt_init(GPT *m, const GPTConfig *cfg) { gpt_init_held(m, cfg, NULL, tp_none()); }
+static void gpt_init(GPT *m, const GPTConfig *cfg) { gpt_init_held(m, cfg, NULL, tp_none(), zero_sharding(0, 0, 1)); }
+
+// Once the trainer has written the weights into params (whole, the same on
+// every rank of the data group): at stage 3 the shard's become the master
+// copy and params is released (the distributed layer gathers segments into it).
+static void gpt_shard_params(GPT *m) {
+    if (m->sharding.stage < 3) return;
+    memcpy(m->param_shard, m->params + m->shard.begin, sizeof(float) * (size_t)(m->shard.end - m->shard.begin));
+    release_range(m->params, 0, m->layout.num_elements);
+}
 
 // The classifier's weights (tied to the token embedding) and their gradient.
 static inline float *gpt_wte(const GPT *m) {
@@ -189,6 +239,11 @@ static void gpt_free(GPT *m) {
         munmap(m->tied_wte, sizeof(float) * gpt_wte_elems(m));
         munmap(m->tied_dwte, sizeof(float) * gpt_wte_elems(m));
     }
+    free(m->adam_m);
+    free(m->adam_v);
+    if (m->sharding.stage >= 2) free(m->grad_shard);
+    free(m->param_shard);
+    free(m->staged);
     param_layout_free(&m->layout);
     memset(m, 0, sizeof(*m));
 }
@@ -625,5 +680,86 @@ static float gpt_forward(GPT *m, const int *inputs, const int *targets, int B, i
 static void gpt_backward(GPT *m) { gpt_stage_backward(m, &m->acts); }
 
 static void gpt_zero_grad(GPT *m) { memset(m->grads, 0, sizeof(float) * (size_t)m->layout.num_elements); }
+
+// ---------------------------------------------------------------------------
+// the sharded state: the update, checkpoints
+
+// Where the fp32 weights and the AdamW moments live, as pointers indexed like
+// the flat buffer (valid over the shard; the weights at stage < 3 over all of it).
+static inline void gpt_state_views(GPT *m, float *views[3]) {
+    views[0] = m->param_shard ? m->param_shard - m->shard.begin : m->params;
+    views[1] = m->adam_m - m->shard.begin;
+    views[2] = m->adam_v - m->shard.begin;
+}
+
+// AdamW on [lo, hi) of the shard, its results also into staging when given (adamw_update_staged).
+static inline void gpt_update_range(GPT *m, int64_t lo, int64_t hi, const AdamWConfig *ac, float grad_scale,
+                                    const GPTStaged *staged) {
+    if (hi <= lo) return;
+    const int64_t begin = m->shard.begin;
+    float *views[3];
+    gpt_state_views(m, views);
+    // stage 0: the whole gradient, zeroed as read (the next step needs no zeroing pass); else the shard's
+    float *grads = m->grad_shard ? m->grad_shard + (lo - begin) : m->grads;
+    int flags = m->grad_shard ? ADAMW_GRADS_LOCAL : ADAMW_ZERO_GRADS;
+    float *mm = m->adam_m + (lo - begin), *vv = m->adam_v + (lo - begin);
+    if (staged)
+        adamw_update_staged(&m->layout, views[0], grads, flags, mm, vv, lo, hi, ac, grad_scale, staged->staging,
+                            staged->crcs);
+    else
+        adamw_update_range(&m->layout, views[0], grads, flags, mm, vv, lo, hi, ac, grad_scale);
+}
+
+// One AdamW step over the shard (the reduced gradients: the distributed layer
+// completed them), with the staging copies asked for (gpt_stage_in_update).
+// The updated weights are the shard's: the distributed layer shares them.
+static void gpt_update(GPT *m, const AdamWConfig *ac, float grad_scale) {
+    int64_t at = m->shard.begin;
+    for (int k = 0; k < m->num_staged; k++) {  // (the ranges between the staged ones: the update alone)
+        gpt_update_range(m, at, m->staged[k].lo, ac, grad_scale, NULL);
+        gpt_update_range(m, m->staged[k].lo, m->staged[k].hi, ac, grad_scale, &m->staged[k]);
+        at = m->staged[k].hi;
+    }
+    gpt_update_range(m, at, m->shard.end, ac, grad_scale, NULL);
+    m->num_staged = 0;
+}
+
+// Copies [lo, hi) (inside the shard) of the weights, m and v, one after the
+// other, into staging (ckpt_stage.h's chunks, their CRC32Cs into crcs unless
+// NULL), the chunks shared by the threads of the calling one's team: the
+// training threads at the step boundary, where they are idle, or the
+// checkpoint writer alone. Taken one at a time: a thread that loses its
+// core (a shared machine) holds the others back by one chunk at most.
+static void gpt_stage_state(GPT *m, float *staging, int64_t lo, int64_t hi, uint32_t *crcs) {
+    float *views[3];
+    gpt_state_views(m, views);
+    const float *src[3] = {views[0] + lo, views[1] + lo, views[2] + lo};
+    const int64_t chunks = ckpt_stage_chunks(hi - lo);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t k = 0; k < chunks; k++) ckpt_stage_chunk(staging, src, hi - lo, k, crcs);
+}
+
+// The next gpt_update also writes its results over [lo, hi) (inside the
+// shard; after the ranges asked for before it) into staging as
+// gpt_stage_state would copy them, with their chunks' CRC32Cs into crcs
+// unless NULL: a checkpoint due after that update costs its stores alone.
+static void gpt_stage_in_update(GPT *m, float *staging, int64_t lo, int64_t hi, uint32_t *crcs) {
+    if (hi <= lo) return;
+    CHECK(m->num_staged == 0 || m->staged[m->num_staged - 1].hi <= lo, "staging ranges out of order");
+    if (m->num_staged == m->cap_staged) {
+        m->cap_staged = m->cap_staged ? 2 * m->cap_staged : 4;
+        m->staged = (GPTStaged *)reallocCheck(m->staged, sizeof(GPTStaged) * (size_t)m->cap_staged);
+    }
+    m->staged[m->num_staged++] = (GPTStaged){staging, lo, hi, crcs};
+}
+
+// Installs the states over holds[s] (inside the shard; the weights at stage
+// < 3: anywhere in the buffer) from states[s].
+static void gpt_load_state(GPT *m, float *const states[3], const int64_t holds[3][2]) {
+    float *views[3];
+    gpt_state_views(m, views);
+    for (int s = 0; s < 3; s++)
+        memcpy(views[s] + holds[s][0], states[s], sizeof(float) * (size_t)(holds[s][1] - holds[s][0]));
+}
 
 #endif  // LLMC_GPT_CPU_H

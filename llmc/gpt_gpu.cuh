@@ -22,7 +22,9 @@
 // Tokens and losses: the trainer uploads a step's micro-batches once
 // (gpu_gpt_upload_tokens) and reads the step's losses back once
 // (gpu_gpt_step_loss): one synchronisation per step, not per micro-step.
-// Sharding (GPUSharding; zero_gpu.cuh does the communication), by ZeRO stage:
+// Sharding (ZeroSharding, zero_shard.h), by ZeRO stage: the model owns its
+// weights, gradients and AdamW state and updates them (gpu_gpt_update);
+// zero_gpu.cuh only communicates, through the hooks:
 //   0: everything whole.
 //   1: the fp32 master weights and AdamW moments of one shard (zero_shard.h) of the
 //      flat buffer only; the floatX copy and the gradients whole.
@@ -63,23 +65,12 @@
 #include "recompute.h"          // defines: RecomputePolicy, RecomputeKind, recompute_layer, recompute_any
 #include "tensor_parallel.cuh"  // defines: gpu_tp_bias_floatX, gpu_tp_embed_rows, gpu_tp_embed_finish, tp_vocab_max_kernel, ...
 #include "tensor_parallel.h"    // defines: TPContext, tp_on_stream, tp_off_stream, tp_complete_partial, ...
-#include "zero_shard.h"         // defines: ShardMap, shard_map_init
+#include "zero_shard.h"         // defines: ZeroSharding, ShardMap, shard_map_init
 
 typedef enum { ATTENTION_FLASH, ATTENTION_CUDNN } AttentionKind;
 
 #define GPU_GRAD_SLOTS 2   // ZeRO-2/3: layers whose gradients are written or still being reduced
 #define GPU_PARAM_SLOTS 3  // ZeRO-3: layers resident (in use, the next one's ln_1, one gathered ahead)
-
-// What this rank holds (see the top of the file): ZeRO stage and shard.
-typedef struct {
-    int stage;        // 0..3
-    int rank, world;  // the shard (zero_shard.h) of stage >= 1; (0, 1) at stage 0
-} GPUSharding;
-
-static inline GPUSharding gpu_sharding(int stage, int rank, int world) {
-    GPUSharding sh = {stage, stage >= 1 ? rank : 0, stage >= 1 ? world : 1};
-    return sh;
-}
 
 // The buffers of a state the model keeps by segment (ZeRO-2 gradients, ZeRO-3
 // weights): one for the embeddings (segment 0), one for ln_f (segment L+1),
@@ -178,7 +169,7 @@ typedef struct {
     cudaStream_t stream;
     MatmulContext mm;
     CudnnAttention cudnn;
-    GPUSharding sharding;
+    ZeroSharding sharding;  // what it holds of its state (see the top of the file)
     ShardMap shard;     // the range [shard.begin, shard.end) whose master weights and moments this model holds
     AdamWPlan adamw;    // over the shard
     float *params;      // (shard.shard) fp32 master weights of the shard, indexed from shard.begin
@@ -407,7 +398,7 @@ static size_t gpu_layer_acts_bytes(const GPTConfig *c, int B, int T, const Recom
 // allocating anything, at its sharding, with act_sets micro-batches'
 // activations (1; a pipeline: the schedule's peak of its held layers).
 static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, int tp, int sp, int B, int T,
-                                const RecomputePolicy *rp, AttentionKind attention, GPUSharding sh, int act_sets,
+                                const RecomputePolicy *rp, AttentionKind attention, ZeroSharding sh, int act_sets,
                                 int split) {
     ParamLayout pl;
     param_layout_init_held(&pl, cfg, held, tp, 0);
@@ -525,7 +516,7 @@ static void gpu_norm_ranges_init(GPTGPU *m) {
 
 // mem_limit_mb: the rank's budget (--mem-limit-mb; 0: the device's free memory).
 static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *held, TPContext tp, int B, int T,
-                         RecomputePolicy recompute, AttentionKind attention, GPUSharding sh, int act_sets, int split,
+                         RecomputePolicy recompute, AttentionKind attention, ZeroSharding sh, int act_sets, int split,
                          double mem_limit_mb) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;

@@ -6,8 +6,9 @@
 // backward in turn, as the model computes them alone.
 //
 // Weights and gradients: the rank's model holds only its stages (gpt_cpu.h's
-// layout of pp_holding), and its ZeRO layer (zero_cpu.h, any stage 0-3) shards
-// that over the data group, the ranks holding the same stages; a pass's
+// layout of pp_holding), sharded (any ZeRO stage 0-3) over the data group,
+// the ranks holding the same stages, and its ZeRO layer (zero_cpu.h) reduces
+// and gathers over that group; a pass's
 // gradients are reduced as it ends (stages 0 and 1: after the chunk's last
 // micro-batch of the step).
 //
@@ -24,12 +25,12 @@
 #define LLMC_PIPELINE_CPU_H
 
 #include "comm.h"         // defines: Comm, CommGroup, comm_group, comm_all_reduce, COMM_F32, ...
-#include "gpt_cpu.h"      // defines: GPT, GPTActivations, gpt_stage_* (forward, backward, weight gradients)
+#include "gpt_cpu.h"      // defines: GPT, GPTActivations, gpt_stage_* (forward, backward, weight gradients), gpt_update, gpt_state_views
 #include "optimizer.h"    // defines: AdamWConfig
 #include "pipeline.h"     // defines: PipelineCore, PPStageOps, PPBuffer, pipeline_core_*, pipeline_tie_grads, ...
 #include "pp_layout.h"    // defines: PPLayout
 #include "pp_schedule.h"  // defines: PPKind
-#include "zero_cpu.h"     // defines: Zero, zero_* (the data-parallel reduction and sharded AdamW)
+#include "zero_cpu.h"     // defines: Zero, zero_* (the data-parallel reduction and gathers)
 
 typedef struct {
     PipelineCore core;
@@ -103,7 +104,7 @@ static float pp_cpu_eval_forward(void *ctx, int chunk, const int *x, const int *
 // ---------------------------------------------------------------------------
 // set-up
 
-// model: made with gpt_init_held(pp_holding of this rank), its weights set;
+// model: made with gpt_init_held(pp_holding of this rank), its weights set (gpt_shard_params);
 // zero: its ZeRO layer over the data group. layout: the stages' layers
 // (pp_layout_init's; taken over; one stage: the model's activations are made here).
 static void pipeline_init(Pipeline *pp, GPT *model, Zero *zero, Comm *comm, PPLayout layout, PPKind kind, int B,
@@ -165,13 +166,14 @@ static float pipeline_finish_grads(Pipeline *pp) {
 // once the weights are set (initialised, loaded or resumed).
 static void pipeline_sync_tied(Pipeline *pp) {
     float *views[3];
-    zero_state_views(pp->zero, views);  // (the weights, indexed like the buffer: wte at 0)
+    gpt_state_views(pp->model, views);  // (the weights, indexed like the buffer: wte at 0)
     pipeline_send_tied_weights(&pp->core, views[0], pp->model->tied_wte, COMM_F32);
 }
 
-// AdamW on this rank's shard of its stages, then the tied copy.
+// AdamW on this rank's shard of its stages, the weights shared as the ZeRO stage says, then the tied copy.
 static void pipeline_optimizer_step(Pipeline *pp, const AdamWConfig *ac, float grad_scale) {
-    zero_optimizer_step(pp->zero, ac, grad_scale);
+    gpt_update(pp->model, ac, grad_scale);
+    zero_gather_params(pp->zero);
     pipeline_sync_tied(pp);
 }
 

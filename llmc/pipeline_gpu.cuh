@@ -26,12 +26,12 @@
 #include "pipeline.h"    // defines: PipelineCore, PPStageOps, PPBuffer, pipeline_core_*, pipeline_tie_grads, ...
 #include "pp_layout.h"   // defines: PPLayout
 #include "rand.h"        // defines: Rng
-#include "zero_gpu.cuh"  // defines: ZeroGPU, zero_gpu_begin_pass, zero_gpu_begin_step, zero_gpu_complete, ...
+#include "zero_gpu.cuh"  // defines: Zero, zero_begin_pass, zero_begin_step, zero_wait_grads, ...
 
 typedef struct {
     PipelineCore core;  // (its xs: the step's inputs on the host, for the embedding backward's index)
     GPTGPU *model;
-    ZeroGPU *zero;
+    Zero *zero;
     GPUActs *eval;  // (v): one micro-batch's forward per chunk, for evaluation and sampling (several stages)
 } PipelineGPU;
 
@@ -68,7 +68,7 @@ static void ppg_backward(void *ctx, void *slot) { gpu_stage_backward(((PipelineG
 static void ppg_weights(void *ctx, void *slot) {
     gpu_stage_backward_weights(((PipelineGPU *)ctx)->model, (GPUActs *)slot);
 }
-static void ppg_begin_pass(void *ctx, int last) { zero_gpu_begin_pass(((PipelineGPU *)ctx)->zero, last); }
+static void ppg_begin_pass(void *ctx, int last) { zero_begin_pass(((PipelineGPU *)ctx)->zero, last); }
 static void *ppg_buffer(void *slot, PPBuffer which) {
     GPUActs *a = (GPUActs *)slot;
     switch (which) {
@@ -99,7 +99,7 @@ static void ppg_sync(void *ctx) { CUDA_CHECK(cudaStreamSynchronize(((PipelineGPU
 // one stage: the whole model with its activations), its weights set; zero:
 // its ZeRO layer over the device data group. layout: the stages' layers
 // (pp_layout_init's; taken over). fuse: the backend pairs messages by order (NCCL).
-static void pipeline_gpu_init(PipelineGPU *pp, GPTGPU *model, ZeroGPU *zero, Comm *comm, CommGroup *dev_groups,
+static void pipeline_gpu_init(PipelineGPU *pp, GPTGPU *model, Zero *zero, Comm *comm, CommGroup *dev_groups,
                               PPLayout layout, PPKind kind, int fuse, int B, int T, float dloss,
                               const char *trace_path) {
     memset(pp, 0, sizeof(*pp));
@@ -139,7 +139,7 @@ static void pipeline_gpu_sync_tied(PipelineGPU *pp) {
 // ((m, B*T) each, host), uploaded at once; returns the sum of the
 // micro-batches' mean losses (every rank; the last stage reads them back once).
 static float pipeline_gpu_step(PipelineGPU *pp, const int *xs, const int *ys, int m) {
-    zero_gpu_begin_step(pp->zero);
+    zero_begin_step(pp->zero);
     gpu_gpt_upload_tokens(pp->model, xs, ys, m);
     pipeline_core_step(&pp->core, xs, ys, m);
     return pipeline_share_loss(&pp->core, pp->core.last ? gpu_gpt_step_loss(pp->model, m) : 0.0);
@@ -156,19 +156,19 @@ __global__ void ppg_add_kernel(float *dst, const float *src, int64_t n) {
 static float pipeline_gpu_finish_grads(PipelineGPU *pp) {
     NVTX_RANGE("reduce_grads");
     GPTGPU *m = pp->model;
-    zero_gpu_complete(pp->zero);
-    zero_gpu_tp_sum_replicated(pp->zero);
+    zero_wait_grads(pp->zero);
+    zero_tp_sum_replicated(pp->zero);
     int64_t plo, phi;
     if (pipeline_tie_grads(&pp->core, m->tied_dwte, pp->zero->stage, &plo, &phi)) {
         int64_t zlo, zhi;
-        float *g = zero_gpu_reduced_grads(pp->zero, plo, phi, &zlo, &zhi);
+        float *g = zero_reduced_grads(pp->zero, plo, phi, &zlo, &zhi);
         if (zhi > zlo) {
             launch_kernel(ppg_add_kernel, ceil_div_int(zhi - zlo, 256), 256, 0, m->stream, g + zlo,
                           pp->core.wte_piece + (zlo - plo), zhi - zlo);
             CUDA_CHECK_LAUNCH();
         }
     }
-    double ss = zero_gpu_grad_sumsq_owned(pp->zero);
+    double ss = zero_grad_sumsq_owned(pp->zero);
     comm_all_reduce(pp->core.host_world, &ss, 1, COMM_F64);
     return (float)sqrt(ss);
 }

@@ -17,7 +17,7 @@
 #include "pp_schedule.h"           // defines: PPKind
 #include "recompute.h"             // defines: RecomputePolicy
 #include "utils.h"                 // defines: mallocCheck
-#include "zero_shard.h"            // defines: ShardMap, shard_map_init, zero_memory
+#include "zero_shard.h"            // defines: ShardMap, shard_map_init, shard_memory
 
 // One rank's place in the layout and its micro-batch.
 typedef struct {
@@ -53,7 +53,7 @@ static RankMemory cpu_rank_memory(const GPTConfig *cfg, const RankPlace *p) {
     param_layout_init_held(&pl, cfg, &holding, p->tp, p->tp_rank);
     ShardMap sm;
     shard_map_init(&sm, pl.num_elements, p->dp_rank, p->dp);
-    ZeroMemory zm = zero_memory(p->zero, &sm, 4, 4, 8);
+    ZeroMemory zm = shard_memory(p->zero, &sm, 4, 4, 8);
     RankMemory m = {zm.params, zm.grads, zm.optimizer, 0, 0, 0};
     if (p->zero >= 2) m.transient = 4.0 * (double)(sm.num_elements - sm.shard);
     if (p->zero >= 3) {

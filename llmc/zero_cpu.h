@@ -1,17 +1,21 @@
-// zero_cpu.h: data parallelism with ZeRO-0/1/2/3 sharded AdamW for the CPU
-// trainer (gpt_cpu.h), acting only through the model's GPTHooks.
+// zero_cpu.h: data parallelism with ZeRO-0/1/2/3 for the CPU trainer
+// (gpt_cpu.h): the CPU backend of the ZeRO verbs (zero_shard.h lists them).
+// The model owns its sharded weights, gradients and AdamW state and updates
+// them (gpt_cpu.h's gpt_update); this layer decides what is reduced and
+// gathered when, and moves the data, acting only through the model's GPTHooks.
 //
 //   --zero 0: gradients all-reduced; every rank keeps the full AdamW state.
 //   --zero 1: gradients reduce-scattered (in place) on the last micro-step;
 //             each rank updates its shard (zero_shard.h) of the fp32 weights with
 //             its shard of m and v, then the weights are all-gathered.
 //   --zero 2: as 1, but every micro-step's gradients are reduce-scattered into
-//             the rank's gradient shard, and the full gradient of a bucket is
+//             the model's gradient shard, and the full gradient of a bucket is
 //             released (its pages handed back to the OS) once reduced.
 //   --zero 3: as 2, and the weights are sharded too: a segment's weights are
-//             all-gathered before the forward or backward reads them
-//             (GPTHooks.params_needed) and released when the pass moves on;
-//             the next segment's gather runs while this one computes.
+//             all-gathered from the model's shard before the forward or
+//             backward reads them (GPTHooks.params_needed) and released when
+//             the pass moves on; the next segment's gather runs while this one
+//             computes.
 //
 // Overlap: a segment's gradient reduction starts in GPTHooks.grads_ready, as
 // soon as its backward is done, while the backward goes on with the segments
@@ -31,14 +35,12 @@
 #ifndef LLMC_ZERO_CPU_H
 #define LLMC_ZERO_CPU_H
 
-#include <math.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "ckpt_stage.h"  // defines: ckpt_stage_chunks, ckpt_stage_chunk
 #include "comm.h"        // defines: CommRequest, CommGroup, comm_wait, comm_test, ...
 #include "gpt_cpu.h"     // defines: GPT, gpt_zero_grad
-#include "optimizer.h"   // defines: sum_of_squares, AdamWConfig, adamw_update_range, adamw_update_staged, ...
+#include "optimizer.h"   // defines: sum_of_squares
 #include "zero_shard.h"  // defines: ShardMap, shard_piece, shard_counts, shard_clip, ...
 
 #define ZERO_SLOTS 2  // staging buffers for accumulating reduce-scatters (ZeRO-2/3 with accumulation)
@@ -49,46 +51,34 @@ typedef struct {
     CommRequest req;
 } ZeroBucket;
 
-// A checkpoint's staging copy the next update makes of [lo, hi) (ckpt_stage.h's layout, crcs: its chunks' CRC32Cs).
-typedef struct {
-    float *staging;
-    int64_t lo, hi;
-    uint32_t *crcs;
-} ZeroStaged;
-
 typedef struct {
     GPT *model;
-    CommGroup *dp;          // the data-parallel group
+    CommGroup *dp;          // the data-parallel group (data x context: the ranks that hold the same parameters)
     int stage;
     ShardMap map;           // over the model's flat buffer (what this rank holds of the model)
     int64_t bucket_elems;
     int num_segments;       // L + 2 (the held ones are the model's layout's)
-    float *m, *v;           // AdamW state: N elements (stage 0) or S (stage >= 1), indexed from map.begin
-    float *grad_shard;      // stage >= 1: this rank's reduced gradient (stage 1: its range of model->grads)
-    float *param_shard;     // stage 3: this rank's weights (the master copy), S elements
     int reduce_now;         // this pass's gradients are reduced
     unsigned char *reduced; // stage >= 2: (num_segments) the segment's gradients were reduced this step
-    ZeroBucket *inflight;
+    ZeroBucket *inflight;   // reductions started and not yet seen complete
     int num_inflight, cap_inflight;
+    size_t *counts;         // scratch: dp->size counts
     float *slots[ZERO_SLOTS];
     int slot_busy[ZERO_SLOTS];
     unsigned char *resident;  // stage 3: (num_segments) segment s is gathered in model->params
     int prefetch_segment;   // stage 3: the segment being gathered ahead (-1: none)
     CommRequest prefetch_req;
-    size_t *counts;         // scratch: dp->size counts
-    ZeroStaged *staged;     // the next update's staging copies (zero_ckpt_stage_in_update), sorted by lo
-    int num_staged, cap_staged;
 } Zero;
 
 // ---------------------------------------------------------------------------
 // gradient buckets
 
-static inline void zero_complete(Zero *z, ZeroBucket *b) {
+static inline void zero_cpu_bucket_done(Zero *z, ZeroBucket *b) {
     comm_wait(&b->req);
     if (b->slot >= 0) {
         int64_t plo, phi;
         shard_piece(&z->map, b->lo, b->hi, &plo, &phi);
-        float *dst = z->grad_shard + (plo - z->map.begin), *src = z->slots[b->slot];
+        float *dst = z->model->grad_shard + (plo - z->map.begin), *src = z->slots[b->slot];
         for (int64_t i = 0; i < phi - plo; i++) dst[i] += src[i];
         z->slot_busy[b->slot] = 0;
     }
@@ -96,17 +86,17 @@ static inline void zero_complete(Zero *z, ZeroBucket *b) {
 }
 
 // Completes the finished buckets (or, with block, all of them), keeping order.
-static inline void zero_progress(Zero *z, int block) {
+static inline void zero_cpu_progress(Zero *z, int block) {
     int kept = 0;
     for (int i = 0; i < z->num_inflight; i++) {
         ZeroBucket *b = &z->inflight[i];
-        if (block || comm_test(&b->req)) zero_complete(z, b);
+        if (block || comm_test(&b->req)) zero_cpu_bucket_done(z, b);
         else z->inflight[kept++] = *b;
     }
     z->num_inflight = kept;
 }
 
-static inline int zero_take_slot(Zero *z) {
+static inline int zero_cpu_take_slot(Zero *z) {
     for (;;) {
         for (int s = 0; s < ZERO_SLOTS; s++) {
             if (!z->slot_busy[s]) { z->slot_busy[s] = 1; return s; }
@@ -114,7 +104,7 @@ static inline int zero_take_slot(Zero *z) {
         // every slot is busy: finish the oldest bucket that holds one
         for (int i = 0; i < z->num_inflight; i++) {
             if (z->inflight[i].slot < 0) continue;
-            zero_complete(z, &z->inflight[i]);
+            zero_cpu_bucket_done(z, &z->inflight[i]);
             memmove(&z->inflight[i], &z->inflight[i + 1], sizeof(ZeroBucket) * (size_t)(z->num_inflight - i - 1));
             z->num_inflight--;
             break;
@@ -123,7 +113,7 @@ static inline int zero_take_slot(Zero *z) {
 }
 
 // Starts reducing [lo, hi); overwrite (stages 2, 3): the result replaces the shard's rather than adds to it.
-static inline void zero_launch(Zero *z, int64_t lo, int64_t hi, int overwrite) {
+static inline void zero_cpu_launch(Zero *z, int64_t lo, int64_t hi, int overwrite) {
     if (z->num_inflight == z->cap_inflight) {
         z->cap_inflight = z->cap_inflight ? 2 * z->cap_inflight : 16;
         z->inflight = (ZeroBucket *)realloc(z->inflight, sizeof(ZeroBucket) * (size_t)z->cap_inflight);
@@ -137,9 +127,9 @@ static inline void zero_launch(Zero *z, int64_t lo, int64_t hi, int overwrite) {
         int64_t plo, phi;
         shard_piece(&z->map, lo, hi, &plo, &phi);
         // stage 1: in place, the piece stays at its place in the full gradient
-        float *recv = z->stage == 1 ? grads + plo : z->grad_shard + (phi > plo ? plo - z->map.begin : 0);
+        float *recv = z->stage == 1 ? grads + plo : z->model->grad_shard + (phi > plo ? plo - z->map.begin : 0);
         if (z->stage >= 2 && !overwrite && phi > plo) {
-            b.slot = zero_take_slot(z);
+            b.slot = zero_cpu_take_slot(z);
             recv = z->slots[b.slot];
         }
         shard_counts(&z->map, lo, hi, z->counts);
@@ -149,7 +139,7 @@ static inline void zero_launch(Zero *z, int64_t lo, int64_t hi, int overwrite) {
 }
 
 // A segment's gradients of this pass are complete: its reduction starts, bucket by bucket.
-static void zero_grads_ready(void *ctx, int segment) {
+static void zero_cpu_grads_ready(void *ctx, int segment) {
     Zero *z = (Zero *)ctx;
     if (!z->reduce_now) return;
     comm_test_fault(z->dp->comm);  // (tests only: LLMC_TEST_FAULT)
@@ -157,44 +147,44 @@ static void zero_grads_ready(void *ctx, int segment) {
     param_segment_range(&z->model->layout, segment, &lo, &hi);
     int overwrite = z->stage >= 2 && !z->reduced[segment];
     if (z->stage >= 2) z->reduced[segment] = 1;
-    for (int64_t b = lo; b < hi; b += z->bucket_elems) zero_launch(z, b, shard_clip(b + z->bucket_elems, hi), overwrite);
-    zero_progress(z, 0);
+    for (int64_t b = lo; b < hi; b += z->bucket_elems) zero_cpu_launch(z, b, shard_clip(b + z->bucket_elems, hi), overwrite);
+    zero_cpu_progress(z, 0);
 }
 
 // ---------------------------------------------------------------------------
 // ZeRO-3 parameter segments
 
-static inline CommRequest zero_gather_start(Zero *z, int s) {
+static inline CommRequest zero_cpu_gather_start(Zero *z, int s) {
     int64_t lo, hi, plo, phi;
     param_segment_range(&z->model->layout, s, &lo, &hi);
     shard_piece(&z->map, lo, hi, &plo, &phi);
     shard_counts(&z->map, lo, hi, z->counts);
-    const float *mine = z->param_shard + (phi > plo ? plo - z->map.begin : 0);
+    const float *mine = z->model->param_shard + (phi > plo ? plo - z->map.begin : 0);
     return comm_all_gather_start(z->dp, mine, z->model->params + lo, z->counts, COMM_F32);
 }
 
 // Completes the prefetched segment's gather, if one is in flight.
-static inline void zero_finish_prefetch(Zero *z) {
+static inline void zero_cpu_finish_prefetch(Zero *z) {
     if (z->prefetch_segment < 0) return;
     comm_wait(&z->prefetch_req);
     z->resident[z->prefetch_segment] = 1;
     z->prefetch_segment = -1;
 }
 
-static inline void zero_gather_segment(Zero *z, int s) {
+static inline void zero_cpu_gather_segment(Zero *z, int s) {
     if (z->resident[s]) return;
     if (z->prefetch_segment == s) {
-        zero_finish_prefetch(z);
+        zero_cpu_finish_prefetch(z);
         return;
     }
-    zero_finish_prefetch(z);
-    CommRequest r = zero_gather_start(z, s);
-    zero_progress(z, 0);
+    zero_cpu_finish_prefetch(z);
+    CommRequest r = zero_cpu_gather_start(z, s);
+    zero_cpu_progress(z, 0);
     comm_wait(&r);
     z->resident[s] = 1;
 }
 
-static inline void zero_release_segment(Zero *z, int s) {
+static inline void zero_cpu_release_segment(Zero *z, int s) {
     if (!z->resident[s]) return;
     int64_t lo, hi;
     param_segment_range(&z->model->layout, s, &lo, &hi);
@@ -205,66 +195,60 @@ static inline void zero_release_segment(Zero *z, int s) {
 // Segment s is made resident; the others are released, but for the embeddings
 // in a forward (the classifier reads wte at its end) and a segment being
 // gathered ahead. Only gradients (a split backward's weight gradients): nothing to gather.
-static void zero_params_needed(void *ctx, int segment, HookUse use) {
+static void zero_cpu_params_needed(void *ctx, int segment, HookUse use) {
     Zero *z = (Zero *)ctx;
     if (use == HOOK_GRADS) return;
     for (int s = 0; s < z->num_segments; s++) {
         if (s == segment || s == z->prefetch_segment || (use == HOOK_FORWARD && s == 0)) continue;
-        zero_release_segment(z, s);
+        zero_cpu_release_segment(z, s);
     }
-    zero_gather_segment(z, segment);
+    zero_cpu_gather_segment(z, segment);
 }
 
 // The pass needs segment s next: its gather starts (one at a time), overlapping this one's compute.
-static void zero_prefetch(void *ctx, int s) {
+static void zero_cpu_prefetch(void *ctx, int s) {
     Zero *z = (Zero *)ctx;
     if (z->resident[s] || z->prefetch_segment >= 0) return;
-    z->prefetch_req = zero_gather_start(z, s);
+    z->prefetch_req = zero_cpu_gather_start(z, s);
     z->prefetch_segment = s;
 }
 
 // ---------------------------------------------------------------------------
-// public API
+// the ZeRO verbs (zero_shard.h)
 
-// Takes over the model's hooks (and, for stages 2 and 3, its gradient and
-// parameter buffers). The model's weights must be initialised, identically on
+// Takes over the model's hooks. The model was made with zero_sharding(stage,
+// dp->rank, dp->size) and its weights set (gpt_shard_params), identically on
 // every rank of the data group. bucket_mb: the size of one gradient reduction.
-static inline void zero_init(Zero *z, GPT *model, Comm *comm, int stage, double bucket_mb) {
+static inline void zero_init(Zero *z, GPT *model, CommGroup *dp, int stage, double bucket_mb) {
     memset(z, 0, sizeof(*z));
     CHECK(stage >= 0 && stage <= 3, "ZeRO stage %d", stage);
+    CHECK(model->sharding.stage == stage && model->sharding.world == (stage >= 1 ? dp->size : 1),
+          "the model is sharded for ZeRO-%d over %d ranks, not ZeRO-%d over %d", model->sharding.stage,
+          model->sharding.world, stage, dp->size);
     z->model = model;
-    z->dp = comm_group(comm, COMM_REPLICA);  // (the ranks that hold the same parameters: data x context)
+    z->dp = dp;
     z->stage = stage;
-    int64_t n = model->layout.num_elements;
-    shard_map_init(&z->map, n, z->dp->rank, z->dp->size);
+    shard_map_init(&z->map, model->layout.num_elements, dp->rank, dp->size);
     z->bucket_elems = zero_bucket_elems(bucket_mb);
     z->num_segments = param_num_segments(&model->layout);
-    z->counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)z->dp->size);
-    int64_t state = stage >= 1 ? z->map.shard : n;
-    z->m = (float *)callocCheck((size_t)state, sizeof(float));
-    z->v = (float *)callocCheck((size_t)state, sizeof(float));
+    z->counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)dp->size);
     z->reduced = (unsigned char *)callocCheck((size_t)z->num_segments, 1);
-    if (stage == 1) z->grad_shard = model->grads + z->map.begin;
-    if (stage >= 2) z->grad_shard = (float *)callocCheck((size_t)z->map.shard, sizeof(float));
     if (stage >= 2) {
         int64_t slot = z->bucket_elems < z->map.shard ? z->bucket_elems : z->map.shard;
         for (int s = 0; s < ZERO_SLOTS; s++) z->slots[s] = (float *)mallocCheck(sizeof(float) * (size_t)slot);
     }
-    if (stage == 3) {  // the weights live in param_shard; the model's buffer holds only what is gathered
-        z->param_shard = (float *)callocCheck((size_t)z->map.shard, sizeof(float));
-        memcpy(z->param_shard, model->params + z->map.begin, sizeof(float) * (size_t)(z->map.end - z->map.begin));
-        release_range(model->params, 0, n);
+    if (stage == 3) {
         z->resident = (unsigned char *)callocCheck((size_t)z->num_segments, 1);
         z->prefetch_segment = -1;
     }
     model->hooks.ctx = z;
-    model->hooks.grads_ready = zero_grads_ready;
-    model->hooks.params_needed = stage == 3 ? zero_params_needed : NULL;
-    model->hooks.prefetch = stage == 3 ? zero_prefetch : NULL;
+    model->hooks.grads_ready = zero_cpu_grads_ready;
+    model->hooks.params_needed = stage == 3 ? zero_cpu_params_needed : NULL;
+    model->hooks.prefetch = stage == 3 ? zero_cpu_prefetch : NULL;
 }
 
 // The memory this rank holds (zero_shard.h's formula; fp32 params are the master copy).
-static inline ZeroMemory zero_cpu_memory(const Zero *z) { return zero_memory(z->stage, &z->map, 4, 4, 8); }
+static inline ZeroMemory zero_memory(const Zero *z) { return shard_memory(z->stage, &z->map, 4, 4, 8); }
 
 // Before the first pass of an optimizer step.
 static inline void zero_begin_step(Zero *z) {
@@ -279,9 +263,12 @@ static inline void zero_begin_step(Zero *z) {
 // whether this pass's gradients are reduced (last: the step's last
 // micro-batch of the segments the pass covers).
 static inline void zero_begin_pass(Zero *z, int last) {
-    zero_progress(z, 1);
+    zero_cpu_progress(z, 1);
     z->reduce_now = z->stage >= 2 || last;
 }
+
+// Completes every reduction in flight.
+static inline void zero_wait_grads(Zero *z) { zero_cpu_progress(z, 1); }
 
 // Where this rank's reduced gradient of [lo, hi) is, once zero_wait_grads
 // completed the reductions: the whole range at stage 0 (*plo = lo), else its
@@ -292,11 +279,8 @@ static inline float *zero_reduced_grads(Zero *z, int64_t lo, int64_t hi, int64_t
         return z->model->grads;
     }
     shard_piece(&z->map, lo, hi, plo, phi);
-    return z->grad_shard - z->map.begin;
+    return z->model->grad_shard - z->map.begin;
 }
-
-// Completes every reduction in flight.
-static inline void zero_wait_grads(Zero *z) { zero_progress(z, 1); }
 
 // Tensor parallel with sequence parallel: each rank's gradients of the
 // replicated tensors (LayerNorms, the biases added after a reduction, wpe)
@@ -321,7 +305,7 @@ static inline double zero_grad_sumsq_owned(Zero *z) {
     const GPT *m = z->model;
     if (z->stage == 0 && z->dp->rank != 0) return 0.0;
     int64_t lo = z->stage == 0 ? 0 : z->map.begin, hi = z->stage == 0 ? z->map.num_elements : z->map.end;
-    const float *g = z->stage == 0 ? m->grads : z->grad_shard - z->map.begin;
+    const float *g = zero_reduced_grads(z, lo, hi, &lo, &hi);
     if (m->tp.size == 1) return sum_of_squares(g + lo, hi - lo);
     double ss = 0.0;
     for (int t = 0; t < m->layout.num_tensors; t++) {
@@ -333,136 +317,38 @@ static inline double zero_grad_sumsq_owned(Zero *z) {
     return ss;
 }
 
-// After the last backward: completes every reduction; returns the global
-// gradient norm (of the mean gradient), the squares summed over `all` (every rank).
-static inline float zero_finish_grads(Zero *z, CommGroup *all) {
-    zero_wait_grads(z);
-    zero_tp_sum_replicated(z);
-    double ss = zero_grad_sumsq_owned(z);
-    comm_all_reduce(all, &ss, 1, COMM_F64);
-    return (float)sqrt(ss);
-}
-
-// AdamW on [lo, hi) of what this rank updates (begin: where its m and v
-// start), its results also into staging when given (adamw_update_staged).
-static inline void zero_adamw(Zero *z, int64_t begin, int64_t lo, int64_t hi, const AdamWConfig *ac, float grad_scale,
-                              const ZeroStaged *staged) {
-    GPT *m = z->model;
-    if (hi <= lo) return;
-    float *params = z->stage == 3 ? z->param_shard - begin : m->params;
-    float *grads = z->stage == 0 ? m->grads : z->grad_shard + (lo - begin);
-    int flags = z->stage == 0 ? ADAMW_ZERO_GRADS : ADAMW_GRADS_LOCAL;
-    float *mm = z->m + (lo - begin), *vv = z->v + (lo - begin);
-    if (staged)
-        adamw_update_staged(&m->layout, params, grads, flags, mm, vv, lo, hi, ac, grad_scale, staged->staging,
-                            staged->crcs);
-    else
-        adamw_update_range(&m->layout, params, grads, flags, mm, vv, lo, hi, ac, grad_scale);
-}
-
-// AdamW on this rank's shard (all of it at stage 0), with the staging copies
-// asked for (zero_ckpt_stage_in_update), then the weights are made whole
-// again (stages 1, 2) or left sharded (stage 3).
-static inline void zero_optimizer_step(Zero *z, const AdamWConfig *ac, float grad_scale) {
-    GPT *m = z->model;
-    const ParamLayout *pl = &m->layout;
-    const ShardMap *sm = &z->map;
-    const int64_t begin = z->stage == 0 ? 0 : sm->begin, end = z->stage == 0 ? sm->num_elements : sm->end;
-    int64_t at = begin;
-    for (int k = 0; k < z->num_staged; k++) {  // (the ranges between the staged ones: the update alone)
-        zero_adamw(z, begin, at, z->staged[k].lo, ac, grad_scale, NULL);
-        zero_adamw(z, begin, z->staged[k].lo, z->staged[k].hi, ac, grad_scale, &z->staged[k]);
-        at = z->staged[k].hi;
-    }
-    zero_adamw(z, begin, at, end, ac, grad_scale, NULL);
-    z->num_staged = 0;
+// After the model's update of its shard (gpt_update): every rank's weights
+// made current again: stages 1 and 2 all-gather the updated weights into
+// every rank's whole buffer; stage 3 drops the segments gathered before the
+// update (each is gathered again when next needed).
+static inline void zero_gather_params(Zero *z) {
     if (z->stage == 0) return;
     if (z->stage == 3) {
-        zero_finish_prefetch(z);  // (its data predate the update)
+        zero_cpu_finish_prefetch(z);  // (its data predate the update)
         for (int s = 0; s < z->num_segments; s++)
-            if (param_segment_held(pl, s)) zero_release_segment(z, s);
+            if (param_segment_held(&z->model->layout, s)) zero_cpu_release_segment(z, s);
         return;
     }
-    int64_t n = sm->num_elements, chunks = ceil_div_i64(n, z->bucket_elems);
+    int64_t n = z->map.num_elements, chunks = ceil_div_i64(n, z->bucket_elems);
     CommRequest *reqs = (CommRequest *)mallocCheck(sizeof(CommRequest) * (size_t)chunks);
     for (int64_t c = 0; c < chunks; c++) {
         int64_t lo = c * z->bucket_elems, hi = shard_clip(lo + z->bucket_elems, n);
-        shard_counts(sm, lo, hi, z->counts);
-        reqs[c] = comm_all_gather_start(z->dp, NULL, m->params + lo, z->counts, COMM_F32);
+        shard_counts(&z->map, lo, hi, z->counts);
+        reqs[c] = comm_all_gather_start(z->dp, NULL, z->model->params + lo, z->counts, COMM_F32);
     }
     comm_wait_all(reqs, (int)chunks);
     free(reqs);
 }
 
-// Makes model->params whole on every rank (stage 3 gathers every segment; the
-// next training forward releases them again).
-static inline void zero_gather_params(Zero *z) {
-    if (z->stage < 3) return;
-    for (int s = 0; s < z->num_segments; s++)
-        if (param_segment_held(&z->model->layout, s)) zero_gather_segment(z, s);
-}
-
-// Checkpoints (checkpoint.h): where the fp32 weights and the AdamW moments
-// live, as pointers indexed like the flat buffer (valid over what this rank holds).
-static inline void zero_state_views(Zero *z, float *views[3]) {
-    views[0] = z->stage == 3 ? z->param_shard - z->map.begin : z->model->params;
-    views[1] = z->stage >= 1 ? z->m - z->map.begin : z->m;
-    views[2] = z->stage >= 1 ? z->v - z->map.begin : z->v;
-}
-
-// Copies [lo, hi) of the weights, m and v, one after the other, into
-// staging (ckpt_stage.h's chunks, their CRC32Cs into crcs unless NULL),
-// the chunks shared by the threads of the calling one's team: the
-// training threads at the step boundary, where they are idle, or the
-// checkpoint writer alone. Taken one at a time: a thread that loses its
-// core (a shared machine) holds the others back by one chunk at most.
-static inline void zero_ckpt_stage(Zero *z, float *staging, int64_t lo, int64_t hi, uint32_t *crcs) {
-    float *views[3];
-    zero_state_views(z, views);
-    const float *src[3] = {views[0] + lo, views[1] + lo, views[2] + lo};
-    const int64_t chunks = ckpt_stage_chunks(hi - lo);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t k = 0; k < chunks; k++) ckpt_stage_chunk(staging, src, hi - lo, k, crcs);
-}
-
-// The next zero_optimizer_step also writes its results over [lo, hi) (of
-// what this rank updates; after the ranges asked for before it) into staging
-// as zero_ckpt_stage would copy them, with their chunks' CRC32Cs into crcs
-// unless NULL: a checkpoint due after that update costs its stores alone.
-static inline void zero_ckpt_stage_in_update(Zero *z, float *staging, int64_t lo, int64_t hi, uint32_t *crcs) {
-    if (hi <= lo) return;
-    CHECK(z->num_staged == 0 || z->staged[z->num_staged - 1].hi <= lo, "staging ranges out of order");
-    if (z->num_staged == z->cap_staged) {
-        z->cap_staged = z->cap_staged ? 2 * z->cap_staged : 4;
-        z->staged = (ZeroStaged *)reallocCheck(z->staged, sizeof(ZeroStaged) * (size_t)z->cap_staged);
-    }
-    z->staged[z->num_staged++] = (ZeroStaged){staging, lo, hi, crcs};
-}
-
-// Installs the states over holds[s] (what this rank holds, a range of its
-// flat buffer) from states[s].
-static inline void zero_ckpt_load(Zero *z, float *const states[3], const int64_t holds[3][2]) {
-    float *views[3];
-    zero_state_views(z, views);
-    for (int s = 0; s < 3; s++)
-        memcpy(views[s] + holds[s][0], states[s], sizeof(float) * (size_t)(holds[s][1] - holds[s][0]));
-}
-
 static inline void zero_free(Zero *z) {
-    GPT *m = z->model;
-    zero_progress(z, 1);
-    if (z->stage == 3) zero_finish_prefetch(z);
-    memset(&m->hooks, 0, sizeof(m->hooks));
+    zero_cpu_progress(z, 1);
+    if (z->stage == 3) zero_cpu_finish_prefetch(z);
+    memset(&z->model->hooks, 0, sizeof(z->model->hooks));
     for (int s = 0; s < ZERO_SLOTS; s++) free(z->slots[s]);
-    free(z->m);
-    free(z->v);
-    if (z->stage >= 2) free(z->grad_shard);
-    free(z->param_shard);
     free(z->resident);
     free(z->reduced);
     free(z->inflight);
     free(z->counts);
-    free(z->staged);
     memset(z, 0, sizeof(*z));
 }
 

@@ -1,8 +1,9 @@
 // zero_gpu.cuh: data parallelism with ZeRO 0-3 for the GPU trainer
-// (gpt_gpu.cuh), over a device data group (comm_nccl.cuh or comm_staged.cuh)
-// and its host group (comm.h: scalars and the final weights). Like zero_cpu.h
-// for the CPU trainer, it acts only through the model's GPTHooks; the model
-// holds the buffers of its sharding (gpt_gpu.cuh's GPUSharding).
+// (gpt_gpu.cuh), over a device data group (comm_nccl.cuh or comm_staged.cuh):
+// the GPU backend of the ZeRO verbs (zero_shard.h lists them). The model owns
+// its sharded weights, gradients and AdamW state and updates them
+// (gpt_gpu.cuh's gpu_gpt_update); this layer decides what is reduced and
+// gathered when, and moves the data, acting only through the model's GPTHooks.
 //
 //   --zero 0: the fp32 gradients are all-reduced in place; every rank holds
 //             everything and updates all of it.
@@ -42,60 +43,59 @@
 
 #include "comm.h"        // defines: CommRequest, CommGroup, comm_wait, comm_test, ...
 #include "gpt_gpu.cuh"   // defines: GPTGPU, GPU_PARAM_SLOTS, gpu_shard_grads, segment_slot, ...
-#include "zero_shard.h"  // defines: ShardMap, ZeroMemory, zero_memory, shard_clip, ...
+#include "zero_shard.h"  // defines: ShardMap, ZeroMemory, shard_memory, shard_clip, ...
 
 typedef struct {
     int segment;      // whose gradients it reduces
     CommRequest req;
-} ZeroGPUReduction;
+} ZeroReduction;
 
 typedef struct {
     GPTGPU *model;
-    CommGroup *dp;        // device data group
-    CommGroup *host_dp;   // the same ranks on host buffers
+    CommGroup *dp;        // device data group (data x context: the ranks that hold the same parameters)
     int stage;
     ShardMap map;         // this rank's shard of the flat buffer (the model's, at stage >= 1)
     int64_t bucket_elems;
     int num_segments;
     int reduce_now;       // this pass's gradients are reduced
-    ZeroGPUReduction *inflight;  // reductions started and not yet seen complete
-    int num_inflight, cap_inflight;
     unsigned char *reduced;      // stage 2+: (num_segments) reduced into the shard already this step
+    ZeroReduction *inflight;     // reductions started and not yet seen complete
+    int num_inflight, cap_inflight;
+    size_t *counts;       // scratch: dp->size counts
     unsigned char *needs_clear;  // stage 2+: (num_segments) the buffer holds reduced gradients, to clear before a write
     int *grad_slot_segment;      // stage 2+: (grad slots) the segment whose gradients each slot holds (-1: none)
     int param_slot_segment[GPU_PARAM_SLOTS];  // stage 3: the segment whose weights each slot holds (-1: none)
     CommRequest *gather;  // stage 3: (num_segments) each segment's last all-gather
     uint64_t *gathered;   // stage 3: (num_segments) model->params_version + 1 of the weights there; 0: none
-    size_t *counts;       // scratch: dp->size counts
-} ZeroGPU;
+} Zero;
 
-static inline int zero_gpu_is_layer(const ZeroGPU *z, int s) { return s >= 1 && s <= z->num_segments - 2; }
+static inline int zero_gpu_is_layer(const Zero *z, int s) { return s >= 1 && s <= z->num_segments - 2; }
 
 // The memory this rank holds (zero_shard.h's formula): floatX weights, fp32
 // gradients, fp32 master weights + AdamW m, v; the model's segment buffers
 // and slots (stages 2 and 3) come on top (model->mem.segment_buffers).
-static inline ZeroMemory zero_gpu_memory(const ZeroGPU *z) {
-    return zero_memory(z->stage, &z->map, sizeof(floatX), sizeof(float), 3 * sizeof(float));
+static inline ZeroMemory zero_memory(const Zero *z) {
+    return shard_memory(z->stage, &z->map, sizeof(floatX), sizeof(float), 3 * sizeof(float));
 }
 
 // Completes every reduction started so far (host wait).
-static inline void zero_gpu_complete(ZeroGPU *z) {
+static inline void zero_wait_grads(Zero *z) {
     for (int i = 0; i < z->num_inflight; i++) comm_wait(&z->inflight[i].req);
     z->num_inflight = 0;
 }
 
 // Forgets the reductions already complete (without waiting).
-static inline void zero_gpu_prune(ZeroGPU *z) {
+static inline void zero_gpu_prune(Zero *z) {
     int kept = 0;
     for (int i = 0; i < z->num_inflight; i++)
         if (!comm_test(&z->inflight[i].req)) z->inflight[kept++] = z->inflight[i];
     z->num_inflight = kept;
 }
 
-static inline void zero_gpu_track(ZeroGPU *z, int segment, CommRequest req) {
+static inline void zero_gpu_track(Zero *z, int segment, CommRequest req) {
     if (z->num_inflight == z->cap_inflight) {
         z->cap_inflight = z->cap_inflight ? 2 * z->cap_inflight : 64;
-        z->inflight = (ZeroGPUReduction *)realloc(z->inflight, sizeof(ZeroGPUReduction) * (size_t)z->cap_inflight);
+        z->inflight = (ZeroReduction *)realloc(z->inflight, sizeof(ZeroReduction) * (size_t)z->cap_inflight);
         CHECK(z->inflight != NULL, "out of memory");
     }
     z->inflight[z->num_inflight].segment = segment;
@@ -104,12 +104,12 @@ static inline void zero_gpu_track(ZeroGPU *z, int segment, CommRequest req) {
 }
 
 // The compute stream waits (on the device) for the reductions out of segment s's buffer.
-static inline void zero_gpu_wait_segment(ZeroGPU *z, int s) {
+static inline void zero_gpu_wait_segment(Zero *z, int s) {
     for (int i = 0; i < z->num_inflight; i++)
         if (z->inflight[i].segment == s) comm_stream_wait(&z->inflight[i].req, z->model->stream);
 }
 
-__global__ void zero_add_kernel(float *dst, const float *src, int64_t n) {
+__global__ void zero_gpu_add_kernel(float *dst, const float *src, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] += src[i];
 }
@@ -119,7 +119,7 @@ __global__ void zero_add_kernel(float *dst, const float *src, int64_t n) {
 
 // Starts the reduction of segment s's gradients, bucket by bucket.
 static void zero_gpu_grads_ready(void *ctx, int s) {
-    ZeroGPU *z = (ZeroGPU *)ctx;
+    Zero *z = (Zero *)ctx;
     if (!z->reduce_now) return;
     comm_test_fault(z->dp->comm);  // (tests only: LLMC_TEST_FAULT)
     GPTGPU *m = z->model;
@@ -141,7 +141,7 @@ static void zero_gpu_grads_ready(void *ctx, int s) {
             if (z->stage >= 2) {
                 recv = phi > plo ? shard + plo : m->grad_shard;
                 if (accumulate && phi > plo) {
-                    launch_kernel(zero_add_kernel, ceil_div_int(phi - plo, 256), 256, 0, m->stream, g + plo,
+                    launch_kernel(zero_gpu_add_kernel, ceil_div_int(phi - plo, 256), 256, 0, m->stream, g + plo,
                                   shard + plo, phi - plo);
                     CUDA_CHECK_LAUNCH();
                 }
@@ -156,7 +156,7 @@ static void zero_gpu_grads_ready(void *ctx, int s) {
 // slot (evicting the segment there, whose gradients were reduced), and a
 // buffer that holds reduced gradients is cleared once the reductions out of
 // it are done.
-static void zero_gpu_prepare_grads(ZeroGPU *z, int s) {
+static void zero_gpu_prepare_grads(Zero *z, int s) {
     GPTGPU *m = z->model;
     if (zero_gpu_is_layer(z, s)) {
         int k = segment_slot(&m->layout, s, m->grad_segments.num_slots), old = z->grad_slot_segment[k];
@@ -180,7 +180,7 @@ static void zero_gpu_prepare_grads(ZeroGPU *z, int s) {
 // stage 3: weights by segment
 
 // Starts gathering segment s's floatX weights into its buffer or slot.
-static void zero_gpu_gather_start(ZeroGPU *z, int s) {
+static void zero_gpu_gather_start(Zero *z, int s) {
     comm_test_fault(z->dp->comm);  // (tests only: LLMC_TEST_FAULT)
     GPTGPU *m = z->model;
     comm_wait(&z->gather[s]);  // an earlier gather of s (long done)
@@ -203,12 +203,12 @@ static void zero_gpu_gather_start(ZeroGPU *z, int s) {
     z->gathered[s] = m->params_version + 1;
 }
 
-static inline int zero_gpu_current(const ZeroGPU *z, int s) { return z->gathered[s] == z->model->params_version + 1; }
+static inline int zero_gpu_current(const Zero *z, int s) { return z->gathered[s] == z->model->params_version + 1; }
 
 // Before work reading segment s's weights (gathered now unless a prefetch
 // did) or writing its gradients (stage 2+) is queued.
 static void zero_gpu_params_needed(void *ctx, int s, HookUse use) {
-    ZeroGPU *z = (ZeroGPU *)ctx;
+    Zero *z = (Zero *)ctx;
     GPTGPU *m = z->model;
     if (z->stage >= 3 && use != HOOK_GRADS) {
         if (!zero_gpu_current(z, s)) zero_gpu_gather_start(z, s);
@@ -219,17 +219,16 @@ static void zero_gpu_params_needed(void *ctx, int s, HookUse use) {
 
 // Stage 3: the pass will need segment s next: its gather starts now.
 static void zero_gpu_prefetch(void *ctx, int s) {
-    ZeroGPU *z = (ZeroGPU *)ctx;
+    Zero *z = (Zero *)ctx;
     if (!zero_gpu_current(z, s)) zero_gpu_gather_start(z, s);
 }
 
 // ---------------------------------------------------------------------------
-// public API
+// the ZeRO verbs (zero_shard.h)
 
-// Takes over the model's hooks. The model was made with gpu_sharding(stage,
+// Takes over the model's hooks. The model was made with zero_sharding(stage,
 // dp->rank, dp->size). bucket_mb: the size of one gradient reduction.
-static inline void zero_gpu_init(ZeroGPU *z, GPTGPU *model, CommGroup *dp, CommGroup *host_dp, int stage,
-                                 double bucket_mb) {
+static inline void zero_init(Zero *z, GPTGPU *model, CommGroup *dp, int stage, double bucket_mb) {
     memset(z, 0, sizeof(*z));
     CHECK(stage >= 0 && stage <= 3, "ZeRO stage %d", stage);
     CHECK(model->sharding.stage == stage && model->sharding.world == (stage >= 1 ? dp->size : 1),
@@ -237,7 +236,6 @@ static inline void zero_gpu_init(ZeroGPU *z, GPTGPU *model, CommGroup *dp, CommG
           model->sharding.world, stage, dp->size);
     z->model = model;
     z->dp = dp;
-    z->host_dp = host_dp;
     z->stage = stage;
     shard_map_init(&z->map, model->layout.num_elements, dp->rank, dp->size);
     z->bucket_elems = zero_bucket_elems(bucket_mb);
@@ -258,7 +256,7 @@ static inline void zero_gpu_init(ZeroGPU *z, GPTGPU *model, CommGroup *dp, CommG
 }
 
 // Before the first pass of an optimizer step.
-static inline void zero_gpu_begin_step(ZeroGPU *z) {
+static inline void zero_begin_step(Zero *z) {
     gpu_gpt_zero_grad(z->model);  // stages 0, 1: the whole buffer (2+: buffers are cleared before their writes)
     memset(z->reduced, 0, (size_t)z->num_segments);
 }
@@ -267,15 +265,15 @@ static inline void zero_gpu_begin_step(ZeroGPU *z) {
 // classifier adds to wte's, or a pipeline stage's backward): says whether this
 // pass's gradients are reduced (last: the step's last micro-batch of the
 // segments the pass covers; stage 2+: always).
-static inline void zero_gpu_begin_pass(ZeroGPU *z, int last) {
+static inline void zero_begin_pass(Zero *z, int last) {
     zero_gpu_prune(z);
     z->reduce_now = z->stage >= 2 || last;
 }
 
 // Tensor parallel with sequence parallel: each rank's gradients of the
 // replicated tensors cover its rows only; their reduced pieces are summed
-// over the tensor group (after zero_gpu_complete).
-static inline void zero_gpu_tp_sum_replicated(ZeroGPU *z) {
+// over the tensor group (after zero_wait_grads).
+static inline void zero_tp_sum_replicated(Zero *z) {
     GPTGPU *m = z->model;
     if (!m->tp.sp) return;
     float *g = z->stage == 0 ? m->grads : gpu_shard_grads(m);
@@ -288,11 +286,11 @@ static inline void zero_gpu_tp_sum_replicated(ZeroGPU *z) {
     }
 }
 
-// After the step's last pass (and zero_gpu_complete): this rank's part of the
+// After the step's last pass (and zero_wait_grads): this rank's part of the
 // squared gradient norm, no communication (the caller sums it over every
 // rank): its shard (at stage 0, where every data rank holds the same sums,
 // data rank 0 counts them), the replicated tensors counted on tensor rank 0 only.
-static inline double zero_gpu_grad_sumsq_owned(ZeroGPU *z) {
+static inline double zero_grad_sumsq_owned(Zero *z) {
     GPTGPU *m = z->model;
     if (z->stage == 0 && z->dp->rank != 0) return 0.0;
     return gpu_gpt_grad_sumsq(m, m->tp.size > 1 && m->tp.rank != 0);
@@ -301,7 +299,7 @@ static inline double zero_gpu_grad_sumsq_owned(ZeroGPU *z) {
 // Where this rank's reduced gradient of [lo, hi) is, once the reductions are
 // complete: the whole range at stage 0 (*plo = lo), else its shard's piece
 // [*plo, *phi); indexed like the flat buffer (device memory).
-static inline float *zero_gpu_reduced_grads(ZeroGPU *z, int64_t lo, int64_t hi, int64_t *plo, int64_t *phi) {
+static inline float *zero_reduced_grads(Zero *z, int64_t lo, int64_t hi, int64_t *plo, int64_t *phi) {
     if (z->stage == 0) {
         *plo = lo, *phi = hi;
         return z->model->grads;
@@ -312,7 +310,7 @@ static inline float *zero_gpu_reduced_grads(ZeroGPU *z, int64_t lo, int64_t hi, 
 
 // After the AdamW step on the shard: every rank gets every updated floatX
 // weight (stages 1 and 2; stage 3 gathers segments when they are next needed).
-static inline void zero_gpu_gather_weights(ZeroGPU *z) {
+static inline void zero_gather_params(Zero *z) {
     if (z->stage == 0 || z->stage == 3) return;
     NVTX_RANGE("gather_weights");
     floatX *w = z->model->params_compute;
@@ -327,8 +325,8 @@ static inline void zero_gpu_gather_weights(ZeroGPU *z) {
     free(reqs);
 }
 
-static inline void zero_gpu_free(ZeroGPU *z) {
-    zero_gpu_complete(z);
+static inline void zero_free(Zero *z) {
+    zero_wait_grads(z);
     for (int s = 0; s < z->num_segments; s++) comm_wait(&z->gather[s]);
     memset(&z->model->hooks, 0, sizeof(z->model->hooks));
     free(z->inflight);

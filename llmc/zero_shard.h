@@ -16,6 +16,32 @@
 //   stage 3: params P*S + grads G*S + O*S      (parameters sharded too)
 // CPU fp32 trainer: P = 4, G = 4, O = 8 (AdamW m + v; the fp32 params are the
 // master copy). Mixed precision: O = 12 (fp32 master copy + m + v).
+//
+// Ownership: the model (gpt_cpu.h's GPT, gpt_gpu.cuh's GPTGPU), made with a
+// ZeroSharding, owns its weights, gradients and AdamW state, sharded as its
+// stage says, and updates its shard (gpt_update, gpu_gpt_update); checkpoints
+// stage and load the model's state. The ZeRO layer only decides what is
+// reduced and gathered when, and moves the data, through the model's hooks
+// (model.h's GPTHooks). Each trainer compiles one backend, with the same
+// verbs and struct shape: zero_cpu.h (CPU, MPI) and zero_gpu.cuh (GPU, NCCL
+// or staged MPI). Both mains build the model with its sharding, set its
+// weights, then attach the ZeRO layer; the pipeline drives the step:
+//   Zero { model, dp, stage, map, bucket_elems, num_segments, reduce_now, reduced, inflight,
+//          num_inflight, cap_inflight, counts, ... }   the layer: its fields begin with these (dp:
+//                           the replica group; map: this rank's shard), the backend's follow
+//   zero_init(z, model, dp, stage, bucket_mb)   takes over the model's hooks
+//   zero_memory(z)          this rank's bytes by the formula above
+//   zero_begin_step(z)      before the step's first pass (gradients cleared as the stage needs)
+//   zero_begin_pass(z, last)  before a pass that writes gradients; last: the step's last of its segments
+//   zero_wait_grads(z)      completes every reduction still in flight
+//   zero_tp_sum_replicated(z)  sums the replicated tensors' reduced pieces over the tensor group
+//   zero_reduced_grads(z, lo, hi, &plo, &phi)   where this rank's reduced gradient of [lo, hi) is
+//   zero_grad_sumsq_owned(z)   this rank's part of the squared gradient norm (no communication)
+//   zero_gather_params(z)   after the model's update: the updated weights reach every rank
+//   zero_free(z)            completes what is in flight and gives the hooks back
+// The gradients of a step are finished in one order on both (pipeline_cpu.h,
+// pipeline_gpu.cuh): zero_wait_grads, zero_tp_sum_replicated, the tied
+// embedding's gradient added (pipeline.h's pipeline_tie_grads), then the norm.
 #ifndef LLMC_ZERO_SHARD_H
 #define LLMC_ZERO_SHARD_H
 
@@ -23,6 +49,19 @@
 #include <stdint.h>
 
 #include "model.h"  // defines: PARAM_ALIGN
+
+// What a model holds of its state (gpt_cpu.h's GPT, gpt_gpu.cuh's GPTGPU):
+// its ZeRO stage and the shard of stage >= 1; (rank 0, world 1) at stage 0,
+// where the model holds everything.
+typedef struct {
+    int stage;        // 0..3
+    int rank, world;
+} ZeroSharding;
+
+static inline ZeroSharding zero_sharding(int stage, int rank, int world) {
+    ZeroSharding sh = {stage, stage >= 1 ? rank : 0, stage >= 1 ? world : 1};
+    return sh;
+}
 
 typedef struct {
     int rank, world;
@@ -69,7 +108,7 @@ typedef struct {
 } ZeroMemory;
 
 // The memory formula above for one rank.
-static inline ZeroMemory zero_memory(int stage, const ShardMap *sm, double param_bytes, double grad_bytes,
+static inline ZeroMemory shard_memory(int stage, const ShardMap *sm, double param_bytes, double grad_bytes,
                                      double state_bytes) {
     double n = (double)sm->num_elements, s = (double)sm->shard;
     ZeroMemory zm = {param_bytes * (stage >= 3 ? s : n), grad_bytes * (stage >= 2 ? s : n),

@@ -24,7 +24,7 @@ static double worst_rel(const float *a, const float *b, size_t n) { return rel_e
 
 // A model of the shape the patterns need (its weights are not used: each test passes its own).
 static void tp_model(GPT *m, const GPTConfig *cfg, CommGroup *tg, int sp, int B, int T) {
-    gpt_init_held(m, cfg, NULL, tg->size > 1 ? tp_context(tg, sp) : tp_none());
+    gpt_init_held(m, cfg, NULL, tg->size > 1 ? tp_context(tg, sp) : tp_none(), zero_sharding(0, 0, 1));
     gpt_alloc_activations(m, B, T);
 }
 

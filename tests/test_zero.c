@@ -55,10 +55,10 @@ static void test_memory_formula(void) {
     const double n = 64064, s = 16064;
     const double want[4][3] = {{4 * n, 4 * n, 8 * n}, {4 * n, 4 * n, 8 * s}, {4 * n, 4 * s, 8 * s}, {4 * s, 4 * s, 8 * s}};
     for (int stage = 0; stage < 4; stage++) {
-        ZeroMemory zm = zero_memory(stage, &sm, 4, 4, 8);
+        ZeroMemory zm = shard_memory(stage, &sm, 4, 4, 8);
         ok &= zm.params == want[stage][0] && zm.grads == want[stage][1] && zm.optimizer == want[stage][2];
     }
-    ZeroMemory mixed = zero_memory(1, &sm, 2, 2, 12);
+    ZeroMemory mixed = shard_memory(1, &sm, 2, 2, 12);
     ok &= mixed.params == 2 * n && mixed.grads == 2 * n && mixed.optimizer == 12 * s;
     test_result(ok, "zero_memory_formula");
 }
@@ -88,8 +88,9 @@ static void test_release(void) {
 static float *train_tiny(int stage, float norms[3]) {
     GPTConfig cfg = {16, 37, 64, 2, 2, 16};
     GPT m;
-    gpt_init(&m, &cfg);
+    gpt_init_held(&m, &cfg, NULL, tp_none(), zero_sharding(stage > 0 ? stage : 0, 0, 1));
     gpt2_init_params(&m.layout, m.params, 7);
+    gpt_shard_params(&m);
     int B = 2, T = 8, accum = 2, N = B * T;
     int x[16], y[16];
     Rng rng;
@@ -100,7 +101,7 @@ static float *train_tiny(int stage, float norms[3]) {
     float *am = NULL, *av = NULL;
     if (stage >= 0) {
         comm_init(&comm, NULL, NULL, grid_model_parallel(GRID_TP, 1), 60);
-        zero_init(&z, &m, &comm, stage, 0.001);  // 250-element buckets: many per segment
+        zero_init(&z, &m, comm_group(&comm, COMM_REPLICA), stage, 0.001);  // 250-element buckets: many per segment
     } else {
         am = (float *)callocCheck((size_t)n, sizeof(float));
         av = (float *)callocCheck((size_t)n, sizeof(float));
@@ -119,16 +120,19 @@ static float *train_tiny(int stage, float norms[3]) {
         }
         AdamWConfig ac = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step + 1};
         if (stage >= 0) {
-            norms[step] = zero_finish_grads(&z, comm_group(&comm, COMM_WORLD));
-            zero_optimizer_step(&z, &ac, grad_clip_scale(norms[step], 1.0f));
+            zero_wait_grads(&z);
+            norms[step] = (float)sqrt(zero_grad_sumsq_owned(&z));
+            gpt_update(&m, &ac, grad_clip_scale(norms[step], 1.0f));
+            zero_gather_params(&z);
         } else {
             norms[step] = (float)sqrt(sum_of_squares(m.grads, n));
             adamw_update_range(&m.layout, m.params, m.grads, 0, am, av, 0, n, &ac, grad_clip_scale(norms[step], 1.0f));
         }
     }
-    if (stage >= 0) zero_gather_params(&z);
+    float *views[3];  // (one process: the shard is the whole buffer)
+    gpt_state_views(&m, views);
     float *out = (float *)mallocCheck(sizeof(float) * (size_t)n);
-    memcpy(out, m.params, sizeof(float) * (size_t)n);
+    memcpy(out, views[0], sizeof(float) * (size_t)n);
     if (stage >= 0) {
         zero_free(&z);
         comm_finalize(&comm);
