@@ -107,7 +107,8 @@ static void pipeline_gpu_init(PipelineGPU *pp, GPTGPU *model, ZeroGPU *zero, Com
     pp->zero = zero;
     PPStageOps ops = {pp, ppg_slot_new, ppg_slot_free, ppg_forward, ppg_backward, ppg_weights, ppg_buffer,
                       ppg_eval_forward, ppg_eval_acts, ppg_consume, ppg_sync, ppg_begin_pass};
-    pipeline_core_init(&pp->core, ops, &dev_groups[COMM_PIPELINE], &dev_groups[COMM_DATA],
+    // (the tie's reductions over the ranks holding the same stages: data x context, as ZeRO's)
+    pipeline_core_init(&pp->core, ops, &dev_groups[COMM_PIPELINE], &dev_groups[COMM_REPLICA],
                        comm_group(comm, COMM_PIPELINE), comm_group(comm, COMM_WORLD), COMM_FLOATX, &model->cfg,
                        model->tp.size, model->tp.rank, model->tp.sp, B, T, dloss, layout, kind, fuse, trace_path,
                        comm->rank);
