@@ -53,6 +53,28 @@ compare_layout cp2_pp2_1f1b 4 1e-3 --cp 2 --pp 2 --comm $nccl4 "${EVAL[@]}"
 eval_matches_one_gpu cp2_pp2_1f1b
 compare_layout cp2_pp2_zb1p_zero1_rcfull 4 1e-3 --cp 2 --pp 2 --pp-schedule zb1p --zero 1 --recompute full --comm mpi
 
+# --mem-limit-mb counts context parallel's device buffers: a cp 2 rank needs what one GPU needs at its shape
+# (seq-len 16) and each layer's gathered K and V (4 x 32 positions x 2 x 64 bf16: 32768 B) and the shared
+# buffers (the pieces in bf16, dK | dV in fp32 in both orders: 5 x 32768 B; the rank's wpe rows, bf16 and fp32:
+# 16 x 64 x 6 B; the positions: 80 ints): 235840 B over 2 layers. A limit 0.02 MB under the cp 2 figure
+# refuses it (every rank, exit 2) and lets the one-GPU run of that shape train.
+needs_mb() { grep -ao 'needs [0-9.]* MB' "$1" | head -1 | awk '{ print $2 }'; }
+"${MPIRUN[@]}" -np 2 "$TRAIN" "${COMMON[@]}" --cp 2 --comm mpi --mem-limit-mb 1 >"$tmp/mem_cp2.log" 2>&1
+timeout 300 "$TRAIN" "${COMMON[@]}" --seq-len 16 --mem-limit-mb 1 >"$tmp/mem_one.log" 2>&1
+cp_mb=$(needs_mb "$tmp/mem_cp2.log") one_mb=$(needs_mb "$tmp/mem_one.log")
+check cp_memory_check_counts_context_buffers \
+    "[ -n '$cp_mb' ] && [ -n '$one_mb' ] && awk 'BEGIN { d = $cp_mb - $one_mb - 0.235840; exit !(d < 0.011 && d > -0.011) }'" \
+    "cp 2 needs ${cp_mb:-?} MB, one GPU at seq-len 16 ${one_mb:-?} MB"
+limit=$(awk "BEGIN { print ${cp_mb:-0} - 0.02 }")
+"${MPIRUN[@]}" -np 2 "$TRAIN" "${COMMON[@]}" --cp 2 --comm mpi --mem-limit-mb "$limit" >"$tmp/mem_cp2_under.log" 2>&1
+rc=$?
+check cp_memory_limit_under_the_figure_refused \
+    "[ $rc -ne 0 ] && [ \$(grep -ac 'needs [0-9.]* MB on the GPU but --mem-limit-mb' '$tmp/mem_cp2_under.log') = 2 ]" \
+    "exit $rc: $(head -c 300 "$tmp/mem_cp2_under.log")"
+timeout 300 "$TRAIN" "${COMMON[@]}" --seq-len 16 --steps 1 --mem-limit-mb "$limit" >"$tmp/mem_one_under.log" 2>&1
+rc=$?
+check cp_memory_limit_under_the_figure_takes_one_gpu "[ $rc -eq 0 ]" "exit $rc: $(grep -a -m1 -i error "$tmp/mem_one_under.log")"
+
 # the cp 2 checkpoint at step 2, resumed on one GPU: its weights follow the one-GPU run
 mkdir -p "$tmp/one.ck" && cp -r "$tmp/ck/step_00000002" "$tmp/one.ck/"
 timeout 300 "$TRAIN" "${COMMON[@]}" --ckpt-dir "$tmp/one.ck" --resume auto --save-model "$tmp/one.bin" \
