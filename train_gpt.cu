@@ -157,7 +157,8 @@ int main(int argc, char **argv) {
     train_options_parse(argc, argv, &o, SUMMARY);
     if (o.ckpt_dir[0]) ckpt_catch_preemption();  // (first, before MPI: a signal during start-up stops the run cleanly)
     if (o.cp > 1 && strcmp(o.attention, "cudnn") == 0)
-        die_usage("--cp %d: --attention cudnn has no query offset here (context parallel runs our flash attention: "
+        die_usage("--cp %d: --attention cudnn is not wired for context parallel (its graphs here take as many queries "
+                  "as keys, from position 0; context parallel runs our flash attention with query offsets: "
                   "--attention flash)", o.cp);
     if (o.print_schedule) {  // (the pipeline's plan needs no GPU)
         int from_file;

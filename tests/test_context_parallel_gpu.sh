@@ -31,7 +31,7 @@ nccl4=$(comm_for 4)
 
 # the data, COMMON (cp 2: chunks of 8 positions, off the kernels' 64-row tiles), EVAL, the one-GPU run
 layout_reference cp_
-expect_usage_error cp_cudnn_refused '--attention cudnn has no query offset here' "$TRAIN" "${COMMON[@]}" --cp 2 \
+expect_usage_error cp_cudnn_refused '--attention cudnn is not wired for context parallel' "$TRAIN" "${COMMON[@]}" --cp 2 \
     --attention cudnn
 expect_usage_error cp_seq_len_not_divisible 'seq-len 30 is not a multiple of 2 x cp = 4' "$TRAIN" "${COMMON[@]}" --cp 2 \
     --seq-len 30 --total-batch-tokens 0
