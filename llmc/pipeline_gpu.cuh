@@ -6,7 +6,9 @@
 // over the ranks holding the same stages, and the tied token embedding
 // (pipeline.h's protocol; the last stage's copy is floatX, its gradient fp32,
 // added on the device). One GPU (pp = 1) is a one-stage schedule on the
-// model's own activations, queued as the model alone queues them.
+// model's own activations, queued as the model alone queues them. With
+// context parallel each micro-batch's activations keep its gathered K and V
+// (gpt_gpu.cuh), and the ranks holding the same stages are data x context.
 //
 // Messages go over the device pipeline group: floatX activations, fp32 gradients.
 // Over NCCL, whose point-to-point calls run in order on one stream and pair
