@@ -157,11 +157,9 @@ int main(int argc, char **argv) {
     train_options_parse(argc, argv, &o, SUMMARY);
     if (o.ckpt_dir[0]) ckpt_catch_preemption();  // (first, before MPI: a signal during start-up stops the run cleanly)
     if (o.cp > 1 && strcmp(o.attention, "cudnn") == 0)
-        die_usage("--cp %d: --attention cudnn has no query offset here (context parallel runs our flash attention: "
+        die_usage("--cp %d: --attention cudnn is not wired for context parallel (its graphs here take as many queries "
+                  "as keys, from position 0; context parallel runs our flash attention with query offsets: "
                   "--attention flash)", o.cp);
-    if (o.cp > 1 && o.pp > 1)
-        die_usage("--cp %d with --pp %d: the GPU trainer's pipeline does not run context parallel yet (./train_gpt does)",
-                  o.cp, o.pp);
     if (o.print_schedule) {  // (the pipeline's plan needs no GPU)
         int from_file;
         GPTConfig cfg = train_build_config(&o, &from_file);
@@ -228,7 +226,7 @@ int main(int argc, char **argv) {
     if (pipelined) holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
     GPTGPU model;  // its weights, gradients and AdamW state, sharded for ZeRO over the replica group
     int act_sets = pipelined ? pp_peak_alive_theory(pp_kind, o.pp, o.virtual_stages, plan.accum, pipe_rank) : 1;
-    gpu_gpt_init(&model, &cfg, pipelined ? &holding : NULL, tp, B, Tl, o.recompute_policy, attention,
+    gpu_gpt_init(&model, &cfg, pipelined ? &holding : NULL, tp, B, Tl, o.cp, o.recompute_policy, attention,
                  zero_sharding(o.zero, dp->rank, dp->size), act_sets, pp_kind == PP_ZB1P, o.mem_limit_mb);
     free(held_layers);
 #ifdef LLMC_NCCL
@@ -281,8 +279,8 @@ int main(int argc, char **argv) {
                comm_size(&comm, GRID_CP), o.zero, dp->be->name, zero.bucket_elems * sizeof(float) / 1e6, o.comm_timeout);
         if (o.cp > 1)
             printf("context parallel: %d ranks a sequence, each %d positions (chunks i and %d-i of %d) | attention "
-                   "all-gathers K and V: %.3f MB a layer, %.3f MB of context buffers (kept K and V of every layer, fp32 "
-                   "dK and dV)\n", o.cp, Tl, 2 * o.cp - 1, 2 * o.cp,
+                   "all-gathers K and V: %.3f MB a layer (kept with the activations), %.3f MB of shared context buffers "
+                   "(the gathered pieces, fp32 dK and dV)\n", o.cp, Tl, 2 * o.cp - 1, 2 * o.cp,
                    (double)sizeof(floatX) * B * T * 2 * (cfg.channels / tp.size) / 1e6, cp.bytes / 1e6);
         if (pipelined)
             printf("pipeline: %d stages over %d ranks | schedule %s%s | %d micro-batches a step | predicted bubble %.3f "

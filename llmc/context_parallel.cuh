@@ -3,8 +3,12 @@
 // uses: the sequence cut into 2 x cp chunks, rank i holding chunks i and
 // 2cp-1-i, the tokens, wpe rows and loss in that order). Attention all-gathers
 // K and V over the context group (floatX, in place, rank-ordered pieces put in
-// global order by a row gather) and keeps every position's K and V for each
-// layer until the backward, B x T x 2C/tp floatX a layer; our flash attention
+// global order by a row gather) into the micro-batch's activations
+// (gpt_gpu.cuh's GPUActs.kv: every position's K and V for each layer until the
+// backward, B x T x 2C/tp floatX a layer; one shared copy for the layers that
+// recompute under --recompute full, gathered again before their backward), so
+// a pipeline's micro-batches in flight (--pp, any schedule) keep theirs; the
+// buffers here are the ones the micro-batches share. Our flash attention
 // (attention_flash.cuh) runs the rank's two chunks as query segments at their
 // global positions against them. The backward computes every position's dK and
 // dV from the rank's queries in fp32, reduce-scatters them (fp32: the staged
@@ -12,8 +16,9 @@
 // the positions' owners and rounds them into dqkv's k and v channels. The
 // collectives go over the context group's device communicator (NCCL, or MPI
 // staged through host memory) on the model's stream (tensor_parallel.h's
-// TPContext over that group). cuDNN's attention has no query offset here:
-// train_gpt.cu refuses --attention cudnn with --cp.
+// TPContext over that group). cuDNN's attention is not used here (its
+// fused graphs take one query block of equal length to K and V: train_gpt.cu
+// refuses --attention cudnn with --cp; docs/distributed.md says why).
 #ifndef LLMC_CONTEXT_PARALLEL_CUH
 #define LLMC_CONTEXT_PARALLEL_CUH
 
@@ -25,10 +30,9 @@
 typedef struct {
     CPContext pos;       // the positions (context_parallel.h) and the host context group (sampling's broadcast)
     TPContext group;     // the context group's device communicator, on the model's stream
-    int B, L, C, Cl, NHl;
+    int B, C, Cl, NHl;
     int *rows;           // device (Tl): each local row's global position (wpe's rows)
     int *owners;         // device (2T): each global position's owner and its local row there
-    floatX **kv;         // [L] device (B,T,2Cl): every position's k | v in global order (kept for the backward)
     floatX *pieces;      // device (B*T*2Cl): the group's k | v pieces in rank order
     float *dkv;          // device (B,T,2Cl): every position's dk | dv from this rank's queries
     float *dpieces;      // device (B*T*2Cl): the same in rank order, reduce-scattered onto the owners
@@ -37,10 +41,12 @@ typedef struct {
     size_t bytes;        // device memory of the above
 } CPGPU;
 
-// Device bytes for B sequences of T positions over cp ranks, L layers, C channels (Cl of them on the rank).
-static inline size_t cp_gpu_bytes(int cp, int B, int T, int L, int C, int Cl) {
+// Device bytes of the buffers above for B sequences of T positions over cp
+// ranks, C channels (Cl of them on the rank): the gathered K | V pieces, their
+// gradients in both orders, the rank's wpe rows and gradient, the positions.
+static inline size_t cp_gpu_bytes(int cp, int B, int T, int C, int Cl) {
     size_t kv = (size_t)B * T * 2 * Cl, Tl = (size_t)(T / cp);
-    return ((size_t)L + 1) * kv * sizeof(floatX) + 2 * kv * sizeof(float) + Tl * C * (sizeof(floatX) + sizeof(float)) +
+    return kv * sizeof(floatX) + 2 * kv * sizeof(float) + Tl * C * (sizeof(floatX) + sizeof(float)) +
            (Tl + 2 * (size_t)T) * sizeof(int);
 }
 
@@ -52,7 +58,7 @@ static void cp_gpu_init(CPGPU *cp, CommGroup *dev, CommGroup *host, int B, int T
     cp_positions_init(&cp->pos, host, B, T, micro, L, C, Cl, NHl);
     cp->group = tp_context(dev, 0);
     tp_on_stream(&cp->group, stream);
-    cp->B = B, cp->L = L, cp->C = C, cp->Cl = Cl, cp->NHl = NHl;
+    cp->B = B, cp->C = C, cp->Cl = Cl, cp->NHl = NHl;
     const int Tl = cp->pos.Tl;
     int *rows = (int *)mallocCheck(sizeof(int) * (size_t)Tl), *owners = (int *)mallocCheck(sizeof(int) * 2 * (size_t)T);
     for (int t = 0; t < Tl; t++) rows[t] = cp_global_pos(&cp->pos, t);
@@ -64,21 +70,17 @@ static void cp_gpu_init(CPGPU *cp, CommGroup *dev, CommGroup *host, int B, int T
     free(rows);
     free(owners);
     size_t kv = (size_t)B * T * 2 * Cl;
-    cp->kv = (floatX **)mallocCheck(sizeof(floatX *) * (size_t)L);
-    for (int l = 0; l < L; l++) cp->kv[l] = (floatX *)cudaMallocCheck(sizeof(floatX) * kv);
     cp->pieces = (floatX *)cudaMallocCheck(sizeof(floatX) * kv);
     cp->dkv = (float *)cudaMallocCheck(sizeof(float) * kv);
     cp->dpieces = (float *)cudaMallocCheck(sizeof(float) * kv);
     cp->wpe = (floatX *)cudaMallocCheck(sizeof(floatX) * (size_t)Tl * C);
     cp->dwpe = (float *)cudaMallocCheck(sizeof(float) * (size_t)Tl * C);
-    cp->bytes = cp_gpu_bytes(cp->pos.size, B, T, L, C, Cl);
+    cp->bytes = cp_gpu_bytes(cp->pos.size, B, T, C, Cl);
 }
 
 static void cp_gpu_free(CPGPU *cp) {
     tp_off_stream(&cp->group);
     tp_free(&cp->group);
-    for (int l = 0; l < cp->L; l++) CUDA_CHECK(cudaFree(cp->kv[l]));
-    free(cp->kv);
     void *dev[] = {cp->rows, cp->owners, cp->pieces, cp->dkv, cp->dpieces, cp->wpe, cp->dwpe};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
     cp_free(&cp->pos);
@@ -147,9 +149,10 @@ static FaQueries cp_gpu_queries(const CPGPU *cp) {
     return q;
 }
 
-// Layer l's attention of the rank's rows: out (B,Tl,Cl), lse (B,NHl,Tl) from
-// qkv (B,Tl,3Cl); every position's k | v gathered into cp->kv[l].
-static void cp_gpu_attention_forward(CPGPU *cp, int l, floatX *out, float *lse, const floatX *qkv, int B,
+// A layer's attention of the rank's rows: out (B,Tl,Cl), lse (B,NHl,Tl) from
+// qkv (B,Tl,3Cl); every position's k | v gathered into kv (B,T,2Cl), which
+// the backward reads.
+static void cp_gpu_attention_forward(CPGPU *cp, floatX *kv, floatX *out, float *lse, const floatX *qkv, int B,
                                      cudaStream_t s) {
     const int T = cp->pos.T, Tl = cp->pos.Tl, Cl = cp->Cl, w = 2 * Cl;
     const int64_t piece = (int64_t)B * Tl * w, n = (int64_t)B * T * w;
@@ -159,20 +162,20 @@ static void cp_gpu_attention_forward(CPGPU *cp, int l, floatX *out, float *lse, 
     for (int r = 0; r < cp->pos.size; r++) cp->group.counts[r] = (size_t)piece;
     CommRequest q = comm_all_gather_start(cp->group.group, NULL, cp->pieces, cp->group.counts, COMM_FLOATX);
     tp_complete(&cp->group, &q);
-    launch_kernel(cp_reorder_kernel<floatX>, ceil_div_int(n, 256), 256, 0, s, cp->pieces, cp->kv[l],
+    launch_kernel(cp_reorder_kernel<floatX>, ceil_div_int(n, 256), 256, 0, s, cp->pieces, kv,
                   (const int *)cp->owners, B, T, Tl, w, 1);
     CUDA_CHECK_LAUNCH();
-    gpu_flash_attention_forward_queries(out, lse, qkv, Tl, cp->kv[l], w, T, cp_gpu_queries(cp), B, Cl, cp->NHl, s);
+    gpu_flash_attention_forward_queries(out, lse, qkv, Tl, kv, w, T, cp_gpu_queries(cp), B, Cl, cp->NHl, s);
 }
 
-// Its backward: dqkv (B,Tl,3Cl) overwritten from dout (B,Tl,Cl); every
-// position's dk | dv summed over the group onto its owner (reduce-scatter).
-// delta: (B,NHl,Tl) floats of scratch.
-static void cp_gpu_attention_backward(CPGPU *cp, int l, floatX *dqkv, float *delta, const floatX *dout,
+// Its backward (kv: what the forward gathered): dqkv (B,Tl,3Cl) overwritten
+// from dout (B,Tl,Cl); every position's dk | dv summed over the group onto its
+// owner (reduce-scatter). delta: (B,NHl,Tl) floats of scratch.
+static void cp_gpu_attention_backward(CPGPU *cp, const floatX *kv, floatX *dqkv, float *delta, const floatX *dout,
                                       const floatX *qkv, const floatX *out, const float *lse, int B, cudaStream_t s) {
     const int T = cp->pos.T, Tl = cp->pos.Tl, Cl = cp->Cl, w = 2 * Cl;
     const int64_t piece = (int64_t)B * Tl * w, n = (int64_t)B * T * w;
-    gpu_flash_attention_backward_queries(dqkv, cp->dkv, delta, dout, qkv, Tl, cp->kv[l], w, T, cp_gpu_queries(cp),
+    gpu_flash_attention_backward_queries(dqkv, cp->dkv, delta, dout, qkv, Tl, kv, w, T, cp_gpu_queries(cp),
                                          out, lse, B, Cl, cp->NHl, s);
     launch_kernel(cp_reorder_kernel<float>, ceil_div_int(n, 256), 256, 0, s, cp->dpieces, cp->dkv,
                   (const int *)cp->owners, B, T, Tl, w, 0);

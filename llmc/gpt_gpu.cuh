@@ -18,7 +18,11 @@
 // (tensor_parallel.cuh). With tp = 1 every step is the one-GPU arithmetic.
 // Context parallel (context_parallel.cuh, m->cp): the activations hold the
 // rank's positions of every sequence (T = T/cp), the embedding adds their wpe
-// rows, attention gathers every position's K and V over the context group.
+// rows, attention gathers every position's K and V over the context group
+// into the micro-batch's activations (GPUActs.kv: kept for the backward, a
+// layer's own or, under full recompute, the scratch's shared copy, gathered
+// again before the backward), so a pipeline's micro-batches in flight each
+// keep theirs.
 // Tokens and losses: the trainer uploads a step's micro-batches once
 // (gpu_gpt_upload_tokens) and reads the step's losses back once
 // (gpu_gpt_step_loss): one synchronisation per step, not per micro-step.
@@ -87,6 +91,7 @@ typedef struct {
     size_t params, grads, optimizer, activations, workspace;
     size_t segment_buffers;  // of params and grads (included in them): ZeRO-2/3's segment buffers and slots
     size_t layer_activations;  // of activations: what one layer keeps of one micro-batch
+    size_t context;  // of activations: context parallel's buffers the micro-batches share (cp_gpu_bytes)
 } GPUMemory;
 
 static inline size_t gpu_memory_total(const GPUMemory *m) {
@@ -99,13 +104,15 @@ static inline size_t gpu_memory_total(const GPUMemory *m) {
 // by the global layer (NULL outside [l0, l1)); with recomputation the
 // recomputed ones point into the model's shared buffers. N = B * T; Cl =
 // C/tp, NHl = NH/tp (this rank's heads); Nl = N/tp rows between the
-// tensor-parallel regions with sequence parallel (else N).
+// tensor-parallel regions with sequence parallel (else N); cp the context
+// ranks (T: the rank's T/cp positions of each sequence).
 typedef struct {
     // (N,C) (N,3Cl) (N,Cl) (Nl,C) (N,C) (N,4Cl) (N,4Cl) (Nl,C): LayerNorm outputs whole (gathered)
     floatX **ln1, **qkv, **atty, **residual2, **ln2, **fch, **fch_gelu, **residual3;
     float **ln1_mean, **ln1_rstd, **ln2_mean, **ln2_rstd, **lse;                    // (Nl) ... (B,NHl,T)
     // a split backward's weight gradients read these output gradients, kept per layer:
     floatX **dfcproj, **dfc, **dattproj, **dqkv;   // (N,C) (N,4Cl) (N,C) (N,3Cl)
+    floatX **kv;              // context parallel (cp > 1): (B,T*cp,2Cl) every position's k | v, in global order
     floatX *input;            // (Nl,C): stage 0: the embeddings; else the activation the stage before sent
     float *lnf_mean, *lnf_rstd;  // (Nl) last stage
     floatX *dlnf;             // (Nl,C) last stage: the classifier's gradient into ln_f (a training forward)
@@ -120,26 +127,29 @@ typedef struct {
 } GPUActs;
 
 // A layer's buffers' elements in GPUActs's order: GPU_ACT_BF floatX ones (the
-// last 4 only with a split backward: else 0), GPU_ACT_F32 fp32 ones.
-#define GPU_ACT_BF 12
+// 4 after the layer's output only with a split backward, the gathered K and V
+// only with context parallel: else 0), GPU_ACT_F32 fp32 ones.
+#define GPU_ACT_BF 13
 #define GPU_ACT_F32 5
 #define GPU_ACT_FCH_GELU 6
 #define GPU_ACT_RESIDUAL3 7
-static void gpu_layer_elems(const GPTConfig *c, int B, int T, int split, int tp, int sp, size_t bf[GPU_ACT_BF],
-                            size_t f32[GPU_ACT_F32]) {
+#define GPU_ACT_KV 12
+static void gpu_layer_elems(const GPTConfig *c, int B, int T, int split, int tp, int sp, int cp,
+                            size_t bf[GPU_ACT_BF], size_t f32[GPU_ACT_F32]) {
     size_t C = c->channels, Cl = C / tp, NH = c->num_heads / tp, N = (size_t)B * T, Nl = sp ? N / tp : N;
-    size_t S = split ? 1 : 0;
+    size_t S = split ? 1 : 0, KV = cp > 1 ? N * (size_t)cp * 2 * Cl : 0;
     size_t b[GPU_ACT_BF] = {N * C, N * 3 * Cl, N * Cl, Nl * C, N * C, N * 4 * Cl, N * 4 * Cl, Nl * C,
-                            S * N * C, S * N * 4 * Cl, S * N * C, S * N * 3 * Cl};
+                            S * N * C, S * N * 4 * Cl, S * N * C, S * N * 3 * Cl, KV};
     size_t f[GPU_ACT_F32] = {Nl, Nl, Nl, Nl, (size_t)B * NH * T};
     memcpy(bf, b, sizeof(b));
     memcpy(f32, f, sizeof(f));
 }
 // Whether a layer of recompute kind `kind` leaves its buffer s (f32: an fp32
 // one) to the scratch's shared copy: selective the GELU output; full all but
-// the layer's output (the next one's input) and a split backward's gradients.
+// the layer's output (the next one's input) and a split backward's gradients
+// (the gathered K and V too: its recomputed forward gathers them again).
 static inline int gpu_act_shared(int s, int f32, RecomputeKind kind) {
-    if (kind == RECOMPUTE_FULL) return f32 || s < GPU_ACT_RESIDUAL3;
+    if (kind == RECOMPUTE_FULL) return f32 || s < GPU_ACT_RESIDUAL3 || s == GPU_ACT_KV;
     return kind == RECOMPUTE_SELECTIVE && !f32 && s == GPU_ACT_FCH_GELU;
 }
 
@@ -162,6 +172,7 @@ typedef struct {
     ParamLayout layout;  // what this rank holds
     TPContext tp;        // the tensor group (device buffers; size 1: none)
     CPGPU *cp;           // the context group (NULL: none; the trainer sets it after gpu_gpt_init)
+    int cp_size;         // its ranks (1: none): the activations keep every position's K and V
     ParamMap map;        // its buffer onto the global order (the AdamW rounding, checkpoints, model files)
     int B, T;            // activation capacity
     RecomputePolicy recompute;  // which layers recompute their activations (recompute.h)
@@ -241,13 +252,14 @@ static inline LayerWeights gpu_layer_weights(const GPTGPU *m, int l) {
 // base (NULL: only count; the per-layer pointer arrays must exist when base
 // is given). Returns the bytes. Recomputed buffers are the scratch's (sc).
 static size_t gpu_acts_layout(GPUActs *a, const GPTConfig *c, int B, int T, int l0, int l1,
-                              const RecomputePolicy *rp, int split, int tp, int sp, const GPUScratch *sc, char *base) {
+                              const RecomputePolicy *rp, int split, int tp, int sp, int cp, const GPUScratch *sc,
+                              char *base) {
     size_t C = c->channels, N = (size_t)B * T, Nl = sp ? N / tp : N, off = 0;
     int L = c->num_layers;
     size_t bf[GPU_ACT_BF], f32[GPU_ACT_F32];
-    gpu_layer_elems(c, B, T, split, tp, sp, bf, f32);
+    gpu_layer_elems(c, B, T, split, tp, sp, cp, bf, f32);
     floatX **const *bslot[GPU_ACT_BF] = {&a->ln1, &a->qkv, &a->atty, &a->residual2, &a->ln2, &a->fch, &a->fch_gelu,
-                                         &a->residual3, &a->dfcproj, &a->dfc, &a->dattproj, &a->dqkv};
+                                         &a->residual3, &a->dfcproj, &a->dfc, &a->dattproj, &a->dqkv, &a->kv};
     float **const *fslot[GPU_ACT_F32] = {&a->ln1_mean, &a->ln1_rstd, &a->ln2_mean, &a->ln2_rstd, &a->lse};
     // (kept: the layer's own buffer; recomputed: the scratch's shared one, counted there)
     for (int s = 0; s < GPU_ACT_BF; s++)
@@ -278,7 +290,7 @@ static size_t gpu_acts_layout(GPUActs *a, const GPTConfig *c, int B, int T, int 
 // Lays the shared buffers out (as gpu_acts_layout). last: the rank runs the classifier.
 // The recomputing layers' shared buffers are there when any layer of the model needs them.
 static size_t gpu_scratch_layout(GPUScratch *sc, const GPTConfig *c, int B, int T, const RecomputePolicy *rp,
-                                 int last, int tp, int sp, char *base) {
+                                 int last, int tp, int sp, int cp, char *base) {
     size_t C = c->channels, Cl = C / tp, NH = c->num_heads / tp, Vl = (size_t)c->padded_vocab_size / tp;
     size_t N = (size_t)B * T, off = 0, P = tp > 1 ? 1 : 0;
     size_t scratch = layernorm_scratch_floats((int)N, (int)C);
@@ -298,7 +310,7 @@ static size_t gpu_scratch_layout(GPUScratch *sc, const GPTConfig *c, int B, int 
         if (base) *parts[s].slot = p;
     }
     size_t bf[GPU_ACT_BF], f32[GPU_ACT_F32];
-    gpu_layer_elems(c, B, T, 0, tp, sp, bf, f32);  // (a split backward's buffers are never shared)
+    gpu_layer_elems(c, B, T, 0, tp, sp, cp, bf, f32);  // (a split backward's buffers are never shared)
     for (int s = 0; s < GPU_ACT_BF + GPU_ACT_F32; s++) {
         int f = s >= GPU_ACT_BF, k = f ? s - GPU_ACT_BF : s, used = 0;
         for (int l = 0; l < c->num_layers; l++) used |= gpu_act_shared(k, f, recompute_layer(rp, l));
@@ -312,19 +324,19 @@ static size_t gpu_scratch_layout(GPUScratch *sc, const GPTConfig *c, int B, int 
 
 // Device bytes of one micro-batch's activations of layers [l0, l1) (with its encoder index on stage 0).
 static size_t gpu_acts_bytes(const GPTConfig *c, int B, int T, int l0, int l1, const RecomputePolicy *rp, int split,
-                             int tp, int sp) {
+                             int tp, int sp, int cp) {
     GPUActs a;
     GPUScratch sc;
     memset(&a, 0, sizeof(a));
     memset(&sc, 0, sizeof(sc));
-    return gpu_acts_layout(&a, c, B, T, l0, l1, rp, split, tp, sp, &sc, NULL) +
+    return gpu_acts_layout(&a, c, B, T, l0, l1, rp, split, tp, sp, cp, &sc, NULL) +
            (l0 == 0 ? sizeof(int) * (3 * (size_t)B * T + 1) : 0);
 }
 
 static void gpu_acts_free(GPUActs *a) {
     if (!a->memory) return;
     floatX **bs[] = {a->ln1, a->qkv, a->atty, a->residual2, a->ln2, a->fch, a->fch_gelu, a->residual3,
-                   a->dfcproj, a->dfc, a->dattproj, a->dqkv};
+                   a->dfcproj, a->dfc, a->dattproj, a->dqkv, a->kv};
     float **fs[] = {a->ln1_mean, a->ln1_rstd, a->ln2_mean, a->ln2_rstd, a->lse};
     for (size_t s = 0; s < sizeof(bs) / sizeof(bs[0]); s++) free(bs[s]);
     for (size_t s = 0; s < sizeof(fs) / sizeof(fs[0]); s++) free(fs[s]);
@@ -339,15 +351,15 @@ static void gpu_acts_alloc(GPTGPU *m, GPUActs *a, int l0, int l1, int split) {
     memset(a, 0, sizeof(*a));
     size_t L = m->cfg.num_layers;
     floatX ***bs[] = {&a->ln1, &a->qkv, &a->atty, &a->residual2, &a->ln2, &a->fch, &a->fch_gelu, &a->residual3,
-                    &a->dfcproj, &a->dfc, &a->dattproj, &a->dqkv};
+                    &a->dfcproj, &a->dfc, &a->dattproj, &a->dqkv, &a->kv};
     float ***fs[] = {&a->ln1_mean, &a->ln1_rstd, &a->ln2_mean, &a->ln2_rstd, &a->lse};
     for (size_t s = 0; s < sizeof(bs) / sizeof(bs[0]); s++) *bs[s] = (floatX **)callocCheck(L, sizeof(floatX *));
     for (size_t s = 0; s < sizeof(fs) / sizeof(fs[0]); s++) *fs[s] = (float **)callocCheck(L, sizeof(float *));
     a->bytes = gpu_acts_layout(a, &m->cfg, m->B, m->T, l0, l1, &m->recompute, split, m->tp.size, m->tp.sp,
-                               &m->scratch, NULL);
+                               m->cp_size, &m->scratch, NULL);
     a->memory = (char *)cudaMallocCheck(a->bytes);
-    gpu_acts_layout(a, &m->cfg, m->B, m->T, l0, l1, &m->recompute, split, m->tp.size, m->tp.sp, &m->scratch,
-                    a->memory);
+    gpu_acts_layout(a, &m->cfg, m->B, m->T, l0, l1, &m->recompute, split, m->tp.size, m->tp.sp, m->cp_size,
+                    &m->scratch, a->memory);
     a->l0 = l0, a->l1 = l1, a->split = split;
     if (l0 == 0) encoder_index_init(&a->index, m->B * m->T, m->cfg.vocab_size);
 }
@@ -381,9 +393,9 @@ static inline int64_t segment_buffer_elems(const ParamLayout *pl, int num_slots)
 // What a layer keeps of a micro-batch's activations, on average over the
 // model's layers (their recompute policies differ under full:K).
 static size_t gpu_layer_acts_bytes(const GPTConfig *c, int B, int T, const RecomputePolicy *rp, int split, int tp,
-                                   int sp) {
+                                   int sp, int cp) {
     size_t bf[GPU_ACT_BF], f32[GPU_ACT_F32], total = 0;
-    gpu_layer_elems(c, B, T, split, tp, sp, bf, f32);
+    gpu_layer_elems(c, B, T, split, tp, sp, cp, bf, f32);
     for (int l = 0; l < c->num_layers; l++) {
         RecomputeKind kind = recompute_layer(rp, l);
         for (int s = 0; s < GPU_ACT_BF; s++)
@@ -396,8 +408,10 @@ static size_t gpu_layer_acts_bytes(const GPTConfig *c, int B, int T, const Recom
 
 // The device memory a model of `held` (NULL: all of it) needs, without
 // allocating anything, at its sharding, with act_sets micro-batches'
-// activations (1; a pipeline: the schedule's peak of its held layers).
-static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, int tp, int sp, int B, int T,
+// activations (1; a pipeline: the schedule's peak of its held layers); T the
+// rank's positions of a sequence, T x cp the whole (context parallel over cp
+// ranks: its shared buffers, context_parallel.cuh's, counted here too).
+static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, int tp, int sp, int B, int T, int cp,
                                 const RecomputePolicy *rp, AttentionKind attention, ZeroSharding sh, int act_sets,
                                 int split) {
     ParamLayout pl;
@@ -422,9 +436,10 @@ static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, 
     // (the held layers from the first, with the ends' buffers: an over-estimate for a middle stage)
     int layers = act_sets > 0 ? held_layers : 0, l0 = first ? 0 : (first_layer > 0 ? first_layer : 1);
     if (l0 + layers > cfg->num_layers) l0 = cfg->num_layers - layers;
-    m.activations = (size_t)act_sets * gpu_acts_bytes(cfg, B, T, l0, l0 + layers, rp, split, tp, sp) +
-                    gpu_scratch_layout(&sc, cfg, B, T, rp, last, tp, sp, NULL);
-    m.layer_activations = gpu_layer_acts_bytes(cfg, B, T, rp, split, tp, sp);
+    m.context = cp > 1 ? cp_gpu_bytes(cp, B, T * cp, cfg->channels, cfg->channels / tp) : 0;
+    m.activations = (size_t)act_sets * gpu_acts_bytes(cfg, B, T, l0, l0 + layers, rp, split, tp, sp, cp) +
+                    gpu_scratch_layout(&sc, cfg, B, T, rp, last, tp, sp, cp, NULL) + m.context;
+    m.layer_activations = gpu_layer_acts_bytes(cfg, B, T, rp, split, tp, sp, cp);
     GPTConfig heads = *cfg;  // (cuDNN's graphs run the rank's heads)
     heads.channels /= tp, heads.num_heads /= tp;
     m.workspace = MATMUL_WORKSPACE_BYTES +
@@ -514,8 +529,10 @@ static void gpu_norm_ranges_init(GPTGPU *m) {
     free(r);
 }
 
-// mem_limit_mb: the rank's budget (--mem-limit-mb; 0: the device's free memory).
-static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *held, TPContext tp, int B, int T,
+// cp: the context ranks (1: none; T is the rank's T/cp positions of a
+// sequence, and the trainer sets m->cp after). mem_limit_mb: the rank's
+// budget (--mem-limit-mb; 0: the device's free memory).
+static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *held, TPContext tp, int B, int T, int cp,
                          RecomputePolicy recompute, AttentionKind attention, ZeroSharding sh, int act_sets, int split,
                          double mem_limit_mb) {
     memset(m, 0, sizeof(*m));
@@ -523,6 +540,7 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *he
     m->tp = tp;
     m->B = B;
     m->T = T;
+    m->cp_size = cp;
     m->recompute = recompute;
     m->attention = attention;
     m->sharding = sh;
@@ -531,7 +549,7 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *he
         die_usage("--attention flash: head size %d (n-embd / n-head) is not 32 or 64", hs);
     if (attention == ATTENTION_CUDNN && !cudnn_attention_available())
         die_usage("--attention cudnn: this build has no cuDNN (set CUDNN_HOME and rebuild)");
-    GPUMemory need = gpu_gpt_memory(cfg, held, tp.size, tp.sp, B, T, &recompute, attention, sh, act_sets, split);
+    GPUMemory need = gpu_gpt_memory(cfg, held, tp.size, tp.sp, B, T, cp, &recompute, attention, sh, act_sets, split);
     double total = (double)gpu_memory_total(&need), s;
     const char *unit = mem_unit(total, &s);
     MemBudget have = mem_budget((double)cuda_free_bytes(), "free", mem_limit_mb, total);
@@ -593,9 +611,9 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *he
     }
     m->norm_scratch = (float *)cudaMallocCheck(global_norm_scratch_floats() * sizeof(float));
     if (tp.size > 1) gpu_norm_ranges_init(m);
-    m->scratch.bytes = gpu_scratch_layout(&m->scratch, cfg, B, T, &recompute, last, tp.size, tp.sp, NULL);
+    m->scratch.bytes = gpu_scratch_layout(&m->scratch, cfg, B, T, &recompute, last, tp.size, tp.sp, cp, NULL);
     m->scratch.memory = (char *)cudaMallocCheck(m->scratch.bytes);
-    gpu_scratch_layout(&m->scratch, cfg, B, T, &recompute, last, tp.size, tp.sp, m->scratch.memory);
+    gpu_scratch_layout(&m->scratch, cfg, B, T, &recompute, last, tp.size, tp.sp, cp, m->scratch.memory);
     if (!held) gpu_acts_alloc(m, &m->acts, 0, cfg->num_layers, split);
     gpu_gpt_zero_grad(m);
 }
@@ -698,9 +716,10 @@ static void gpu_gpt_get_grads(GPTGPU *m, float *host) {
     CUDA_CHECK(cudaMemcpy(host, m->grads, sizeof(float) * (size_t)m->layout.num_elements, cudaMemcpyDeviceToHost));
 }
 
-static void gpu_attention_forward(GPTGPU *m, int l, floatX *out, float *lse, const floatX *qkv, int B, int T) {
+// kv: the layer's gathered K and V (context parallel; else unused).
+static void gpu_attention_forward(GPTGPU *m, floatX *kv, floatX *out, float *lse, const floatX *qkv, int B, int T) {
     NVTX_RANGE("attention_forward");
-    if (m->cp) cp_gpu_attention_forward(m->cp, l, out, lse, qkv, B, m->stream);
+    if (m->cp) cp_gpu_attention_forward(m->cp, kv, out, lse, qkv, B, m->stream);
     else if (m->attention == ATTENTION_CUDNN)
         gpu_cudnn_attention_forward(&m->cudnn, out, lse, qkv, B, T, m->cfg.channels / m->tp.size,
                                     m->cfg.num_heads / m->tp.size, m->stream);
@@ -708,10 +727,10 @@ static void gpu_attention_forward(GPTGPU *m, int l, floatX *out, float *lse, con
                                      m->stream);
 }
 
-static void gpu_attention_backward(GPTGPU *m, int l, floatX *dqkv, const floatX *dout, const floatX *qkv,
+static void gpu_attention_backward(GPTGPU *m, const floatX *kv, floatX *dqkv, const floatX *dout, const floatX *qkv,
                                    const floatX *out, const float *lse, int B, int T) {
     NVTX_RANGE("attention_backward");
-    if (m->cp) cp_gpu_attention_backward(m->cp, l, dqkv, m->scratch.delta, dout, qkv, out, lse, B, m->stream);
+    if (m->cp) cp_gpu_attention_backward(m->cp, kv, dqkv, m->scratch.delta, dout, qkv, out, lse, B, m->stream);
     else if (m->attention == ATTENTION_CUDNN)
         gpu_cudnn_attention_backward(&m->cudnn, dqkv, m->scratch.delta, dout, qkv, out, lse, B, T,
                                      m->cfg.channels / m->tp.size, m->cfg.num_heads / m->tp.size, m->stream);
@@ -845,7 +864,7 @@ static void gpu_layer_forward_inner(GPTGPU *m, GPUActs *a, int l, const LayerWei
     int C = m->cfg.channels, Cl = C / m->tp.size, N = B * T;
     const floatX *residual = l == a->l0 ? a->input : a->residual3[l - 1];
     gpu_matmul_forward(&m->mm, a->qkv[l], NULL, a->ln1[l], w->qkvw, w->qkvb, N, C, 3 * Cl, m->stream);
-    gpu_attention_forward(m, l, a->atty[l], a->lse[l], a->qkv[l], B, T);
+    gpu_attention_forward(m, a->kv[l], a->atty[l], a->lse[l], a->qkv[l], B, T);
     gpu_row_parallel_forward(m, m->scratch.proj, a->atty[l], w->attprojw, w->attprojb, N, Cl, C);
     gpu_residual_layernorm_gathered(m, a->residual2[l], a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], residual,
                                     m->scratch.proj, w->ln2w, w->ln2b, N, C);
@@ -1049,7 +1068,7 @@ static void gpu_stage_backward(GPTGPU *m, GPUActs *a) {
         gpu_matmul_backward<float>(&m->mm, sc->datty, split ? NULL : g.attprojw, NULL, NULL, dout, NULL, a->atty[l],
                                    w.attprojw, N, Cl, C, s);
         gpu_colsum_accumulate<float>(g.attprojb, sc->scratch, a->dres, Nl, C, s);
-        gpu_attention_backward(m, l, dqkv, sc->datty, a->qkv[l], a->atty[l], a->lse[l], B, T);
+        gpu_attention_backward(m, a->kv[l], dqkv, sc->datty, a->qkv[l], a->atty[l], a->lse[l], B, T);
         gpu_column_parallel_backward<floatX>(m, sc->dln, split ? NULL : g.qkvw, g.qkvb, dqkv, dqkv, a->ln1[l], w.qkvw, N,
                                            C, 3 * Cl);
         gpu_layernorm_backward(a->dres, dres_compute, g.ln1w, g.ln1b, sc->scratch, sc->dln, residual, w.ln1w,

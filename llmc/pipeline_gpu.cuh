@@ -6,7 +6,9 @@
 // over the ranks holding the same stages, and the tied token embedding
 // (pipeline.h's protocol; the last stage's copy is floatX, its gradient fp32,
 // added on the device). One GPU (pp = 1) is a one-stage schedule on the
-// model's own activations, queued as the model alone queues them.
+// model's own activations, queued as the model alone queues them. With
+// context parallel each micro-batch's activations keep its gathered K and V
+// (gpt_gpu.cuh), and the ranks holding the same stages are data x context.
 //
 // Messages go over the device pipeline group: floatX activations, fp32 gradients.
 // Over NCCL, whose point-to-point calls run in order on one stream and pair
@@ -107,7 +109,8 @@ static void pipeline_gpu_init(PipelineGPU *pp, GPTGPU *model, Zero *zero, Comm *
     pp->zero = zero;
     PPStageOps ops = {pp, ppg_slot_new, ppg_slot_free, ppg_forward, ppg_backward, ppg_weights, ppg_buffer,
                       ppg_eval_forward, ppg_eval_acts, ppg_consume, ppg_sync, ppg_begin_pass};
-    pipeline_core_init(&pp->core, ops, &dev_groups[COMM_PIPELINE], &dev_groups[COMM_DATA],
+    // (the tie's reductions over the ranks holding the same stages: data x context, as ZeRO's)
+    pipeline_core_init(&pp->core, ops, &dev_groups[COMM_PIPELINE], &dev_groups[COMM_REPLICA],
                        comm_group(comm, COMM_PIPELINE), comm_group(comm, COMM_WORLD), COMM_FLOATX, &model->cfg,
                        model->tp.size, model->tp.rank, model->tp.sp, B, T, dloss, layout, kind, fuse, trace_path,
                        comm->rank);

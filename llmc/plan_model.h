@@ -398,9 +398,10 @@ static RankMemory plan_rank_memory(const PlanProblem *pb, const PlanLayout *l, c
         // activations bf16, without the attention matrix (flash attention keeps its log-sum-exp rows) or
         // the CPU's score scratch; what recomputation drops from each layer is one shared buffer instead
         // (selective: the GELU output; full: all but the layer's output, the next one's input); context
-        // parallel's buffers the GPU trainer's (context_parallel.cuh's cp_gpu_bytes: every layer's gathered
-        // K and V and the gathered pieces in bf16, their gradients and those in rank order in fp32, the
-        // rank's wpe rows in bf16 and their fp32 gradient) instead of the CPU's
+        // parallel's buffers the GPU trainer's instead of the CPU's: each micro-batch's gathered K and V of
+        // every layer in bf16 (under full recompute one shared copy), and context_parallel.cuh's
+        // cp_gpu_bytes (the gathered pieces in bf16, their gradients and those in rank order in fp32, the
+        // rank's wpe rows in bf16 and their fp32 gradient)
         double T = pb->T, Tl = T / l->cp, C = pb->cfg->channels, Cl = C / l->tp, NHl = pb->cfg->num_heads / l->tp;
         size_t per[GPT_ACT_PER_LAYER], single[GPT_ACT_SINGLES];
         gpt_activation_sizes(pb->cfg, l->B, pb->T / l->cp, 0, 1, l->tp, l->sp, l->cp, per, single);
@@ -416,7 +417,8 @@ static RankMemory plan_rank_memory(const PlanProblem *pb, const PlanLayout *l, c
             double kv = (double)l->B * T * 2 * Cl;
             cp_cpu = sets * layers * cp_layer_act_floats(l->B, pb->T, l->cp, (int)Cl, (int)NHl) +
                      cp_rank_shared_floats(pb->cfg, l->B, pb->T, l->tp, l->cp);
-            cp_gpu = (sets * layers + 1) * kv * 2 + 2 * kv * 4 + Tl * C * (2 + 4);
+            double kept = l->recompute == RECOMPUTE_FULL ? 1 : sets * layers;
+            cp_gpu = (kept + 1) * kv * 2 + 2 * kv * 4 + Tl * C * (2 + 4);
         }
         m.activations = (m.activations / 4 - scratch - cp_cpu - sets * layers * (att + dropped) + dropped) * 2;
         if (m.activations < 0) m.activations = 0;
