@@ -420,6 +420,14 @@ typedef struct {
     size_t *counts;       // (data ranks)
 } PipelineCore;
 
+// The layers [first, end) of this rank's chunk (its stage's, pp_layout.h).
+static inline int pp_chunk_first_layer(const PipelineCore *pc, int chunk) {
+    return pc->run.layout.first_layer[pp_runner_stage(&pc->run, chunk)];
+}
+static inline int pp_chunk_end_layer(const PipelineCore *pc, int chunk) {
+    return pc->run.layout.first_layer[pp_runner_stage(&pc->run, chunk) + 1];
+}
+
 // pipe, dp: the groups the stages' tensors travel on; host_pipe, host_world:
 // the same ranks for host scalars. layout: the stages' layers (taken over).
 // The trainer allocates wte_piece (wte_elems) where its gradients live.

@@ -27,7 +27,7 @@
 #include "comm.h"         // defines: Comm, CommGroup, comm_group, comm_all_reduce, COMM_F32, ...
 #include "gpt_cpu.h"      // defines: GPT, GPTActivations, gpt_stage_* (forward, backward, weight gradients), gpt_update, gpt_state_views
 #include "optimizer.h"    // defines: AdamWConfig
-#include "pipeline.h"     // defines: PipelineCore, PPStageOps, PPBuffer, pipeline_core_*, pipeline_tie_grads, ...
+#include "pipeline.h"     // defines: PipelineCore, PPStageOps, PPBuffer, pp_chunk_first_layer, pipeline_core_*, pipeline_tie_grads, ...
 #include "pp_layout.h"    // defines: PPLayout
 #include "pp_schedule.h"  // defines: PPKind
 #include "zero_cpu.h"     // defines: Zero, zero_* (the data-parallel reduction and gathers)
@@ -40,13 +40,6 @@ typedef struct {
     GPTActivations *eval;  // (v): one micro-batch's forward per chunk, for evaluation and sampling (several stages)
 } Pipeline;
 
-static inline int pp_chunk_first_layer(const Pipeline *pp, int chunk) {
-    return pp->core.run.layout.first_layer[pp_runner_stage(&pp->core.run, chunk)];
-}
-static inline int pp_chunk_end_layer(const Pipeline *pp, int chunk) {
-    return pp->core.run.layout.first_layer[pp_runner_stage(&pp->core.run, chunk) + 1];
-}
-
 // ---------------------------------------------------------------------------
 // the stage operations (PPStageOps)
 
@@ -54,8 +47,8 @@ static void *pp_cpu_slot_new(void *ctx, int chunk) {
     Pipeline *pp = (Pipeline *)ctx;
     if (pp_one_stage(&pp->core.run)) return &pp->model->acts;
     GPTActivations *a = (GPTActivations *)callocCheck(1, sizeof(GPTActivations));
-    gpt_activations_alloc(a, pp->model, pp->core.B, pp->core.T, pp_chunk_first_layer(pp, chunk),
-                          pp_chunk_end_layer(pp, chunk), pp->core.run.split);
+    gpt_activations_alloc(a, pp->model, pp->core.B, pp->core.T, pp_chunk_first_layer(&pp->core, chunk),
+                          pp_chunk_end_layer(&pp->core, chunk), pp->core.run.split);
     return a;
 }
 static void pp_cpu_slot_free(void *ctx, void *slot) {
@@ -91,8 +84,8 @@ static void *pp_cpu_eval_acts(void *ctx, int chunk) {
     Pipeline *pp = (Pipeline *)ctx;
     if (pp_one_stage(&pp->core.run)) return &pp->model->acts;
     GPTActivations *a = &pp->eval[chunk];
-    gpt_activations_alloc(a, pp->model, pp->core.B, pp->core.T, pp_chunk_first_layer(pp, chunk),
-                          pp_chunk_end_layer(pp, chunk), 0);
+    gpt_activations_alloc(a, pp->model, pp->core.B, pp->core.T, pp_chunk_first_layer(&pp->core, chunk),
+                          pp_chunk_end_layer(&pp->core, chunk), 0);
     return a;
 }
 static float pp_cpu_eval_forward(void *ctx, int chunk, const int *x, const int *y, int B, int T) {

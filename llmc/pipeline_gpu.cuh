@@ -25,7 +25,7 @@
 
 #include "comm.h"        // defines: CommGroup, CommRequest, comm_stream_wait, Comm, ...
 #include "gpt_gpu.cuh"   // defines: GPTGPU, GPUActs, gpu_acts_alloc, gpu_acts_free, ...
-#include "pipeline.h"    // defines: PipelineCore, PPStageOps, PPBuffer, pipeline_core_*, pipeline_tie_grads, ...
+#include "pipeline.h"    // defines: PipelineCore, PPStageOps, PPBuffer, pp_chunk_first_layer, pipeline_core_*, pipeline_tie_grads, ...
 #include "pp_layout.h"   // defines: PPLayout
 #include "rand.h"        // defines: Rng
 #include "zero_gpu.cuh"  // defines: Zero, zero_begin_pass, zero_begin_step, zero_wait_grads, ...
@@ -37,13 +37,6 @@ typedef struct {
     GPUActs *eval;  // (v): one micro-batch's forward per chunk, for evaluation and sampling (several stages)
 } PipelineGPU;
 
-static inline int ppg_first_layer(const PipelineGPU *pp, int chunk) {
-    return pp->core.run.layout.first_layer[pp_runner_stage(&pp->core.run, chunk)];
-}
-static inline int ppg_end_layer(const PipelineGPU *pp, int chunk) {
-    return pp->core.run.layout.first_layer[pp_runner_stage(&pp->core.run, chunk) + 1];
-}
-
 // ---------------------------------------------------------------------------
 // the stage operations (PPStageOps)
 
@@ -51,7 +44,8 @@ static void *ppg_slot_new(void *ctx, int chunk) {
     PipelineGPU *pp = (PipelineGPU *)ctx;
     if (pp_one_stage(&pp->core.run)) return &pp->model->acts;
     GPUActs *a = (GPUActs *)callocCheck(1, sizeof(GPUActs));
-    gpu_acts_alloc(pp->model, a, ppg_first_layer(pp, chunk), ppg_end_layer(pp, chunk), pp->core.run.split);
+    gpu_acts_alloc(pp->model, a, pp_chunk_first_layer(&pp->core, chunk), pp_chunk_end_layer(&pp->core, chunk),
+                   pp->core.run.split);
     return a;
 }
 static void ppg_slot_free(void *ctx, void *slot) {
@@ -84,7 +78,8 @@ static void *ppg_eval_acts(void *ctx, int chunk) {
     PipelineGPU *pp = (PipelineGPU *)ctx;
     if (pp_one_stage(&pp->core.run)) return &pp->model->acts;
     GPUActs *a = &pp->eval[chunk];
-    if (!a->memory) gpu_acts_alloc(pp->model, a, ppg_first_layer(pp, chunk), ppg_end_layer(pp, chunk), 0);
+    if (!a->memory)
+        gpu_acts_alloc(pp->model, a, pp_chunk_first_layer(&pp->core, chunk), pp_chunk_end_layer(&pp->core, chunk), 0);
     return a;
 }
 static float ppg_eval_forward(void *ctx, int chunk, const int *x, const int *y, int B, int T) {

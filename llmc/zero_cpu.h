@@ -41,7 +41,7 @@
 #include "comm.h"        // defines: CommRequest, CommGroup, comm_wait, comm_test, ...
 #include "gpt_cpu.h"     // defines: GPT, gpt_zero_grad
 #include "optimizer.h"   // defines: sum_of_squares
-#include "zero_shard.h"  // defines: ShardMap, shard_piece, shard_counts, shard_clip, ...
+#include "zero_shard.h"  // defines: ShardMap, ZERO_INIT_COMMON, shard_piece, shard_counts, shard_clip, ...
 
 #define ZERO_SLOTS 2  // staging buffers for accumulating reduce-scatters (ZeRO-2/3 with accumulation)
 
@@ -220,19 +220,7 @@ static void zero_cpu_prefetch(void *ctx, int s) {
 // dp->rank, dp->size) and its weights set (gpt_shard_params), identically on
 // every rank of the data group. bucket_mb: the size of one gradient reduction.
 static inline void zero_init(Zero *z, GPT *model, CommGroup *dp, int stage, double bucket_mb) {
-    memset(z, 0, sizeof(*z));
-    CHECK(stage >= 0 && stage <= 3, "ZeRO stage %d", stage);
-    CHECK(model->sharding.stage == stage && model->sharding.world == (stage >= 1 ? dp->size : 1),
-          "the model is sharded for ZeRO-%d over %d ranks, not ZeRO-%d over %d", model->sharding.stage,
-          model->sharding.world, stage, dp->size);
-    z->model = model;
-    z->dp = dp;
-    z->stage = stage;
-    shard_map_init(&z->map, model->layout.num_elements, dp->rank, dp->size);
-    z->bucket_elems = zero_bucket_elems(bucket_mb);
-    z->num_segments = param_num_segments(&model->layout);
-    z->counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)dp->size);
-    z->reduced = (unsigned char *)callocCheck((size_t)z->num_segments, 1);
+    ZERO_INIT_COMMON(z, model, dp, stage, bucket_mb);
     if (stage >= 2) {
         int64_t slot = z->bucket_elems < z->map.shard ? z->bucket_elems : z->map.shard;
         for (int s = 0; s < ZERO_SLOTS; s++) z->slots[s] = (float *)mallocCheck(sizeof(float) * (size_t)slot);

@@ -43,7 +43,7 @@
 
 #include "comm.h"        // defines: CommRequest, CommGroup, comm_wait, comm_test, ...
 #include "gpt_gpu.cuh"   // defines: GPTGPU, GPU_PARAM_SLOTS, gpu_shard_grads, segment_slot, ...
-#include "zero_shard.h"  // defines: ShardMap, ZeroMemory, shard_memory, shard_clip, ...
+#include "zero_shard.h"  // defines: ShardMap, ZERO_INIT_COMMON, ZeroMemory, shard_memory, shard_clip, ...
 
 typedef struct {
     int segment;      // whose gradients it reduces
@@ -229,19 +229,7 @@ static void zero_gpu_prefetch(void *ctx, int s) {
 // Takes over the model's hooks. The model was made with zero_sharding(stage,
 // dp->rank, dp->size). bucket_mb: the size of one gradient reduction.
 static inline void zero_init(Zero *z, GPTGPU *model, CommGroup *dp, int stage, double bucket_mb) {
-    memset(z, 0, sizeof(*z));
-    CHECK(stage >= 0 && stage <= 3, "ZeRO stage %d", stage);
-    CHECK(model->sharding.stage == stage && model->sharding.world == (stage >= 1 ? dp->size : 1),
-          "the model is sharded for ZeRO-%d over %d ranks, not ZeRO-%d over %d", model->sharding.stage,
-          model->sharding.world, stage, dp->size);
-    z->model = model;
-    z->dp = dp;
-    z->stage = stage;
-    shard_map_init(&z->map, model->layout.num_elements, dp->rank, dp->size);
-    z->bucket_elems = zero_bucket_elems(bucket_mb);
-    z->num_segments = param_num_segments(&model->layout);
-    z->counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)dp->size);
-    z->reduced = (unsigned char *)callocCheck((size_t)z->num_segments, 1);
+    ZERO_INIT_COMMON(z, model, dp, stage, bucket_mb);
     z->needs_clear = (unsigned char *)callocCheck((size_t)z->num_segments, 1);
     int slots = model->grad_segments.num_slots;
     z->grad_slot_segment = (int *)mallocCheck(sizeof(int) * (size_t)(slots > 0 ? slots : 1));

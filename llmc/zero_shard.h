@@ -47,8 +47,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
-#include "model.h"  // defines: PARAM_ALIGN
+#include "model.h"  // defines: PARAM_ALIGN, param_num_segments
 
 // What a model holds of its state (gpt_cpu.h's GPT, gpt_gpu.cuh's GPTGPU):
 // its ZeRO stage and the shard of stage >= 1; (rank 0, world 1) at stage 0,
@@ -102,6 +103,29 @@ static inline int64_t zero_bucket_elems(double bucket_mb) {
     int64_t n = (int64_t)(bucket_mb * 1e6 / sizeof(float));
     return n < PARAM_ALIGN ? PARAM_ALIGN : n;
 }
+
+// The start of every backend's zero_init (the verbs' struct shape: z a Zero of
+// either backend, model its model, dp a CommGroup): the model's sharding
+// checked against stage and the group, then the common fields set and the
+// scratch both backends use allocated (counts: dp->size; reduced:
+// num_segments). A macro because the two Zero structs are distinct types.
+#define ZERO_INIT_COMMON(z, model_, dp_, stage_, bucket_mb_)                                                     \
+    do {                                                                                                        \
+        memset((z), 0, sizeof(*(z)));                                                                           \
+        CHECK((stage_) >= 0 && (stage_) <= 3, "ZeRO stage %d", (stage_));                                        \
+        CHECK((model_)->sharding.stage == (stage_) &&                                                           \
+                  (model_)->sharding.world == ((stage_) >= 1 ? (dp_)->size : 1),                                \
+              "the model is sharded for ZeRO-%d over %d ranks, not ZeRO-%d over %d", (model_)->sharding.stage,  \
+              (model_)->sharding.world, (stage_), (dp_)->size);                                                 \
+        (z)->model = (model_);                                                                                  \
+        (z)->dp = (dp_);                                                                                        \
+        (z)->stage = (stage_);                                                                                  \
+        shard_map_init(&(z)->map, (model_)->layout.num_elements, (dp_)->rank, (dp_)->size);                     \
+        (z)->bucket_elems = zero_bucket_elems(bucket_mb_);                                                      \
+        (z)->num_segments = param_num_segments(&(model_)->layout);                                              \
+        (z)->counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)(dp_)->size);                              \
+        (z)->reduced = (unsigned char *)callocCheck((size_t)(z)->num_segments, 1);                              \
+    } while (0)
 
 typedef struct {
     double params, grads, optimizer;  // bytes this rank holds
