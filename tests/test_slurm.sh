@@ -118,9 +118,9 @@ SBATCH=(env TRAINER="$TRAIN" CKPT_EVERY=100000 sbatch --parsable --nodes 1 --nta
 
 # --- the time limit: submitted first (slurmctld looks at time limits every 30 s), with the docs' sbatch line, a
 # one-minute limit and the signal due at once; its step 0 evaluation is slow, to see the resume: line in the
-# job's output before it (20000 batches of the tiny model: seconds) ---
+# job's output before it (100000 batches of the tiny model: 12 s idle; on a loaded machine the job's output can reach the file seconds late) ---
 tl=$("${SBATCH[@]}" --time 1 --signal USR1@59 --output "$tmp/tl.out" scripts/train_slurm.sbatch "${LONG[@]}" \
-     --ckpt-dir "$tmp/tl.ck" --data-val "$tmp/val/v_val_*.bin" --eval-every 1000000 --eval-batches 20000 2>&1)
+     --ckpt-dir "$tmp/tl.ck" --data-val "$tmp/val/v_val_*.bin" --eval-every 1000000 --eval-batches 100000 2>&1)
 early_resume=no
 # (the wait is long because a loaded machine's slurmctld may start the job late; it ends at the line)
 wait_for 120 'grep -q "^resume: " "$tmp/tl.out" 2>/dev/null' "$tl" && ! grep -q 'val loss\|^step ' "$tmp/tl.out" && early_resume=yes
