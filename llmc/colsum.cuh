@@ -10,8 +10,7 @@
 #define LLMC_COLSUM_CUH
 
 #include "cuda_common.cuh"  // defines: ceil_div_int, launch_kernel, CUDA_CHECK_LAUNCH
-
-#define COLSUM_ROWS_PER_CHUNK 256
+#include "gpu_activation_sizes.h"  // defines: COLSUM_ROWS_PER_CHUNK, colsum_scratch_floats
 
 template <typename T>
 __device__ __forceinline__ float colsum_load(T v);
@@ -43,11 +42,6 @@ __global__ void colsum_finish_kernel(float *out, const float *partial, int R, in
     float acc = 0.0f;
     for (int r = 0; r < R; r++) acc += partial[(int64_t)r * C + c];
     out[c] += acc;
-}
-
-// Floats of scratch gpu_colsum_accumulate needs for N rows of C.
-static inline size_t colsum_scratch_floats(int N, int C) {
-    return (size_t)ceil_div_int(N, COLSUM_ROWS_PER_CHUNK) * (size_t)C;
 }
 
 template <typename T>

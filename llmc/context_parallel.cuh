@@ -25,6 +25,7 @@
 #include "attention_flash.cuh"   // defines: FaQueries, gpu_flash_attention_forward_queries, gpu_flash_attention_backward_queries
 #include "context_parallel.h"    // defines: CPContext, cp_positions_init, cp_free, cp_global_pos, cp_position_owner, cp_chunk
 #include "cuda_common.cuh"       // defines: CUDA_CHECK, cudaMallocCheck, launch_kernel, ceil_div_int, CUDA_CHECK_LAUNCH
+#include "gpu_activation_sizes.h"  // defines: cp_gpu_bytes
 #include "tensor_parallel.h"     // defines: TPContext, tp_context, tp_on_stream, tp_complete, tp_off_stream, tp_free
 
 typedef struct {
@@ -40,15 +41,6 @@ typedef struct {
     float *dwpe;         // device (Tl,C): their gradient
     size_t bytes;        // device memory of the above
 } CPGPU;
-
-// Device bytes of the buffers above for B sequences of T positions over cp
-// ranks, C channels (Cl of them on the rank): the gathered K | V pieces, their
-// gradients in both orders, the rank's wpe rows and gradient, the positions.
-static inline size_t cp_gpu_bytes(int cp, int B, int T, int C, int Cl) {
-    size_t kv = (size_t)B * T * 2 * Cl, Tl = (size_t)(T / cp);
-    return kv * sizeof(floatX) + 2 * kv * sizeof(float) + Tl * C * (sizeof(floatX) + sizeof(float)) +
-           (Tl + 2 * (size_t)T) * sizeof(int);
-}
 
 // Device group `dev` and host group `host` of the context ranks; B sequences
 // of T positions a micro-batch, `micro` a step; the model's shape.

@@ -62,7 +62,8 @@
 #include "encoder.cuh"          // defines: EncoderIndex, encoder_index_free, encoder_index_init, encoder_index_build, ...
 #include "gelu.cuh"             // defines: gpu_gelu_forward, gpu_gelu_backward_inplace
 #include "global_norm.cuh"      // defines: global_norm_scratch_floats, gpu_sum_of_squares, global_norm_result, gpu_sum_of_squares_ranges
-#include "layernorm.cuh"        // defines: layernorm_scratch_floats, gpu_fused_residual_layernorm, gpu_layernorm_forward, gpu_layernorm_backward
+#include "gpu_activation_sizes.h"  // defines: gpu_acts_layout, gpu_scratch_layout, gpu_rank_activation_bytes, gpu_layer_acts_bytes, GPU_ACT_BF, ...
+#include "layernorm.cuh"        // defines: gpu_fused_residual_layernorm, gpu_layernorm_forward, gpu_layernorm_backward
 #include "matmul.cuh"           // defines: MatmulContext, MATMUL_WORKSPACE_BYTES, matmul_init, matmul_free, ...
 #include "model.h"              // defines: GPTConfig, ParamLayout, GPTHooks, ParamKind, ...
 #include "param_map.h"          // defines: ParamMap, param_map_init, param_map_free
@@ -72,6 +73,8 @@
 #include "zero_shard.h"         // defines: ZeroSharding, ShardMap, shard_map_init
 
 typedef enum { ATTENTION_FLASH, ATTENTION_CUDNN } AttentionKind;
+
+static_assert(sizeof(floatX) == GPU_FLOATX_BYTES, "gpu_activation_sizes.h sizes floatX buffers");
 
 #define GPU_GRAD_SLOTS 2   // ZeRO-2/3: layers whose gradients are written or still being reduced
 #define GPU_PARAM_SLOTS 3  // ZeRO-3: layers resident (in use, the next one's ln_1, one gathered ahead)
@@ -125,33 +128,6 @@ typedef struct {
     int trained;            // holds a training forward (its backward next)
     int weights_pending;    // a split backward's W has yet to run
 } GPUActs;
-
-// A layer's buffers' elements in GPUActs's order: GPU_ACT_BF floatX ones (the
-// 4 after the layer's output only with a split backward, the gathered K and V
-// only with context parallel: else 0), GPU_ACT_F32 fp32 ones.
-#define GPU_ACT_BF 13
-#define GPU_ACT_F32 5
-#define GPU_ACT_FCH_GELU 6
-#define GPU_ACT_RESIDUAL3 7
-#define GPU_ACT_KV 12
-static void gpu_layer_elems(const GPTConfig *c, int B, int T, int split, int tp, int sp, int cp,
-                            size_t bf[GPU_ACT_BF], size_t f32[GPU_ACT_F32]) {
-    size_t C = c->channels, Cl = C / tp, NH = c->num_heads / tp, N = (size_t)B * T, Nl = sp ? N / tp : N;
-    size_t S = split ? 1 : 0, KV = cp > 1 ? N * (size_t)cp * 2 * Cl : 0;
-    size_t b[GPU_ACT_BF] = {N * C, N * 3 * Cl, N * Cl, Nl * C, N * C, N * 4 * Cl, N * 4 * Cl, Nl * C,
-                            S * N * C, S * N * 4 * Cl, S * N * C, S * N * 3 * Cl, KV};
-    size_t f[GPU_ACT_F32] = {Nl, Nl, Nl, Nl, (size_t)B * NH * T};
-    memcpy(bf, b, sizeof(b));
-    memcpy(f32, f, sizeof(f));
-}
-// Whether a layer of recompute kind `kind` leaves its buffer s (f32: an fp32
-// one) to the scratch's shared copy: selective the GELU output; full all but
-// the layer's output (the next one's input) and a split backward's gradients
-// (the gathered K and V too: its recomputed forward gathers them again).
-static inline int gpu_act_shared(int s, int f32, RecomputeKind kind) {
-    if (kind == RECOMPUTE_FULL) return f32 || s < GPU_ACT_RESIDUAL3 || s == GPU_ACT_KV;
-    return kind == RECOMPUTE_SELECTIVE && !f32 && s == GPU_ACT_FCH_GELU;
-}
 
 // Buffers one pass uses and the next may reuse (shared by all micro-batches).
 typedef struct {
@@ -244,93 +220,37 @@ static inline LayerWeights gpu_layer_weights(const GPTGPU *m, int l) {
     return w;
 }
 
-// bump allocator: size in bytes -> pointer (or NULL while counting); every buffer 256-byte aligned
-#define GPU_TAKE(off, base, bytes) \
-    ((off) = ((off) + 255) / 256 * 256, (off) += (bytes), (base) ? (void *)((base) + (off) - (bytes)) : NULL)
-
-// Lays a stage's activations for layers [l0, l1) out in one allocation at
-// base (NULL: only count; the per-layer pointer arrays must exist when base
-// is given). Returns the bytes. Recomputed buffers are the scratch's (sc).
-static size_t gpu_acts_layout(GPUActs *a, const GPTConfig *c, int B, int T, int l0, int l1,
-                              const RecomputePolicy *rp, int split, int tp, int sp, int cp, const GPUScratch *sc,
-                              char *base) {
-    size_t C = c->channels, N = (size_t)B * T, Nl = sp ? N / tp : N, off = 0;
-    int L = c->num_layers;
-    size_t bf[GPU_ACT_BF], f32[GPU_ACT_F32];
-    gpu_layer_elems(c, B, T, split, tp, sp, cp, bf, f32);
-    floatX **const *bslot[GPU_ACT_BF] = {&a->ln1, &a->qkv, &a->atty, &a->residual2, &a->ln2, &a->fch, &a->fch_gelu,
-                                         &a->residual3, &a->dfcproj, &a->dfc, &a->dattproj, &a->dqkv, &a->kv};
-    float **const *fslot[GPU_ACT_F32] = {&a->ln1_mean, &a->ln1_rstd, &a->ln2_mean, &a->ln2_rstd, &a->lse};
-    // (kept: the layer's own buffer; recomputed: the scratch's shared one, counted there)
-    for (int s = 0; s < GPU_ACT_BF; s++)
-        for (int l = l0; l < l1 && bf[s]; l++) {
-            floatX *p = gpu_act_shared(s, 0, recompute_layer(rp, l))
-                            ? sc->layer_bf[s]
-                            : (floatX *)GPU_TAKE(off, base, bf[s] * sizeof(floatX));
-            if (base) (*bslot[s])[l] = p;
-        }
-    for (int s = 0; s < GPU_ACT_F32; s++)
-        for (int l = l0; l < l1; l++) {
-            float *p = gpu_act_shared(s, 1, recompute_layer(rp, l)) ? sc->layer_f32[s]
-                                                                    : (float *)GPU_TAKE(off, base, f32[s] * sizeof(float));
-            if (base) (*fslot[s])[l] = p;
-        }
-    int last = l1 == L;
-    struct { void **slot; size_t bytes; } single[] = {
-        {(void **)&a->input, Nl * C * 2}, {(void **)&a->dres, Nl * C * 4}, {(void **)&a->lnf_mean, last ? Nl * 4 : 0},
-        {(void **)&a->lnf_rstd, last ? Nl * 4 : 0}, {(void **)&a->dlnf, last ? Nl * C * 2 : 0},
-    };
-    for (size_t s = 0; s < sizeof(single) / sizeof(single[0]); s++) {
-        void *p = single[s].bytes ? GPU_TAKE(off, base, single[s].bytes) : NULL;
-        if (base) *single[s].slot = p;
-    }
-    return off;
+// Binds a stage's buffers (gpu_acts_layout's offsets) to a's pointers in the allocation at base; a
+// recomputing layer's to the scratch's shared copies.
+typedef struct {
+    GPUActs *a;
+    const GPUScratch *sc;
+    char *base;
+} GPUActsBinding;
+static void gpu_acts_bind(void *ctx, GPUBufKind kind, int s, int l, size_t at) {
+    GPUActsBinding *b = (GPUActsBinding *)ctx;
+    GPUActs *a = b->a;
+    floatX **bf[GPU_ACT_BF] = {a->ln1, a->qkv, a->atty, a->residual2, a->ln2, a->fch, a->fch_gelu, a->residual3,
+                               a->dfcproj, a->dfc, a->dattproj, a->dqkv, a->kv};
+    float **f32[GPU_ACT_F32] = {a->ln1_mean, a->ln1_rstd, a->ln2_mean, a->ln2_rstd, a->lse};
+    void **ends[GPU_ACT_ENDS] = {(void **)&a->input, (void **)&a->dres, (void **)&a->lnf_mean, (void **)&a->lnf_rstd,
+                                 (void **)&a->dlnf};
+    if (kind == GPU_BUF_LAYER_BF) bf[s][l] = at == GPU_BUF_SHARED ? b->sc->layer_bf[s] : (floatX *)(b->base + at);
+    if (kind == GPU_BUF_LAYER_F32) f32[s][l] = at == GPU_BUF_SHARED ? b->sc->layer_f32[s] : (float *)(b->base + at);
+    if (kind == GPU_BUF_END) *ends[s] = b->base + at;
 }
 
-// Lays the shared buffers out (as gpu_acts_layout). last: the rank runs the classifier.
-// The recomputing layers' shared buffers are there when any layer of the model needs them.
-static size_t gpu_scratch_layout(GPUScratch *sc, const GPTConfig *c, int B, int T, const RecomputePolicy *rp,
-                                 int last, int tp, int sp, int cp, char *base) {
-    size_t C = c->channels, Cl = C / tp, NH = c->num_heads / tp, Vl = (size_t)c->padded_vocab_size / tp;
-    size_t N = (size_t)B * T, off = 0, P = tp > 1 ? 1 : 0;
-    size_t scratch = layernorm_scratch_floats((int)N, (int)C);
-    size_t cs = colsum_scratch_floats((int)N, 4 * (int)C);
-    if (cs > scratch) scratch = cs;
-    struct { void **slot; size_t bytes; } parts[] = {
-        {(void **)&sc->lnf, last ? N * C * 2 : 0}, {(void **)&sc->logits, last ? N * Vl * 2 : 0},
-        {(void **)&sc->proj, N * C * 2}, {(void **)&sc->dres_compute, N * C * 2}, {(void **)&sc->dln, N * C * 2},
-        {(void **)&sc->dbig, N * 4 * Cl * 2}, {(void **)&sc->dqkv, N * 3 * Cl * 2}, {(void **)&sc->datty, N * Cl * 2},
-        {(void **)&sc->delta, (size_t)B * NH * T * 4},
-        {(void **)&sc->scratch, scratch * 4}, {(void **)&sc->partial, P * N * C * 4},
-        {(void **)&sc->ce_max, last * P * tp * N * 4}, {(void **)&sc->ce_gmax, last * P * N * 4},
-        {(void **)&sc->ce_stats, last * P * 2 * N * 4},
-    };
-    for (size_t s = 0; s < sizeof(parts) / sizeof(parts[0]); s++) {
-        void *p = parts[s].bytes ? GPU_TAKE(off, base, parts[s].bytes) : NULL;
-        if (base) *parts[s].slot = p;
-    }
-    size_t bf[GPU_ACT_BF], f32[GPU_ACT_F32];
-    gpu_layer_elems(c, B, T, 0, tp, sp, cp, bf, f32);  // (a split backward's buffers are never shared)
-    for (int s = 0; s < GPU_ACT_BF + GPU_ACT_F32; s++) {
-        int f = s >= GPU_ACT_BF, k = f ? s - GPU_ACT_BF : s, used = 0;
-        for (int l = 0; l < c->num_layers; l++) used |= gpu_act_shared(k, f, recompute_layer(rp, l));
-        size_t bytes = used ? (f ? f32[k] * sizeof(float) : bf[k] * sizeof(floatX)) : 0;
-        void *p = bytes ? GPU_TAKE(off, base, bytes) : NULL;
-        if (base && f) sc->layer_f32[k] = (float *)p;
-        if (base && !f) sc->layer_bf[k] = (floatX *)p;
-    }
-    return off;
-}
-
-// Device bytes of one micro-batch's activations of layers [l0, l1) (with its encoder index on stage 0).
-static size_t gpu_acts_bytes(const GPTConfig *c, int B, int T, int l0, int l1, const RecomputePolicy *rp, int split,
-                             int tp, int sp, int cp) {
-    GPUActs a;
-    GPUScratch sc;
-    memset(&a, 0, sizeof(a));
-    memset(&sc, 0, sizeof(sc));
-    return gpu_acts_layout(&a, c, B, T, l0, l1, rp, split, tp, sp, cp, &sc, NULL) +
-           (l0 == 0 ? sizeof(int) * (3 * (size_t)B * T + 1) : 0);
+// Binds the scratch's buffers (gpu_scratch_layout's offsets) in its allocation.
+static void gpu_scratch_bind(void *ctx, GPUBufKind kind, int s, int l, size_t at) {
+    (void)l;
+    GPUScratch *sc = (GPUScratch *)ctx;
+    void **parts[GPU_SCRATCH_PARTS] = {
+        (void **)&sc->lnf, (void **)&sc->logits, (void **)&sc->proj, (void **)&sc->dres_compute, (void **)&sc->dln,
+        (void **)&sc->dbig, (void **)&sc->dqkv, (void **)&sc->datty, (void **)&sc->delta, (void **)&sc->scratch,
+        (void **)&sc->partial, (void **)&sc->ce_max, (void **)&sc->ce_gmax, (void **)&sc->ce_stats};
+    if (kind == GPU_BUF_SCRATCH) *parts[s] = sc->memory + at;
+    if (kind == GPU_BUF_SHARED_BF) sc->layer_bf[s] = (floatX *)(sc->memory + at);
+    if (kind == GPU_BUF_SHARED_F32) sc->layer_f32[s] = (float *)(sc->memory + at);
 }
 
 static void gpu_acts_free(GPUActs *a) {
@@ -355,11 +275,12 @@ static void gpu_acts_alloc(GPTGPU *m, GPUActs *a, int l0, int l1, int split) {
     float ***fs[] = {&a->ln1_mean, &a->ln1_rstd, &a->ln2_mean, &a->ln2_rstd, &a->lse};
     for (size_t s = 0; s < sizeof(bs) / sizeof(bs[0]); s++) *bs[s] = (floatX **)callocCheck(L, sizeof(floatX *));
     for (size_t s = 0; s < sizeof(fs) / sizeof(fs[0]); s++) *fs[s] = (float **)callocCheck(L, sizeof(float *));
-    a->bytes = gpu_acts_layout(a, &m->cfg, m->B, m->T, l0, l1, &m->recompute, split, m->tp.size, m->tp.sp,
-                               m->cp_size, &m->scratch, NULL);
+    a->bytes = gpu_acts_layout(&m->cfg, m->B, m->T, l0, l1, &m->recompute, split, m->tp.size, m->tp.sp, m->cp_size,
+                               NULL, NULL);
     a->memory = (char *)cudaMallocCheck(a->bytes);
-    gpu_acts_layout(a, &m->cfg, m->B, m->T, l0, l1, &m->recompute, split, m->tp.size, m->tp.sp, m->cp_size,
-                    &m->scratch, a->memory);
+    GPUActsBinding binding = {a, &m->scratch, a->memory};
+    gpu_acts_layout(&m->cfg, m->B, m->T, l0, l1, &m->recompute, split, m->tp.size, m->tp.sp, m->cp_size,
+                    gpu_acts_bind, &binding);
     a->l0 = l0, a->l1 = l1, a->split = split;
     if (l0 == 0) encoder_index_init(&a->index, m->B * m->T, m->cfg.vocab_size);
 }
@@ -390,27 +311,12 @@ static inline int64_t segment_buffer_elems(const ParamLayout *pl, int num_slots)
     return n;
 }
 
-// What a layer keeps of a micro-batch's activations, on average over the
-// model's layers (their recompute policies differ under full:K).
-static size_t gpu_layer_acts_bytes(const GPTConfig *c, int B, int T, const RecomputePolicy *rp, int split, int tp,
-                                   int sp, int cp) {
-    size_t bf[GPU_ACT_BF], f32[GPU_ACT_F32], total = 0;
-    gpu_layer_elems(c, B, T, split, tp, sp, cp, bf, f32);
-    for (int l = 0; l < c->num_layers; l++) {
-        RecomputeKind kind = recompute_layer(rp, l);
-        for (int s = 0; s < GPU_ACT_BF; s++)
-            if (!gpu_act_shared(s, 0, kind)) total += (bf[s] * sizeof(floatX) + 255) / 256 * 256;
-        for (int s = 0; s < GPU_ACT_F32; s++)
-            if (!gpu_act_shared(s, 1, kind)) total += (f32[s] * sizeof(float) + 255) / 256 * 256;
-    }
-    return total / (size_t)c->num_layers;
-}
-
 // The device memory a model of `held` (NULL: all of it) needs, without
 // allocating anything, at its sharding, with act_sets micro-batches'
-// activations (1; a pipeline: the schedule's peak of its held layers); T the
-// rank's positions of a sequence, T x cp the whole (context parallel over cp
-// ranks: its shared buffers, context_parallel.cuh's, counted here too).
+// activations (gpu_activation_sizes.h's gpu_rank_activation_bytes: 1; a
+// pipeline: the schedule's peak of its held layers); T the rank's positions of
+// a sequence, T x cp the whole (context parallel over cp ranks: its shared
+// buffers, context_parallel.cuh's, counted here too).
 static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, int tp, int sp, int B, int T, int cp,
                                 const RecomputePolicy *rp, AttentionKind attention, ZeroSharding sh, int act_sets,
                                 int split) {
@@ -421,24 +327,15 @@ static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, 
     size_t P = (size_t)sm.num_elements, S = (size_t)sm.shard;
     size_t pseg = sh.stage >= 3 ? (size_t)segment_buffer_elems(&pl, segment_num_slots(&pl, GPU_PARAM_SLOTS, 0)) : 0;
     size_t gseg = sh.stage >= 2 ? (size_t)segment_buffer_elems(&pl, segment_num_slots(&pl, GPU_GRAD_SLOTS, split)) : 0;
-    int first = !held || held->embeddings, last = !held || held->lnf, held_layers = 0, first_layer = -1;
-    for (int l = 0; l < cfg->num_layers; l++)
-        if (param_segment_held(&pl, l + 1)) held_layers++, first_layer = first_layer < 0 ? l : first_layer;
+    int first = !held || held->embeddings, last = !held || held->lnf;
     param_layout_free(&pl);
-    GPUScratch sc;
-    memset(&sc, 0, sizeof(sc));
     size_t tied = last && !first ? (size_t)cfg->padded_vocab_size / tp * cfg->channels : 0;
     GPUMemory m;
     m.params = (sh.stage >= 3 ? S + pseg : P) * sizeof(floatX) + S * sizeof(float) + tied * sizeof(floatX);
     m.grads = (sh.stage >= 2 ? S + gseg : P) * sizeof(float) + tied * sizeof(float);
     m.optimizer = 2 * S * sizeof(float);
     m.segment_buffers = pseg * sizeof(floatX) + gseg * sizeof(float);
-    // (the held layers from the first, with the ends' buffers: an over-estimate for a middle stage)
-    int layers = act_sets > 0 ? held_layers : 0, l0 = first ? 0 : (first_layer > 0 ? first_layer : 1);
-    if (l0 + layers > cfg->num_layers) l0 = cfg->num_layers - layers;
-    m.context = cp > 1 ? cp_gpu_bytes(cp, B, T * cp, cfg->channels, cfg->channels / tp) : 0;
-    m.activations = (size_t)act_sets * gpu_acts_bytes(cfg, B, T, l0, l0 + layers, rp, split, tp, sp, cp) +
-                    gpu_scratch_layout(&sc, cfg, B, T, rp, last, tp, sp, cp, NULL) + m.context;
+    m.activations = gpu_rank_activation_bytes(cfg, held, B, T, cp, rp, split, tp, sp, act_sets, &m.context);
     m.layer_activations = gpu_layer_acts_bytes(cfg, B, T, rp, split, tp, sp, cp);
     GPTConfig heads = *cfg;  // (cuDNN's graphs run the rank's heads)
     heads.channels /= tp, heads.num_heads /= tp;
@@ -611,9 +508,9 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *he
     }
     m->norm_scratch = (float *)cudaMallocCheck(global_norm_scratch_floats() * sizeof(float));
     if (tp.size > 1) gpu_norm_ranges_init(m);
-    m->scratch.bytes = gpu_scratch_layout(&m->scratch, cfg, B, T, &recompute, last, tp.size, tp.sp, cp, NULL);
+    m->scratch.bytes = gpu_scratch_layout(cfg, B, T, &recompute, last, tp.size, tp.sp, cp, NULL, NULL);
     m->scratch.memory = (char *)cudaMallocCheck(m->scratch.bytes);
-    gpu_scratch_layout(&m->scratch, cfg, B, T, &recompute, last, tp.size, tp.sp, cp, m->scratch.memory);
+    gpu_scratch_layout(cfg, B, T, &recompute, last, tp.size, tp.sp, cp, gpu_scratch_bind, &m->scratch);
     if (!held) gpu_acts_alloc(m, &m->acts, 0, cfg->num_layers, split);
     gpu_gpt_zero_grad(m);
 }

@@ -18,6 +18,7 @@
 // tests/test_kernels_emulated.cpp runs this header on the CPU through
 // tests/cuda_emulator.h.
 #include "cuda_common.cuh"  // defines: warp_sum, reg_barrier_row, aligned16, ceil_div_int, ...
+#include "gpu_activation_sizes.h"  // defines: LN_ROWS_PER_CHUNK, layernorm_scratch_floats
 
 #define LN_EPS 1e-5f
 #define LN_WARPS 4    // rows (warps) per block in the forwards and the backward row pass
@@ -272,8 +273,6 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
     }
 }
 
-#define LN_ROWS_PER_CHUNK 128  // rows summed by one block of the parameter-gradient pass
-
 // partial[2][R][C]: for row chunk r (blockIdx.y), sums of dout * norm and of dout.
 // block (32, 8): 32 columns, 8 row lanes reduced in shared memory in a fixed order.
 // The general case (any C, any alignment).
@@ -358,11 +357,6 @@ __global__ void layernorm_backward_finish_kernel(float *dw, float *db, const flo
     for (int r = 0; r < R; r++) { aw += partial[(int64_t)r * C + c]; ab += partial[(int64_t)(R + r) * C + c]; }
     dw[c] += aw;
     db[c] += ab;
-}
-
-// Floats of scratch the backward needs for N rows of C.
-static inline size_t layernorm_scratch_floats(int N, int C) {
-    return 2 * (size_t)ceil_div_int(N, LN_ROWS_PER_CHUNK) * (size_t)C;
 }
 
 // dinp (N,C) fp32 += ..., dinp_compute = floatX(dinp); dw, db (C) fp32 += ...

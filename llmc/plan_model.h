@@ -3,7 +3,8 @@
 // (and its chunks per rank), the micro-batch B and recomputation (GPU). For
 // each it says whether the trainers take it (the same checks: model.h's
 // tensor split, pp_layout.h, pp_schedule.h, the batch plan of train_setup.h)
-// and whether it fits in memory (rank_memory.h for the CPU trainer), and
+// and whether it fits in memory (rank_memory.h for the CPU trainer; the GPU
+// trainer's activations gpu_activation_sizes.h's), and
 // predicts the step time:
 //
 //   each rank's compute per micro-batch: F, B and W of its layers (+ the
@@ -31,9 +32,11 @@
 #ifndef LLMC_PLAN_MODEL_H
 #define LLMC_PLAN_MODEL_H
 
-#include "gpt_activation_sizes.h"  // defines: gpt_activation_sizes, gpt_attention_scratch_floats, cp_layer_act_floats, cp_rank_shared_floats, GPT_ACT_PER_LAYER, GPT_ACT_ATT, GPT_ACT_FCH_GELU, GPT_ACT_RESIDUAL3
+#include "gpu_activation_sizes.h"  // defines: gpu_rank_activation_bytes
 #include "plan_cluster.h"          // defines: Cluster
 #include "plan_measure.h"          // defines: StageKernelTimes, GELU, PLAN_ALL_REDUCE, PLAN_ALL_GATHER, ...
+#include "pp_layout.h"             // defines: PPLayout, pp_holding
+#include "pp_schedule.h"           // defines: PPKind, pp_peak_alive_theory
 #include "rank_memory.h"           // defines: RankMemory, RankPlace, cpu_rank_memory
 #include "recompute.h"             // defines: RecomputeKind, RecomputePolicy
 
@@ -369,60 +372,33 @@ static const char *plan_check_layout(const PlanProblem *pb, const PlanLayout *l,
 // The cuBLASLt workspace the GPU trainer reserves (matmul.cuh's MATMUL_WORKSPACE_BYTES).
 #define PLAN_GPU_WORKSPACE_BYTES (32.0 * (1 << 20))
 
-// The layers of pipeline rank r's largest chunk (gpt_activation_sizes.h's pipeline formula holds its sets).
-static int plan_largest_chunk_layers(const PPLayout *ppl, int r) {
-    int most = 0;
-    for (int c = 0; c < ppl->v; c++) {
-        int g = pp_stage_of(ppl->pp, r, c), layers = ppl->first_layer[g + 1] - ppl->first_layer[g];
-        if (layers > most) most = layers;
-    }
-    return most;
-}
-
 // Rank r's memory (grid coordinates as comm.h's) under the layout.
 static RankMemory plan_rank_memory(const PlanProblem *pb, const PlanLayout *l, const PPLayout *ppl, int r) {
     CommGrid grid = {{l->dp, l->pp, l->cp, l->tp}};
     int x[GRID_DIMS];
     grid_coords(&grid, r, x);
     int tp_rank = x[GRID_TP], pipe_rank = x[GRID_PP], replica_rank = x[GRID_DP] * l->cp + x[GRID_CP];
-    // (the GPU's bytes below start from the CPU trainer's without recompute)
-    RecomputePolicy policy = {pb->cluster->cpu_trainer ? l->recompute : RECOMPUTE_NONE, 1};
+    RecomputePolicy policy = {l->recompute, 1};
     RankPlace place = {l->zero, l->dp * l->cp, replica_rank, l->tp, tp_rank, l->sp, l->cp, l->pp > 1 ? ppl : NULL,
                        l->schedule, pipe_rank, l->accum, l->B, pb->T, policy};
     RankMemory m = cpu_rank_memory(pb->cfg, &place);
-    if (!pb->cluster->cpu_trainer) {  // the GPU trainer's bytes (an estimate: docs/planner.md)
+    if (!pb->cluster->cpu_trainer) {  // the GPU trainer's bytes (docs/planner.md)
         // weights bf16 (N, or S at ZeRO-3) and the fp32 master copy (as the AdamW state: N or S); grads and
-        // AdamW state fp32 as the CPU's; the tied copy bf16 with an fp32 gradient
+        // AdamW state fp32 as the CPU's; the tied copy bf16 with an fp32 gradient (an estimate: ZeRO-2/3's
+        // segment buffers left out)
         m.params = 2 * (m.params / 4) + 4 * (m.optimizer / 8);
         m.tied *= 6.0 / 8.0;
-        // activations bf16, without the attention matrix (flash attention keeps its log-sum-exp rows) or
-        // the CPU's score scratch; what recomputation drops from each layer is one shared buffer instead
-        // (selective: the GELU output; full: all but the layer's output, the next one's input); context
-        // parallel's buffers the GPU trainer's instead of the CPU's: each micro-batch's gathered K and V of
-        // every layer in bf16 (under full recompute one shared copy), and context_parallel.cuh's
-        // cp_gpu_bytes (the gathered pieces in bf16, their gradients and those in rank order in fp32, the
-        // rank's wpe rows in bf16 and their fp32 gradient)
-        double T = pb->T, Tl = T / l->cp, C = pb->cfg->channels, Cl = C / l->tp, NHl = pb->cfg->num_heads / l->tp;
-        size_t per[GPT_ACT_PER_LAYER], single[GPT_ACT_SINGLES];
-        gpt_activation_sizes(pb->cfg, l->B, pb->T / l->cp, 0, 1, l->tp, l->sp, l->cp, per, single);
-        // (a pipeline rank's sets are of its largest chunk: gpt_activation_sizes.h's pipeline formula)
-        double layers = l->pp > 1 ? plan_largest_chunk_layers(ppl, pipe_rank) : pb->cfg->num_layers;
-        double sets = l->pp > 1 ? pp_peak_alive_theory(l->schedule, l->pp, l->v, l->accum, pipe_rank) : 1;
-        double att = (double)per[GPT_ACT_ATT], dropped = 0.0;  // (context parallel: its probabilities below)
-        if (l->recompute == RECOMPUTE_SELECTIVE) dropped = (double)per[GPT_ACT_FCH_GELU];
-        for (int s = 0; s < GPT_ACT_RESIDUAL3 && l->recompute == RECOMPUTE_FULL; s++)
-            dropped += s == GPT_ACT_ATT ? 0.0 : (double)per[s];
-        double scratch = l->pp > 1 ? 0 : (double)gpt_attention_scratch_floats(pb->T, l->cp), cp_cpu = 0, cp_gpu = 0;
-        if (l->cp > 1) {
-            double kv = (double)l->B * T * 2 * Cl;
-            cp_cpu = sets * layers * cp_layer_act_floats(l->B, pb->T, l->cp, (int)Cl, (int)NHl) +
-                     cp_rank_shared_floats(pb->cfg, l->B, pb->T, l->tp, l->cp);
-            double kept = l->recompute == RECOMPUTE_FULL ? 1 : sets * layers;
-            cp_gpu = (kept + 1) * kv * 2 + 2 * kv * 4 + Tl * C * (2 + 4);
-        }
-        m.activations = (m.activations / 4 - scratch - cp_cpu - sets * layers * (att + dropped) + dropped) * 2;
-        if (m.activations < 0) m.activations = 0;
-        m.activations += cp_gpu;
+        // the activations the trainer's memory line says (gpu_activation_sizes.h): the schedule's peak of
+        // micro-batches in flight of the rank's layers, the scratch and context parallel's buffers
+        unsigned char *layers = (unsigned char *)mallocCheck((size_t)pb->cfg->num_layers);
+        ParamHolding held = {1, 1, NULL};
+        if (l->pp > 1) held = pp_holding(ppl, pipe_rank, -1, pb->cfg->num_layers, layers);
+        int sets = l->pp > 1 ? pp_peak_alive_theory(l->schedule, l->pp, l->v, l->accum, pipe_rank) : 1;
+        size_t context;
+        m.activations = (double)gpu_rank_activation_bytes(pb->cfg, &held, l->B, pb->T / l->cp, l->cp, &policy,
+                                                          l->pp > 1 && l->schedule == PP_ZB1P, l->tp, l->sp, sets,
+                                                          &context);
+        free(layers);
         m.transient = PLAN_GPU_WORKSPACE_BYTES;  // (its ZeRO-2/3 segment buffers: small next to the rest)
     }
     return m;
