@@ -7,9 +7,9 @@
 # layout the trainer's memory line (rank 0: params, grads, AdamW state,
 # activations) equals the planner's prediction; on a GPU cluster the
 # planner's weights, gradients and AdamW state are the GPU trainer's line
-# (emulated), its activations within 15% (over by at most 40% in a pipeline)
-# and the workspace, with cp 2 alone and with pp 2 (a layout the GPU trainer
-# runs). The local cluster's
+# (emulated), its activations the line's to its 3 decimals, and the
+# workspace: recompute full, cp 2 alone and with a 1f1b pipeline of 2
+# stages, zb1p and interleaved pipelines. The local cluster's
 # measurements run (plan under mpirun over 2 ranks) and give a prediction
 # for each valid layout; the cost table's hours and cost follow from its
 # tokens/s, the run's tokens and the price. Context parallel (cp layouts are
