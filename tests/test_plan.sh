@@ -5,11 +5,12 @@
 # rejects for not dividing is refused by the trainer with exit 2: the
 # enumeration finds every valid layout and no invalid one. For each valid
 # layout the trainer's memory line (rank 0: params, grads, AdamW state,
-# activations) equals the planner's prediction; on a GPU cluster the
+# activations) equals the planner's prediction, and so does an interleaved
+# pipeline's (4 layers, 2 chunks a rank); on a GPU cluster the
 # planner's weights, gradients and AdamW state are the GPU trainer's line
 # (emulated), its activations the line's to its 3 decimals, and the
 # workspace: recompute full, cp 2 alone and with a 1f1b pipeline of 2
-# stages, zb1p and interleaved pipelines. The local cluster's
+# stages, zb1p, interleaved and gpipe pipelines. The local cluster's
 # measurements run (plan under mpirun over 2 ranks) and give a prediction
 # for each valid layout; the cost table's hours and cost follow from its
 # tokens/s, the run's tokens and the price. Context parallel (cp layouts are
@@ -234,6 +235,26 @@ print("PASS: plan_rejected_layouts_are_refused_by_the_trainer" if not bad_reject
 print("PASS: plan_memory_equals_the_trainers_memory_line" if not bad_memory else
       "FAIL: plan_memory_equals_the_trainers_memory_line (%s)" % "; ".join(bad_memory[:3]))
 EOF
+# the interleaved schedule, which 2 layers cannot run: 4 layers, 2 chunks of one on each of 2 ranks, rank 0's memory
+# at the schedule's peak under selective recompute
+MODEL4=(--n-layer 4 "${MODEL[@]:2}")
+sed 's/^devices_per_node = 4$/devices_per_node = 2/' "$tmp/four.cluster" >"$tmp/two.cluster"
+"$PLAN" "${MODEL4[@]}" --cluster "$tmp/two.cluster" --max-micro-batch 1 --csv "$tmp/two.csv" >/dev/null 2>&1
+timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$TRAIN" --data-train "$tmp/data/src_train_*.bin" \
+    "${MODEL4[@]}" --batch-size 1 --pp 2 --pp-schedule interleaved --virtual-stages 2 --recompute selective --steps 0 \
+    --comm-timeout 60 >"$tmp/interleaved.log" 2>&1
+python3 - "$tmp/two.csv" "$tmp/interleaved.log" <<'EOF'
+import csv, re, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if (r["dp"], r["pp"], r["schedule"], r["v"], r["zero"], r["B"],
+        r["recompute"]) == ("1", "2", "interleaved", "2", "0", "1", "selective")]
+m = re.search(r"params ([0-9.]+) MB .* grads ([0-9.]+) MB .* AdamW m,v ([0-9.]+) MB .* activations ([0-9.]+) MB",
+              open(sys.argv[2]).read())
+keys = ("mem0_params_mb", "mem0_grads_mb", "mem0_optimizer_mb", "mem0_activations_mb")
+plan = [float(rows[0][k]) for k in keys] if len(rows) == 1 else []
+ok = m is not None and len(plan) == 4 and all(abs(float(g) - w) <= 0.0015 for g, w in zip(m.groups(), plan))
+print("%s: plan_memory_equals_the_trainers_line_interleaved (trainer %s, plan %s)" % (
+    "PASS" if ok else "FAIL", m.groups() if m else "no memory line", plan))
+EOF
 
 # --- the GPU trainer's memory (the emulated train_gptcu's start line, head size 32 for the flash kernel;
 # --peak-tflops: no emulated 8192-wide peak probe; normal build only) ---
@@ -248,10 +269,11 @@ if [ -x "$BUILD/emu/train_gptcu" ] && [ "$BUILD" = build ]; then
     "$PLAN" "${GMODEL[@]}" --cluster "$tmp/gpu4.cluster" --max-micro-batch 4 --csv "$tmp/gpu4.csv" >/dev/null 2>&1
     # (B recompute cp pp schedule: B 2; full: every buffer the recomputation shares; cp 2 at ZeRO-1 under mpirun:
     # its context buffers too (in the activations), alone and in a 1f1b pipeline of 2 stages (rank 0's: the
-    # schedule's peak of micro-batches in flight); pipelines of 2 stages with zb1p (a split backward's buffers)
-    # and interleaved (2 chunks a rank, over staged MPI: NCCL's fused receives deadlock))
+    # schedule's peak of micro-batches in flight); pipelines of 2 stages with zb1p (a split backward's buffers),
+    # interleaved (2 chunks a rank, over staged MPI: NCCL's fused receives deadlock) and gpipe)
     runs=("2 full 1 1 -")
-    have_mpi && runs+=("2 none 2 1 -" "2 full 2 1 -" "2 none 2 2 1f1b" "2 selective 1 2 zb1p" "2 none 1 2 interleaved")
+    have_mpi && runs+=("2 none 2 1 -" "2 full 2 1 -" "2 none 2 2 1f1b" "2 selective 1 2 zb1p" "2 none 1 2 interleaved"
+        "2 full 1 2 gpipe")
     for run in "${runs[@]}"; do
         set -- $run
         launch=() flags=() csv="$tmp/gpu$(($3 * $4)).csv"
