@@ -288,20 +288,18 @@ static inline void att_tile(int rows, int cols, int K, const float *a, size_t ar
             for (int v = 0; v < ATT_NV; v++) acc[r][v] += av * bv[v];
         }
     }
-    for (int r = 0; r < rows; r++) {
-        float *cr = c + (size_t)r * ldc;
-        if (cols == ATT_CW) {
-            for (int v = 0; v < ATT_NV; v++) {
-                float *cv = cr + v * VEC_LANES;
+    for (int r = 0; r < rows; r++)
+        for (int v = 0; v < ATT_NV; v++) {  // (whole vectors through registers: acc is never addressed)
+            float *cv = c + (size_t)r * ldc + v * VEC_LANES;
+            int n = cols - v * VEC_LANES;
+            if (n >= VEC_LANES) {
                 vf_store(cv, accumulate ? alpha * acc[r][v] + vf_load(cv) : alpha * acc[r][v]);
+                continue;
             }
-            continue;
+            float part[VEC_LANES];
+            vf_store(part, alpha * acc[r][v]);
+            for (int j = 0; j < n; j++) cv[j] = accumulate ? part[j] + cv[j] : part[j];
         }
-        for (int j = 0; j < cols; j++) {
-            float x = alpha * acc[r][j / VEC_LANES][j % VEC_LANES];
-            cr[j] = accumulate ? x + cr[j] : x;
-        }
-    }
 }
 
 // c (rows x n) = alpha * A @ B (+ c), by tiles of ATT_CW columns (B's rows padded to whole tiles)
