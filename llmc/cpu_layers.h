@@ -341,20 +341,23 @@ static inline float att_softmax_row(float *row, int n, int np) {
     int full = n / VEC_LANES * VEC_LANES, tail = n - full;
     vi lane;
     for (int i = 0; i < VEC_LANES; i++) lane[i] = i;
-    float last[VEC_LANES];
-    for (int i = 0; i < VEC_LANES; i++) last[i] = i < tail ? row[full + i] : -INFINITY;
-    vf mxv = vf_load(last);
+    vf last;
+    if (full + VEC_LANES <= np) {
+        last = vf_select(lane < tail, vf_load(row + full), vf_set1(-INFINITY));
+    } else {
+        for (int i = 0; i < VEC_LANES; i++) last[i] = i < tail ? row[full + i] : -INFINITY;
+    }
+    vf mxv = last;
     for (int i = 0; i < full; i += VEC_LANES) mxv = vf_max(mxv, vf_load(row + i));
-    float mx = mxv[0];
-    for (int i = 1; i < VEC_LANES; i++) mx = mxv[i] > mx ? mxv[i] : mx;
+    float mx = vf_hmax(mxv);
     vf acc = vf_set1(0.0f);
     for (int i = 0; i < full; i += VEC_LANES) {
         vf e = vf_exp(vf_load(row + i) - mx);
         vf_store(row + i, e);
         acc += e;
     }
-    vf e = vf_select(lane < tail, vf_exp(vf_load(last) - mx), vf_set1(0.0f));
-    float sum = vf_hsum(acc + e), inv = 1.0f / sum;
+    vf e = vf_select(lane < tail, vf_exp(last - mx), vf_set1(0.0f));
+    float sum = vf_hsum_tree(acc + e), inv = 1.0f / sum;
     for (int i = 0; i < full; i += VEC_LANES) vf_store(row + i, vf_load(row + i) * inv);
     e *= inv;
     memcpy(row + full, &e, sizeof(float) * tail);

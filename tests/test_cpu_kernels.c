@@ -157,6 +157,15 @@ static void test_vec_reductions(void) {
                 dot += (double)x[i] * y[i]; abs_dot += fabs((double)x[i] * y[i]);
             }
             if (vec_max(x, n) != (float)mx) bad_max++;
+            if (n >= VEC_LANES) {  // the tree reductions over one vector: max exact, sum to a few roundings
+                float lane_max = x[0];
+                double lane_sum = 0, lane_abs = 0;
+                for (int i = 0; i < VEC_LANES; i++) {
+                    lane_max = x[i] > lane_max ? x[i] : lane_max;
+                    lane_sum += x[i], lane_abs += fabs(x[i]);
+                }
+                if (vf_hmax(vf_load(x)) != lane_max || fabs(vf_hsum_tree(vf_load(x)) - lane_sum) > 1e-6 * lane_abs) bad_max++;
+            }
             double e0 = fabs(vec_sum(x, n) - sum) / abs_sum, e1 = fabs(vec_dot(x, y, n) - dot) / abs_dot;
             // softmax pieces: sum of exp(x - max), and the stored exp(x - max) * scale
             // (against exp of the float x - max the kernel sees: that rounding is the caller's)
@@ -176,7 +185,8 @@ static void test_vec_reductions(void) {
             double e[6] = {e0, e1, e2, e3 > e2 ? e3 : e2, e4, e5};
             for (int k = 0; k < 6; k++) worst[k] = e[k] > worst[k] ? e[k] : worst[k];
         }
-    test_result(bad_max == 0, "vec_max (%s, %d lanes) equals the scalar max at every length and alignment", VEC_ISA,
+    test_result(bad_max == 0, "vec_max (%s, %d lanes) equals the scalar max at every length and alignment; vf_hmax "
+                "and vf_hsum_tree over a vector", VEC_ISA,
                 VEC_LANES);
     test_result(worst[0] < 1e-6 && worst[1] < 1e-6, "vec_sum and vec_dot (%s) within 1e-6 of double (%.1e, %.1e)",
                 VEC_ISA, worst[0], worst[1]);
