@@ -28,8 +28,7 @@
 #include <string.h>
 
 #include "comm.h"                  // defines: CommGroup, comm_all_gather_start, comm_reduce_scatter_start, comm_wait
-#include "cpu_matmul.h"            // defines: matmul
-#include "cpu_vec.h"               // defines: vec_max, vec_exp_sum, vec_dot
+#include "cpu_layers.h"            // defines: attention_head_forward, attention_head_backward, attention_work_floats
 #include "gpt_activation_sizes.h"  // defines: cp_layer_act_floats
 #include "utils.h"                 // defines: mallocCheck, alignedMallocCheck, omp_threads, omp_thread_id, wall_seconds, process_cpu_seconds
 
@@ -199,7 +198,7 @@ static void cp_reorder(const CPContext *cp, float *pieces, float *full, int B, i
 }
 
 // Attention of this rank's queries (the context group's variant of
-// cpu_layers.h's attention_forward, the same arithmetic per row): qkv
+// cpu_layers.h's attention_forward, its head kernel with the queries offset): qkv
 // (B,Tl,3Cl) local; out (B,Tl,Cl). Gathers every position's k | v into the
 // micro-batch's *acts and keeps the probabilities there.
 static void cp_attention_forward(CPContext *cp, CPActs **acts, int l, float *out, const float *qkv, int B) {
@@ -216,30 +215,26 @@ static void cp_attention_forward(CPContext *cp, CPActs **acts, int l, float *out
     cp_reorder(cp, cp->pieces, kv, B, 0);
     double t0 = wall_seconds(), c0 = process_cpu_seconds();
     float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(3) schedule(dynamic)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            for (int j = 0; j < 2; j++) {
-                int g = cp_chunk(cp, cp->rank, j), keys = (g + 1) * Tc;  // the chunk's queries see keys [0, keys)
-                const float *q = qkv + ((size_t)b * Tl + (size_t)j * Tc) * C3 + (size_t)h * hs;
-                const float *k = kv + (size_t)b * T * C2 + (size_t)h * hs, *v = k + Cl;
-                float *p = att + (((size_t)b * NH + h) * Tl + (size_t)j * Tc) * T;
-                matmul(0, 1, Tc, keys, hs, scale, q, (int)C3, k, (int)C2, 0.0f, p, T);
+#pragma omp parallel
+    {
+        float *work = (float *)alignedMallocCheck(sizeof(float) * attention_work_floats(T, hs));
+#pragma omp for collapse(3) schedule(dynamic)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < NH; h++) {
+                for (int j = 0; j < 2; j++) {
+                    int g = cp_chunk(cp, cp->rank, j);  // the chunk's queries sit at [g * Tc, (g + 1) * Tc)
+                    size_t row0 = (size_t)b * Tl + (size_t)j * Tc;
+                    const float *k = kv + (size_t)b * T * C2 + (size_t)h * hs;
+                    attention_head_forward(out + row0 * Cl + (size_t)h * hs, Cl,
+                                           att + (((size_t)b * NH + h) * Tl + (size_t)j * Tc) * T, T, T, NULL,
+                                           qkv + row0 * C3 + (size_t)h * hs, C3, k, k + Cl, C2, g * Tc, Tc, hs, scale,
+                                           work);
 #pragma omp atomic
-                cp->attention_scores += (double)Tc * keys;
-                for (int t = 0; t < Tc; t++) {
-                    float *row = p + (size_t)t * T;
-                    int n = g * Tc + t + 1;  // causal: keys up to the query's global position
-                    float mx = vec_max(row, n);
-                    float sum = vec_exp_sum(row, n, mx, 1.0f, 1);
-                    float inv = 1.0f / sum;
-                    for (int u = 0; u < n; u++) row[u] *= inv;
-                    for (int u = n; u < T; u++) row[u] = 0.0f;
+                    cp->attention_scores += (double)Tc * (g + 1) * Tc;
                 }
-                matmul(0, 0, Tc, hs, keys, 1.0f, p, T, v, (int)C2, 0.0f,
-                       out + ((size_t)b * Tl + (size_t)j * Tc) * Cl + (size_t)h * hs, Cl);
             }
         }
+        free(work);
     }
     cp->attention_s += wall_seconds() - t0, cp->attention_cpu_s += process_cpu_seconds() - c0;
 }
@@ -255,37 +250,30 @@ static void cp_attention_backward(CPContext *cp, CPActs *acts, int l, float *dqk
     float *dkv = cp->dkv;
     double t0 = wall_seconds(), c0 = process_cpu_seconds();
     float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(2) schedule(dynamic)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            float *ds = cp->scratch + (size_t)omp_thread_id() * Tc * T;
-            const float *k = kv + (size_t)b * T * C2 + (size_t)h * hs, *v = k + Cl;
-            float *dk = dkv + (size_t)b * T * C2 + (size_t)h * hs, *dv = dk + Cl;
-            for (int t = 0; t < T; t++) {
-                memset(dk + (size_t)t * C2, 0, sizeof(float) * hs);
-                memset(dv + (size_t)t * C2, 0, sizeof(float) * hs);
-            }
-            for (int j = 0; j < 2; j++) {
-                int g = cp_chunk(cp, cp->rank, j), keys = (g + 1) * Tc;
-                size_t row0 = (size_t)b * Tl + (size_t)j * Tc;
-                const float *q = qkv + row0 * C3 + (size_t)h * hs;
-                float *dq = dqkv + row0 * C3 + (size_t)h * hs;
-                const float *p = att + (((size_t)b * NH + h) * Tl + (size_t)j * Tc) * T;
-                const float *dO = dout + row0 * Cl + (size_t)h * hs;
-                matmul(0, 1, Tc, keys, hs, 1.0f, dO, Cl, v, (int)C2, 0.0f, ds, T);  // dp = dO @ v^T
-                for (int t = 0; t < Tc; t++) {  // ds = p * (dp - sum_u p*dp), causal part only
-                    float *row = ds + (size_t)t * T;
-                    const float *prow = p + (size_t)t * T;
-                    int n = g * Tc + t + 1;
-                    float dot = vec_dot(prow, row, n);
-                    for (int u = 0; u < n; u++) row[u] = prow[u] * (row[u] - dot);
-                    for (int u = n; u < keys; u++) row[u] = 0.0f;
+#pragma omp parallel
+    {
+        float *work = (float *)alignedMallocCheck(sizeof(float) * attention_work_floats(T, hs));
+        float *ds = cp->scratch + (size_t)omp_thread_id() * Tc * T;
+#pragma omp for collapse(2) schedule(dynamic)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < NH; h++) {
+                const float *k = kv + (size_t)b * T * C2 + (size_t)h * hs;
+                float *dk = dkv + (size_t)b * T * C2 + (size_t)h * hs;
+                for (int t = 0; t < T; t++) {
+                    memset(dk + (size_t)t * C2, 0, sizeof(float) * hs);
+                    memset(dk + Cl + (size_t)t * C2, 0, sizeof(float) * hs);
                 }
-                matmul(0, 0, Tc, hs, keys, scale, ds, T, k, (int)C2, 0.0f, dq, (int)C3);  // dq = ds @ k * scale
-                matmul(1, 0, keys, hs, Tc, scale, ds, T, q, (int)C3, 1.0f, dk, (int)C2);  // dk += ds^T @ q * scale
-                matmul(1, 0, keys, hs, Tc, 1.0f, p, T, dO, Cl, 1.0f, dv, (int)C2);        // dv += p^T @ dO
+                for (int j = 0; j < 2; j++) {  // each chunk's queries add to the k | v gradients of the keys they see
+                    int g = cp_chunk(cp, cp->rank, j);
+                    size_t row0 = (size_t)b * Tl + (size_t)j * Tc;
+                    attention_head_backward(dqkv + row0 * C3 + (size_t)h * hs, C3, dk, dk + Cl, C2, 1, ds, T,
+                                            att + (((size_t)b * NH + h) * Tl + (size_t)j * Tc) * T, T,
+                                            dout + row0 * Cl + (size_t)h * hs, Cl, qkv + row0 * C3 + (size_t)h * hs, C3,
+                                            k, k + Cl, C2, g * Tc, Tc, hs, scale, work);
+                }
             }
         }
+        free(work);
     }
     cp->attention_s += wall_seconds() - t0, cp->attention_cpu_s += process_cpu_seconds() - c0;
     cp_reorder(cp, cp->pieces, dkv, B, 1);

@@ -249,6 +249,181 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const flo
 
 // ---------------------------------------------------------------------------
 // causal self-attention; qkv (B,T,3C) holds q | k | v, head h at [h*hs, (h+1)*hs)
+//
+// One thread computes a whole head (b, h) at a time, its operands packed in a
+// per-thread workspace that stays in cache, the threads of the team sharing
+// the heads. Queries go in blocks of ATT_MR rows: a block's scores are
+// computed only for the keys its last query sees (the causal triangle and the
+// diagonal block, not the whole T x T square), softmaxed row by row and
+// multiplied by V while in L1; the backward walks the same blocks. The
+// products run on a register tile of ATT_MR rows by ATT_CW columns
+// (att_tile), each output summing its depth in order, so a head's result does
+// not depend on the thread count.
+#if VEC_LANES == 16
+#define ATT_MR 8  // AVX-512: 8 x 32, 16 accumulators in zmm
+#elif VEC_LANES == 8
+#define ATT_MR 6  // AVX2: 6 x 16, 12 accumulators in ymm
+#else
+#define ATT_MR 4  // NEON and portable: 4 x 8
+#endif
+#define ATT_NV 2
+#define ATT_CW (ATT_NV * VEC_LANES)  // columns of a tile
+
+// c (rows x cols; rows <= ATT_MR, cols <= ATT_CW) = alpha * A @ B, plus c when accumulate (as matmul's beta 1):
+// A(r, k) = a[r * ar + k * ak] for k < K; row k of B at b + k * ldb, ATT_CW readable floats (the columns past
+// cols are zero padding). Each element sums its depth k = 0, 1, ... in order.
+static inline void att_tile(int rows, int cols, int K, const float *a, size_t ar, size_t ak, const float *b,
+                            size_t ldb, float alpha, int accumulate, float *c, size_t ldc) {
+    vf acc[ATT_MR][ATT_NV];
+    const float *ap[ATT_MR];
+    for (int r = 0; r < ATT_MR; r++) {
+        ap[r] = a + (size_t)(r < rows ? r : rows - 1) * ar;  // (rows past `rows` repeat the last: not stored)
+        for (int v = 0; v < ATT_NV; v++) acc[r][v] = vf_set1(0.0f);
+    }
+    for (int k = 0; k < K; k++) {
+        vf bv[ATT_NV];
+        for (int v = 0; v < ATT_NV; v++) bv[v] = vf_load(b + (size_t)k * ldb + v * VEC_LANES);
+        for (int r = 0; r < ATT_MR; r++) {
+            vf av = vf_set1(ap[r][(size_t)k * ak]);
+            for (int v = 0; v < ATT_NV; v++) acc[r][v] += av * bv[v];
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int v = 0; v < ATT_NV; v++) {  // (whole vectors through registers: acc is never addressed)
+            float *cv = c + (size_t)r * ldc + v * VEC_LANES;
+            int n = cols - v * VEC_LANES;
+            if (n >= VEC_LANES) {
+                vf_store(cv, accumulate ? alpha * acc[r][v] + vf_load(cv) : alpha * acc[r][v]);
+                continue;
+            }
+            float part[VEC_LANES];
+            vf_store(part, alpha * acc[r][v]);
+            for (int j = 0; j < n; j++) cv[j] = accumulate ? part[j] + cv[j] : part[j];
+        }
+}
+
+// c (rows x n) = alpha * A @ B (+ c), by tiles of ATT_CW columns (B's rows padded to whole tiles)
+static inline void att_rows(int rows, int n, int K, const float *a, size_t ar, size_t ak, const float *b, size_t ldb,
+                            float alpha, int accumulate, float *c, size_t ldc) {
+    for (int c0 = 0; c0 < n; c0 += ATT_CW)
+        att_tile(rows, n - c0 < ATT_CW ? n - c0 : ATT_CW, K, a, ar, ak, b + c0, ldb, alpha, accumulate, c + c0, ldc);
+}
+
+static inline int att_pad(int n) { return (int)round_up_i64(n, ATT_CW); }
+
+// Floats of one thread's workspace for a head of hs channels over n keys (the forward needs less).
+static inline size_t attention_work_floats(int n, int hs) {
+    return (size_t)hs * att_pad(n) + 3 * (size_t)att_pad(n) * att_pad(hs);
+}
+
+// dst (n x att_pad(cols)) = src rows (n x cols, ld apart), zero padded
+static void att_pack_rows(float *dst, const float *src, size_t ld, int n, int cols) {
+    int w = att_pad(cols);
+    for (int i = 0; i < n; i++) {
+        memcpy(dst + (size_t)i * w, src + (size_t)i * ld, sizeof(float) * cols);
+        memset(dst + (size_t)i * w + cols, 0, sizeof(float) * (w - cols));
+    }
+}
+// dst (cols x att_pad(n)) = the transpose of src rows (n x cols, ld apart), zero padded
+static void att_pack_transposed(float *dst, const float *src, size_t ld, int n, int cols) {
+    int w = att_pad(n);
+    for (int d = 0; d < cols; d++) {
+        float *o = dst + (size_t)d * w;
+        for (int i = 0; i < n; i++) o[i] = src[(size_t)i * ld + d];
+        for (int i = n; i < w; i++) o[i] = 0.0f;
+    }
+}
+
+// row[0, n) <- softmax(row[0, n)), row[n, np) <- 0; returns the log of the sum of exp. Whole vectors
+// throughout: the last, partial one is read into lanes padded with -inf and its exponentials past n are
+// zeroed (an exp per lane, not one per element as a scalar tail would take).
+static inline float att_softmax_row(float *row, int n, int np) {
+    int full = n / VEC_LANES * VEC_LANES, tail = n - full;
+    vi lane;
+    for (int i = 0; i < VEC_LANES; i++) lane[i] = i;
+    vf last;
+    if (full + VEC_LANES <= np) {
+        last = vf_select(lane < tail, vf_load(row + full), vf_set1(-INFINITY));
+    } else {
+        for (int i = 0; i < VEC_LANES; i++) last[i] = i < tail ? row[full + i] : -INFINITY;
+    }
+    vf mxv = last;
+    for (int i = 0; i < full; i += VEC_LANES) mxv = vf_max(mxv, vf_load(row + i));
+    float mx = vf_hmax(mxv);
+    vf acc = vf_set1(0.0f);
+    for (int i = 0; i < full; i += VEC_LANES) {
+        vf e = vf_exp(vf_load(row + i) - mx);
+        vf_store(row + i, e);
+        acc += e;
+    }
+    vf e = vf_select(lane < tail, vf_exp(last - mx), vf_set1(0.0f));
+    float sum = vf_hsum_tree(acc + e), inv = 1.0f / sum;
+    for (int i = 0; i < full; i += VEC_LANES) vf_store(row + i, vf_load(row + i) * inv);
+    e *= inv;
+    memcpy(row + full, &e, sizeof(float) * tail);
+    memset(row + n, 0, sizeof(float) * (np - n));
+    return mx + logf(sum);
+}
+
+// One head's causal attention for Tq queries at positions pos0, pos0 + 1, ... over the keys [0, pos0 + Tq):
+// query t's row at q + t * ldq, key and value u's at k and v + u * ldkv (hs channels each). Writes out row t
+// (out + t * ldo), its probabilities p row t (p + t * ldp: softmax(scale * q k^T) over the keys it sees, zero
+// from there to column np) and, with lse, lse[t] = the log of its sum of exp(scaled score). work:
+// attention_work_floats(pos0 + Tq, hs) floats.
+static void attention_head_forward(float *out, size_t ldo, float *p, size_t ldp, int np, float *lse, const float *q,
+                                   size_t ldq, const float *k, const float *v, size_t ldkv, int pos0, int Tq, int hs,
+                                   float scale, float *work) {
+    int n = pos0 + Tq, hsp = att_pad(hs);
+    float *kt = work, *vp = work + (size_t)hs * att_pad(n);
+    att_pack_transposed(kt, k, ldkv, n, hs);
+    att_pack_rows(vp, v, ldkv, n, hs);
+    for (int t0 = 0; t0 < Tq; t0 += ATT_MR) {
+        int rows = Tq - t0 < ATT_MR ? Tq - t0 : ATT_MR, keys = pos0 + t0 + rows;  // (the block's last query's)
+        float *pb = p + (size_t)t0 * ldp;
+        att_rows(rows, keys, hs, q + (size_t)t0 * ldq, ldq, 1, kt, att_pad(n), scale, 0, pb, ldp);
+        for (int r = 0; r < rows; r++) {
+            float l = att_softmax_row(pb + (size_t)r * ldp, pos0 + t0 + r + 1, np);
+            if (lse) lse[t0 + r] = l;
+        }
+        att_rows(rows, hs, keys, pb, ldp, 1, vp, hsp, 1.0f, 0, out + (size_t)t0 * ldo, ldo);
+    }
+}
+
+// The backward of attention_head_forward (the same arguments; p its probabilities) from dout (row t at
+// dout + t * ldo): dq row t (dq + t * lddq) overwritten; dk and dv rows u < pos0 + Tq (+ u * lddkv)
+// overwritten, or added to with accumulate. ds: Tq rows ldds >= pos0 + Tq apart (the score gradients).
+static void attention_head_backward(float *dq, size_t lddq, float *dk, float *dv, size_t lddkv, int accumulate,
+                                    float *ds, size_t ldds, const float *p, size_t ldp, const float *dout, size_t ldo,
+                                    const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, int pos0,
+                                    int Tq, int hs, float scale, float *work) {
+    int n = pos0 + Tq, hsp = att_pad(hs);
+    float *vt = work, *kp = vt + (size_t)hs * att_pad(n), *qp = kp + (size_t)n * hsp, *dop = qp + (size_t)Tq * hsp;
+    att_pack_transposed(vt, v, ldkv, n, hs);
+    att_pack_rows(kp, k, ldkv, n, hs);
+    att_pack_rows(qp, q, ldq, Tq, hs);
+    att_pack_rows(dop, dout, ldo, Tq, hs);
+    for (int t0 = 0; t0 < Tq; t0 += ATT_MR) {
+        int rows = Tq - t0 < ATT_MR ? Tq - t0 : ATT_MR, keys = pos0 + t0 + rows;
+        float *db = ds + (size_t)t0 * ldds;
+        att_rows(rows, keys, hs, dout + (size_t)t0 * ldo, ldo, 1, vt, att_pad(n), 1.0f, 0, db, ldds);  // dp = dO v^T
+        for (int r = 0; r < rows; r++) {  // ds = p * (dp - sum_u p * dp) over the keys seen, then zeros
+            float *row = db + (size_t)r * ldds;
+            const float *prow = p + (size_t)(t0 + r) * ldp;
+            int seen = pos0 + t0 + r + 1, end = seen - 1 + ATT_MR < n ? seen - 1 + ATT_MR : n;
+            float dot = vec_dot(prow, row, seen);
+            for (int u = 0; u < seen; u++) row[u] = prow[u] * (row[u] - dot);
+            memset(row + seen, 0, sizeof(float) * (end - seen));  // (what the key blocks below read past it)
+        }
+        att_rows(rows, hs, keys, db, ldds, 1, kp, hsp, scale, 0, dq + (size_t)t0 * lddq, lddq);  // dq = ds k * scale
+    }
+    for (int u0 = 0; u0 < n; u0 += ATT_MR) {  // key blocks: the queries from the block's first key on see them
+        int rows = n - u0 < ATT_MR ? n - u0 : ATT_MR, t0 = u0 > pos0 ? u0 - pos0 : 0, depth = Tq - t0;
+        att_rows(rows, hs, depth, ds + (size_t)t0 * ldds + u0, 1, ldds, qp + (size_t)t0 * hsp, hsp, scale, accumulate,
+                 dk + (size_t)u0 * lddkv, lddkv);  // dk = ds^T q * scale
+        att_rows(rows, hs, depth, p + (size_t)t0 * ldp + u0, 1, ldp, dop + (size_t)t0 * hsp, hsp, 1.0f, accumulate,
+                 dv + (size_t)u0 * lddkv, lddkv);  // dv = p^T dO
+    }
+}
 
 // Offset of head h of sequence b in a (B,T,3C) qkv buffer (or its gradient):
 // its q; k is C further, v 2C further; rows are 3C apart.
@@ -260,60 +435,40 @@ static inline size_t qkv_head_offset(int b, int h, int T, int C, int NH) {
 // diagonal); lse (B,NH,T), when not NULL, the natural log of each row's sum of
 // exp(scaled score) (what the GPU's flash attention saves instead of att).
 static void attention_forward(float *out, float *att, float *lse, const float *qkv, int B, int T, int C, int NH) {
+    KERNEL_TEAM(attention_forward(out, att, lse, qkv, B, T, C, NH));
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     size_t C3 = 3 * (size_t)C;
-#pragma omp parallel for collapse(2) schedule(dynamic)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + qkv_head_offset(b, h, T, C, NH), *k = q + C, *v = q + 2 * C;
-            float *p = att + ((size_t)b * NH + h) * T * T;
-            // p (T,T) = q @ k^T, lower triangle only used
-            matmul(0, 1, T, T, hs, scale, q, (int)C3, k, (int)C3, 0.0f, p, T);
-            for (int t = 0; t < T; t++) {
-                float *row = p + (size_t)t * T;
-                float mx = vec_max(row, t + 1);
-                float sum = vec_exp_sum(row, t + 1, mx, 1.0f, 1);
-                if (lse) lse[((size_t)b * NH + h) * T + t] = mx + logf(sum);
-                float inv = 1.0f / sum;
-                for (int u = 0; u <= t; u++) row[u] *= inv;
-                for (int u = t + 1; u < T; u++) row[u] = 0.0f;
-            }
-            // out (T,hs) = p @ v
-            matmul(0, 0, T, hs, T, 1.0f, p, T, v, (int)C3, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
-        }
+    float *work = (float *)alignedMallocCheck(sizeof(float) * attention_work_floats(T, hs));
+#pragma omp for schedule(dynamic)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *q = qkv + qkv_head_offset(b, h, T, C, NH);
+        attention_head_forward(out + (size_t)b * T * C + (size_t)h * hs, C, att + (size_t)bh * T * T, T, T,
+                               lse ? lse + (size_t)bh * T : NULL, q, C3, q + C, q + 2 * C, C3, 0, T, hs, scale, work);
     }
+    free(work);
 }
 
 // dqkv (B,T,3C) overwritten; scratch: omp_threads() * T * T floats.
 static void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
                                int B, int T, int C, int NH) {
+    KERNEL_TEAM(attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH));
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     size_t C3 = 3 * (size_t)C;
-#pragma omp parallel for collapse(2) schedule(dynamic)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + qkv_head_offset(b, h, T, C, NH), *k = q + C, *v = q + 2 * C;
-            float *dq = dqkv + qkv_head_offset(b, h, T, C, NH), *dk = dq + C, *dv = dq + 2 * C;
-            const float *p = att + ((size_t)b * NH + h) * T * T;
-            const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
-            float *ds = scratch + (size_t)omp_thread_id() * T * T;
-            // dp (T,T) = dO @ v^T
-            matmul(0, 1, T, T, hs, 1.0f, dO, C, v, (int)C3, 0.0f, ds, T);
-            // ds = p * (dp - sum_u p*dp), causal part only
-            for (int t = 0; t < T; t++) {
-                float *row = ds + (size_t)t * T;
-                const float *prow = p + (size_t)t * T;
-                float dot = vec_dot(prow, row, t + 1);
-                for (int u = 0; u <= t; u++) row[u] = prow[u] * (row[u] - dot);
-                for (int u = t + 1; u < T; u++) row[u] = 0.0f;
-            }
-            matmul(0, 0, T, hs, T, scale, ds, T, k, (int)C3, 0.0f, dq, (int)C3);   // dq = ds @ k * scale
-            matmul(1, 0, T, hs, T, scale, ds, T, q, (int)C3, 0.0f, dk, (int)C3);   // dk = ds^T @ q * scale
-            matmul(1, 0, T, hs, T, 1.0f, p, T, dO, C, 0.0f, dv, (int)C3);          // dv = p^T @ dO
-        }
+    float *work = (float *)alignedMallocCheck(sizeof(float) * attention_work_floats(T, hs));
+    float *ds = scratch + (size_t)omp_thread_id() * T * T;
+#pragma omp for schedule(dynamic)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *q = qkv + qkv_head_offset(b, h, T, C, NH);
+        float *dq = dqkv + qkv_head_offset(b, h, T, C, NH);
+        attention_head_backward(dq, C3, dq + C, dq + 2 * C, C3, 0, ds, T, att + (size_t)bh * T * T, T,
+                                dout + (size_t)b * T * C + (size_t)h * hs, C, q, C3, q + C, q + 2 * C, C3, 0, T, hs,
+                                scale, work);
     }
+    free(work);
 }
 
 // ---------------------------------------------------------------------------

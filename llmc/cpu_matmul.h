@@ -133,6 +133,28 @@ static void mm_pack_a_strip(int transA, const float *A, int lda, int i0, int row
     }
 }
 
+// Packs op(A)[i0:i0+mc, k0:k0+kc] of a transposed A (column i of op(A) is part of row i of A's
+// transpose: MR consecutive floats of a row of A per depth k) as mm_pack_a_strip would, the strips
+// r0 = t * MR, (t + P) * MR, ... (thread t's of P), 16 rows of A at a time: strip by strip over all
+// kc rows, every strip would reread (from L2 or memory) a line of each of kc rows for 24 bytes of it.
+static void mm_pack_a_transposed(const float *A, int lda, int i0, int mc, int k0, int kc, int t, int P, float *apack) {
+    for (int kk = 0; kk < kc; kk += 16) {
+        int kn = kc - kk < 16 ? kc - kk : 16;
+        for (int r0 = t * MM_MR; r0 < mc; r0 += P * MM_MR) {
+            int rows = mc - r0 < MM_MR ? mc - r0 : MM_MR;
+            const float *src = A + (size_t)(k0 + kk) * lda + i0 + r0;
+            float *d = apack + (size_t)r0 * kc + (size_t)kk * MM_MR;
+            for (int k = 0; k < kn; k++, src += lda, d += MM_MR) {
+                if (rows == MM_MR) {
+                    memcpy(d, src, sizeof(float) * MM_MR);
+                    continue;
+                }
+                for (int r = 0; r < MM_MR; r++) d[r] = r < rows ? src[r] : 0.0f;
+            }
+        }
+    }
+}
+
 // Packs op(B)[k0:k0+kc, j0:j0+nr] as one NR-column strip: depth k -> NR floats.
 static void mm_pack_b_strip(int transB, const float *B, int ldb, int k0, int kc, int j0, int nr, float *dst) {
     if (!transB && nr == MM_NR) {
@@ -203,9 +225,11 @@ static void mm_native_part(int P, int t, int transA, int transB, int M, int N, i
         for (int kb0 = 0; kb0 < K; kb0 += MM_KB) {
             int kb = K - kb0 < MM_KB ? K - kb0 : MM_KB;
             // strip r0 holds rows i0+r0.. at depth kb0..: k -> MR floats, kb deep
-            for (int r0 = t * MM_MR; r0 < mc; r0 += P * MM_MR)
-                mm_pack_a_strip(transA, A, lda, i0 + r0, mc - r0 < MM_MR ? mc - r0 : MM_MR, kb0, kb,
-                                apack + (size_t)r0 * kb);
+            if (transA) mm_pack_a_transposed(A, lda, i0, mc, kb0, kb, t, P, apack);
+            else
+                for (int r0 = t * MM_MR; r0 < mc; r0 += P * MM_MR)
+                    mm_pack_a_strip(0, A, lda, i0 + r0, mc - r0 < MM_MR ? mc - r0 : MM_MR, kb0, kb,
+                                    apack + (size_t)r0 * kb);
             if (P > 1) {
 #pragma omp barrier
             }

@@ -82,6 +82,23 @@ static inline float vf_hsum(vf v) {
     return s;
 }
 
+// v with lane i taken from lane i ^ s (s a power of two below VEC_LANES): a step of a tree reduction
+static inline vf vf_swap_lanes(vf v, int s) {
+    vi idx;
+    for (int i = 0; i < VEC_LANES; i++) idx[i] = i ^ s;
+    return __builtin_shuffle(v, idx);
+}
+// max of the lanes, and their sum by halves (lane i and lane i + VEC_LANES/2 first, and so on):
+// log2(VEC_LANES) dependent steps where vf_hsum takes VEC_LANES - 1 (another order, as deterministic)
+static inline float vf_hmax(vf v) {
+    for (int s = VEC_LANES / 2; s > 0; s /= 2) v = vf_max(v, vf_swap_lanes(v, s));
+    return v[0];
+}
+static inline float vf_hsum_tree(vf v) {
+    for (int s = VEC_LANES / 2; s > 0; s /= 2) v += vf_swap_lanes(v, s);
+    return v[0];
+}
+
 // exp(x) lane by lane: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6
 // polynomial, 2^n through the exponent bits. Inputs are clamped to [-87, 88].
 static inline vf vf_exp(vf x) {

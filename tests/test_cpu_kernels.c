@@ -7,6 +7,8 @@
 // wider than the matrix, misaligned pointers and 1 vs 2 threads (bit-equal);
 // the llmc/cpu_vec.h reductions, exp/tanh, GELU and its gradient at lengths
 // around the vector width and misaligned; the gradient norm's sum of squares;
+// the causal attention (forward, lse, backward; context parallel's offset
+// queries) at lengths around its blocks against double, 1 vs 2 threads;
 // AdamW with a checkpoint's staging copy made in the update against the update
 // and then the copy (bit-equal, the chunks' CRC32Cs too).
 #include "llmc/ckpt_stage.h"
@@ -155,6 +157,15 @@ static void test_vec_reductions(void) {
                 dot += (double)x[i] * y[i]; abs_dot += fabs((double)x[i] * y[i]);
             }
             if (vec_max(x, n) != (float)mx) bad_max++;
+            if (n >= VEC_LANES) {  // the tree reductions over one vector: max exact, sum to a few roundings
+                float lane_max = x[0];
+                double lane_sum = 0, lane_abs = 0;
+                for (int i = 0; i < VEC_LANES; i++) {
+                    lane_max = x[i] > lane_max ? x[i] : lane_max;
+                    lane_sum += x[i], lane_abs += fabs(x[i]);
+                }
+                if (vf_hmax(vf_load(x)) != lane_max || fabs(vf_hsum_tree(vf_load(x)) - lane_sum) > 1e-6 * lane_abs) bad_max++;
+            }
             double e0 = fabs(vec_sum(x, n) - sum) / abs_sum, e1 = fabs(vec_dot(x, y, n) - dot) / abs_dot;
             // softmax pieces: sum of exp(x - max), and the stored exp(x - max) * scale
             // (against exp of the float x - max the kernel sees: that rounding is the caller's)
@@ -174,7 +185,8 @@ static void test_vec_reductions(void) {
             double e[6] = {e0, e1, e2, e3 > e2 ? e3 : e2, e4, e5};
             for (int k = 0; k < 6; k++) worst[k] = e[k] > worst[k] ? e[k] : worst[k];
         }
-    test_result(bad_max == 0, "vec_max (%s, %d lanes) equals the scalar max at every length and alignment", VEC_ISA,
+    test_result(bad_max == 0, "vec_max (%s, %d lanes) equals the scalar max at every length and alignment; vf_hmax "
+                "and vf_hsum_tree over a vector", VEC_ISA,
                 VEC_LANES);
     test_result(worst[0] < 1e-6 && worst[1] < 1e-6, "vec_sum and vec_dot (%s) within 1e-6 of double (%.1e, %.1e)",
                 VEC_ISA, worst[0], worst[1]);
@@ -231,6 +243,159 @@ static void test_vec_elementwise(void) {
                 "GELU forward (%.1e) and backward (%.1e) against double over full vectors and a tail (%s)", ef, eb,
                 VEC_ISA);
     free(buf);
+}
+
+// One head's causal attention in double, as cpu_layers.h's attention_head_forward/backward take it: Tq
+// queries at positions pos0.. over the keys [0, pos0 + Tq), rows ld apart (q, dout: their own; k, v: ldkv);
+// p (Tq x n), lse, out (Tq x hs); dq (Tq x hs), dk and dv (n x hs) added to.
+static void reference_attention_head(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv,
+                                     const float *dout, size_t ldo, int pos0, int Tq, int hs, double *p, double *lse,
+                                     double *out, double *dq, double *dk, double *dv) {
+    int n = pos0 + Tq;
+    double scale = 1.0 / sqrt((double)hs);
+    double *dp = (double *)mallocCheck(sizeof(double) * n);
+    for (int t = 0; t < Tq; t++) {
+        double *pr = p + (size_t)t * n, mx = -INFINITY, sum = 0, dot = 0;
+        int seen = pos0 + t + 1;
+        for (int u = 0; u < n; u++) {
+            double s = 0;
+            for (int d = 0; d < hs; d++) s += (double)q[t * ldq + d] * k[u * ldkv + d];
+            pr[u] = u < seen ? s * scale : -INFINITY;
+            mx = pr[u] > mx ? pr[u] : mx;
+        }
+        for (int u = 0; u < n; u++) sum += pr[u] = exp(pr[u] - mx);
+        for (int u = 0; u < n; u++) pr[u] /= sum;
+        lse[t] = mx + log(sum);
+        for (int d = 0; d < hs; d++) {
+            double o = 0;
+            for (int u = 0; u < n; u++) o += pr[u] * v[u * ldkv + d];
+            out[t * hs + d] = o;
+        }
+        for (int u = 0; u < n; u++) {
+            dp[u] = 0;
+            for (int d = 0; d < hs; d++) dp[u] += (double)dout[t * ldo + d] * v[u * ldkv + d];
+            dot += pr[u] * dp[u];
+        }
+        for (int u = 0; u < n; u++) {
+            double ds = pr[u] * (dp[u] - dot);
+            for (int d = 0; d < hs; d++) {
+                dq[t * hs + d] += ds * k[u * ldkv + d] * scale;
+                dk[u * hs + d] += ds * q[t * ldq + d] * scale;
+                dv[u * hs + d] += pr[u] * dout[t * ldo + d];
+            }
+        }
+    }
+    free(dp);
+}
+
+// max |got[i * ld + j] - want[i * cols + j]| / max(|want|, 1) over rows x cols
+static double max_scaled_diff_2d(const float *got, size_t ld, const double *want, int rows, int cols) {
+    double worst = 0;
+    for (int i = 0; i < rows; i++) {
+        double e = max_scaled_diff(got + (size_t)i * ld, want + (size_t)i * cols, cols);
+        if (!(e <= worst)) worst = e;
+    }
+    return worst;
+}
+
+// attention_forward/backward (B = 2, NH = 2) against the double reference at lengths T around the
+// query block (ATT_MR) and the tile width (ATT_CW), T = 1 and head sizes below, at and past a vector: the
+// probabilities (exactly zero above the diagonal), lse, out, dq, dk, dv; 1 and 2 threads give the same
+// bits. Then the head kernel as context parallelism runs it (queries offset by pos0 against all the
+// keys before them, dk and dv added to what they held).
+static void test_attention(void) {
+    const int Ts[] = {1, 2, ATT_MR - 1, ATT_MR + 1, ATT_CW + 3, 2 * ATT_CW + ATT_MR + 1}, hss[] = {3, VEC_LANES, 24};
+    const int B = 2, NH = 2;
+    double worst[6] = {0};  // p, lse, out, dq, dk, dv
+    int bad_mask = 0, bad_threads = 0, runs = 0;
+    Rng rng;
+    rng_seed(&rng, 21);
+    for (size_t ti = 0; ti < sizeof(Ts) / sizeof(Ts[0]); ti++)
+        for (size_t hi = 0; hi < sizeof(hss) / sizeof(hss[0]); hi++) {
+            int T = Ts[ti], hs = hss[hi], C = NH * hs;
+            size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+            float *qkv = (float *)mallocCheck(sizeof(float) * nqkv), *dqkv = (float *)mallocCheck(sizeof(float) * nqkv);
+            float *dqkv1 = (float *)mallocCheck(sizeof(float) * nqkv), *out = (float *)mallocCheck(sizeof(float) * nout);
+            float *dout = (float *)mallocCheck(sizeof(float) * nout), *out1 = (float *)mallocCheck(sizeof(float) * nout);
+            float *att = (float *)mallocCheck(sizeof(float) * natt), *att1 = (float *)mallocCheck(sizeof(float) * natt);
+            float *lse = (float *)mallocCheck(sizeof(float) * B * NH * T);
+            float *scratch = (float *)mallocCheck(sizeof(float) * omp_threads() * T * T);
+            rng_normal_fill(&rng, qkv, (int64_t)nqkv, 1.5f);
+            rng_normal_fill(&rng, dout, (int64_t)nout, 1.0f);
+            attention_forward(out, att, lse, qkv, B, T, C, NH);
+            attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+            double *p = (double *)mallocCheck(sizeof(double) * T * T), *l = (double *)mallocCheck(sizeof(double) * T);
+            double *o = (double *)mallocCheck(sizeof(double) * T * hs), *g = (double *)mallocCheck(sizeof(double) * 3 * T * hs);
+            for (int b = 0; b < B; b++)
+                for (int h = 0; h < NH; h++) {
+                    size_t bh = (size_t)b * NH + h, qo = qkv_head_offset(b, h, T, C, NH), oo = (size_t)b * T * C + h * hs;
+                    memset(g, 0, sizeof(double) * 3 * T * hs);
+                    reference_attention_head(qkv + qo, 3 * C, qkv + qo + C, qkv + qo + 2 * C, 3 * C, dout + oo, C, 0, T,
+                                             hs, p, l, o, g, g + T * hs, g + 2 * T * hs);
+                    const float *ab = att + bh * T * T;
+                    for (int t = 0; t < T; t++)
+                        for (int u = t + 1; u < T; u++) bad_mask += ab[(size_t)t * T + u] != 0.0f;
+                    double e[6] = {max_scaled_diff(ab, p, T * T), max_scaled_diff(lse + bh * T, l, T),
+                                   max_scaled_diff_2d(out + oo, C, o, T, hs)};
+                    for (int j = 0; j < 3; j++) e[3 + j] = max_scaled_diff_2d(dqkv + qo + j * C, 3 * C, g + j * T * hs, T, hs);
+                    for (int j = 0; j < 6; j++) worst[j] = e[j] > worst[j] || e[j] != e[j] ? e[j] : worst[j];
+                }
+#ifdef _OPENMP
+            int saved = omp_get_max_threads();
+            omp_set_num_threads(1);
+#endif
+            attention_forward(out1, att1, NULL, qkv, B, T, C, NH);
+            attention_backward(dqkv1, scratch, dout, qkv, att1, B, T, C, NH);
+#ifdef _OPENMP
+            omp_set_num_threads(saved);
+#endif
+            bad_threads += memcmp(out, out1, sizeof(float) * nout) || memcmp(att, att1, sizeof(float) * natt) ||
+                           memcmp(dqkv, dqkv1, sizeof(float) * nqkv);
+            runs++;
+            free(qkv); free(dqkv); free(dqkv1); free(out); free(dout); free(out1); free(att); free(att1); free(lse);
+            free(scratch); free(p); free(l); free(o); free(g);
+        }
+    double fwd = fmax(worst[0], fmax(worst[1], worst[2])), bwd = fmax(worst[3], fmax(worst[4], worst[5]));
+    test_result(fwd < 1e-5 && bwd < 2e-5 && bad_mask == 0 && bad_threads == 0,
+                "attention forward (probabilities %.1e, lse %.1e, out %.1e) and backward (dq %.1e, dk %.1e, dv %.1e) "
+                "against double on %d shapes (T = 1 to %d, hs 3 to 24, %d-row query blocks, %d-column tiles); zero "
+                "above the diagonal; 1 and %d threads the same bits", worst[0], worst[1], worst[2], worst[3], worst[4],
+                worst[5], runs, Ts[5], ATT_MR, ATT_CW, omp_threads());
+
+    // context parallel's use: Tq queries at pos0.. over pos0 + Tq keys; rows wider than the head
+    const int pos0 = 2 * ATT_MR + 3, Tq = ATT_MR + 2, n = pos0 + Tq, hs = 5, ld = 11;
+    float *q = (float *)mallocCheck(sizeof(float) * Tq * ld), *kv = (float *)mallocCheck(sizeof(float) * n * 2 * ld);
+    float *dO = (float *)mallocCheck(sizeof(float) * Tq * ld), *out = (float *)mallocCheck(sizeof(float) * Tq * ld);
+    float *pr = (float *)mallocCheck(sizeof(float) * Tq * (n + 3)), *dq = (float *)mallocCheck(sizeof(float) * Tq * ld);
+    float *dkv = (float *)mallocCheck(sizeof(float) * n * 2 * ld), *ds = (float *)mallocCheck(sizeof(float) * Tq * n);
+    float *work = (float *)mallocCheck(sizeof(float) * attention_work_floats(n, hs));
+    rng_normal_fill(&rng, q, Tq * ld, 1.5f);
+    rng_normal_fill(&rng, kv, n * 2 * ld, 1.5f);
+    rng_normal_fill(&rng, dO, Tq * ld, 1.0f);
+    rng_normal_fill(&rng, dkv, n * 2 * ld, 1.0f);
+    double *p = (double *)mallocCheck(sizeof(double) * Tq * n), l[ATT_MR + 2], o[(ATT_MR + 2) * 5];
+    double *g = (double *)callocCheck((size_t)(Tq + 2 * n) * hs, sizeof(double));
+    for (int u = 0; u < n; u++)
+        for (int d = 0; d < hs; d++) {  // (dk and dv start from what dkv holds)
+            g[(Tq + u) * hs + d] = dkv[(size_t)u * 2 * ld + d];
+            g[(Tq + n + u) * hs + d] = dkv[(size_t)u * 2 * ld + 6 + d];
+        }
+    reference_attention_head(q, ld, kv, kv + 6, 2 * ld, dO, ld, pos0, Tq, hs, p, l, o, g, g + Tq * hs, g + (Tq + n) * hs);
+    float scale = 1.0f / sqrtf((float)hs);
+    attention_head_forward(out, ld, pr, n + 3, n + 3, NULL, q, ld, kv, kv + 6, 2 * ld, pos0, Tq, hs, scale, work);
+    attention_head_backward(dq, ld, dkv, dkv + 6, 2 * ld, 1, ds, n, pr, n + 3, dO, ld, q, ld, kv, kv + 6, 2 * ld, pos0,
+                            Tq, hs, scale, work);
+    double e = max_scaled_diff_2d(pr, n + 3, p, Tq, n);
+    e = fmax(e, max_scaled_diff_2d(out, ld, o, Tq, hs));
+    e = fmax(e, max_scaled_diff_2d(dq, ld, g, Tq, hs));
+    e = fmax(e, max_scaled_diff_2d(dkv, 2 * ld, g + Tq * hs, n, hs));
+    e = fmax(e, max_scaled_diff_2d(dkv + 6, 2 * ld, g + (Tq + n) * hs, n, hs));
+    int zero_tail = 1;
+    for (int t = 0; t < Tq; t++)
+        for (int u = n; u < n + 3; u++) zero_tail = zero_tail && pr[(size_t)t * (n + 3) + u] == 0.0f;
+    test_result(e < 1e-5 && zero_tail, "attention head with its queries at %d.. over %d keys (context parallel's): "
+                "probabilities, out, dq and dk, dv added to against double (%.1e)", pos0, n, e);
+    free(q); free(kv); free(dO); free(out); free(pr); free(dq); free(dkv); free(ds); free(work); free(p); free(g);
 }
 
 // The global gradient norm's sum of squares over several of its parallel
@@ -312,6 +477,7 @@ int main(void) {
     test_vec_reductions();
     test_vec_elementwise();
     test_sum_of_squares();
+    test_attention();
     test_adamw_staged();
     return test_exit_code();
 }

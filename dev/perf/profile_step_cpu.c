@@ -55,7 +55,9 @@ static OpStat *op_row(const char *name) {
 // (void kernels: PROF over a comma expression yielding 0)
 #define PROFV(name, nbytes, nflops, call) ((void)PROF(name, nbytes, nflops, ((call), 0)))
 
-// The kernels gpt_cpu.h calls, each with the floats its tensors hold (read + written) and its FLOPs.
+// The kernels gpt_cpu.h calls, each with the floats its tensors hold (read + written) and its FLOPs
+// (attention's: the whole T x T square's, as the step's FLOP count has them; the kernel computes
+// about the causal half of it, so its GFLOP/s read about twice what its tiles run at).
 #define D(x) ((double)(x))
 #define matmul_team(ta, tb, M, N, K, al, A, lda, Bm, ldb, be, Cm, ldc)                \
     PROFV("classifier matmul", D(M) * (K) + D(K) * (N) + D(M) * (N) * (1 + ((be) != 0.0f)), 2 * D(M) * (N) * (K), \
