@@ -31,8 +31,6 @@ nccl4=$(comm_for 4)
 
 # the data, COMMON (cp 2: chunks of 8 positions, off the kernels' 64-row tiles), EVAL, the one-GPU run
 layout_reference cp_
-expect_usage_error cp_cudnn_refused '--attention cudnn is not wired for context parallel' "$TRAIN" "${COMMON[@]}" --cp 2 \
-    --attention cudnn
 expect_usage_error cp_seq_len_not_divisible 'seq-len 30 is not a multiple of 2 x cp = 4' "$TRAIN" "${COMMON[@]}" --cp 2 \
     --seq-len 30 --total-batch-tokens 0
 
@@ -47,6 +45,10 @@ compare_layout cp2_mpi 2 1e-3 --cp 2 --comm mpi "${EVAL[@]}" --ckpt-dir "$tmp/ck
 eval_matches_one_gpu cp2_mpi
 check cp_says_its_layout "grep -aq '^ranks: 2 .* x context 2 |' '$tmp/cp2_mpi.log' && grep -aq '^context parallel: 2 ranks a sequence, each 16 positions' '$tmp/cp2_mpi.log'"
 [ $quick = 1 ] && exit 0
+# cuDNN's attention: each chunk one graph of its 8 queries against the keys up to its end (8 to 32, the mask
+# bottom-right aligned), dK | dV merged in fp32; with evaluation and sampling
+compare_layout cp2_cudnn 2 1e-3 --cp 2 --comm mpi --attention cudnn "${EVAL[@]}"
+eval_matches_one_gpu cp2_cudnn
 compare_layout dp2_cp2_zero3 4 1e-3 --cp 2 --zero 3 --batch-size 2 --comm $nccl4
 compare_layout cp2_tp2 4 1e-3 --cp 2 --tp 2 --comm $nccl4
 compare_layout cp2_pp2_1f1b 4 1e-3 --cp 2 --pp 2 --comm $nccl4 "${EVAL[@]}"

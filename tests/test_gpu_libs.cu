@@ -75,21 +75,24 @@ static void cudnn_setup(CudnnAttention *ca, int C, int NH) {
 }
 
 // What making the plan of graph g says: "" when the plan is made.
-static std::string plan_result(CudnnAttention *ca, CdGraph *g, int B, int T, int backward) {
+static std::string plan_result(CudnnAttention *ca, CdGraph *g, const CdShape *sh, int backward) {
     CudnnPlan plan;
-    const char *why = cudnn_make_plan(ca, g, B, T, backward, &plan);
+    const char *why = cudnn_make_plan(ca, g, sh, backward, &plan);
     if (why) return why;
     CUDNN_CHECK(cudnnBackendDestroyDescriptor(plan.plan));
     return "";
 }
-static std::string plan_for(int C, int NH, int B, int T, int backward) {
+static std::string plan_for_shape(int C, int NH, const CdShape &sh, int backward) {
     CudnnAttention ca;
     cudnn_setup(&ca, C, NH);
     CdGraph g;
-    cd_graph_build(&ca, &g, B, T, backward);
-    std::string r = plan_result(&ca, &g, B, T, backward);
+    cd_graph_build(&ca, &g, &sh, backward);
+    std::string r = plan_result(&ca, &g, &sh, backward);
     CUDNN_CHECK(cudnnDestroy(ca.handle));
     return r;
+}
+static std::string plan_for(int C, int NH, int B, int T, int backward) {
+    return plan_for_shape(C, NH, cd_shape_whole(B, T, C), backward);
 }
 
 static void check_cudnn_graphs_taken(void) {
@@ -128,7 +131,8 @@ static void check_cudnn_mask_order(void) {
     CudnnAttention ca;
     cudnn_setup(&ca, 128, 2);
     CdGraph g;
-    cd_graph_build(&ca, &g, 2, 64, 1);
+    const CdShape sh = cd_shape_whole(2, 64, 128);
+    cd_graph_build(&ca, &g, &sh, 1);
     cudnnBackendDescriptor_t graph;
     CUDNN_CHECK(cd_operation_graph(ca.handle, &g, &graph));
     EmuCudnnGraph planted = *graph->graph;
