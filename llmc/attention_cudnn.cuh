@@ -38,26 +38,25 @@
 #define CUDNN_MAX_PLANS 8
 #define CUDNN_ENGINE_WORKSPACE ((size_t)64 << 20)  // a plan wanting more is refused with a message
 
-// What one graph runs: B sequences of s_q queries against s_kv keys (s_q <
-// s_kv: the queries are the last s_q positions of the s_kv, the causal mask
-// bottom-right aligned), read through strides: Q, dQ (3C channels a row) and
-// O, dO (C) in buffers of q_rows rows a sequence, the statistics and softmax
-// sums (B,NH,q_rows); K, V, dK, dV in buffers of kv_rows rows of kv_stride
-// elements a sequence.
+// What one graph runs: B sequences of s_q queries against s_kv keys, the
+// causal mask top-left aligned (query i sees keys <= i) or bottom_right (the
+// queries are the last s_q positions of the s_kv: query i sees keys <= i +
+// s_kv - s_q), read through strides: Q, dQ (3C channels a row) and O, dO (C)
+// in buffers of q_rows rows a sequence, the statistics (B,NH,q_rows); K, V,
+// dK, dV in buffers of kv_rows rows of kv_stride elements a sequence.
 typedef struct {
-    int B, s_q, s_kv, q_rows, kv_rows;
+    int B, s_q, s_kv, q_rows, kv_rows, bottom_right;
     int64_t kv_stride;
 } CdShape;
 
 static inline CdShape cd_shape_whole(int B, int T, int C) {
-    CdShape s = {B, T, T, T, T, 3 * (int64_t)C};
+    CdShape s = {B, T, T, T, T, 0, 3 * (int64_t)C};
     return s;
 }
 static inline bool cd_shape_equal(const CdShape *a, const CdShape *b) {
     return a->B == b->B && a->s_q == b->s_q && a->s_kv == b->s_kv && a->q_rows == b->q_rows &&
-           a->kv_rows == b->kv_rows && a->kv_stride == b->kv_stride;
+           a->kv_rows == b->kv_rows && a->bottom_right == b->bottom_right && a->kv_stride == b->kv_stride;
 }
-static inline bool cd_bottom_right(const CdShape *s) { return s->s_q < s->s_kv; }
 
 typedef struct {
     CdShape shape;
@@ -254,7 +253,7 @@ static cudnnBackendDescriptor_t cdg_causal_mask(CdGraph *g, cudnnBackendDescript
 // The by-value s_q, s_kv of a bottom-right mask (into seq[2]); NULL for top-left.
 static const cudnnBackendDescriptor_t *cdg_mask_seq(CdGraph *g, const CdShape *sh, const int64_t one[4],
                                                     cudnnBackendDescriptor_t seq[2]) {
-    if (!cd_bottom_right(sh)) return NULL;
+    if (!sh->bottom_right) return NULL;
     seq[0] = cdg_tensor(g, CD_SEQ_Q, CUDNN_DATA_INT32, one, one, true);
     seq[1] = cdg_tensor(g, CD_SEQ_KV, CUDNN_DATA_INT32, one, one, true);
     return seq;
@@ -369,8 +368,8 @@ static const char *cudnn_make_plan(CudnnAttention *ca, CdGraph *g, const CdShape
 }
 
 // Why cuDNN's fused attention cannot train (forward and backward) at head
-// size hs, s_q queries against s_kv keys (s_q < s_kv: the bottom-right causal
-// mask) on a GPU of compute capability sm (86 for 8.6) with cuDNN `version`
+// size hs, s_q queries against s_kv keys (bottom_right: the causal mask's
+// alignment) on a GPU of compute capability sm (86 for 8.6) with cuDNN `version`
 // (cudnnGetVersion()); NULL when it can. The rules are the fp16/bf16 rows of
 // cuDNN's SDPA support matrix (cuDNN frontend documentation, "Attention",
 // "Support Matrix": SM80 or newer; head dim <= 128 for the backward on
@@ -387,8 +386,8 @@ static const char *cudnn_make_plan(CudnnAttention *ca, CdGraph *g, const CdShape
 // padding-mask workaround for s_kv not a multiple of 128 on cuDNN <= 9.15 is
 // for an invalid access in CUDA graph replay, its 1.16 release notes say: no
 // graphs here.)
-static inline const char *cudnn_attention_unsupported(int sm, int hs, int s_q, int s_kv, long version, char *why,
-                                                      size_t n) {
+static inline const char *cudnn_attention_unsupported(int sm, int hs, int s_q, int s_kv, int bottom_right,
+                                                      long version, char *why, size_t n) {
     int max_hs = sm / 10 == 9 && version >= 90500 ? 256 : 128;
     if (sm < 80)
         snprintf(why, n, "cuDNN's fused attention needs compute capability 8.0 or newer; this GPU has %d.%d", sm / 10,
@@ -400,10 +399,10 @@ static inline const char *cudnn_attention_unsupported(int sm, int hs, int s_q, i
                  "capability %d.%d", hs, max_hs, version, sm / 10, sm % 10);
     else if (s_q < 2 && s_kv < 2)
         snprintf(why, n, "sequence length %d: cuDNN's attention backward does not take a sequence of one", s_q);
-    else if (s_q > s_kv)
+    else if (bottom_right && s_q > s_kv)
         snprintf(why, n, "%d queries against %d keys: cuDNN's bottom-right causal mask takes no more queries than "
                  "keys", s_q, s_kv);
-    else if (s_q < s_kv && version < 90600 && (s_q % 64 != 0 || s_kv % 64 != 0))
+    else if (bottom_right && version < 90600 && (s_q % 64 != 0 || s_kv % 64 != 0))
         snprintf(why, n, "%d queries against %d keys: cuDNN %ld's bottom-right causal mask takes multiples of 64 "
                  "only (9.6.0 or newer takes any)", s_q, s_kv, version);
     else if (version == 91000 || version == 91001)
@@ -416,11 +415,12 @@ static inline const char *cudnn_attention_unsupported(int sm, int hs, int s_q, i
 // Dims and strides of both graphs' tensors, in (B, NH, rows, hs) order: Q,
 // dQ, O, dO (qdim; qkv_str, o_str); K, V, dK, dV (kvdim, kv_str) and K^T, V^T
 // (ktdim, kt_str); the scores (sdim, s_str) and their transpose (stdim,
-// st_str); the statistics and softmax sums (rdim, r_str); a scalar (one); an
-// fp32 (B,NH,s_q,hs) buffer (packed).
+// st_str); the statistics (rdim, r_str: rows of q_rows) and softmax sums
+// (sum_str: packed (B,NH,s_q)); a scalar (one); an fp32 (B,NH,s_q,hs) buffer
+// (packed).
 typedef struct {
     int64_t qdim[4], qkv_str[4], o_str[4], kvdim[4], kv_str[4], ktdim[4], kt_str[4], sdim[4], s_str[4], stdim[4],
-        st_str[4], rdim[4], r_str[4], one[4], packed[4];
+        st_str[4], rdim[4], r_str[4], sum_str[4], one[4], packed[4];
 } CdShapes;
 
 static CdShapes cd_shapes(const CudnnAttention *ca, const CdShape *sh) {
@@ -429,7 +429,7 @@ static CdShapes cd_shapes(const CudnnAttention *ca, const CdShape *sh) {
     CdShapes s = {{b, NH, sq, hs}, {tq * 3 * C, hs, 3 * C, 1}, {tq * C, hs, C, 1},
                   {b, NH, skv, hs}, {tk * kvs, hs, kvs, 1}, {b, NH, hs, skv}, {tk * kvs, hs, 1, kvs},
                   {b, NH, sq, skv}, {NH * sq * skv, sq * skv, skv, 1}, {b, NH, skv, sq}, {NH * sq * skv, sq * skv, 1, skv},
-                  {b, NH, sq, 1}, {NH * tq, tq, 1, 1}, {1, 1, 1, 1}, {NH * sq * hs, sq * hs, hs, 1}};
+                  {b, NH, sq, 1}, {NH * tq, tq, 1, 1}, {NH * sq, sq, 1, 1}, {1, 1, 1, 1}, {NH * sq * hs, sq * hs, hs, 1}};
     return s;
 }
 
@@ -491,11 +491,11 @@ static void cd_graph_backward(const CudnnAttention *ca, CdGraph *g, const CdShap
     cudnnBackendDescriptor_t dq = cdg_tensor(g, CD_DQ, BF, d.qdim, d.qkv_str, false);
     cudnnBackendDescriptor_t dk = cdg_tensor(g, CD_DK, BF, d.kvdim, d.kv_str, false);
     cudnnBackendDescriptor_t dv = cdg_tensor(g, CD_DV, BF, d.kvdim, d.kv_str, false);
-    cudnnBackendDescriptor_t softmax_sum = cdg_tensor(g, CD_SOFTMAX_SUM, F, d.rdim, d.r_str, false);
+    cudnnBackendDescriptor_t softmax_sum = cdg_tensor(g, CD_SOFTMAX_SUM, F, d.rdim, d.sum_str, false);
     cudnnBackendDescriptor_t dq_accum = cdg_tensor(g, CD_DQ_ACCUM, F, d.qdim, d.packed, false);
     // softmax_sum = rowsum(dO * O)
     cudnnBackendDescriptor_t doo = cdg_tensor(g, 0, F, d.qdim, d.packed, false);
-    cudnnBackendDescriptor_t rowsum = cdg_tensor(g, 0, F, d.rdim, d.r_str, false);
+    cudnnBackendDescriptor_t rowsum = cdg_tensor(g, 0, F, d.rdim, d.sum_str, false);
     cdg_op(g, cd_pointwise(CUDNN_POINTWISE_MUL, F, dout, o, NULL, doo, -1));
     cdg_op(g, cd_reduction(CUDNN_REDUCE_TENSOR_ADD, doo, rowsum));
     cdg_op(g, cd_pointwise(CUDNN_POINTWISE_MUL, F, rowsum, one, NULL, softmax_sum, -1));
@@ -575,7 +575,7 @@ static inline const char *cudnn_attention_check_graphs(int C, int NH, int B, int
 // Runs plan p with the variant pack uids/ptrs (n of them), plus the
 // bottom-right mask's s_q and s_kv when its graph has them.
 static void cudnn_execute(CudnnAttention *ca, CudnnPlan *p, int64_t *uids, void **ptrs, int n, cudaStream_t s) {
-    if (cd_bottom_right(&p->shape)) {
+    if (p->shape.bottom_right) {
         uids[n] = CD_SEQ_Q, ptrs[n++] = &p->seq_q;
         uids[n] = CD_SEQ_KV, ptrs[n++] = &p->seq_kv;
     }
@@ -615,7 +615,7 @@ static inline int cd_device_sm(void) {
 static inline const char *cudnn_attention_setup(CudnnAttention *ca, const GPTConfig *cfg, int B, int T, int plans) {
     static char why[sizeof(ca->why)];
     memset(ca, 0, sizeof(*ca));
-    if (plans && cudnn_attention_unsupported(cd_device_sm(), cfg->channels / cfg->num_heads, T, T,
+    if (plans && cudnn_attention_unsupported(cd_device_sm(), cfg->channels / cfg->num_heads, T, T, 0,
                                              (long)cudnnGetVersion(), why, sizeof(why)))
         return why;
     ca->enabled = 1;
@@ -652,25 +652,49 @@ static inline void cudnn_attention_init(CudnnAttention *ca, const GPTConfig *cfg
     if (why) die_usage("--attention cudnn: %s; use --attention flash", why);
 }
 
-// Query segment s of qry against the keys before it: s_q = len, s_kv = pos + len.
+// Query segment s of qry against the keys up to its end: s_q = len, s_kv =
+// pos + len, bottom-right (at pos 0 the same mask as top-left: one graph form).
 static inline CdShape cd_shape_segment(const FaQueries &qry, int s, int B, int Tq, int Tk, int64_t kvs) {
-    CdShape sh = {B, qry.len[s], qry.pos[s] + qry.len[s], Tq, Tk, kvs};
+    CdShape sh = {B, qry.len[s], qry.pos[s] + qry.len[s], Tq, Tk, 1, kvs};
     return sh;
 }
 
 // Why (NULL: it can) cuDNN cannot run the segments of qry, checked as
 // cudnn_attention_unsupported does, then both plans of each built: the plans
 // gpu_cudnn_attention_forward_queries / _backward_queries run (same arguments).
+// Every tensor here is declared 16-byte aligned (cudnn-frontend's default,
+// graph_properties.h: Tensor_attributes::alignment), so a segment's rows of
+// the statistics (lse + row, fp32) must start on 16 bytes: row a multiple of 4.
 static inline const char *cudnn_attention_try_plan_queries(CudnnAttention *ca, int B, int Tq, int Tk, int64_t kvs,
                                                            const FaQueries &qry) {
     for (int s = 0; s < qry.n; s++) {
         const CdShape sh = cd_shape_segment(qry, s, B, Tq, Tk, kvs);
-        if (cudnn_attention_unsupported(cd_device_sm(), ca->C / ca->NH, sh.s_q, sh.s_kv, (long)cudnnGetVersion(),
+        if (qry.row[s] % 4 != 0) {
+            snprintf(ca->why, sizeof(ca->why), "a query segment at row %d: its statistics would not start on the "
+                     "16 bytes cuDNN's tensors are declared aligned to (context parallel: seq-len / (2 x cp) = %d is "
+                     "not a multiple of 4)", qry.row[s], qry.row[s]);
+            return ca->why;
+        }
+        if (cudnn_attention_unsupported(cd_device_sm(), ca->C / ca->NH, sh.s_q, sh.s_kv, 1, (long)cudnnGetVersion(),
                                         ca->why, sizeof(ca->why)) ||
             !cudnn_plan_try(ca, &sh, 0) || !cudnn_plan_try(ca, &sh, 1))
             return ca->why;
     }
     return NULL;
+}
+// Sets up cuDNN attention for query segments qry of B x Tq rows (as
+// cudnn_attention_try_init, the plans those of the segments). NULL, or why the
+// installed cuDNN cannot run them (ca left disabled; the text lasts until the
+// next call).
+static inline const char *cudnn_attention_try_init_queries(CudnnAttention *ca, const GPTConfig *cfg, int B, int Tq,
+                                                           int Tk, int64_t kvs, const FaQueries &qry) {
+    static char why[sizeof(ca->why)];
+    cudnn_attention_setup(ca, cfg, B, Tq, 0);  // (no plans: nothing to refuse yet)
+    const char *no = cudnn_attention_try_plan_queries(ca, B, Tq, Tk, kvs, qry);
+    if (!no) return NULL;
+    snprintf(why, sizeof(why), "%s", no);
+    cudnn_attention_free(ca);
+    return why;
 }
 // The same for the trainer: a segment cuDNN cannot run ends the program with one line.
 static inline void cudnn_attention_plan_queries(CudnnAttention *ca, int B, int Tq, int Tk, int64_t kvs,
@@ -689,7 +713,8 @@ static inline void gpu_cudnn_attention_forward(CudnnAttention *ca, floatX *out, 
     cudnn_execute(ca, cudnn_plan_for(ca, &whole, 0), uids, ptrs, 7, s);
 }
 
-// dq, dk, dv overwritten through the plan's strides; the fp32 dq accumulator zeroed first.
+// dq, dk, dv overwritten through the plan's strides; the fp32 dq accumulator
+// zeroed first; delta: (B,NH,s_q) floats of scratch (the softmax sums).
 static void cudnn_backward_run(CudnnAttention *ca, const CdShape *sh, floatX *dq, floatX *dk, floatX *dv,
                                float *delta, const floatX *dout, const floatX *q, const floatX *k, const floatX *v,
                                const floatX *out, const float *lse, cudaStream_t s) {
@@ -766,7 +791,7 @@ static inline void gpu_cudnn_attention_backward_queries(CudnnAttention *ca, floa
     for (int k = 0; k < qry.n; k++) {
         const int seg = order[k], r = qry.row[seg];
         const CdShape sh = cd_shape_segment(qry, seg, B, Tq, Tk, kvs);
-        cudnn_backward_run(ca, &sh, dqkv + (int64_t)r * 3 * C, scratch, scratch + C, delta + r, dout + (int64_t)r * C,
+        cudnn_backward_run(ca, &sh, dqkv + (int64_t)r * 3 * C, scratch, scratch + C, delta, dout + (int64_t)r * C,
                            qkv + (int64_t)r * 3 * C, kv, kv + C, out + (int64_t)r * C, lse + r, s);
         launch_kernel(cudnn_dkv_merge_kernel, ceil_div_int(n, 256), 256, 0, s, dkv, (const floatX *)scratch, kvs, Tk,
                       sh.s_kv, 2 * C, k == 0 ? 1 : 0, n);
@@ -794,6 +819,12 @@ static inline void cudnn_attention_plan_queries(CudnnAttention *ca, int B, int T
                                                 const FaQueries &qry) {
     (void)ca; (void)B; (void)Tq; (void)Tk; (void)kvs; (void)qry;
     DIE("cuDNN attention is not in this build");
+}
+static inline const char *cudnn_attention_try_init_queries(CudnnAttention *ca, const GPTConfig *cfg, int B, int Tq,
+                                                           int Tk, int64_t kvs, const FaQueries &qry) {
+    (void)cfg; (void)B; (void)Tq; (void)Tk; (void)kvs; (void)qry;
+    ca->enabled = 0;
+    return "cuDNN is not in this build";
 }
 static inline void cudnn_attention_free(CudnnAttention *ca) { ca->enabled = 0; }
 static inline const char *cudnn_attention_try_init(CudnnAttention *ca, const GPTConfig *cfg, int B, int T) {
