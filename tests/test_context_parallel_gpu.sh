@@ -12,10 +12,11 @@
 # micro-batch in flight keeping its own gathered K and V): 1f1b over NCCL's
 # fused lists with evaluation and sampling, zb1p at ZeRO-1 with --recompute
 # full over MPI, and (4 layers, against their own one-GPU run) interleaved
-# over 2 chunks over MPI. The start line names the layout. The cp 2 run's
-# checkpoint at step 2 resumes on one GPU. --attention cudnn with --cp, and a
-# sequence that does not split into 2 x cp chunks, end with one line and exit
-# 2. EMULATED=1 (tests/run_tests.sh): on the emulated trainer
+# over 2 chunks over MPI; cp 2 over MPI with --attention cudnn (each chunk one
+# cuDNN graph, the causal mask bottom-right aligned) with evaluation and
+# samples. The start line names the layout. The cp 2 run's checkpoint at step
+# 2 resumes on one GPU. A sequence that does not split into 2 x cp chunks ends
+# with one line and exit 2. EMULATED=1 (tests/run_tests.sh): on the emulated trainer
 # (tests/gpu_trainer.sh; every NCCL message longer than its buffer, as in
 # tests/test_pipeline_gpu.sh, so that a pipeline's sends and receives outside
 # one NCCL group deadlock); the sanitizer builds run the first layout alone.

@@ -8,8 +8,9 @@
 // plan do, saying which rule broke (see "the fused attention engines" below).
 // It runs a graph it takes node by node on the CPU, as the graph declares
 // them, so that the graphs' meaning (strides, transposes, broadcasts, the
-// causal mask, the statistics) is checked against the flash attention and the
-// CPU model; the real cuDNN fuses the same graph into one kernel.
+// causal mask top-left or bottom-right aligned, the statistics) is checked
+// against the flash attention and the CPU model; the real cuDNN fuses the
+// same graph into one kernel.
 // Written from the backend API's documented rules:
 //   - descriptors take attributes of the documented type only (a wrong type
 //     or an attribute of another descriptor is CUDNN_STATUS_BAD_PARAM), and
@@ -497,8 +498,10 @@ static inline cudnnStatus_t emu_cudnn_finalize_graph(EmuCudnnDesc *d) {
 // node by node (include/cudnn_frontend/node/scaled_dot_product_flash_attention.h,
 // CompositeSDPANode and CompositeSDPABackwardNode, with the causal mask of
 // utils/attn_score_modifiers.h and node/diagonal_band_mask.h for cuDNN < 9.21).
-// So this emulation's engine takes exactly that pattern for a causal, unbiased,
-// dropout-free attention with its operations' operand order, and nothing
+// So this emulation's engine takes exactly that pattern for a causal (top-left
+// or bottom-right: a graph with by-value int32 scalars, its s_q and s_kv, is
+// matched as bottom-right), unbiased, dropout-free attention with its
+// operations' operand order, and nothing
 // else: the heuristic offers no engine configuration for any other graph
 // (CUDNN_ATTR_ENGINEHEUR_RESULTS returns a count of 0, the case cudnn-frontend
 // reports as "No valid engine configs"), and cudnnGetLastErrorString says
