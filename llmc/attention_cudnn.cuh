@@ -5,9 +5,10 @@
 // log-sum-exp of the scaled scores, so either backward runs on either
 // forward's outputs); the backward writes dqkv (B,T,3C). With query offsets
 // (a context-parallel rank's rows, FaQueries of attention_flash.cuh) each
-// query segment is one graph of s_q queries against the s_kv = pos + s_q keys
-// before it, the causal mask bottom-right aligned (query i sees keys <= i +
-// s_kv - s_q): gpu_cudnn_attention_forward_queries / _backward_queries.
+// query segment is one graph of its s_q queries against the s_kv = pos + s_q
+// keys up to its end, the causal mask bottom-right aligned (query i sees keys
+// <= i + s_kv - s_q), dK and dV written in floatX into a scratch and added in
+// fp32: gpu_cudnn_attention_forward_queries / _backward_queries.
 // The operation graphs are the composite ones cuDNN's engines fuse into one
 // flash-attention kernel each (cuDNN < 9.21 has no single softmax or mask
 // operation), node for node as cudnn-frontend builds them
@@ -27,7 +28,7 @@
 #define LLMC_ATTENTION_CUDNN_CUH
 
 #include "attention_flash.cuh"  // defines: FaQueries
-#include "cuda_common.cuh"      // defines: CUDNN_CHECK, CUDA_CHECK, cudaMallocCheck, launch_kernel, ceil_div_int
+#include "cuda_common.cuh"      // defines: CUDNN_CHECK, CUDA_CHECK, cudaMallocCheck, launch_kernel, ceil_div_int, CUDA_CHECK_LAUNCH, to_float
 #include "model.h"              // defines: GPTConfig
 
 #ifdef LLMC_CUDNN
