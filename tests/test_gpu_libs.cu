@@ -246,6 +246,11 @@ static void check_cudnn_bottom_right(void) {
                     "emulated cuDNN refuses the bottom-right %s of 64 queries against 32 keys, naming the rule (%s)",
                     backward ? "backward" : "forward", r.empty() ? "made" : r.c_str());
     }
+    char more[256];
+    const char *code_more = cudnn_attention_unsupported(90, 64, 64, 32, 1, 91900, more, sizeof(more));
+    test_result(code_more && contains(code_more, "takes no more queries than keys"),
+                "the code refuses 64 queries against 32 keys itself, before any graph (%s)",
+                code_more ? code_more : "accepted");
     // before cuDNN 9.6: s_q and s_kv multiples of 64 only (the engine's rule, then the code's own)
     CudnnAttention ca;
     cudnn_setup(&ca, 128, 2);
