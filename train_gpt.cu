@@ -232,8 +232,8 @@ int main(int argc, char **argv) {
     CPGPU cp;  // the context group's positions and attention buffers
     if (o.cp > 1) {
         cp_gpu_init(&cp, &dev_groups[COMM_CONTEXT], comm_group(&comm, COMM_CONTEXT), B, T, plan.accum, cfg.num_layers,
-                    cfg.channels, cfg.channels / tp.size, cfg.num_heads / tp.size,
-                    attention == ATTENTION_CUDNN ? &model.cudnn : NULL, model.stream);
+                    cfg.channels, cfg.channels / tp.size, cfg.num_heads / tp.size, model.stream);
+        if (attention == ATTENTION_CUDNN) cp_gpu_use_cudnn(&cp, &model.cudnn);
         model.cp = &cp;
     }
     {  // this rank's part of the weights, as the whole model's initialisation or file has them

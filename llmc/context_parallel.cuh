@@ -12,8 +12,8 @@
 // run at their global positions against them as query segments: of our flash
 // attention (attention_flash.cuh), or with --attention cudnn of cuDNN's
 // (attention_cudnn.cuh: one graph a chunk, its queries against the keys up to
-// its end, the causal mask bottom-right aligned; its plans built here at
-// start-up). The backward computes every position's dK and dV from the rank's
+// its end, the causal mask bottom-right aligned; its plans built at start-up,
+// cp_gpu_use_cudnn). The backward computes every position's dK and dV from the rank's
 // queries in fp32 (cuDNN writes each chunk's in floatX into the pieces buffer,
 // free during the backward, and they are summed into dkv in fp32),
 // reduce-scatters them (fp32: the staged backend sums no bf16, and a floatX
@@ -34,6 +34,7 @@ typedef struct {
     CPContext pos;       // the positions (context_parallel.h) and the host context group (sampling's broadcast)
     TPContext group;     // the context group's device communicator, on the model's stream
     int B, C, Cl, NHl;
+    CudnnAttention *cudnn;  // --attention cudnn: the model's, with the rank's chunks' plans (cp_gpu_use_cudnn); NULL: flash
     int *rows;           // device (Tl): each local row's global position (wpe's rows)
     int *owners;         // device (2T): each global position's owner and its local row there
     floatX *pieces;      // device (B*T*2Cl): the group's k | v pieces in rank order (cuDNN's backward: dk | dv (B,T,2Cl))
@@ -42,7 +43,6 @@ typedef struct {
     floatX *wpe;         // device (Tl,C): the rank's positions' rows of wpe
     float *dwpe;         // device (Tl,C): their gradient
     size_t bytes;        // device memory of the above
-    CudnnAttention *cudnn;  // --attention cudnn: the model's, with the rank's chunks' plans; NULL: flash
 } CPGPU;
 
 // Device bytes of the buffers above for B sequences of T positions over cp
@@ -54,19 +54,10 @@ static inline size_t cp_gpu_bytes(int cp, int B, int T, int C, int Cl) {
            (Tl + 2 * (size_t)T) * sizeof(int);
 }
 
-// The rank's two chunks as the attention's query segments.
-static FaQueries cp_gpu_queries(const CPGPU *cp) {
-    const CPContext *p = &cp->pos;
-    FaQueries q = {2, {0, p->Tc}, {p->Tc, p->Tc}, {cp_chunk(p, p->rank, 0) * p->Tc, cp_chunk(p, p->rank, 1) * p->Tc}};
-    return q;
-}
-
 // Device group `dev` and host group `host` of the context ranks; B sequences
-// of T positions a micro-batch, `micro` a step; the model's shape; cudnn: the
-// model's cuDNN attention (NULL: flash), whose plans for the rank's chunks are
-// built here (a shape cuDNN cannot run ends the program with one line).
+// of T positions a micro-batch, `micro` a step; the model's shape.
 static void cp_gpu_init(CPGPU *cp, CommGroup *dev, CommGroup *host, int B, int T, int micro, int L, int C, int Cl,
-                        int NHl, CudnnAttention *cudnn, cudaStream_t stream) {
+                        int NHl, cudaStream_t stream) {
     memset(cp, 0, sizeof(*cp));
     cp_positions_init(&cp->pos, host, B, T, micro, L, C, Cl, NHl);
     cp->group = tp_context(dev, 0);
@@ -89,8 +80,6 @@ static void cp_gpu_init(CPGPU *cp, CommGroup *dev, CommGroup *host, int B, int T
     cp->wpe = (floatX *)cudaMallocCheck(sizeof(floatX) * (size_t)Tl * C);
     cp->dwpe = (float *)cudaMallocCheck(sizeof(float) * (size_t)Tl * C);
     cp->bytes = cp_gpu_bytes(cp->pos.size, B, T, C, Cl);
-    cp->cudnn = cudnn;
-    if (cudnn) cudnn_attention_plan_queries(cudnn, B, Tl, T, 2 * (int64_t)Cl, cp_gpu_queries(cp));
 }
 
 static void cp_gpu_free(CPGPU *cp) {
@@ -155,6 +144,20 @@ static void cp_gpu_add_dwpe(CPGPU *cp, float *dwpe, cudaStream_t s) {
     launch_kernel(cp_dwpe_rows_kernel, ceil_div_int(n, 256), 256, 0, s, dwpe, (const float *)cp->dwpe,
                   (const int *)cp->rows, cp->C, n);
     CUDA_CHECK_LAUNCH();
+}
+
+// The rank's two chunks as the attention's query segments.
+static FaQueries cp_gpu_queries(const CPGPU *cp) {
+    const CPContext *p = &cp->pos;
+    FaQueries q = {2, {0, p->Tc}, {p->Tc, p->Tc}, {cp_chunk(p, p->rank, 0) * p->Tc, cp_chunk(p, p->rank, 1) * p->Tc}};
+    return q;
+}
+
+// --attention cudnn: the chunks run as cuDNN's query segments, their plans
+// built now (a shape cuDNN cannot run ends the program with one line).
+static void cp_gpu_use_cudnn(CPGPU *cp, CudnnAttention *cudnn) {
+    cp->cudnn = cudnn;
+    cudnn_attention_plan_queries(cudnn, cp->B, cp->pos.Tl, cp->pos.T, 2 * (int64_t)cp->Cl, cp_gpu_queries(cp));
 }
 
 // A layer's attention of the rank's rows: out (B,Tl,Cl), lse (B,NHl,Tl) from
