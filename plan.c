@@ -314,7 +314,7 @@ static void print_command(const PlanOptions *o, const GPTConfig *cfg, const Clus
         printf(" --model %s", o->train.model);
     printf(" --seq-len %d --total-batch-tokens %lld --batch-size %d --zero %d", o->train.seq_len,
            o->train.total_batch_tokens, l->B, l->zero);
-    if (l->cp > 1) printf(" --cp %d%s", l->cp, c->cpu_trainer ? "" : " --attention flash");  // (cuDNN's is refused with it)
+    if (l->cp > 1) printf(" --cp %d", l->cp);
     if (l->tp > 1) printf(" --tp %d%s", l->tp, l->sp ? " --sequence-parallel 1" : "");
     if (l->pp > 1) printf(" --pp %d --pp-schedule %s --virtual-stages %d", l->pp, pp_kind_names[l->schedule], l->v);
     RecomputePolicy rp = {l->recompute, 1};

@@ -156,10 +156,6 @@ int main(int argc, char **argv) {
     TrainOptions o;
     train_options_parse(argc, argv, &o, SUMMARY);
     if (o.ckpt_dir[0]) ckpt_catch_preemption();  // (first, before MPI: a signal during start-up stops the run cleanly)
-    if (o.cp > 1 && strcmp(o.attention, "cudnn") == 0)
-        die_usage("--cp %d: --attention cudnn is not wired for context parallel (its graphs here take as many queries "
-                  "as keys, from position 0; context parallel runs our flash attention with query offsets: "
-                  "--attention flash)", o.cp);
     if (o.print_schedule) {  // (the pipeline's plan needs no GPU)
         int from_file;
         GPTConfig cfg = train_build_config(&o, &from_file);
@@ -237,6 +233,7 @@ int main(int argc, char **argv) {
     if (o.cp > 1) {
         cp_gpu_init(&cp, &dev_groups[COMM_CONTEXT], comm_group(&comm, COMM_CONTEXT), B, T, plan.accum, cfg.num_layers,
                     cfg.channels, cfg.channels / tp.size, cfg.num_heads / tp.size, model.stream);
+        if (attention == ATTENTION_CUDNN) cp_gpu_use_cudnn(&cp, &model.cudnn);
         model.cp = &cp;
     }
     {  // this rank's part of the weights, as the whole model's initialisation or file has them

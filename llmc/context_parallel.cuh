@@ -8,20 +8,23 @@
 // backward, B x T x 2C/tp floatX a layer; one shared copy for the layers that
 // recompute under --recompute full, gathered again before their backward), so
 // a pipeline's micro-batches in flight (--pp, any schedule) keep theirs; the
-// buffers here are the ones the micro-batches share. Our flash attention
-// (attention_flash.cuh) runs the rank's two chunks as query segments at their
-// global positions against them. The backward computes every position's dK and
-// dV from the rank's queries in fp32, reduce-scatters them (fp32: the staged
-// backend sums no bf16, and a floatX partial would be rounded twice) back to
-// the positions' owners and rounds them into dqkv's k and v channels. The
-// collectives go over the context group's device communicator (NCCL, or MPI
-// staged through host memory) on the model's stream (tensor_parallel.h's
-// TPContext over that group). cuDNN's attention is not used here (its
-// fused graphs take one query block of equal length to K and V: train_gpt.cu
-// refuses --attention cudnn with --cp; docs/distributed.md says why).
+// buffers here are the ones the micro-batches share. The rank's two chunks
+// run at their global positions against them as query segments: of our flash
+// attention (attention_flash.cuh), or with --attention cudnn of cuDNN's
+// (attention_cudnn.cuh: one graph a chunk, its queries against the keys up to
+// its end, the causal mask bottom-right aligned; its plans built at start-up,
+// cp_gpu_use_cudnn). The backward computes every position's dK and dV from the rank's
+// queries in fp32 (cuDNN writes each chunk's in floatX into the pieces buffer,
+// free during the backward, and they are summed into dkv in fp32),
+// reduce-scatters them (fp32: the staged backend sums no bf16, and a floatX
+// partial would be rounded twice) back to the positions' owners and rounds
+// them into dqkv's k and v channels. The collectives go over the context
+// group's device communicator (NCCL, or MPI staged through host memory) on the
+// model's stream (tensor_parallel.h's TPContext over that group).
 #ifndef LLMC_CONTEXT_PARALLEL_CUH
 #define LLMC_CONTEXT_PARALLEL_CUH
 
+#include "attention_cudnn.cuh"   // defines: CudnnAttention, cudnn_attention_plan_queries, gpu_cudnn_attention_forward_queries, gpu_cudnn_attention_backward_queries
 #include "attention_flash.cuh"   // defines: FaQueries, gpu_flash_attention_forward_queries, gpu_flash_attention_backward_queries
 #include "context_parallel.h"    // defines: CPContext, cp_positions_init, cp_free, cp_global_pos, cp_position_owner, cp_chunk
 #include "cuda_common.cuh"       // defines: CUDA_CHECK, cudaMallocCheck, launch_kernel, ceil_div_int, CUDA_CHECK_LAUNCH
@@ -32,9 +35,10 @@ typedef struct {
     CPContext pos;       // the positions (context_parallel.h) and the host context group (sampling's broadcast)
     TPContext group;     // the context group's device communicator, on the model's stream
     int B, C, Cl, NHl;
+    CudnnAttention *cudnn;  // --attention cudnn: the model's, with the rank's chunks' plans (cp_gpu_use_cudnn); NULL: flash
     int *rows;           // device (Tl): each local row's global position (wpe's rows)
     int *owners;         // device (2T): each global position's owner and its local row there
-    floatX *pieces;      // device (B*T*2Cl): the group's k | v pieces in rank order
+    floatX *pieces;      // device (B*T*2Cl): the group's k | v pieces in rank order (cuDNN's backward: dk | dv (B,T,2Cl))
     float *dkv;          // device (B,T,2Cl): every position's dk | dv from this rank's queries
     float *dpieces;      // device (B*T*2Cl): the same in rank order, reduce-scattered onto the owners
     floatX *wpe;         // device (Tl,C): the rank's positions' rows of wpe
@@ -134,11 +138,18 @@ static void cp_gpu_add_dwpe(CPGPU *cp, float *dwpe, cudaStream_t s) {
     CUDA_CHECK_LAUNCH();
 }
 
-// The rank's two chunks as flash attention's query segments.
+// The rank's two chunks as the attention's query segments.
 static FaQueries cp_gpu_queries(const CPGPU *cp) {
     const CPContext *p = &cp->pos;
     FaQueries q = {2, {0, p->Tc}, {p->Tc, p->Tc}, {cp_chunk(p, p->rank, 0) * p->Tc, cp_chunk(p, p->rank, 1) * p->Tc}};
     return q;
+}
+
+// --attention cudnn: the chunks run as cuDNN's query segments, their plans
+// built now (a shape cuDNN cannot run ends the program with one line).
+static void cp_gpu_use_cudnn(CPGPU *cp, CudnnAttention *cudnn) {
+    cp->cudnn = cudnn;
+    cudnn_attention_plan_queries(cudnn, cp->B, cp->pos.Tl, cp->pos.T, 2 * (int64_t)cp->Cl, cp_gpu_queries(cp));
 }
 
 // A layer's attention of the rank's rows: out (B,Tl,Cl), lse (B,NHl,Tl) from
@@ -157,7 +168,10 @@ static void cp_gpu_attention_forward(CPGPU *cp, floatX *kv, floatX *out, float *
     launch_kernel(cp_reorder_kernel<floatX>, ceil_div_int(n, 256), 256, 0, s, cp->pieces, kv,
                   (const int *)cp->owners, B, T, Tl, w, 1);
     CUDA_CHECK_LAUNCH();
-    gpu_flash_attention_forward_queries(out, lse, qkv, Tl, kv, w, T, cp_gpu_queries(cp), B, Cl, cp->NHl, s);
+    if (cp->cudnn)
+        gpu_cudnn_attention_forward_queries(cp->cudnn, out, lse, qkv, Tl, kv, w, T, cp_gpu_queries(cp), B, Cl, cp->NHl,
+                                            s);
+    else gpu_flash_attention_forward_queries(out, lse, qkv, Tl, kv, w, T, cp_gpu_queries(cp), B, Cl, cp->NHl, s);
 }
 
 // Its backward (kv: what the forward gathered): dqkv (B,Tl,3Cl) overwritten
@@ -167,8 +181,11 @@ static void cp_gpu_attention_backward(CPGPU *cp, const floatX *kv, floatX *dqkv,
                                       const floatX *qkv, const floatX *out, const float *lse, int B, cudaStream_t s) {
     const int T = cp->pos.T, Tl = cp->pos.Tl, Cl = cp->Cl, w = 2 * Cl;
     const int64_t piece = (int64_t)B * Tl * w, n = (int64_t)B * T * w;
-    gpu_flash_attention_backward_queries(dqkv, cp->dkv, delta, dout, qkv, Tl, kv, w, T, cp_gpu_queries(cp),
-                                         out, lse, B, Cl, cp->NHl, s);
+    if (cp->cudnn)
+        gpu_cudnn_attention_backward_queries(cp->cudnn, dqkv, cp->dkv, cp->pieces, delta, dout, qkv, Tl, kv, w, T,
+                                             cp_gpu_queries(cp), out, lse, B, Cl, cp->NHl, s);
+    else gpu_flash_attention_backward_queries(dqkv, cp->dkv, delta, dout, qkv, Tl, kv, w, T, cp_gpu_queries(cp),
+                                              out, lse, B, Cl, cp->NHl, s);
     launch_kernel(cp_reorder_kernel<float>, ceil_div_int(n, 256), 256, 0, s, cp->dpieces, cp->dkv,
                   (const int *)cp->owners, B, T, Tl, w, 0);
     CUDA_CHECK_LAUNCH();

@@ -467,7 +467,7 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *he
     matmul_init(&m->mm);
     GPTConfig heads = *cfg;  // (cuDNN's graphs run the rank's heads)
     heads.channels /= tp.size, heads.num_heads /= tp.size;
-    cudnn_attention_init(&m->cudnn, &heads, B, T, attention == ATTENTION_CUDNN);
+    cudnn_attention_init(&m->cudnn, &heads, B, T, attention == ATTENTION_CUDNN, cp);
     adamw_plan_init(&m->adamw, &m->layout, m->shard.begin, m->shard.end, &m->map);
     m->params = (float *)cudaMallocCheck(S * sizeof(float));
     m->adam_m = (float *)cudaMallocCheck(S * sizeof(float));

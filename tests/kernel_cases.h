@@ -148,6 +148,8 @@ struct KernelImpls {
     void (*attention_backward_queries)(floatX *dq, float *dkv, float *delta, const floatX *dout, const floatX *q, int Tq,
                                        const floatX *kv, int64_t kvs, int Tk, const FaQueries &qry, const floatX *out,
                                        const float *lse, int B, int C, int NH, cudaStream_t s);
+    // before a query-offset case: NULL when the version runs those segments, else why not (a SKIP); may be NULL
+    const char *(*attention_prepare_queries)(int B, int Tq, int Tk, int64_t kvs, const FaQueries &qry, int C, int NH);
 #ifdef KC_MATMUL
     decltype(&gpu_matmul_forward) matmul_forward;
     decltype(&gpu_matmul_backward<floatX>) matmul_backward;     // dbias from floatX dout
@@ -846,6 +848,14 @@ static void attention_sharp_case(const KernelCase *kc, const KernelImpls *im, Rn
 static void attention_cp_case(const KernelCase *kc, const KernelImpls *im, Rng *rng, KcReport *rep) {
     const int B = (int)kc->a, T = (int)kc->b, NH = (int)kc->c, C = NH * (int)kc->d, cp = (int)kc->e, r = (int)kc->f;
     const int Tc = T / (2 * cp), Tl = 2 * Tc;
+    const FaQueries qry = {2, {0, Tc}, {Tc, Tc}, {r * Tc, (2 * cp - 1 - r) * Tc}};
+    if (im->attention_prepare_queries) {
+        const char *why = im->attention_prepare_queries(B, Tl, T, 2 * C, qry, C, NH);
+        if (why) {
+            rep->skip = why;
+            return;
+        }
+    }
     const size_t C3 = 3 * (size_t)C, nq = (size_t)B * T * C3, no = (size_t)B * T * C;
     std::vector<float> qkv = kc_attention_inputs(rng, nq, C, true), dout_all = kc_attention_inputs(rng, no, 0, true);
     // the rank's rows: local t at global position pos[t]; the others' dout is 0
@@ -864,7 +874,6 @@ static void attention_cp_case(const KernelCase *kc, const KernelImpls *im, Rng *
             if (!held[t]) memset(&dout_f[((size_t)b * T + t) * C], 0, sizeof(float) * C);
         }
     }
-    const FaQueries qry = {2, {0, Tc}, {Tc, Tc}, {r * Tc, (2 * cp - 1 - r) * Tc}};
     KcBuf<floatX> dq_in(q.size(), 0), dkv_in(kv.size(), 0), ddout(dout.size(), 0), out((size_t)B * Tl * C, 0),
         dq(q.size(), 0);
     KcBuf<float> lse((size_t)B * NH * Tl, 0), delta((size_t)B * NH * Tl, 0), dkv(kv.size(), 0);
@@ -1274,7 +1283,9 @@ static const KernelCase KERNEL_CASES[] = {
     KC_SHARP(65, 0), KC_SHARP(65, 1), KC_SHARP(130, 0), KC_SHARP(130, 1), KC_SHARP(257, 0),
 #undef KC_SHARP
     // query offsets: a context rank's two chunks of 32 (two a tile), of one tile, of 50 (off the tiles'
-    // grid), cp 4 with chunks of 40, chunks of 130 (three tiles, the last partial)
+    // grid), cp 4 with chunks of 40, chunks of 130 (three tiles, the last partial), cp 3 with chunks of 12
+    // (cuDNN, an extra version: one graph a chunk, the mask bottom-right; it skips the chunks of 50 and 130,
+    // whose second chunk's statistics would start off 16 bytes)
 #define KC_CP "B=%1$lld T=%2$lld NH=%3$lld hs=%4$lld, context rank %6$lld of %5$lld"
     {"attention", KC_CP, 2, 128, 2, 64, attention_cp_case, 5, 2, 0},
     {"attention", KC_CP, 2, 128, 2, 64, attention_cp_case, 5, 2, 1},
@@ -1283,6 +1294,7 @@ static const KernelCase KERNEL_CASES[] = {
     {"attention", KC_CP, 1, 320, 3, 32, attention_cp_case, 5, 4, 1},
     {"attention", KC_CP, 1, 320, 3, 32, attention_cp_case, 5, 4, 3},
     {"attention", KC_CP, 1, 520, 1, 64, attention_cp_case, 5, 2, 1},
+    {"attention", KC_CP, 2, 72, 2, 32, attention_cp_case, 5, 3, 1},
 #undef KC_CP
 #endif
 #ifdef KC_MATMUL

@@ -12,10 +12,11 @@
 # micro-batch in flight keeping its own gathered K and V): 1f1b over NCCL's
 # fused lists with evaluation and sampling, zb1p at ZeRO-1 with --recompute
 # full over MPI, and (4 layers, against their own one-GPU run) interleaved
-# over 2 chunks over MPI. The start line names the layout. The cp 2 run's
-# checkpoint at step 2 resumes on one GPU. --attention cudnn with --cp, and a
-# sequence that does not split into 2 x cp chunks, end with one line and exit
-# 2. EMULATED=1 (tests/run_tests.sh): on the emulated trainer
+# over 2 chunks over MPI; cp 2 over MPI with --attention cudnn (each chunk one
+# cuDNN graph, the causal mask bottom-right aligned) with evaluation and
+# samples. The start line names the layout. The cp 2 run's checkpoint at step
+# 2 resumes on one GPU. A sequence that does not split into 2 x cp chunks ends
+# with one line and exit 2. EMULATED=1 (tests/run_tests.sh): on the emulated trainer
 # (tests/gpu_trainer.sh; every NCCL message longer than its buffer, as in
 # tests/test_pipeline_gpu.sh, so that a pipeline's sends and receives outside
 # one NCCL group deadlock); the sanitizer builds run the first layout alone.
@@ -31,8 +32,6 @@ nccl4=$(comm_for 4)
 
 # the data, COMMON (cp 2: chunks of 8 positions, off the kernels' 64-row tiles), EVAL, the one-GPU run
 layout_reference cp_
-expect_usage_error cp_cudnn_refused '--attention cudnn is not wired for context parallel' "$TRAIN" "${COMMON[@]}" --cp 2 \
-    --attention cudnn
 expect_usage_error cp_seq_len_not_divisible 'seq-len 30 is not a multiple of 2 x cp = 4' "$TRAIN" "${COMMON[@]}" --cp 2 \
     --seq-len 30 --total-batch-tokens 0
 
@@ -47,6 +46,10 @@ compare_layout cp2_mpi 2 1e-3 --cp 2 --comm mpi "${EVAL[@]}" --ckpt-dir "$tmp/ck
 eval_matches_one_gpu cp2_mpi
 check cp_says_its_layout "grep -aq '^ranks: 2 .* x context 2 |' '$tmp/cp2_mpi.log' && grep -aq '^context parallel: 2 ranks a sequence, each 16 positions' '$tmp/cp2_mpi.log'"
 [ $quick = 1 ] && exit 0
+# cuDNN's attention: each chunk one graph of its 8 queries against the keys up to its end (8 to 32, the mask
+# bottom-right aligned), dK | dV merged in fp32; with evaluation and sampling
+compare_layout cp2_cudnn 2 1e-3 --cp 2 --comm mpi --attention cudnn "${EVAL[@]}"
+eval_matches_one_gpu cp2_cudnn
 compare_layout dp2_cp2_zero3 4 1e-3 --cp 2 --zero 3 --batch-size 2 --comm $nccl4
 compare_layout cp2_tp2 4 1e-3 --cp 2 --tp 2 --comm $nccl4
 compare_layout cp2_pp2_1f1b 4 1e-3 --cp 2 --pp 2 --comm $nccl4 "${EVAL[@]}"

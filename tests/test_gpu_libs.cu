@@ -11,7 +11,11 @@
 //     direction, a sequence of one) refuse the plan naming the rule, and the code refuses
 //     the same shapes itself before it builds a graph; when heuristic mode A
 //     offers nothing the code takes B, then FALLBACK's, and with none it says
-//     which modes it tried;
+//     which modes it tried; the bottom-right causal mask (context parallel's
+//     query chunks) gets an engine for s_q < s_kv, but not for s_q > s_kv
+//     nor, before cuDNN 9.6, off multiples of 64 (the code refusing the same
+//     itself), and a bottom-right mask built otherwise than cudnn-frontend's
+//     matches no engine, naming the node;
 //   - cuBLASLt: combinations no algorithm runs are NOT_SUPPORTED with no
 //     heuristic result, and llmc/matmul.cuh ends with its one message;
 //   - the device: the start-up checks of llmc/device_check.cuh (more ranks
@@ -75,21 +79,24 @@ static void cudnn_setup(CudnnAttention *ca, int C, int NH) {
 }
 
 // What making the plan of graph g says: "" when the plan is made.
-static std::string plan_result(CudnnAttention *ca, CdGraph *g, int B, int T, int backward) {
+static std::string plan_result(CudnnAttention *ca, CdGraph *g, const CdShape *sh, int backward) {
     CudnnPlan plan;
-    const char *why = cudnn_make_plan(ca, g, B, T, backward, &plan);
+    const char *why = cudnn_make_plan(ca, g, sh, backward, &plan);
     if (why) return why;
     CUDNN_CHECK(cudnnBackendDestroyDescriptor(plan.plan));
     return "";
 }
-static std::string plan_for(int C, int NH, int B, int T, int backward) {
+static std::string plan_for_shape(int C, int NH, const CdShape &sh, int backward) {
     CudnnAttention ca;
     cudnn_setup(&ca, C, NH);
     CdGraph g;
-    cd_graph_build(&ca, &g, B, T, backward);
-    std::string r = plan_result(&ca, &g, B, T, backward);
+    cd_graph_build(&ca, &g, &sh, backward);
+    std::string r = plan_result(&ca, &g, &sh, backward);
     CUDNN_CHECK(cudnnDestroy(ca.handle));
     return r;
+}
+static std::string plan_for(int C, int NH, int B, int T, int backward) {
+    return plan_for_shape(C, NH, cd_shape_whole(B, T, C), backward);
 }
 
 static void check_cudnn_graphs_taken(void) {
@@ -128,7 +135,8 @@ static void check_cudnn_mask_order(void) {
     CudnnAttention ca;
     cudnn_setup(&ca, 128, 2);
     CdGraph g;
-    cd_graph_build(&ca, &g, 2, 64, 1);
+    const CdShape sh = cd_shape_whole(2, 64, 128);
+    cd_graph_build(&ca, &g, &sh, 1);
     cudnnBackendDescriptor_t graph;
     CUDNN_CHECK(cd_operation_graph(ca.handle, &g, &graph));
     EmuCudnnGraph planted = *graph->graph;
@@ -215,6 +223,81 @@ static void check_cudnn_heuristic_fallback(void) {
         }
     }
     unsetenv("LLMC_EMU_CUDNN_HEUR_MODES");
+}
+
+// The bottom-right causal mask: B=1 sequences of s_q queries against s_kv keys in separate buffers (q_rows
+// s_q, kv_rows s_kv, kv 2C a row, as context parallel's gathered K and V), C=128 NH=2.
+static CdShape bottom_right_shape(int s_q, int s_kv) {
+    CdShape sh = {1, s_q, s_kv, s_q, s_kv, 1, 256};
+    return sh;
+}
+static void check_cudnn_bottom_right(void) {
+    for (const char *cc : {"9.0", "8.0"}) {
+        set_device_cc(cc);
+        std::string f = plan_for_shape(128, 2, bottom_right_shape(40, 120), 0),
+                    b = plan_for_shape(128, 2, bottom_right_shape(40, 120), 1);
+        test_result(f.empty() && b.empty(), "emulated cuDNN on sm %s takes the bottom-right graphs of 40 queries "
+                    "against 120 keys%s%s%s", cc, f.empty() ? "" : ": forward: ", f.c_str(), b.c_str());
+    }
+    set_device_cc("9.0");
+    for (int backward = 0; backward < 2; backward++) {
+        std::string r = plan_for_shape(128, 2, bottom_right_shape(64, 32), backward);
+        test_result(contains(r, "engine") && contains(r, "the bottom-right causal mask does not take s_q > s_kv"),
+                    "emulated cuDNN refuses the bottom-right %s of 64 queries against 32 keys, naming the rule (%s)",
+                    backward ? "backward" : "forward", r.empty() ? "made" : r.c_str());
+    }
+    char more[256];
+    const char *code_more = cudnn_attention_unsupported(90, 64, 64, 32, 1, 91900, more, sizeof(more));
+    test_result(code_more && contains(code_more, "takes no more queries than keys"),
+                "the code refuses 64 queries against 32 keys itself, before any graph (%s)",
+                code_more ? code_more : "accepted");
+    // before cuDNN 9.6: s_q and s_kv multiples of 64 only (the engine's rule, then the code's own)
+    CudnnAttention ca;
+    cudnn_setup(&ca, 128, 2);
+    CdGraph g;
+    const CdShape off = bottom_right_shape(40, 120), tiles = bottom_right_shape(64, 128);
+    cd_graph_build(&ca, &g, &off, 1);
+    cudnnBackendDescriptor_t graph;
+    CUDNN_CHECK(cd_operation_graph(ca.handle, &g, &graph));
+    EmuSdpa sdpa;
+    std::string why;
+    int taken = emu_sdpa_match(*graph->graph, &sdpa, &why);
+    std::string old = taken ? emu_sdpa_unsupported(sdpa, 90, 90500) : why, now = emu_sdpa_unsupported(sdpa, 90, 90600);
+    CUDNN_CHECK(cudnnBackendDestroyDescriptor(graph));
+    cd_graph_free(&g);
+    char text[256];
+    const char *code_old = cudnn_attention_unsupported(90, 64, off.s_q, off.s_kv, 1, 90500, text, sizeof(text));
+    std::string code_old_s = code_old ? code_old : "";
+    test_result(sdpa.bottom_right && contains(old, "multiples of 64 only before cuDNN 9.6.0") && now.empty() &&
+                    contains(code_old_s, "takes multiples of 64") &&
+                    !cudnn_attention_unsupported(90, 64, tiles.s_q, tiles.s_kv, 1, 90500, text, sizeof(text)) &&
+                    !cudnn_attention_unsupported(90, 64, off.s_q, off.s_kv, 1, 90600, text, sizeof(text)),
+                "the bottom-right mask off multiples of 64 refused on cuDNN 9.5 by the engine (%s) and the code (%s), "
+                "taken on 9.6", old.c_str(), code_old_s.c_str());
+    // a bottom-right mask built otherwise: the row index + s_kv compared with the column, without the - s_q
+    cd_graph_build(&ca, &g, &off, 0);
+    CUDNN_CHECK(cd_operation_graph(ca.handle, &g, &graph));
+    EmuCudnnGraph planted = *graph->graph;
+    CUDNN_CHECK(cudnnBackendDestroyDescriptor(graph));
+    cd_graph_free(&g);
+    CUDNN_CHECK(cudnnDestroy(ca.handle));
+    int64_t with_skv = -1, shifted = -1;
+    for (size_t i = 0; i < planted.ops.size(); i++) {
+        const EmuCudnnOp &op = planted.ops[i];
+        if (op.kind == EMU_CD_POINTWISE && op.mode == CUDNN_POINTWISE_SUB && op.in.size() == 2 &&
+            op.in[1].uid == CD_SEQ_Q) {
+            with_skv = op.in[0].uid, shifted = op.out.uid;
+            planted.ops.erase(planted.ops.begin() + (long)i);
+            break;
+        }
+    }
+    for (EmuCudnnOp &op : planted.ops)
+        for (EmuCudnnTensor &t : op.in)
+            if (t.uid == shifted) t.uid = with_skv;
+    int refused = with_skv >= 0 && !emu_sdpa_match(planted, &sdpa, &why);
+    test_result(refused && contains(why, "the bottom-right mask's row index + s_kv - s_q"),
+                "emulated cuDNN gives no engine to a bottom-right mask without the - s_q, naming the node (%s)",
+                why.c_str());
 }
 
 // ---------------------------------------------------------------------------
@@ -348,6 +431,7 @@ int main(void) {
     check_cudnn_engine_limits();
     check_cudnn_refused_before_graphs();
     check_cudnn_heuristic_fallback();
+    check_cudnn_bottom_right();
     check_cublaslt_not_supported();
     check_matmul_no_algorithm_message();
     check_ranks_per_gpu();

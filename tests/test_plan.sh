@@ -140,7 +140,8 @@ print("%s: plan_cp_attention_and_collectives_are_the_hand_computed (attention %s
     "PASS" if ok else "FAIL", got_att and got_att.group(1), want_att, got_cp and got_cp.group(2), want_cp))
 EOF
 "$PLAN" "${CPM[@]}" --cluster dgx-h100 --layout dp=4,cp=2,zero=1,mb=1 >"$tmp/cp_gpu.log" 2>&1
-check cp_gpu_command_runs_flash_attention "grep -q -- '--zero 1 --cp 2 --attention flash' '$tmp/cp_gpu.log'" \
+check cp_gpu_command_runs_the_default_attention "grep 'run it' '$tmp/cp_gpu.log' | grep -q -- '--zero 1 --cp 2' &&
+    ! grep -q -- '--attention' '$tmp/cp_gpu.log'" \
     "$(grep -a 'run it' "$tmp/cp_gpu.log")"
 check cp_layout_runs_with_cp "grep -q 'layout dp 2 cp 2 tp 1' '$tmp/cp.log' && grep -q -- '--zero 1 --cp 2' '$tmp/cp.log' &&
     grep -q 'data parallel over 4 ranks (data x context)' '$tmp/cp.log'" "$(sed -n 3,6p "$tmp/cp.log")"

@@ -11,9 +11,10 @@
 // Each runs the attention rows of tests/kernel_cases.h (the table says what
 // they cover: out, lse and dq|dk|dv against the CPU at head sizes 32 and 64,
 // T from 1 to 1024 and the whole d12 batch, partial tiles, a sharp softmax;
-// version 3 also twice for bit-identical results and with query offsets, the
-// rows versions 1 and 2 have no launcher for); a shape the installed cuDNN
-// cannot run is a SKIP naming the reason (cudnn_attention_try_init). On the
+// version 3 also twice for bit-identical results; versions 2 and 3 with query
+// offsets, a context rank's two chunks, the rows version 1 has no launcher
+// for); a shape the installed cuDNN cannot run is a SKIP naming the reason
+// (cudnn_attention_try_init, _try_init_queries). On the
 // emulator, versions 1 and 2 (test_flash_emulated runs version 3's rows).
 // Then forward and backward of each timed at d12 size (B=16 T=1024 C=768
 // NH=12), FLOPs counted causally.
@@ -269,7 +270,7 @@ static void use_v1(KernelImpls *v) {
 
 // version 2: cuDNN, set up for each case's shape (cudnn_attention_try_init; a shape it refuses is a SKIP)
 static CudnnAttention v2_ca;
-static int v2_shape[4];  // B, T, C, NH of v2_ca's plans (B 0: none)
+static int v2_shape[4];  // B, T, C, NH of v2_ca's plans (B 0: none set up; -1: query segments')
 static const char *v2_prepare(int B, int T, int C, int NH) {
     if (v2_shape[0] == B && v2_shape[1] == T && v2_shape[2] == C && v2_shape[3] == NH) return NULL;
     if (v2_shape[0]) cudnn_attention_free(&v2_ca);
@@ -286,9 +287,33 @@ static void v2_backward(floatX *dqkv, float *delta, const floatX *dout, const fl
                         const float *lse, int B, int T, int C, int NH, cudaStream_t s) {
     gpu_cudnn_attention_backward(&v2_ca, dqkv, delta, dout, qkv, out, lse, B, T, C, NH, s);
 }
+// with query offsets: v2_ca set up for B x Tq rows with the segments' plans (v2_shape[0] -1: none whole)
+static const char *v2_prepare_queries(int B, int Tq, int Tk, int64_t kvs, const FaQueries &qry, int C, int NH) {
+    if (v2_shape[0]) cudnn_attention_free(&v2_ca);
+    GPTConfig cfg = {Tk, 2, 128, 1, NH, C};
+    const char *why = cudnn_attention_try_init_queries(&v2_ca, &cfg, B, Tq, Tk, kvs, qry);
+    v2_shape[0] = why ? 0 : -1;
+    return why;
+}
+static void v2_forward_queries(floatX *out, float *lse, const floatX *q, int Tq, const floatX *kv, int64_t kvs, int Tk,
+                               const FaQueries &qry, int B, int C, int NH, cudaStream_t s) {
+    gpu_cudnn_attention_forward_queries(&v2_ca, out, lse, q, Tq, kv, kvs, Tk, qry, B, C, NH, s);
+}
+// (dk | dv of each segment through a floatX scratch laid out as kv)
+static void v2_backward_queries(floatX *dq, float *dkv, float *delta, const floatX *dout, const floatX *q, int Tq,
+                                const floatX *kv, int64_t kvs, int Tk, const FaQueries &qry, const floatX *out,
+                                const float *lse, int B, int C, int NH, cudaStream_t s) {
+    floatX *scratch = (floatX *)cudaMallocCheck(sizeof(floatX) * (size_t)B * Tk * kvs);
+    gpu_cudnn_attention_backward_queries(&v2_ca, dq, dkv, scratch, delta, dout, q, Tq, kv, kvs, Tk, qry, out, lse, B,
+                                         C, NH, s);
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaFree(scratch));
+}
 static void use_v2(KernelImpls *v) {
     use_v1(v);
     v->attention_forward = v2_forward, v->attention_backward = v2_backward, v->attention_prepare = v2_prepare;
+    v->attention_forward_queries = v2_forward_queries, v->attention_backward_queries = v2_backward_queries;
+    v->attention_prepare_queries = v2_prepare_queries;
 }
 static const KernelImpls V1_KERNELS = kernel_impls_with("v1 flash scalar", use_v1);
 static const KernelImpls V2_KERNELS = kernel_impls_with("v2 cudnn", use_v2);

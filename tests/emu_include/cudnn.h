@@ -8,19 +8,22 @@
 // plan do, saying which rule broke (see "the fused attention engines" below).
 // It runs a graph it takes node by node on the CPU, as the graph declares
 // them, so that the graphs' meaning (strides, transposes, broadcasts, the
-// causal mask, the statistics) is checked against the flash attention and the
-// CPU model; the real cuDNN fuses the same graph into one kernel.
+// causal mask top-left or bottom-right aligned, the statistics) is checked
+// against the flash attention and the CPU model; the real cuDNN fuses the
+// same graph into one kernel.
 // Written from the backend API's documented rules:
 //   - descriptors take attributes of the documented type only (a wrong type
 //     or an attribute of another descriptor is CUDNN_STATUS_BAD_PARAM), and
 //     nothing once finalized; finalizing checks what each needs;
 //   - tensors are 4-D (dims, strides in elements, a unique id); virtual ones
-//     live inside the graph, by-value ones are host scalars read when the
-//     plan is executed, the others device memory from the variant pack, at
+//     live inside the graph, by-value ones are host scalars (fp32 or int32)
+//     read when the plan is executed, the others device memory from the variant pack, at
 //     least as aligned as their BYTE_ALIGNMENT says;
 //   - pointwise y = mode(x[, b][, t]) with x, b, t broadcast to y's dims (a
-//     dim of 1 or equal); GEN_INDEX y = the index along AXIS; CMP_GE
-//     y = x >= b; BINARY_SELECT y = t ? x : b;
+//     dim of 1 or equal); GEN_INDEX y = the index along AXIS (which it needs;
+//     cudnn-frontend also sets an AXIS on the ADD and SUB of its bottom-right
+//     mask, which do not use it); CMP_GE y = x >= b; BINARY_SELECT
+//     y = t ? x : b;
 //   - reduction: y's dims are x's or 1, the dims of 1 are reduced;
 //   - matmul: C (b, h, M, N) = A (b, h, M, K) @ B (b, h, K, N), fp32
 //     accumulation, batch dims broadcast;
@@ -495,8 +498,10 @@ static inline cudnnStatus_t emu_cudnn_finalize_graph(EmuCudnnDesc *d) {
 // node by node (include/cudnn_frontend/node/scaled_dot_product_flash_attention.h,
 // CompositeSDPANode and CompositeSDPABackwardNode, with the causal mask of
 // utils/attn_score_modifiers.h and node/diagonal_band_mask.h for cuDNN < 9.21).
-// So this emulation's engine takes exactly that pattern for a causal, unbiased,
-// dropout-free attention with its operations' operand order, and nothing
+// So this emulation's engine takes exactly that pattern for a causal (top-left
+// or bottom-right: a graph with by-value int32 scalars, its s_q and s_kv, is
+// matched as bottom-right), unbiased, dropout-free attention with its
+// operations' operand order, and nothing
 // else: the heuristic offers no engine configuration for any other graph
 // (CUDNN_ATTR_ENGINEHEUR_RESULTS returns a count of 0, the case cudnn-frontend
 // reports as "No valid engine configs"), and cudnnGetLastErrorString says
@@ -535,11 +540,23 @@ static inline EmuPat emu_pat_pw(cudnnPointwiseMode_t m, const char *what, std::v
     return emu_pat_op(EMU_CD_POINTWISE, m, what, std::move(args), axis);
 }
 
-// cudnn-frontend's causal mask of x (CompositeDiagonalBandMaskNode with a right bound of 0):
-// select(x, fill, GEN_INDEX(x, 2) >= GEN_INDEX(x, 3)).
-static inline EmuPat emu_pat_causal(const EmuPat &x, const char *what) {
+// cudnn-frontend's causal mask of x (utils/attn_score_modifiers.h: causal_mask,
+// or with bottom_right causal_mask_bottom_right; both sliding_window_mask with
+// a right bound of 0, expanded by node/diagonal_band_mask.h's
+// CompositeDiagonalBandMaskNode): top-left select(x, fill, GEN_INDEX(x, 2) >=
+// GEN_INDEX(x, 3)); bottom-right the row index + s_kv, then - s_q (pointwise
+// ADD then SUB with axis 3, s_kv and s_q by-value int32 scalars) before the
+// compare: query i sees keys <= i + s_kv - s_q.
+static inline EmuPat emu_pat_causal(const EmuPat &x, const char *what, bool bottom_right) {
     EmuPat row = emu_pat_pw(CUDNN_POINTWISE_GEN_INDEX, "the row index of the masked scores", {x}, 2);
     EmuPat col = emu_pat_pw(CUDNN_POINTWISE_GEN_INDEX, "the column index of the masked scores", {x}, 3);
+    if (bottom_right) {
+        EmuPat row_skv = emu_pat_pw(CUDNN_POINTWISE_ADD, "the bottom-right mask's row index + s_kv (axis 3)",
+                                    {row, emu_pat_in("s_kv", "s_kv (by value, int32)", true).typed(CUDNN_DATA_INT32, 0)},
+                                    3);
+        row = emu_pat_pw(CUDNN_POINTWISE_SUB, "the bottom-right mask's row index + s_kv - s_q (axis 3)",
+                         {row_skv, emu_pat_in("s_q", "s_q (by value, int32)", true).typed(CUDNN_DATA_INT32, 0)}, 3);
+    }
     EmuPat keep = emu_pat_pw(CUDNN_POINTWISE_CMP_GE, "the causal mask's row >= column", {row, col});
     return emu_pat_pw(CUDNN_POINTWISE_BINARY_SELECT, what,
                       {x, emu_pat_in("fill", "the mask's fill value (by value)", true), keep});
@@ -557,9 +574,10 @@ static inline EmuPat emu_pat_transposed(const EmuPat &x, const char *what) {
 }
 
 // The forward: its outputs' patterns, O and Stats.
-static inline std::vector<EmuPat> emu_sdpa_forward_pattern() {
+static inline std::vector<EmuPat> emu_sdpa_forward_pattern(bool bottom_right) {
     const int F = CUDNN_DATA_FLOAT;
-    EmuPat masked = emu_pat_causal(emu_pat_scaled_scores(), "the causal mask of the scaled scores").named("masked");
+    EmuPat masked =
+        emu_pat_causal(emu_pat_scaled_scores(), "the causal mask of the scaled scores", bottom_right).named("masked");
     EmuPat mx = emu_pat_op(EMU_CD_REDUCTION, CUDNN_REDUCE_TENSOR_MAX, "the row max of the masked scores", {masked})
                     .named("max");
     EmuPat e = emu_pat_pw(CUDNN_POINTWISE_EXP, "exp(scores - max)",
@@ -577,7 +595,7 @@ static inline std::vector<EmuPat> emu_sdpa_forward_pattern() {
 }
 
 // The backward: its outputs' patterns, dV, dK and dQ.
-static inline std::vector<EmuPat> emu_sdpa_backward_pattern() {
+static inline std::vector<EmuPat> emu_sdpa_backward_pattern(bool bottom_right) {
     const int F = CUDNN_DATA_FLOAT;
     EmuPat dout = emu_pat_in("dO", "dO");
     EmuPat rowsum = emu_pat_op(EMU_CD_REDUCTION, CUDNN_REDUCE_TENSOR_ADD, "rowsum(dO * O)",
@@ -591,7 +609,8 @@ static inline std::vector<EmuPat> emu_sdpa_backward_pattern() {
                          .named("centred scores");
     EmuPat p = emu_pat_pw(CUDNN_POINTWISE_EXP, "P = exp(causal mask(scaled scores - statistics))",
                           {emu_pat_causal(centred, "the causal mask, applied after the statistics are subtracted "
-                                                   "(CompositeSDPABackwardNode: sub_s_m, then the mask, then exp_s)")})
+                                                   "(CompositeSDPABackwardNode: sub_s_m, then the mask, then exp_s)",
+                                          bottom_right)})
                    .named("P");
     EmuPat dv = emu_pat_op(EMU_CD_MATMUL, -1, "dV = P^T @ dO", {emu_pat_transposed(p, "P^T, in the I/O type"), dout})
                     .named("dV");
@@ -690,7 +709,8 @@ static inline bool emu_match(EmuMatch &m, const EmuPat &p, const EmuCudnnTensor 
 // A graph the engine takes: which direction, and the tensors of its roles.
 struct EmuSdpa {
     bool backward;
-    std::map<std::string, EmuCudnnTensor> role;  // Q, K^T, V or V^T, O, dO, Stats, dQ, dK, dV
+    bool bottom_right;  // the causal mask's diagonal (the graph has by-value int32 s_q, s_kv)
+    std::map<std::string, EmuCudnnTensor> role;  // Q, K^T, V or V^T, O, dO, Stats, dQ, dK, dV, s_q, s_kv
 };
 
 // The fused attention graph g is, or why it is none (in *why).
@@ -714,7 +734,11 @@ static inline bool emu_sdpa_match(const EmuCudnnGraph &g, EmuSdpa *out, std::str
         return false;
     }
     out->backward = matmuls == 5;
-    std::vector<EmuPat> pats = out->backward ? emu_sdpa_backward_pattern() : emu_sdpa_forward_pattern();
+    // the mask's alignment: bottom-right where the graph takes int32 scalars (its s_q and s_kv)
+    out->bottom_right = false;
+    for (const auto &t : g.outer) out->bottom_right = out->bottom_right || (t.second.by_value && t.second.type == CUDNN_DATA_INT32);
+    std::vector<EmuPat> pats = out->backward ? emu_sdpa_backward_pattern(out->bottom_right)
+                                             : emu_sdpa_forward_pattern(out->bottom_right);
     if (roots.size() != pats.size()) {
         snprintf(text, sizeof(text), "the fused attention %s writes %zu outputs, the graph %zu",
                  out->backward ? "backward" : "forward", pats.size(), roots.size());
@@ -769,7 +793,12 @@ static inline bool emu_sdpa_match(const EmuCudnnGraph &g, EmuSdpa *out, std::str
 // sm_9x (from cudnn-frontend 1.8, for cuDNN 9.5), <= 128 elsewhere; no
 // backward of s_q = s_kv = 1 (also in cuDNN 9's release notes' known issues);
 // the backward refused on cuDNN 9.10.0 and 9.10.1; heads of Q a multiple of
-// those of K and V.
+// those of K and V; the bottom-right causal mask not with s_q > s_kv (without
+// a padding mask), and before cuDNN 9.6.0 only with s_q and s_kv multiples of
+// 64 (sdpa_support_surface.h, validate_sdpa_support_surface, and
+// CompositeSDPABackwardNode::pre_validate_node: "Bottom right causal mask does
+// not support max_s_q > max_s_kv", "... only supported with s_q multiple of
+// 64, and s_kv multiple of 64, for cudnn version below 9.6.0").
 static inline std::string emu_sdpa_unsupported(const EmuSdpa &a, int sm, long version) {
     const EmuCudnnTensor &q = a.role.at("Q"), &kt = a.role.at("K^T");
     const EmuCudnnTensor &v = a.role.count("V") ? a.role.at("V") : a.role.at("V^T");
@@ -799,6 +828,15 @@ static inline std::string emu_sdpa_unsupported(const EmuSdpa &a, int sm, long ve
         return text;
     }
     if (a.backward && s_q == 1 && s_kv == 1) return "the backward of s_q = s_kv = 1 is not supported";
+    if (a.bottom_right && s_q > s_kv) {
+        snprintf(text, sizeof(text), "the bottom-right causal mask does not take s_q > s_kv (%lld > %lld)", s_q, s_kv);
+        return text;
+    }
+    if (a.bottom_right && version < 90600 && (s_q % 64 != 0 || s_kv % 64 != 0)) {
+        snprintf(text, sizeof(text), "the bottom-right causal mask takes s_q and s_kv multiples of 64 only before "
+                 "cuDNN 9.6.0 (s_q %lld, s_kv %lld, cuDNN %ld)", s_q, s_kv, version);
+        return text;
+    }
     if (a.backward && (version == 91000 || version == 91001))
         return "the bf16 backward is not supported on cuDNN 9.10.0 and 9.10.1 (known bugs)";
     return "";
@@ -822,7 +860,7 @@ static inline cudnnStatus_t emu_cudnn_finalize(EmuCudnnDesc *d) {
         if (!emu_cudnn_get(d, CUDNN_ATTR_POINTWISE_MODE, &d->op.mode) || !emu_cudnn_attr(d, CUDNN_ATTR_POINTWISE_MATH_PREC))
             return CUDNN_STATUS_BAD_PARAM;
         bool has_axis = emu_cudnn_get(d, CUDNN_ATTR_POINTWISE_AXIS, &d->op.axis);
-        if ((d->op.mode == CUDNN_POINTWISE_GEN_INDEX) != has_axis || (has_axis && (d->op.axis < 0 || d->op.axis > 3)))
+        if ((d->op.mode == CUDNN_POINTWISE_GEN_INDEX && !has_axis) || (has_axis && (d->op.axis < 0 || d->op.axis > 3)))
             return CUDNN_STATUS_BAD_PARAM;
         return CUDNN_STATUS_SUCCESS;
     }
@@ -980,7 +1018,7 @@ static inline void emu_cudnn_run_op(const EmuCudnnOp &op, std::map<int64_t, EmuC
         EMU_CD_FOR4(yd, i) {
             float v[3] = {0.0f, 0.0f, 0.0f};
             for (size_t k = 0; k < op.in.size(); k++) v[k] = in[k]->read(emu_cudnn_bcast_offset(op.in[k], i));
-            float index = op.axis >= 0 ? (float)i[op.axis] : 0.0f;
+            float index = op.mode == CUDNN_POINTWISE_GEN_INDEX ? (float)i[op.axis] : 0.0f;
             y.write(op.out.offset(i), emu_cudnn_pointwise(op.mode, v[0], v[1], v[2], index));
         }
         break;
@@ -1053,8 +1091,10 @@ static inline cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDes
                     if (((const int64_t *)ids->bytes.data())[k] == t->uid) p = ((void *const *)ptrs->bytes.data())[k];
                 if (!p) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
                 if (t->by_value) {
-                    if (t->type != CUDNN_DATA_FLOAT) emu_fail("emulated cuDNN: a by-value tensor that is not fp32");
-                    s.scalar = *(const float *)p;  // host memory, read at the call
+                    if (t->type != CUDNN_DATA_FLOAT && t->type != CUDNN_DATA_INT32)
+                        emu_fail("emulated cuDNN: a by-value tensor that is neither fp32 nor int32");
+                    // host memory, read at the call
+                    s.scalar = t->type == CUDNN_DATA_INT32 ? (float)*(const int32_t *)p : *(const float *)p;
                 } else {
                     size_t es = t->type == CUDNN_DATA_BFLOAT16 ? sizeof(bf16) : sizeof(float);
                     if (t->type != CUDNN_DATA_BFLOAT16 && t->type != CUDNN_DATA_FLOAT)
