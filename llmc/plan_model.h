@@ -35,8 +35,8 @@
 #include "gpu_activation_sizes.h"  // defines: gpu_rank_activation_bytes
 #include "plan_cluster.h"          // defines: Cluster
 #include "plan_measure.h"          // defines: StageKernelTimes, GELU, PLAN_ALL_REDUCE, PLAN_ALL_GATHER, ...
-#include "pp_layout.h"             // defines: PPLayout, pp_holding
-#include "pp_schedule.h"           // defines: PPKind, pp_peak_alive_theory
+#include "pp_layout.h"             // defines: PPLayout, pp_holding, PPRankSets, pp_rank_sets_count
+#include "pp_schedule.h"           // defines: PPKind
 #include "rank_memory.h"           // defines: RankMemory, RankPlace, cpu_rank_memory
 #include "recompute.h"             // defines: RecomputeKind, RecomputePolicy
 
@@ -388,16 +388,17 @@ static RankMemory plan_rank_memory(const PlanProblem *pb, const PlanLayout *l, c
         // segment buffers left out)
         m.params = 2 * (m.params / 4) + 4 * (m.optimizer / 8);
         m.tied *= 6.0 / 8.0;
-        // the activations the trainer's memory line says (gpu_activation_sizes.h): the schedule's peak of
-        // micro-batches in flight of the rank's layers, the scratch and context parallel's buffers
+        // the activations the trainer's memory line says (gpu_activation_sizes.h): the activation sets its
+        // pipeline runtime allocates of each chunk's layers, the scratch and context parallel's buffers
         unsigned char *layers = (unsigned char *)mallocCheck((size_t)pb->cfg->num_layers);
         ParamHolding held = {1, 1, NULL};
         if (l->pp > 1) held = pp_holding(ppl, pipe_rank, -1, pb->cfg->num_layers, layers);
-        int sets = l->pp > 1 ? pp_peak_alive_theory(l->schedule, l->pp, l->v, l->accum, pipe_rank) : 1;
+        // (over NCCL, the lists with fused receives)
+        PPRankSets sets = l->pp > 1 ? pp_rank_sets_count(ppl, l->schedule, pipe_rank, l->accum, 1) : (PPRankSets){0};
         size_t context;
         m.activations = (double)gpu_rank_activation_bytes(pb->cfg, &held, l->B, pb->T / l->cp, l->cp, &policy,
-                                                          l->pp > 1 && l->schedule == PP_ZB1P, l->tp, l->sp, sets,
-                                                          &context);
+                                                          l->pp > 1 && l->schedule == PP_ZB1P, l->tp, l->sp,
+                                                          l->pp > 1 ? &sets : NULL, &context);
         free(layers);
         m.transient = PLAN_GPU_WORKSPACE_BYTES;  // (its ZeRO-2/3 segment buffers: small next to the rest)
     }
