@@ -144,7 +144,7 @@ int main(int argc, char **argv) {
     const int pipe_rank = comm_group(&comm, COMM_PIPELINE)->rank;
     // the memory this rank will hold (rank_memory.h), checked before anything is allocated
     RankPlace place = {o.zero, replica->size, replica->rank, tp.size, tp.rank, tp.sp, o.cp,
-                       pipelined ? &pp_layout : NULL, pp_kind, pipe_rank, plan.accum, B, T, o.recompute_policy};
+                       pipelined ? &pp_layout : NULL, pp_kind, pipe_rank, plan.accum, B, T, o.recompute_policy, NULL};
     RankMemory need = cpu_rank_memory(&cfg, &place);
     train_check_host_memory(&o, need.params + need.tied / 2, need.grads + need.tied / 2, need.optimizer,
                             need.activations);
@@ -190,7 +190,7 @@ int main(int argc, char **argv) {
                                       cp_rank_shared_floats(&cfg, B, T, tp.size, o.cp)
                                 : 0.0;
     double act_bytes = 4.0 * (pipelined ? pipeline_rank_activation_floats(&cfg, &pipeline.core.run.layout, pp_kind,
-                                                                            pipe_rank, plan.accum, B, T, tp.size,
+                                                                            pipe_rank, plan.accum, NULL, B, T, tp.size,
                                                                             tp.sp, o.cp, &o.recompute_policy)
                                         : model.acts.num_floats + cp_floats);
 

@@ -120,17 +120,18 @@ static double gpt_activation_floats(const GPTConfig *c, int B, int T, int tp, in
 
 // Activation floats of pipeline rank `rank`'s sets for m micro-batches (the
 // memory check and line): the sets of each chunk the runtime allocates
-// (pp_layout.h's pp_rank_sets_count; the CPU trainer's lists are not fused),
+// (sets, or NULL: pp_layout.h's pp_rank_sets_count of the CPU trainer's lists, not fused),
 // each with the ends' buffers (an over-estimate for a middle stage), and
 // context parallel's shared buffers once.
 static double pipeline_rank_activation_floats(const GPTConfig *cfg, const PPLayout *layout, PPKind kind, int rank,
-                                              int m, int B, int T, int tp, int sp, int cp,
-                                              const RecomputePolicy *p) {
-    PPRankSets sets = pp_rank_sets_count(layout, kind, rank, m, 0);
+                                              int m, const PPRankSets *sets, int B, int T, int tp, int sp,
+                                              int cp, const RecomputePolicy *p) {
+    PPRankSets counted;
+    if (!sets) counted = pp_rank_sets_count(layout, kind, rank, m, 0), sets = &counted;
     double total = 0.0;
     for (int c = 0; c < layout->v; c++) {
         int g = pp_stage_of(layout->pp, rank, c);
-        total += sets.sets[c] * gpt_stage_activation_floats(cfg, B, T, layout->first_layer[g],
+        total += sets->sets[c] * gpt_stage_activation_floats(cfg, B, T, layout->first_layer[g],
                                                             layout->first_layer[g + 1], p, kind == PP_ZB1P, 1, tp,
                                                             sp, cp);
     }

@@ -35,15 +35,24 @@ typedef struct {
     int sets[PP_MAX_CHUNKS];
 } PPRankSets;
 
-// rank's sets under schedule kind with m micro-batches (fuse: the lists with fused receives, NCCL's).
-static inline PPRankSets pp_rank_sets_count(const PPLayout *layout, PPKind kind, int rank, int m, int fuse) {
-    PPRankSets r;
-    memset(&r, 0, sizeof(r));
-    r.layout = layout, r.rank = rank;
+// Every rank's sets (out: pp) under schedule kind with m micro-batches (fuse: the lists with fused
+// receives, NCCL's).
+static inline void pp_ranks_sets_count(const PPLayout *layout, PPKind kind, int m, int fuse, PPRankSets *out) {
     PPSchedule s;
     pp_schedule_lists(&s, kind, layout->pp, layout->v, m, fuse);
-    pp_rank_sets(&s, rank, NULL, r.sets);
+    for (int r = 0; r < layout->pp; r++) {
+        memset(&out[r], 0, sizeof(out[r]));
+        out[r].layout = layout, out[r].rank = r;
+        pp_rank_sets(&s, r, NULL, out[r].sets);
+    }
     pp_schedule_free(&s);
+}
+// One rank's.
+static inline PPRankSets pp_rank_sets_count(const PPLayout *layout, PPKind kind, int rank, int m, int fuse) {
+    PPRankSets *all = (PPRankSets *)mallocCheck(sizeof(PPRankSets) * (size_t)layout->pp), r;
+    pp_ranks_sets_count(layout, kind, m, fuse, all);
+    r = all[rank];
+    free(all);
     return r;
 }
 

@@ -566,6 +566,19 @@ static inline int pp_simulate(const PPSchedule *s, PPTimes t, int keep_times, PP
     return pp_simulate_ranks(s, &t, 0, keep_times, out, err, errlen);
 }
 
+// Whether (kind, p, v, m)'s lists with fused receives (NCCL's) deadlock, as
+// the simulator runs them: 1 with why in err (the GPU trainer refuses such a
+// pipeline over NCCL, and the planner does not offer it), else 0.
+static inline int pp_fused_lists_deadlock(PPKind kind, int p, int v, int m, char *err, size_t errlen) {
+    PPSchedule s;
+    pp_schedule_lists(&s, kind, p, v, m, 1);
+    PPSim sim;
+    int dead = pp_simulate(&s, (PPTimes){1, 1, 1, 0}, 0, &sim, err, errlen);
+    pp_sim_free(&sim);
+    pp_schedule_free(&s);
+    return dead;
+}
+
 // ---------------------------------------------------------------------------
 // Theory (unit F = B = W, free transfers): the bubble and each rank's peak of
 // live activations the schedules above are built to meet.

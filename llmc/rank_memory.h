@@ -30,6 +30,7 @@ typedef struct {
     int pipe_rank;
     int accum, B, T;  // micro-batches a step (a pipeline's in flight), micro-batch shape (T: the whole sequence)
     RecomputePolicy recompute;  // which layers keep their activations (recompute.h)
+    const PPRankSets *sets;     // a pipeline rank's activation sets (NULL: counted for the CPU trainer's lists)
 } RankPlace;
 
 typedef struct {
@@ -63,7 +64,7 @@ static RankMemory cpu_rank_memory(const GPTConfig *cfg, const RankPlace *p) {
     }
     if (holding.lnf && !holding.embeddings) m.tied = 2 * 4.0 * cfg->padded_vocab_size / p->tp * cfg->channels;
     m.activations = 4.0 * (p->pipeline ? pipeline_rank_activation_floats(cfg, p->pipeline, p->schedule, p->pipe_rank,
-                                                                         p->accum, p->B, p->T, p->tp, p->sp, p->cp,
+                                                                         p->accum, p->sets, p->B, p->T, p->tp, p->sp, p->cp,
                                                                          &p->recompute)
                                        : gpt_activation_floats(cfg, p->B, p->T, p->tp, p->sp, p->cp, &p->recompute));
     param_layout_free(&pl);
