@@ -2,7 +2,7 @@
 // anything is allocated: each buffer of a layer and of the ends at a micro-batch B x T (gpt_cpu.h lays them
 // out in this order), which of a layer's buffers its recompute policy (recompute.h) leaves to the set's one
 // shared copy, context parallel's buffers beside them (context_parallel.h's), the floats of the whole model
-// or of one pipeline stage, and the floats a pipeline rank holds at its schedule's peak. The trainer's
+// or of one pipeline stage, and the floats of the activation sets a pipeline rank allocates. The trainer's
 // memory line and check (train_gpt.c) and the planner (rank_memory.h, plan.c) use these formulas; nothing
 // here allocates or runs.
 #ifndef LLMC_GPT_ACTIVATION_SIZES_H

@@ -4,7 +4,7 @@
 // last pipeline stage's copy of the tied wte and its gradient, and the
 // activations (gpt_activation_sizes.h: gpt_cpu.h's buffers at the rank's T/cp
 // positions under the recompute policy, with context parallel's gathered K, V
-// and probabilities; a pipeline rank's at its schedule's peak). train_gpt.c
+// and probabilities; a pipeline rank's activation sets, pp_rank_sets'). train_gpt.c
 // checks it against the memory available and the planner (plan.c) predicts
 // with it, so the two are the same formula. Only formulas: it includes no
 // trainer runtime.
