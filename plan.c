@@ -204,11 +204,17 @@ static void plan_finish(PlanResult *r, const PlanProblem *pb, int predict_anyway
     memset(&ppl, 0, sizeof(ppl));
     plan_check_layout(pb, l, &ppl, r->why_not, sizeof(r->why_not), &r->why_kind);
     int world = plan_world(l);
+    PPRankSets *sets = NULL;
+    if (l->pp > 1) {
+        sets = (PPRankSets *)mallocCheck(sizeof(PPRankSets) * (size_t)l->pp);
+        plan_pipeline_sets(pb, l, &ppl, sets);
+    }
     for (int rank = 0; rank < l->cp * l->tp * l->pp; rank++) {
-        RankMemory m = plan_rank_memory(pb, l, &ppl, rank);
+        RankMemory m = plan_rank_memory(pb, l, &ppl, sets, rank);
         if (rank == 0) r->mem0 = m;
         if (rank_memory_total(&m) > r->mem_max) r->mem_max = rank_memory_total(&m);
     }
+    free(sets);
     double have = rank_memory_available(pb->cluster, world);
     if (r->mem_max > have) r->why_kind = PLAN_REJ_MEMORY;
     if (r->mem_max > have)

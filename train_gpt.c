@@ -144,7 +144,7 @@ int main(int argc, char **argv) {
     const int pipe_rank = comm_group(&comm, COMM_PIPELINE)->rank;
     // the memory this rank will hold (rank_memory.h), checked before anything is allocated
     RankPlace place = {o.zero, replica->size, replica->rank, tp.size, tp.rank, tp.sp, o.cp,
-                       pipelined ? &pp_layout : NULL, pp_kind, pipe_rank, plan.accum, B, T, o.recompute_policy};
+                       pipelined ? &pp_layout : NULL, pp_kind, pipe_rank, plan.accum, B, T, o.recompute_policy, NULL};
     RankMemory need = cpu_rank_memory(&cfg, &place);
     train_check_host_memory(&o, need.params + need.tied / 2, need.grads + need.tied / 2, need.optimizer,
                             need.activations);
@@ -190,7 +190,7 @@ int main(int argc, char **argv) {
                                       cp_rank_shared_floats(&cfg, B, T, tp.size, o.cp)
                                 : 0.0;
     double act_bytes = 4.0 * (pipelined ? pipeline_rank_activation_floats(&cfg, &pipeline.core.run.layout, pp_kind,
-                                                                            pipe_rank, plan.accum, B, T, tp.size,
+                                                                            pipe_rank, plan.accum, NULL, B, T, tp.size,
                                                                             tp.sp, o.cp, &o.recompute_policy)
                                         : model.acts.num_floats + cp_floats);
 
@@ -206,6 +206,12 @@ int main(int argc, char **argv) {
     if (!(peak_gflops > 0 && isfinite(peak_gflops))) peak_gflops = 0;  // (MFU then not given)
     double flops_per_step = gpt_flops_per_token(&cfg, T) * (double)plan.total_tokens;
     ZeroMemory zm = zero_memory(&zero);
+    char act_sets[1100] = "";  // a pipeline rank's activation sets of each chunk, as its formula counts them
+    if (pipelined) {
+        PPRankSets sets = pp_rank_sets_count(&pipeline.core.run.layout, pp_kind, pipe_rank, plan.accum, 0);
+        strcpy(act_sets, " at the schedule's peak: sets ");
+        pp_sets_format(sets.sets, o.virtual_stages, act_sets + strlen(act_sets), 1024);
+    }
     if (rank == 0) {
         train_print_header(&o, &cfg, global.num_params, model.layout.num_params, from_file, &plan, world,
                            have_data ? &train_loader : NULL, have_val);
@@ -227,7 +233,7 @@ int main(int argc, char **argv) {
                pipelined ? " of rank 0's stages" : "", (long long)zero.map.shard, zm.params / 1e6,
                o.zero >= 3 ? "S" : "N", zm.grads / 1e6, o.zero >= 2 ? "S" : "N", zm.optimizer / 1e6,
                o.zero >= 1 ? "S" : "N", (zm.params + zm.grads + zm.optimizer) / 1e6, act_bytes / 1e6,
-               pipelined ? " at the schedule's peak" : "", o.recompute);
+               act_sets, o.recompute);
         printf("compute: %d threads, matmul %s, peak %.1f GFLOP/s%s (%s%s), %.2f GFLOP/step\n", omp_threads(),
                matmul_backend_name(), peak_gflops, comm.world > 1 ? " a rank" : "",
                o.peak_tflops > 0 ? "--peak-tflops" : matmul_peak_source(),

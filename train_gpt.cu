@@ -221,9 +221,15 @@ int main(int argc, char **argv) {
     ParamHolding holding = {1, 1, NULL};  // what this rank holds: everything, or its pipeline stages
     if (pipelined) holding = pp_holding(&pp_layout, pipe_rank, -1, cfg.num_layers, held_layers);
     GPTGPU model;  // its weights, gradients and AdamW state, sharded for ZeRO over the replica group
-    int act_sets = pipelined ? pp_peak_alive_theory(pp_kind, o.pp, o.virtual_stages, plan.accum, pipe_rank) : 1;
+    // (a pipeline rank's activation sets: those its runtime allocates for the lists it runs)
+    PPRankSets act_sets = pp_rank_sets_count(&pp_layout, pp_kind, pipe_rank, plan.accum, fused);
+    char act_sets_text[1100] = "";  // (the memory line's)
+    if (pipelined) {
+        strcpy(act_sets_text, ", the schedule's peak: sets ");
+        pp_sets_format(act_sets.sets, o.virtual_stages, act_sets_text + strlen(act_sets_text), 1024);
+    }
     gpu_gpt_init(&model, &cfg, pipelined ? &holding : NULL, tp, B, Tl, o.cp, o.recompute_policy, attention,
-                 zero_sharding(o.zero, dp->rank, dp->size), act_sets, pp_kind == PP_ZB1P, o.mem_limit_mb);
+                 zero_sharding(o.zero, dp->rank, dp->size), pipelined ? &act_sets : NULL, pp_kind == PP_ZB1P, o.mem_limit_mb);
     free(held_layers);
 #ifdef LLMC_NCCL
     for (int k = 0; k < COMM_NUM_GROUPS; k++)
@@ -295,7 +301,7 @@ int main(int argc, char **argv) {
                "(a layer %.3f MB, recompute %s%s), workspace %.1f MB | total %.2f GB of %.2f GB\n",
                mem->params / 1e6, mem->grads / 1e6, mem->optimizer / 1e6, mem->activations / 1e6,
                mem->layer_activations / 1e6, o.recompute,
-               pipelined ? ", the schedule's peak" : "",
+               act_sets_text,
                mem->workspace / 1e6, gpu_memory_total(mem) / 1e9, prop.totalGlobalMem / 1e9);
         char code_text[48];
         if (code.ptx < code.binary) snprintf(code_text, sizeof(code_text), "PTX compute_%d JIT-compiled", code.ptx);

@@ -2,7 +2,7 @@
 // anything is allocated: each buffer of a layer and of the ends at a micro-batch B x T (gpt_cpu.h lays them
 // out in this order), which of a layer's buffers its recompute policy (recompute.h) leaves to the set's one
 // shared copy, context parallel's buffers beside them (context_parallel.h's), the floats of the whole model
-// or of one pipeline stage, and the floats a pipeline rank holds at its schedule's peak. The trainer's
+// or of one pipeline stage, and the floats of the activation sets a pipeline rank allocates. The trainer's
 // memory line and check (train_gpt.c) and the planner (rank_memory.h, plan.c) use these formulas; nothing
 // here allocates or runs.
 #ifndef LLMC_GPT_ACTIVATION_SIZES_H
@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "model.h"        // defines: GPTConfig
-#include "pp_layout.h"    // defines: PPLayout
-#include "pp_schedule.h"  // defines: PPKind, pp_peak_alive_theory, pp_stage_of
+#include "pp_layout.h"    // defines: PPLayout, PPRankSets, pp_rank_sets_count
+#include "pp_schedule.h"  // defines: PPKind, pp_stage_of
 #include "recompute.h"    // defines: RecomputePolicy, RecomputeKind, recompute_layer, recompute_any
 #include "utils.h"        // defines: omp_threads
 
@@ -118,23 +118,24 @@ static double gpt_activation_floats(const GPTConfig *c, int B, int T, int tp, in
            (double)gpt_attention_scratch_floats(T / cp, cp) + cp_rank_shared_floats(c, B, T, tp, cp);
 }
 
-// Activation floats pipeline rank `rank`'s micro-batches in flight need at
-// the schedule's peak of m micro-batches (the memory check and line; the
-// allocation grows to it as it runs): that many sets of its largest chunk,
+// Activation floats of pipeline rank `rank`'s sets for m micro-batches (the
+// memory check and line): the sets of each chunk the runtime allocates
+// (sets, or NULL: pp_layout.h's pp_rank_sets_count of the CPU trainer's lists, not fused),
 // each with the ends' buffers (an over-estimate for a middle stage), and
 // context parallel's shared buffers once.
 static double pipeline_rank_activation_floats(const GPTConfig *cfg, const PPLayout *layout, PPKind kind, int rank,
-                                              int m, int B, int T, int tp, int sp, int cp,
-                                              const RecomputePolicy *p) {
-    int peak = pp_peak_alive_theory(kind, layout->pp, layout->v, m, rank);
-    double largest = 0.0;
+                                              int m, const PPRankSets *sets, int B, int T, int tp, int sp,
+                                              int cp, const RecomputePolicy *p) {
+    PPRankSets counted;
+    if (!sets) counted = pp_rank_sets_count(layout, kind, rank, m, 0), sets = &counted;
+    double total = 0.0;
     for (int c = 0; c < layout->v; c++) {
         int g = pp_stage_of(layout->pp, rank, c);
-        double f = gpt_stage_activation_floats(cfg, B, T, layout->first_layer[g], layout->first_layer[g + 1], p,
-                                               kind == PP_ZB1P, 1, tp, sp, cp);
-        if (f > largest) largest = f;
+        total += sets->sets[c] * gpt_stage_activation_floats(cfg, B, T, layout->first_layer[g],
+                                                            layout->first_layer[g + 1], p, kind == PP_ZB1P, 1, tp,
+                                                            sp, cp);
     }
-    return (double)peak * largest + cp_rank_shared_floats(cfg, B, T, tp, cp);
+    return total + cp_rank_shared_floats(cfg, B, T, tp, cp);
 }
 
 #endif  // LLMC_GPT_ACTIVATION_SIZES_H

@@ -67,6 +67,7 @@
 #include "matmul.cuh"           // defines: MatmulContext, MATMUL_WORKSPACE_BYTES, matmul_init, matmul_free, ...
 #include "model.h"              // defines: GPTConfig, ParamLayout, GPTHooks, ParamKind, ...
 #include "param_map.h"          // defines: ParamMap, param_map_init, param_map_free
+#include "pp_layout.h"          // defines: PPRankSets
 #include "recompute.h"          // defines: RecomputePolicy, RecomputeKind, recompute_layer, recompute_any
 #include "tensor_parallel.cuh"  // defines: gpu_tp_bias_floatX, gpu_tp_embed_rows, gpu_tp_embed_finish, tp_vocab_max_kernel, ...
 #include "tensor_parallel.h"    // defines: TPContext, tp_on_stream, tp_off_stream, tp_complete_partial, ...
@@ -312,14 +313,14 @@ static inline int64_t segment_buffer_elems(const ParamLayout *pl, int num_slots)
 }
 
 // The device memory a model of `held` (NULL: all of it) needs, without
-// allocating anything, at its sharding, with act_sets micro-batches'
-// activations (gpu_activation_sizes.h's gpu_rank_activation_bytes: 1; a
-// pipeline: the schedule's peak of its held layers); T the rank's positions of
+// allocating anything, at its sharding, with its activations
+// (gpu_activation_sizes.h's gpu_rank_activation_bytes: one micro-batch's; a
+// pipeline rank, pipe: its runtime's sets of each chunk); T the rank's positions of
 // a sequence, T x cp the whole (context parallel over cp ranks: its shared
 // buffers, context_parallel.cuh's, counted here too).
 static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, int tp, int sp, int B, int T, int cp,
-                                const RecomputePolicy *rp, AttentionKind attention, ZeroSharding sh, int act_sets,
-                                int split) {
+                                const RecomputePolicy *rp, AttentionKind attention, ZeroSharding sh,
+                                const PPRankSets *pipe, int split) {
     ParamLayout pl;
     param_layout_init_held(&pl, cfg, held, tp, 0);
     ShardMap sm;
@@ -335,7 +336,7 @@ static GPUMemory gpu_gpt_memory(const GPTConfig *cfg, const ParamHolding *held, 
     m.grads = (sh.stage >= 2 ? S + gseg : P) * sizeof(float) + tied * sizeof(float);
     m.optimizer = 2 * S * sizeof(float);
     m.segment_buffers = pseg * sizeof(floatX) + gseg * sizeof(float);
-    m.activations = gpu_rank_activation_bytes(cfg, held, B, T, cp, rp, split, tp, sp, act_sets, &m.context);
+    m.activations = gpu_rank_activation_bytes(cfg, held, B, T, cp, rp, split, tp, sp, pipe, &m.context);
     m.layer_activations = gpu_layer_acts_bytes(cfg, B, T, rp, split, tp, sp, cp);
     GPTConfig heads = *cfg;  // (cuDNN's graphs run the rank's heads)
     heads.channels /= tp, heads.num_heads /= tp;
@@ -404,7 +405,7 @@ static void gpu_gpt_zero_grad(GPTGPU *m) {
 
 // Allocates everything for the part `held` names (NULL: the whole model) at
 // tensor slice tp (tp_none(): whole tensors) and micro-batches of up to B x T
-// at the given sharding; act_sets, split: as gpu_gpt_memory (a pipeline's
+// at the given sharding; pipe, split: as gpu_gpt_memory (a pipeline's
 // activations are allocated by its runtime, the whole model's here). A model
 // that does not fit is a usage error: one line saying what it needs.
 // The pieces of the shard that split tensors hold, adjacent ones merged
@@ -430,7 +431,7 @@ static void gpu_norm_ranges_init(GPTGPU *m) {
 // sequence, and the trainer sets m->cp after). mem_limit_mb: the rank's
 // budget (--mem-limit-mb; 0: the device's free memory).
 static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *held, TPContext tp, int B, int T, int cp,
-                         RecomputePolicy recompute, AttentionKind attention, ZeroSharding sh, int act_sets, int split,
+                         RecomputePolicy recompute, AttentionKind attention, ZeroSharding sh, const PPRankSets *pipe, int split,
                          double mem_limit_mb) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
@@ -446,7 +447,7 @@ static void gpu_gpt_init(GPTGPU *m, const GPTConfig *cfg, const ParamHolding *he
         die_usage("--attention flash: head size %d (n-embd / n-head) is not 32 or 64", hs);
     if (attention == ATTENTION_CUDNN && !cudnn_attention_available())
         die_usage("--attention cudnn: this build has no cuDNN (set CUDNN_HOME and rebuild)");
-    GPUMemory need = gpu_gpt_memory(cfg, held, tp.size, tp.sp, B, T, cp, &recompute, attention, sh, act_sets, split);
+    GPUMemory need = gpu_gpt_memory(cfg, held, tp.size, tp.sp, B, T, cp, &recompute, attention, sh, pipe, split);
     double total = (double)gpu_memory_total(&need), s;
     const char *unit = mem_unit(total, &s);
     MemBudget have = mem_budget((double)cuda_free_bytes(), "free", mem_limit_mb, total);

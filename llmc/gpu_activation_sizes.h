@@ -3,8 +3,8 @@
 // layer and of a stage's ends at a micro-batch B x T (T: the rank's positions), which of a layer's buffers
 // its recompute policy (recompute.h) leaves to the scratch's one shared copy, the layout of one
 // micro-batch's activations and of the scratch in one allocation each (every buffer 256-byte aligned),
-// and the activation bytes of a rank's memory line: act_sets micro-batches' activations (a pipeline: its
-// schedule's peak), the scratch and context parallel's buffers. gpt_gpu.cuh lays its buffers out with
+// and the activation bytes of a rank's memory line: one micro-batch's activations (a pipeline: the sets of
+// each chunk its runtime allocates), the scratch and context parallel's buffers. gpt_gpu.cuh lays its buffers out with
 // these layouts, so its memory line and check and the planner (plan_model.h) are one formula; nothing
 // here allocates or runs.
 #ifndef LLMC_GPU_ACTIVATION_SIZES_H
@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "model.h"      // defines: GPTConfig, ParamHolding
+#include "pp_layout.h"  // defines: PPRankSets, pp_stage_of
 #include "recompute.h"  // defines: RecomputePolicy, RecomputeKind, recompute_layer
 
 #define GPU_FLOATX_BYTES 2  // the compute type's (precision.cuh's floatX: bf16)
@@ -171,22 +172,23 @@ static size_t gpu_layer_acts_bytes(const GPTConfig *c, int B, int T, const Recom
 }
 
 // The activation bytes of a rank holding `held` (NULL: the whole model) at micro-batches of B x T (T the
-// rank's positions, T x cp the whole sequence): act_sets micro-batches' activations (1; a pipeline: the
-// schedule's peak, pp_schedule.h's pp_peak_alive_theory) of its held layers from the first held one, with
-// the ends' buffers (an over-estimate for a middle stage), the scratch, and context parallel's shared
-// buffers (cp > 1), those also into *context. The GPU trainer's memory line and check.
+// rank's positions, T x cp the whole sequence): one micro-batch's activations of the whole model, or of a
+// pipeline rank (pipe) its sets (pp_layout.h's PPRankSets: those of each chunk its runtime allocates) of
+// each chunk's layers, with the scratch and context parallel's shared buffers (cp > 1), those also into
+// *context. The GPU trainer's memory line and check.
 static size_t gpu_rank_activation_bytes(const GPTConfig *cfg, const ParamHolding *held, int B, int T, int cp,
-                                        const RecomputePolicy *rp, int split, int tp, int sp, int act_sets,
+                                        const RecomputePolicy *rp, int split, int tp, int sp, const PPRankSets *pipe,
                                         size_t *context) {
-    int first = !held || held->embeddings, last = !held || held->lnf, held_layers = 0, first_layer = -1;
-    for (int l = 0; l < cfg->num_layers; l++)
-        if (!held || !held->layers || held->layers[l])
-            held_layers++, first_layer = first_layer < 0 ? l : first_layer;
-    int layers = act_sets > 0 ? held_layers : 0, l0 = first ? 0 : (first_layer > 0 ? first_layer : 1);
-    if (l0 + layers > cfg->num_layers) l0 = cfg->num_layers - layers;
+    int last = !held || held->lnf;
+    size_t sets = 0;
+    if (!pipe) sets = gpu_acts_bytes(cfg, B, T, 0, cfg->num_layers, rp, split, tp, sp, cp);
+    for (int c = 0; pipe && c < pipe->layout->v; c++) {
+        const int *first_layer = pipe->layout->first_layer, g = pp_stage_of(pipe->layout->pp, pipe->rank, c);
+        sets += (size_t)pipe->sets[c] * gpu_acts_bytes(cfg, B, T, first_layer[g], first_layer[g + 1], rp, split, tp,
+                                                       sp, cp);
+    }
     *context = cp > 1 ? cp_gpu_bytes(cp, B, T * cp, cfg->channels, cfg->channels / tp) : 0;
-    return (size_t)act_sets * gpu_acts_bytes(cfg, B, T, l0, l0 + layers, rp, split, tp, sp, cp) +
-           gpu_scratch_layout(cfg, B, T, rp, last, tp, sp, cp, NULL, NULL) + *context;
+    return sets + gpu_scratch_layout(cfg, B, T, rp, last, tp, sp, cp, NULL, NULL) + *context;
 }
 
 #endif  // LLMC_GPU_ACTIVATION_SIZES_H

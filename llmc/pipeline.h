@@ -16,9 +16,12 @@
 // (pp_schedule_fuse_receives, the GPU trainer's) complete each group as a
 // whole, receives included.
 //
-// Activation sets: a pool, one set per (chunk, micro-batch) in flight, taken
-// at its F and given back once its W is done and its gradient sent, so the
-// pool grows to the schedule's peak of live micro-batches and no further.
+// Activation sets: a pool, one set per (chunk, micro-batch) held, taken at
+// the first action on it (its input's receive, or F) and given back once its
+// W is done and its gradient sent. Which set each action uses, and how many
+// each chunk has, is pp_schedule.h's pp_rank_sets (the count the memory lines
+// and checks use); the pool is allocated to it as the lists are made, and a
+// set taken while still held stops the run.
 //
 // Every run is a pipeline: without --pp it has one stage, whose list is each
 // micro-batch's F, B and W in turn on the model's own activations (the stage
@@ -99,9 +102,10 @@ typedef struct {
     PPKind kind;
     int rank, p, v, m, split, fuse;
     PPSchedule sched;          // the step's lists, every rank's (built for m micro-batches)
-    PPSlot *pool;
+    PPSlot *pool;              // the activation sets, chunk by chunk (pp_rank_sets' count of each)
     int npool;
-    int *slot_of;              // (v * m): the pool entry of (chunk, micro-batch), -1
+    int *slot_at;              // (this rank's actions): the pool entry each uses (pp_rank_sets')
+    int *sets, *held, *held_peak;  // (v each): of each chunk the sets allocated, held now, held at most (the report)
     FILE *trace;               // --pp-trace: the actions each step executed
     int64_t step;
     // the steps after the first, for pp_runner_report: seconds and counts of F, B and W, and of whole steps
@@ -134,52 +138,65 @@ static void pp_runner_init(PPRunner *pr, PPStageOps ops, CommGroup *pipe, CommDT
     }
 }
 
-static void pp_runner_free(PPRunner *pr) {
+static void pp_runner_free_sets(PPRunner *pr) {
     for (int i = 0; i < pr->npool; i++) pr->ops.slot_free(pr->ops.ctx, pr->pool[i].act);
     free(pr->pool);
-    free(pr->slot_of);
+    free(pr->slot_at);
+    free(pr->sets);
+    pr->pool = NULL, pr->slot_at = NULL, pr->sets = NULL, pr->npool = 0;
+}
+
+static void pp_runner_free(PPRunner *pr) {
+    pp_runner_free_sets(pr);
     if (pr->trace) fclose(pr->trace);
     pp_schedule_free(&pr->sched);
     pp_layout_free(&pr->layout);
     memset(pr, 0, sizeof(*pr));
 }
 
-// The lists a runner with these settings executes (the caller frees them).
-static void pp_runner_lists(PPSchedule *s, PPKind kind, int p, int v, int m, int fuse) {
-    pp_schedule_build(s, kind, p, v, m);
-    if (fuse) pp_schedule_fuse_receives(s);
-}
-
 static inline int pp_tag(const PPRunner *pr, int stage_to, int mb, int backward) {
     return PP_TAG_BASE + (int)((((int64_t)stage_to * (pr->m + 1) + mb) * 2 + backward) % 30000);
 }
 
-// The pool entry holding (chunk, mb), taking a free one (or a new one) on first use.
-static PPSlot *pp_slot(PPRunner *pr, int chunk, int mb) {
-    int *at = &pr->slot_of[chunk * pr->m + mb];
-    if (*at >= 0) return &pr->pool[*at];
-    for (int i = 0; i < pr->npool; i++)
-        if (pr->pool[i].mb < 0 && pr->pool[i].chunk == chunk) { *at = i; break; }
-    if (*at < 0) {
-        pr->pool = (PPSlot *)realloc(pr->pool, sizeof(PPSlot) * (size_t)(pr->npool + 1));
-        CHECK(pr->pool, "out of memory for pipeline activations");
-        PPSlot *s = &pr->pool[pr->npool];
-        memset(s, 0, sizeof(*s));
-        s->chunk = chunk;
-        s->act = pr->ops.slot_new(pr->ops.ctx, chunk);
-        *at = pr->npool++;
-    }
-    PPSlot *s = &pr->pool[*at];
-    s->mb = mb;
+// The lists for m micro-batches and the activation sets they use (pp_rank_sets'), allocated.
+static void pp_runner_make_lists(PPRunner *pr, int m) {
+    pp_runner_free_sets(pr);
+    pp_schedule_free(&pr->sched);
+    pp_schedule_lists(&pr->sched, pr->kind, pr->p, pr->v, m, pr->fuse);
+    pr->m = m;
+    int begin = pr->sched.begin[pr->rank], n = pr->sched.begin[pr->rank + 1] - begin;
+    int *sets = pr->sets = (int *)callocCheck(4 * (size_t)pr->v, sizeof(int)), *first = sets + 3 * pr->v;
+    pr->held = sets + pr->v, pr->held_peak = sets + 2 * pr->v;
+    pr->slot_at = (int *)mallocCheck(sizeof(int) * (size_t)(n ? n : 1));
+    pp_rank_sets(&pr->sched, pr->rank, pr->slot_at, sets);
+    for (int c = 0; c < pr->v; c++) first[c] = pr->npool, pr->npool += sets[c];
+    for (int i = 0; i < n; i++) pr->slot_at[i] += first[pr->sched.acts[begin + i].chunk];
+    pr->pool = (PPSlot *)callocCheck((size_t)(pr->npool ? pr->npool : 1), sizeof(PPSlot));
+    for (int c = 0, k = 0; c < pr->v; c++)
+        for (int x = 0; x < sets[c]; x++, k++) {
+            pr->pool[k].chunk = c, pr->pool[k].mb = -1;
+            pr->pool[k].act = pr->ops.slot_new(pr->ops.ctx, c);
+        }
+}
+
+// The pool entry of action i of the rank's list (pp_rank_sets'), taken by its micro-batch on first use.
+static PPSlot *pp_slot(PPRunner *pr, int i) {
+    const PPAction *a = &pr->sched.acts[i];
+    PPSlot *s = &pr->pool[pr->slot_at[i - pr->sched.begin[pr->rank]]];
+    if (s->mb == a->mb) return s;
+    CHECK(s->mb < 0, "pipeline rank %d: chunk %d's activation set for micro-batch %d still holds micro-batch %d",
+          pr->rank, a->chunk, a->mb, s->mb);
+    s->mb = a->mb;
     s->w_done = s->send_b_done = s->recv_f_posted = s->recv_b_posted = 0;
+    if (++pr->held[s->chunk] > pr->held_peak[s->chunk]) pr->held_peak[s->chunk] = pr->held[s->chunk];
     return s;
 }
 
 static void pp_slot_maybe_release(PPRunner *pr, PPSlot *s) {
     int g = pp_runner_stage(pr, s->chunk);
     if (!s->w_done || (g > 0 && !s->send_b_done)) return;
-    pr->slot_of[s->chunk * pr->m + s->mb] = -1;
     s->mb = -1;
+    pr->held[s->chunk]--;
 }
 
 // A received message the next compute reads: waited for (fused lists: done at their group).
@@ -195,13 +212,13 @@ static void pp_run_comm_group(PPRunner *pr, int i, int end) {
     const PPAction *acts = pr->sched.acts;
     size_t n = (size_t)pr->B * pr->T / (size_t)pr->row_split * pr->C;
     CommRequest reqs[16];
-    int sent_b[16];  // the pool entry whose gradient each request sends (-1: none; the pool may move as it grows)
+    int sent_b[16];  // the pool entry whose gradient each request sends (-1: none)
     int received[16];  // whether each request is a (fused) receive
     int nreq = 0;
     comm_batch_begin(pr->pipe);
     for (int k = i; k < end; k++) {
         const PPAction *a = &acts[k];
-        PPSlot *s = pp_slot(pr, a->chunk, a->mb);
+        PPSlot *s = pp_slot(pr, k);
         int g = pp_runner_stage(pr, a->chunk), fwd = a->op == PP_SEND_F || a->op == PP_RECV_F;
         CommDType t = fwd ? pr->act_type : pr->grad_type;
         CHECK(nreq < 16, "a pipeline communication group of more than 16 messages");
@@ -245,15 +262,7 @@ static inline int pp_one_stage(const PPRunner *pr) { return pr->layout.stages ==
 // trainer's begin_pass: a stage's B and W; on one stage its F (whose
 // classifier adds to wte's gradient, which the stage holds).
 static void pp_runner_step(PPRunner *pr, int m) {
-    if (m != pr->m) {
-        pp_schedule_free(&pr->sched);
-        pp_runner_lists(&pr->sched, pr->kind, pr->p, pr->v, m, pr->fuse);
-        pr->m = m;
-        free(pr->slot_of);
-        pr->slot_of = (int *)mallocCheck(sizeof(int) * (size_t)pr->v * m);
-        for (int i = 0; i < pr->npool; i++) pr->pool[i].mb = -1;
-    }
-    for (int i = 0; i < pr->v * m; i++) pr->slot_of[i] = -1;
+    if (m != pr->m) pp_runner_make_lists(pr, m);
     // each chunk's last F, B and W of the step: after it, the chunk's gradients are complete
     int *last_of[3];
     last_of[PP_F] = (int *)mallocCheck(sizeof(int) * 3 * (size_t)pr->v);
@@ -281,7 +290,7 @@ static void pp_runner_step(PPRunner *pr, int m) {
             i = group_end;
             continue;
         }
-        PPSlot *s = pp_slot(pr, a->chunk, a->mb);
+        PPSlot *s = pp_slot(pr, i);
         step_time_enter(a->op == PP_F ? STEP_FWD : STEP_BWD);  // (waits for the neighbour: bubble, in comm.h)
         if (a->op == PP_F) pp_consume(pr, &s->recv_f, &s->recv_f_posted);
         if (a->op == PP_B) pp_consume(pr, &s->recv_b, &s->recv_b_posted);
@@ -344,41 +353,54 @@ static float pp_runner_eval(PPRunner *pr, const int *x, const int *y, int B, int
 // rank prints): each rank's mean F, B and W times and idle fraction over the
 // steps after the first, and what the simulator predicts for the lists with
 // those times: the schedule's measured bubble against its model. Transfers
-// are taken as free; the measured idle includes them. (One stage: nothing.)
+// are taken as free; the measured idle includes them. Also each rank's
+// activation sets of each chunk: the most it held at once, of those
+// allocated (pp_rank_sets'). (One stage: nothing.)
 static void pp_runner_report(PPRunner *pr, int print) {
     if (pr->timed_steps == 0) return;
-    int p = pr->p;
-    double mine[5], *all = (double *)mallocCheck(sizeof(double) * 5 * (size_t)p);
+    int p = pr->p, v = pr->v, each = 5 + 2 * v;  // F, B, W, busy, span; sets held at most, allocated
+    double *mine = (double *)mallocCheck(sizeof(double) * (size_t)each);
+    double *all = (double *)mallocCheck(sizeof(double) * (size_t)each * p);
     for (int k = 0; k < 3; k++) mine[k] = pr->op_seconds[k] / (double)pr->op_count[k];
     mine[3] = pr->busy_seconds / (double)pr->timed_steps;
     mine[4] = pr->span_seconds / (double)pr->timed_steps;
+    for (int c = 0; c < v; c++) mine[5 + c] = pr->held_peak[c], mine[5 + v + c] = pr->sets[c];
     size_t *counts = (size_t *)mallocCheck(sizeof(size_t) * (size_t)p);
-    for (int r = 0; r < p; r++) counts[r] = 5;
-    // (a host group: the pipeline's ranks exchange five doubles)
+    for (int r = 0; r < p; r++) counts[r] = (size_t)each;
+    // (a host group: the pipeline's ranks exchange a few doubles)
     CommRequest req = comm_all_gather_start(comm_group(pr->pipe->comm, COMM_PIPELINE), mine, all, counts, COMM_F64);
     comm_wait(&req);
     if (print) {
         PPTimes *t = (PPTimes *)mallocCheck(sizeof(PPTimes) * (size_t)p);
+        int *sets = (int *)mallocCheck(sizeof(int) * 2 * (size_t)v);
         double span = 0.0;
         for (int r = 0; r < p; r++) {
-            t[r] = (PPTimes){all[5 * r], all[5 * r + 1], all[5 * r + 2], 0.0};
-            if (all[5 * r + 4] > span) span = all[5 * r + 4];
+            const double *x = all + (size_t)each * r;
+            t[r] = (PPTimes){x[0], x[1], x[2], 0.0};
+            if (x[4] > span) span = x[4];
         }
         PPSim sim;
-        char err[256];
+        char err[256], held[1024], allocated[1024];
         if (pp_simulate_ranks(&pr->sched, t, 1, 0, &sim, err, sizeof(err)) == 0) {
             printf("pipeline timing (%s, mean of %lld steps after the first; ms): step %.2f measured, %.2f simulated\n",
                    pp_kind_names[pr->kind], (long long)pr->timed_steps, span * 1e3, sim.span * 1e3);
-            for (int r = 0; r < p; r++)
-                printf("  rank %d: F %.3f B %.3f W %.3f a chunk's micro-batch | idle %.1f%% measured, %.1f%% simulated\n",
-                       r, t[r].f * 1e3, t[r].b * 1e3, t[r].w * 1e3, 100.0 * (1.0 - all[5 * r + 3] / all[5 * r + 4]),
-                       100.0 * sim.idle[r] / sim.span);
+            for (int r = 0; r < p; r++) {
+                const double *x = all + (size_t)each * r;
+                for (int c = 0; c < 2 * v; c++) sets[c] = (int)x[5 + c];
+                pp_sets_format(sets, v, held, sizeof(held));
+                pp_sets_format(sets + v, v, allocated, sizeof(allocated));
+                printf("  rank %d: F %.3f B %.3f W %.3f a chunk's micro-batch | idle %.1f%% measured, %.1f%% simulated"
+                       " | activation sets held at most %s of %s\n", r, t[r].f * 1e3, t[r].b * 1e3, t[r].w * 1e3,
+                       100.0 * (1.0 - x[3] / x[4]), 100.0 * sim.idle[r] / sim.span, held, allocated);
+            }
         }
         pp_sim_free(&sim);
+        free(sets);
         free(t);
     }
     free(counts);
     free(all);
+    free(mine);
 }
 
 // ---------------------------------------------------------------------------

@@ -35,8 +35,8 @@
 #include "gpu_activation_sizes.h"  // defines: gpu_rank_activation_bytes
 #include "plan_cluster.h"          // defines: Cluster
 #include "plan_measure.h"          // defines: StageKernelTimes, GELU, PLAN_ALL_REDUCE, PLAN_ALL_GATHER, ...
-#include "pp_layout.h"             // defines: PPLayout, pp_holding
-#include "pp_schedule.h"           // defines: PPKind, pp_peak_alive_theory
+#include "pp_layout.h"             // defines: PPLayout, pp_holding, PPRankSets, pp_ranks_sets_count
+#include "pp_schedule.h"           // defines: PPKind, pp_fused_lists_deadlock, pp_schedule_unusable, pp_kind_names
 #include "rank_memory.h"           // defines: RankMemory, RankPlace, cpu_rank_memory
 #include "recompute.h"             // defines: RecomputeKind, RecomputePolicy
 
@@ -67,14 +67,14 @@ typedef struct { int p, nodes; } PlanGroup;
 // Why the trainers refuse a layout, or why it does not fit: the kinds the rejected list is grouped by.
 typedef enum {
     PLAN_OK, PLAN_REJ_TP_NODES, PLAN_REJ_TP_SPLIT, PLAN_REJ_CP_SEQ, PLAN_REJ_SP_SEQ, PLAN_REJ_BATCH, PLAN_REJ_STAGES,
-    PLAN_REJ_SCHEDULE, PLAN_REJ_MEMORY, PLAN_REJECTS
+    PLAN_REJ_SCHEDULE, PLAN_REJ_NCCL_LISTS, PLAN_REJ_MEMORY, PLAN_REJECTS
 } PlanReject;
 static const char *const plan_reject_names[PLAN_REJECTS] = {
     "", "tensor parallel would span nodes", "tp does not divide the heads, channels or vocabulary",
     "context parallel: seq-len not a multiple of 2 x cp", "sequence parallel: seq-len / cp not a multiple of tp",
     "the batch is not a multiple of B x T x dp",
     "more pipeline stages (or chunks) than layers", "the schedule cannot run that many micro-batches",
-    "does not fit in memory"};
+    "the schedule's lists deadlock over NCCL (the GPU trainer refuses them)", "does not fit in memory"};
 
 // Where a step's communication goes (--layout's breakdown): the data-parallel reduction and gather of
 // one step (every call, before overlap, and what the step waits for), their algorithms and bytes a call.
@@ -365,6 +365,15 @@ static const char *plan_check_layout(const PlanProblem *pb, const PlanLayout *l,
             pp_layout_free(ppl);
             return why;
         }
+        // the GPU trainer's pipelines run over NCCL, with fused receives: those whose lists deadlock it refuses
+        // (train_setup.h's train_check_fused_lists; --comm mpi would run them, staged through the host)
+        if (!pb->cluster->cpu_trainer && pp_fused_lists_deadlock(l->schedule, l->pp, l->v, l->accum, err, sizeof(err))) {
+            snprintf(why, len, "%s with %d micro-batches over NCCL: with its receives fused the lists deadlock (%.100s)",
+                     pp_kind_names[l->schedule], l->accum, err);
+            *kind = PLAN_REJ_NCCL_LISTS;
+            pp_layout_free(ppl);
+            return why;
+        }
     }
     return NULL;
 }
@@ -372,15 +381,22 @@ static const char *plan_check_layout(const PlanProblem *pb, const PlanLayout *l,
 // The cuBLASLt workspace the GPU trainer reserves (matmul.cuh's MATMUL_WORKSPACE_BYTES).
 #define PLAN_GPU_WORKSPACE_BYTES (32.0 * (1 << 20))
 
-// Rank r's memory (grid coordinates as comm.h's) under the layout.
-static RankMemory plan_rank_memory(const PlanProblem *pb, const PlanLayout *l, const PPLayout *ppl, int r) {
+// The activation sets of each pipeline rank under the layout (out: pp), as its trainer's runtime allocates
+// them: the GPU trainer's runs over NCCL, with fused receives.
+static void plan_pipeline_sets(const PlanProblem *pb, const PlanLayout *l, const PPLayout *ppl, PPRankSets *out) {
+    pp_ranks_sets_count(ppl, l->schedule, l->accum, !pb->cluster->cpu_trainer, out);
+}
+
+// Rank r's memory (grid coordinates as comm.h's) under the layout; sets: plan_pipeline_sets' (pp > 1).
+static RankMemory plan_rank_memory(const PlanProblem *pb, const PlanLayout *l, const PPLayout *ppl,
+                                   const PPRankSets *sets, int r) {
     CommGrid grid = {{l->dp, l->pp, l->cp, l->tp}};
     int x[GRID_DIMS];
     grid_coords(&grid, r, x);
     int tp_rank = x[GRID_TP], pipe_rank = x[GRID_PP], replica_rank = x[GRID_DP] * l->cp + x[GRID_CP];
     RecomputePolicy policy = {l->recompute, 1};
     RankPlace place = {l->zero, l->dp * l->cp, replica_rank, l->tp, tp_rank, l->sp, l->cp, l->pp > 1 ? ppl : NULL,
-                       l->schedule, pipe_rank, l->accum, l->B, pb->T, policy};
+                       l->schedule, pipe_rank, l->accum, l->B, pb->T, policy, l->pp > 1 ? &sets[pipe_rank] : NULL};
     RankMemory m = cpu_rank_memory(pb->cfg, &place);
     if (!pb->cluster->cpu_trainer) {  // the GPU trainer's bytes (docs/planner.md)
         // weights bf16 (N, or S at ZeRO-3) and the fp32 master copy (as the AdamW state: N or S); grads and
@@ -388,16 +404,15 @@ static RankMemory plan_rank_memory(const PlanProblem *pb, const PlanLayout *l, c
         // segment buffers left out)
         m.params = 2 * (m.params / 4) + 4 * (m.optimizer / 8);
         m.tied *= 6.0 / 8.0;
-        // the activations the trainer's memory line says (gpu_activation_sizes.h): the schedule's peak of
-        // micro-batches in flight of the rank's layers, the scratch and context parallel's buffers
+        // the activations the trainer's memory line says (gpu_activation_sizes.h): the activation sets its
+        // pipeline runtime allocates of each chunk's layers, the scratch and context parallel's buffers
         unsigned char *layers = (unsigned char *)mallocCheck((size_t)pb->cfg->num_layers);
         ParamHolding held = {1, 1, NULL};
         if (l->pp > 1) held = pp_holding(ppl, pipe_rank, -1, pb->cfg->num_layers, layers);
-        int sets = l->pp > 1 ? pp_peak_alive_theory(l->schedule, l->pp, l->v, l->accum, pipe_rank) : 1;
         size_t context;
         m.activations = (double)gpu_rank_activation_bytes(pb->cfg, &held, l->B, pb->T / l->cp, l->cp, &policy,
-                                                          l->pp > 1 && l->schedule == PP_ZB1P, l->tp, l->sp, sets,
-                                                          &context);
+                                                          l->pp > 1 && l->schedule == PP_ZB1P, l->tp, l->sp,
+                                                          place.sets, &context);
         free(layers);
         m.transient = PLAN_GPU_WORKSPACE_BYTES;  // (its ZeRO-2/3 segment buffers: small next to the rest)
     }

@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"  // defines: ParamHolding, GPTConfig, ParamLayout, param_layout_init_held, ...
+#include "model.h"        // defines: ParamHolding, GPTConfig, ParamLayout, param_layout_init_held, ...
+#include "pp_schedule.h"  // defines: PPKind, PPSchedule, pp_schedule_lists, pp_rank_sets, pp_schedule_free
 
 typedef struct {
     int pp, v, stages;  // pipeline ranks, chunks per rank, stages = pp * v
@@ -22,6 +23,37 @@ typedef struct {
 static inline void pp_layout_free(PPLayout *pl) {
     free(pl->first_layer);
     pl->first_layer = NULL;
+}
+
+// A pipeline rank's activation sets: sets[c] one-micro-batch sets of its
+// chunk c (stage c * pp + rank), as many as the runtime (pipeline.h)
+// allocates for the lists it runs (pp_schedule.h's pp_rank_sets).
+#define PP_MAX_CHUNKS 127  // (pp_schedule_unusable's)
+typedef struct {
+    const PPLayout *layout;
+    int rank;
+    int sets[PP_MAX_CHUNKS];
+} PPRankSets;
+
+// Every rank's sets (out: pp) under schedule kind with m micro-batches (fuse: the lists with fused
+// receives, NCCL's).
+static inline void pp_ranks_sets_count(const PPLayout *layout, PPKind kind, int m, int fuse, PPRankSets *out) {
+    PPSchedule s;
+    pp_schedule_lists(&s, kind, layout->pp, layout->v, m, fuse);
+    for (int r = 0; r < layout->pp; r++) {
+        memset(&out[r], 0, sizeof(out[r]));
+        out[r].layout = layout, out[r].rank = r;
+        pp_rank_sets(&s, r, NULL, out[r].sets);
+    }
+    pp_schedule_free(&s);
+}
+// One rank's.
+static inline PPRankSets pp_rank_sets_count(const PPLayout *layout, PPKind kind, int rank, int m, int fuse) {
+    PPRankSets *all = (PPRankSets *)mallocCheck(sizeof(PPRankSets) * (size_t)layout->pp), r;
+    pp_ranks_sets_count(layout, kind, m, fuse, all);
+    r = all[rank];
+    free(all);
+    return r;
 }
 
 // Layers over pp * v stages: as --pp-layers lists them (comma-separated, one

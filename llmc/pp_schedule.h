@@ -285,6 +285,71 @@ static inline void pp_schedule_fuse_receives(PPSchedule *s) {
     s->fused = 1;
 }
 
+// The lists with the receives a backend needs (fuse: pp_schedule_fuse_receives', for NCCL).
+static inline void pp_schedule_lists(PPSchedule *s, PPKind kind, int p, int v, int m, int fuse) {
+    pp_schedule_build(s, kind, p, v, m);
+    if (fuse) pp_schedule_fuse_receives(s);
+}
+
+// ---------------------------------------------------------------------------
+// Activation sets: the memory a rank's list holds, as the runtime
+// (pipeline.h) holds it. A set is one micro-batch's activations of one chunk;
+// it is taken at the first action on its (chunk, micro-batch) (the receive of
+// its input, or F on stage 0) and given back once its W is done and its
+// gradient sent (at the end of the communication group with its SEND_B; stage
+// 0 sends none); the chunk's next micro-batch takes the lowest free set of the
+// same chunk (a set is laid out for its chunk's layers and ends). set_of
+// (rank r's begin[r + 1] - begin[r] actions, may be NULL): the set each action
+// uses, numbered within its chunk; sets (v): how many each chunk has, the most
+// it holds at once. Both trainers allocate exactly these, and their memory
+// lines, checks and the planner count them.
+static inline void pp_rank_sets(const PPSchedule *s, int rank, int *set_of, int *sets) {
+    int v = s->v, m = s->m, begin = s->begin[rank], end = s->begin[rank + 1];
+    size_t cells = (size_t)v * m;
+    // per (chunk, mb): its set (-1: none yet), whether W is done and its gradient sent (stage 0: nothing to
+    // send), whether it gave its set back; per (chunk, set): taken
+    int *held = (int *)mallocCheck(cells * sizeof(int));
+    unsigned char *w_done = (unsigned char *)callocCheck(4 * cells, 1), *sent = w_done + cells,
+                  *given = sent + cells, *taken = given + cells;
+    for (size_t k = 0; k < cells; k++) held[k] = -1;
+    for (int c = 0; c < v; c++) {
+        sets[c] = 0;
+        if (pp_stage_of(s->p, rank, c) == 0) memset(sent + (size_t)c * m, 1, (size_t)m);
+    }
+    for (int i = begin; i < end;) {
+        int group_end = i + 1;  // a communication group, or one compute action
+        if (pp_is_comm(s->acts[i].op))
+            while (group_end < end && pp_is_comm(s->acts[group_end].op)) group_end++;
+        for (int j = i; j < group_end; j++) {
+            const PPAction *a = &s->acts[j];
+            size_t k = (size_t)a->chunk * m + a->mb;
+            if (held[k] < 0) {  // the lowest free set of the chunk
+                int x = 0;
+                while (taken[(size_t)a->chunk * m + x]) x++;
+                taken[(size_t)a->chunk * m + x] = 1, held[k] = x;
+                if (x + 1 > sets[a->chunk]) sets[a->chunk] = x + 1;
+            }
+            if (set_of) set_of[j - begin] = held[k];
+            if (a->op == PP_W) w_done[k] = 1;
+            if (a->op == PP_SEND_B) sent[k] = 1;  // (at the group's end, below: its sends are done there)
+        }
+        for (int j = i; j < group_end; j++) {
+            size_t k = (size_t)s->acts[j].chunk * m + s->acts[j].mb;
+            if (w_done[k] && sent[k] && !given[k]) given[k] = 1, taken[(size_t)s->acts[j].chunk * m + held[k]] = 0;
+        }
+        i = group_end;
+    }
+    free(w_done);
+    free(held);
+}
+
+// sets (v) as the trainers print them: "4+2".
+static inline void pp_sets_format(const int *sets, int v, char *out, size_t len) {
+    size_t at = 0;
+    out[0] = '\0';
+    for (int c = 0; c < v && at < len; c++) at += (size_t)snprintf(out + at, len - at, c ? "+%d" : "%d", sets[c]);
+}
+
 // ---------------------------------------------------------------------------
 // Checking: 0 if every rank's list runs each (micro-batch, chunk) through F,
 // then B, then W exactly once, receives its input before F and its gradient
@@ -499,6 +564,19 @@ static inline int pp_simulate_ranks(const PPSchedule *s, const PPTimes *times, i
 
 static inline int pp_simulate(const PPSchedule *s, PPTimes t, int keep_times, PPSim *out, char *err, size_t errlen) {
     return pp_simulate_ranks(s, &t, 0, keep_times, out, err, errlen);
+}
+
+// Whether (kind, p, v, m)'s lists with fused receives (NCCL's) deadlock, as
+// the simulator runs them: 1 with why in err (the GPU trainer refuses such a
+// pipeline over NCCL, and the planner does not offer it), else 0.
+static inline int pp_fused_lists_deadlock(PPKind kind, int p, int v, int m, char *err, size_t errlen) {
+    PPSchedule s;
+    pp_schedule_lists(&s, kind, p, v, m, 1);
+    PPSim sim;
+    int dead = pp_simulate(&s, (PPTimes){1, 1, 1, 0}, 0, &sim, err, errlen);
+    pp_sim_free(&sim);
+    pp_schedule_free(&s);
+    return dead;
 }
 
 // ---------------------------------------------------------------------------

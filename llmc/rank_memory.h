@@ -4,7 +4,7 @@
 // last pipeline stage's copy of the tied wte and its gradient, and the
 // activations (gpt_activation_sizes.h: gpt_cpu.h's buffers at the rank's T/cp
 // positions under the recompute policy, with context parallel's gathered K, V
-// and probabilities; a pipeline rank's at its schedule's peak). train_gpt.c
+// and probabilities; a pipeline rank's activation sets, pp_rank_sets'). train_gpt.c
 // checks it against the memory available and the planner (plan.c) predicts
 // with it, so the two are the same formula. Only formulas: it includes no
 // trainer runtime.
@@ -30,6 +30,7 @@ typedef struct {
     int pipe_rank;
     int accum, B, T;  // micro-batches a step (a pipeline's in flight), micro-batch shape (T: the whole sequence)
     RecomputePolicy recompute;  // which layers keep their activations (recompute.h)
+    const PPRankSets *sets;     // a pipeline rank's activation sets (NULL: counted for the CPU trainer's lists)
 } RankPlace;
 
 typedef struct {
@@ -63,7 +64,7 @@ static RankMemory cpu_rank_memory(const GPTConfig *cfg, const RankPlace *p) {
     }
     if (holding.lnf && !holding.embeddings) m.tied = 2 * 4.0 * cfg->padded_vocab_size / p->tp * cfg->channels;
     m.activations = 4.0 * (p->pipeline ? pipeline_rank_activation_floats(cfg, p->pipeline, p->schedule, p->pipe_rank,
-                                                                         p->accum, p->B, p->T, p->tp, p->sp, p->cp,
+                                                                         p->accum, p->sets, p->B, p->T, p->tp, p->sp, p->cp,
                                                                          &p->recompute)
                                        : gpt_activation_floats(cfg, p->B, p->T, p->tp, p->sp, p->cp, &p->recompute));
     param_layout_free(&pl);

@@ -165,15 +165,8 @@ static void train_print_pipeline(const PPLayout *layout, PPKind kind, int micro_
 // lists; a schedule whose fused lists deadlock (the simulator says so) is
 // refused in one line.
 static void train_check_fused_lists(const TrainOptions *o, PPKind kind, int micro_batches) {
-    PPSchedule s;
-    pp_schedule_build(&s, kind, o->pp, o->virtual_stages, micro_batches);
-    pp_schedule_fuse_receives(&s);
-    PPSim sim;
     char err[256];
-    int dead = pp_simulate(&s, (PPTimes){1, 1, 1, 0}, 0, &sim, err, sizeof(err));
-    pp_sim_free(&sim);
-    pp_schedule_free(&s);
-    if (dead)
+    if (pp_fused_lists_deadlock(kind, o->pp, o->virtual_stages, micro_batches, err, sizeof(err)))
         die_usage("--pp-schedule %s over NCCL: with its receives fused (NCCL pairs messages by order) the lists "
                   "deadlock (%s); use --comm mpi or another schedule", o->pp_schedule, err);
 }

@@ -42,6 +42,19 @@ comm_for() {
         echo mpi
     fi
 }
+# activation_sets_held NAME STAGES: the pipeline run $tmp/NAME.log (at least 2 steps) reports for each of its
+# STAGES ranks that its runtime held at most, of each chunk, the activation sets it allocated, and rank 0's
+# are the count its memory line says ("at the schedule's peak: sets 4+2": both trainers' and the planner's
+# count, pp_schedule.h's pp_rank_sets); the check is ${LAYOUT_PREFIX}activation_sets_NAME_are_what_the_runtime_held
+activation_sets_held() {
+    local log=$tmp/$1.log ok=1 line held
+    line=$(grep -ao "the schedule's peak: sets [0-9+]*" "$log" | sed 's/.* sets //')
+    held=$(grep -ao 'activation sets held at most [0-9+]* of [0-9+]*$' "$log" | sed 's/.* most //')
+    [ -n "$line" ] && [ "$(grep -c . <<<"$held")" = "$2" ] && [ "$(head -1 <<<"$held")" = "$line of $line" ] &&
+        ! grep -qv '^\([0-9+]*\) of \1$' <<<"$held" || ok=0
+    check "${LAYOUT_PREFIX:-}activation_sets_$1_are_what_the_runtime_held" "[ $ok = 1 ]" \
+        "memory line: sets ${line:-?}; held of allocated: $(tr '\n' ' ' <<<"$held")"
+}
 # compare_layout NAME RANKS TOL FLAGS...: trains $TRAIN with ${COMMON[@]} and FLAGS on RANKS ranks under
 # ${MPIRUN[@]} and compares its losses, gradient norms and final weights with the reference run's
 # ($tmp/ref.json, $tmp/ref.bin) to TOL; the checks are named ${P}${LAYOUT_PREFIX}NAME_..._match_${LAYOUT_REF}

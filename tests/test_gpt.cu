@@ -100,7 +100,7 @@ static void train_cpu(GPT *m, float *adam_m, float *adam_v, int *const *xs, int 
 static void gpu_shard_step(const GPTConfig *cfg, const float *params, int shard_rank, int shard_world, const int *x,
                            const int *y, float grad_scale, float *out) {
     GPTGPU g;
-    gpu_gpt_init(&g, cfg, NULL, tp_none(), B_TEST, T_TEST, 1, RecomputePolicy{}, ATTENTION_FLASH, zero_sharding(1, shard_rank, shard_world), 1, 0, 0);
+    gpu_gpt_init(&g, cfg, NULL, tp_none(), B_TEST, T_TEST, 1, RecomputePolicy{}, ATTENTION_FLASH, zero_sharding(1, shard_rank, shard_world), NULL, 0, 0);
     gpu_gpt_set_params(&g, params);
     gpu_gpt_zero_grad(&g);
     gpu_gpt_forward(&g, x, y, B_TEST, T_TEST, 1.0f / (B_TEST * T_TEST));
@@ -119,7 +119,7 @@ static float gpu_step_grads(const GPTConfig *cfg, const float *params, const cha
     GPTGPU g;
     RecomputePolicy rp;
     CHECK(recompute_parse(recompute, &rp), "bad policy %s", recompute);
-    gpu_gpt_init(&g, cfg, NULL, tp_none(), B_TEST, T_TEST, 1, rp, attention, zero_sharding(0, 0, 1), 1, split, 0);
+    gpu_gpt_init(&g, cfg, NULL, tp_none(), B_TEST, T_TEST, 1, rp, attention, zero_sharding(0, 0, 1), NULL, split, 0);
     gpu_gpt_set_params(&g, params);
     gpu_gpt_zero_grad(&g);
     float loss = gpu_gpt_forward(&g, x, y, B_TEST, T_TEST, 1.0f / (B_TEST * T_TEST));
@@ -177,7 +177,7 @@ int main(void) {
 
     // logits
     GPTGPU g;
-    gpu_gpt_init(&g, &cfg, NULL, tp_none(), B_TEST, T_TEST, 1, RecomputePolicy{}, ATTENTION_FLASH, zero_sharding(0, 0, 1), 1, 0, 0);
+    gpu_gpt_init(&g, &cfg, NULL, tp_none(), B_TEST, T_TEST, 1, RecomputePolicy{}, ATTENTION_FLASH, zero_sharding(0, 0, 1), NULL, 0, 0);
     gpu_gpt_set_params(&g, init);
     float *logits = (float *)mallocCheck(sizeof(float) * (size_t)N * V);
     gpt_forward(&cpu, xs[0], NULL, B_TEST, T_TEST, 0.0f);
@@ -236,7 +236,7 @@ int main(void) {
     // gradient accumulation: two micro-batches of B/2 accumulate (in fp32) the gradients of one of B
     {
         GPTGPU ga;
-        gpu_gpt_init(&ga, &cfg, NULL, tp_none(), B_TEST, T_TEST, 1, RecomputePolicy{}, ATTENTION_FLASH, zero_sharding(0, 0, 1), 1, 0, 0);
+        gpu_gpt_init(&ga, &cfg, NULL, tp_none(), B_TEST, T_TEST, 1, RecomputePolicy{}, ATTENTION_FLASH, zero_sharding(0, 0, 1), NULL, 0, 0);
         gpu_gpt_set_params(&ga, init);
         gpu_gpt_zero_grad(&ga);
         int half = B_TEST / 2, n_half = half * T_TEST;
@@ -260,7 +260,7 @@ int main(void) {
     memcpy(cpu.params, init, sizeof(float) * (size_t)P);
     train_cpu(&cpu, adam_m, adam_v, xs, ys, STEPS, lc);
     GPTGPU g1, g2;
-    gpu_gpt_init(&g1, &cfg, NULL, tp_none(), B_TEST, T_TEST, 1, RecomputePolicy{}, ATTENTION_FLASH, zero_sharding(0, 0, 1), 1, 0, 0);
+    gpu_gpt_init(&g1, &cfg, NULL, tp_none(), B_TEST, T_TEST, 1, RecomputePolicy{}, ATTENTION_FLASH, zero_sharding(0, 0, 1), NULL, 0, 0);
     gpu_gpt_set_params(&g1, init);
     train_gpu(&g1, xs, ys, STEPS, lg, 1234);
     int ok = 1;
@@ -274,7 +274,7 @@ int main(void) {
                 lg[STEPS - 1]);
 
     // determinism: a second identical run gives the same bits
-    gpu_gpt_init(&g2, &cfg, NULL, tp_none(), B_TEST, T_TEST, 1, RecomputePolicy{}, ATTENTION_FLASH, zero_sharding(0, 0, 1), 1, 0, 0);
+    gpu_gpt_init(&g2, &cfg, NULL, tp_none(), B_TEST, T_TEST, 1, RecomputePolicy{}, ATTENTION_FLASH, zero_sharding(0, 0, 1), NULL, 0, 0);
     gpu_gpt_set_params(&g2, init);
     train_gpu(&g2, xs, ys, STEPS, lg2, 1234);
     float *p1 = (float *)mallocCheck(sizeof(float) * (size_t)P), *p2 = (float *)mallocCheck(sizeof(float) * (size_t)P);

@@ -40,6 +40,13 @@ compare_layout dp2_pp2_zero1 4 1e-5 --batch-size 2 --pp 2 --zero 1
 compare_layout dp2_pp2_interleaved_zero1 4 1e-5 --batch-size 2 --pp 2 --pp-schedule interleaved --virtual-stages 2 --zero 1
 compare_layout dp2_pp2_zero2 4 1e-5 --batch-size 2 --pp 2 --zero 2
 compare_layout dp2_pp2_zb1p_zero3 4 1e-5 --batch-size 2 --pp 2 --pp-schedule zb1p --zero 3
+# the activation sets each rank's runtime held at most, of each chunk, are those it allocated, and rank 0's are the
+# memory line's (the trainers' and the planner's count, pp_schedule.h's pp_rank_sets): every schedule, and pp 4
+# interleaved over 2 chunks of 8 layers (2 steps: the end-of-run report needs one after the first)
+"${MPIRUN[@]}" -np 4 "$TRAIN" "${COMMON[@]}" --n-layer 8 --steps 2 --batch-size 4 --pp 4 --pp-schedule interleaved \
+    --virtual-stages 2 >"$tmp/pp4_interleaved_v2.log" 2>&1
+for run in pp2_1f1b pp2_gpipe pp2_zb1p pp2_interleaved_v2 dp2_pp2_interleaved_zero1; do activation_sets_held $run 2; done
+for run in pp4_1f1b pp4_zb1p pp4_interleaved_v2; do activation_sets_held $run 4; done
 check dp2_pp2_says_its_layout "grep -aq '^ranks: 4 (mpirun launch, MPI on) | data parallel 2 x tensor 1 x pipeline 2' '$tmp/dp2_pp2.log'"
 # where the steps' time goes: waiting for the neighbouring stage is bubble, the data group's reductions comm
 python3 tests/step_times.py "$tmp/dp2_pp2_zero2.json" "${P}dp2_pp2_zero2" --steps 10 --ranks 4 --part fwd --part bwd \

@@ -56,6 +56,8 @@ compare_layout pp2_1f1b_nccl 2 1e-4 --batch-size 2 --pp 2 --comm $nccl2
 compare_layout pp2_interleaved_mpi 2 1e-4 --batch-size 2 --pp 2 --pp-schedule interleaved --virtual-stages 2 --comm mpi
 compare_layout dp2_pp2_zero1_nccl 4 1e-4 --batch-size 1 --pp 2 --zero 1 --comm $nccl4
 compare_layout dp2_pp2_zb1p_zero3_nccl 4 1e-4 --batch-size 1 --pp 2 --pp-schedule zb1p --zero 3 --comm $nccl4
+# the activation sets each rank held at most are those it allocated and its memory line counts (fused lists too)
+for run in pp2_zb1p_nccl pp2_1f1b_nccl pp2_interleaved_mpi dp2_pp2_zero1_nccl; do activation_sets_held $run 2; done
 [ $nccl2 = nccl ] &&
     check pipeline_says_its_schedule "grep -aq '^pipeline: 2 stages over 2 ranks | schedule zb1p (receives fused: NCCL)' '$tmp/pp2_zb1p_nccl.log'"
 

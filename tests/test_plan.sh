@@ -149,7 +149,22 @@ check cp_layout_runs_with_cp "grep -q 'layout dp 2 cp 2 tp 1' '$tmp/cp.log' && g
     --layout cp=4 >"$tmp/cp_odd.log" 2>&1
 check cp_not_dividing_half_the_sequence_is_rejected \
     "grep -q 'rejected: context parallel: seq-len 36 is not a multiple of 2 x cp = 8' '$tmp/cp_odd.log'" "$(sed -n 3,4p "$tmp/cp_odd.log")"
-"$PLAN" "${D12[@]}" --cluster dgx-h100 --top 3 >"$tmp/list.log" 2>&1
+"$PLAN" "${D12[@]}" --cluster dgx-h100 --top 3 --csv "$tmp/list.csv" >"$tmp/list.log" 2>&1
+# the GPU trainer refuses over NCCL a pipeline whose fused lists deadlock (interleaved with more micro-batches than
+# ranks): the planner neither offers one nor prints its command, and says why
+python3 - "$tmp/list.csv" <<'EOF'
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["schedule"] == "interleaved"]
+dead = [r for r in rows if int(r["accum"]) > int(r["pp"])]
+nccl = [r for r in dead if "over NCCL: with its receives fused the lists deadlock" in r["why_not"]]
+ok = dead and all(r["valid"] == "0" and (r in nccl or "stages, more than the model" in r["why_not"]) for r in dead) \
+    and len(nccl) > len(dead) / 2 and any(r["valid"] == "1" for r in rows)
+print("%s: plan_gpu_refuses_what_deadlocks_over_nccl (%d interleaved layouts, %d with more micro-batches than ranks)"
+      % ("PASS" if ok else "FAIL", len(rows), len(dead)))
+EOF
+"$PLAN" "${D12[@]}" --cluster dgx-h100 --layout dp=4,pp=2,v=2,schedule=interleaved,mb=16,zero=1 >"$tmp/nccl.log" 2>&1
+check layout_says_the_fused_lists_deadlock_over_nccl "grep -q 'rejected: interleaved with 8 micro-batches over NCCL: with its receives fused the lists deadlock (deadlock: rank' '$tmp/nccl.log' &&
+    ! grep -q 'run it' '$tmp/nccl.log'" "$(sed -n 4,5p "$tmp/nccl.log")"
 python3 - "$tmp/list.log" <<'EOF'
 import re, sys
 text = open(sys.argv[1]).read()

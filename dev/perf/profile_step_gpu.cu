@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
     matmul_free(&probe);
 
     GPTGPU m;
-    gpu_gpt_init(&m, &cfg, NULL, tp_none(), B, T, 1, policy, kind, zero_sharding(0, 0, 1), 1, 0, 0);
+    gpu_gpt_init(&m, &cfg, NULL, tp_none(), B, T, 1, policy, kind, zero_sharding(0, 0, 1), NULL, 0, 0);
     float *h = (float *)alignedMallocCheck(sizeof(float) * (size_t)m.layout.num_elements);
     gpt2_init_params(&m.layout, h, 1);
     gpu_gpt_set_params(&m, h);
