@@ -58,6 +58,27 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
 // ---------------------------------------------------------------------------
 // layernorm (eps 1e-5)
 
+// A row's per-row reductions run by vectors of VEC_LANES, the lanes summed by
+// halves (vf_hsum_tree), then the tail in order: the bits depend on C and the
+// build, not on the thread count.
+
+// sum of x[c] - m (squared when `square`) over c < C
+static inline float layernorm_row_sum(const float *x, float m, int square, int C) {
+    vf acc = vf_set1(0.0f);
+    int c = 0;
+    for (; c + VEC_LANES <= C; c += VEC_LANES) {
+        vf d = vf_load(x + c) - m;
+        if (square) d *= d;
+        acc += d;
+    }
+    float sum = vf_hsum_tree(acc);
+    for (; c < C; c++) {
+        float d = x[c] - m;
+        sum += square ? d * d : d;
+    }
+    return sum;
+}
+
 // out (N,C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N).
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                               const float *bias, int N, int C) {
@@ -65,12 +86,8 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
 #pragma omp for schedule(static)
     for (int i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C;
-        float m = 0.0f;
-        for (int c = 0; c < C; c++) m += x[c];
-        m /= C;
-        float v = 0.0f;
-        for (int c = 0; c < C; c++) { float d = x[c] - m; v += d * d; }
-        v /= C;
+        float m = layernorm_row_sum(x, 0.0f, 0, C) / C;
+        float v = layernorm_row_sum(x, m, 1, C) / C;
         float s = 1.0f / sqrtf(v + 1e-5f);
         float *o = out + (size_t)i * C;
         for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
@@ -97,6 +114,28 @@ static void column_sum_accumulate(float *out, const float *a, int N, int C) {
     }
 }
 
+// One row of the LayerNorm backward's reductions (in layernorm_row_sum's
+// order): *dnorm_sum = sum of weight * dout, *dnorm_norm_sum = sum of
+// weight * dout * (x - m) * s.
+static inline void layernorm_row_sums(float *dnorm_sum, float *dnorm_norm_sum, const float *x, const float *d,
+                                      const float *weight, float m, float s, int C) {
+    vf a = vf_set1(0.0f), b = vf_set1(0.0f);
+    int c = 0;
+    for (; c + VEC_LANES <= C; c += VEC_LANES) {
+        vf dnorm = vf_load(weight + c) * vf_load(d + c);
+        a += dnorm;
+        b += dnorm * ((vf_load(x + c) - m) * s);
+    }
+    float sa = vf_hsum_tree(a), sb = vf_hsum_tree(b);
+    for (; c < C; c++) {
+        float dnorm = weight[c] * d[c];
+        sa += dnorm;
+        sb += dnorm * ((x[c] - m) * s);
+    }
+    *dnorm_sum = sa;
+    *dnorm_norm_sum = sb;
+}
+
 // dinp (N,C) += d/dinp; dweight (C) += ...; dbias (C) += ... .
 static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                                const float *weight, const float *mean, const float *rstd, int N, int C) {
@@ -106,13 +145,8 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
         const float *d = dout + (size_t)i * C;
         const float *x = inp + (size_t)i * C;
         float m = mean[i], s = rstd[i];
-        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-        for (int c = 0; c < C; c++) {
-            float norm = (x[c] - m) * s;
-            float dnorm = weight[c] * d[c];
-            dnorm_mean += dnorm;
-            dnorm_norm_mean += dnorm * norm;
-        }
+        float dnorm_mean, dnorm_norm_mean;
+        layernorm_row_sums(&dnorm_mean, &dnorm_norm_mean, x, d, weight, m, s, C);
         dnorm_mean /= C;
         dnorm_norm_mean /= C;
         float *di = dinp + (size_t)i * C;
