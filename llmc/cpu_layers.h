@@ -217,12 +217,9 @@ static void gelu_forward(float *out, const float *inp, size_t n) {
         gelu_span(out + b * block, inp + b * block, n - b * block < block ? n - b * block : block);
 }
 
-static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {
-    KERNEL_TEAM(gelu_backward_inplace(dinout, inp, n));
-    size_t blocks = (n + VEC_LANES - 1) / VEC_LANES;
-#pragma omp for schedule(static)
-    for (size_t b = 0; b < blocks; b++) {
-        size_t i = b * VEC_LANES, len = n - i < VEC_LANES ? n - i : VEC_LANES;
+static void gelu_grad_span(float *dinout, const float *inp, size_t n) {
+    for (size_t i = 0; i < n; i += VEC_LANES) {
+        size_t len = n - i < VEC_LANES ? n - i : VEC_LANES;
         if (len == VEC_LANES) { vf_store(dinout + i, gelu_grad_vec(vf_load(inp + i), vf_load(dinout + i))); continue; }
         float x[VEC_LANES] = {0}, d[VEC_LANES] = {0};
         memcpy(x, inp + i, len * sizeof(float));
@@ -230,6 +227,14 @@ static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {
         vf g = gelu_grad_vec(vf_load(x), vf_load(d));
         memcpy(dinout + i, &g, len * sizeof(float));
     }
+}
+static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {
+    KERNEL_TEAM(gelu_backward_inplace(dinout, inp, n));
+    const size_t block = 64 * VEC_LANES;
+    size_t blocks = (n + block - 1) / block;
+#pragma omp for schedule(static)
+    for (size_t b = 0; b < blocks; b++)
+        gelu_grad_span(dinout + b * block, inp + b * block, n - b * block < block ? n - b * block : block);
 }
 
 // ---------------------------------------------------------------------------
@@ -261,10 +266,23 @@ static void linear_forward(float *out, const float *inp, const float *weight, co
     linear_act_forward(out, NULL, inp, weight, bias, residual, N, IC, OC);
 }
 
-// dinp (N,IC) = dout @ weight (overwritten): the input gradient (B).
+// dinp (N,IC) = dout @ weight (overwritten): the input gradient (B). With
+// gelu_inp (N,IC), the input of a GELU that fed this layer, dinp is taken on
+// through it (dinp * GELU'(gelu_inp), as gelu_backward_inplace): each thread
+// on its slice of the product while in cache, one barrier at the end.
+static void linear_act_backward_input(float *dinp, const float *gelu_inp, const float *dout, const float *weight,
+                                      int N, int IC, int OC) {
+    KERNEL_TEAM(linear_act_backward_input(dinp, gelu_inp, dout, weight, N, IC, OC));
+    MatmulBackend be = matmul_team_backend(0, 0, N, IC, OC, 0.0f);
+    MatmulSlice s = matmul_team_slice(N, IC);
+    matmul_slice(be, s, 0, 0, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
+    if (gelu_inp)
+        for (int i = s.i0; i < s.i0 + s.rows; i++)
+            gelu_grad_span(dinp + (size_t)i * IC + s.j0, gelu_inp + (size_t)i * IC + s.j0, (size_t)s.cols);
+#pragma omp barrier
+}
 static void linear_backward_input(float *dinp, const float *dout, const float *weight, int N, int IC, int OC) {
-    KERNEL_TEAM(linear_backward_input(dinp, dout, weight, N, IC, OC));
-    matmul_team(0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
+    linear_act_backward_input(dinp, NULL, dout, weight, N, IC, OC);
 }
 
 // dweight (OC,IC) += dout^T @ inp; dbias (OC) += column sums of dout: the weight gradient (W).

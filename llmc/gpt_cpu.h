@@ -627,12 +627,11 @@ static void gpt_stage_backward(GPT *m, GPTActivations *a) {
             d.dmlp_out = a->dmlp_out[l];
         }
 #define MLP_BACKWARD                                                                                             \
-    linear_backward_input(a->dbig, dout, w.fcprojw, N, 4 * Cl, C);                                               \
+    linear_act_backward_input(a->dbig, a->fch[l], dout, w.fcprojw, N, 4 * Cl, C);                                \
     if (!split) {                                                                                                \
         linear_backward_weight(g.fcprojw, NULL, dout, a->fch_gelu[l], N, 4 * Cl, C);                             \
         column_sum_accumulate(g.fcprojb, dres, Nl, C);                                                           \
     }                                                                                                            \
-    gelu_backward_inplace(a->dbig, a->fch[l], (size_t)N * 4 * Cl);                                               \
     if (split) memcpy(a->dfch[l], a->dbig, sizeof(float) * (size_t)N * 4 * Cl);                                  \
     linear_backward_input(a->dln, a->dbig, w.fcw, N, C, 4 * Cl);                                                 \
     if (!split) linear_backward_weight(g.fcw, g.fcb, a->dbig, a->ln2[l], N, C, 4 * Cl);                          \

@@ -7,7 +7,8 @@
 // wider than the matrix, misaligned pointers and 1 vs 2 threads (bit-equal);
 // the llmc/cpu_vec.h reductions, exp/tanh, GELU and its gradient at lengths
 // around the vector width and misaligned; LayerNorm forward and backward at
-// widths around the vector width, 1 vs 2 threads; the gradient norm's sum of squares;
+// widths around the vector width, 1 vs 2 threads; the linear input gradient
+// fused with GELU's; the gradient norm's sum of squares;
 // the causal attention (forward, lse, backward; context parallel's offset
 // queries) at lengths around its blocks against double, 1 vs 2 threads;
 // AdamW with a checkpoint's staging copy made in the update against the update
@@ -244,6 +245,57 @@ static void test_vec_elementwise(void) {
                 "GELU forward (%.1e) and backward (%.1e) against double over full vectors and a tail (%s)", ef, eb,
                 VEC_ISA);
     free(buf);
+}
+
+// linear_act_backward_input (the MLP projection's input gradient through the GELU, each thread on its
+// slice of the product) against double and, bit for bit, against the unfused pair it replaces
+// (linear_backward_input, then gelu_backward_inplace), on 1 and 2 threads: shapes split by rows
+// (N >= IC) and by columns, with partial vectors and tiles.
+static void test_linear_gelu_backward(void) {
+    const int shapes[][3] = {{37, 3 * VEC_LANES + 5, 29}, {13, 7 * VEC_LANES + 3, 40}};  // N, IC, OC
+    double worst = 0;
+    int bad_fused = 0;
+    Rng rng;
+    rng_seed(&rng, 41);
+    for (int si = 0; si < 2; si++) {
+        int N = shapes[si][0], IC = shapes[si][1], OC = shapes[si][2];
+        size_t ni = (size_t)N * IC;
+        float *dout = (float *)mallocCheck(sizeof(float) * (size_t)N * OC), *w = (float *)mallocCheck(sizeof(float) * (size_t)OC * IC);
+        float *x = (float *)mallocCheck(sizeof(float) * ni), *got = (float *)mallocCheck(sizeof(float) * ni);
+        float *plain = (float *)mallocCheck(sizeof(float) * ni);
+        double *want = (double *)mallocCheck(sizeof(double) * ni);
+        rng_normal_fill(&rng, dout, (int64_t)N * OC, 1.0f);
+        rng_normal_fill(&rng, w, (int64_t)OC * IC, 0.3f);
+        rng_normal_fill(&rng, x, (int64_t)ni, 2.0f);
+        const double s2pi = sqrt(2.0 / M_PI);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < IC; j++) {
+                double d = 0, xi = x[(size_t)i * IC + j];
+                for (int k = 0; k < OC; k++) d += (double)dout[(size_t)i * OC + k] * w[(size_t)k * IC + j];
+                double th = tanh(s2pi * (xi + 0.044715 * xi * xi * xi));
+                want[(size_t)i * IC + j] =
+                    d * (0.5 * (1.0 + th) + 0.5 * xi * (1.0 - th * th) * s2pi * (1.0 + 3.0 * 0.044715 * xi * xi));
+            }
+        for (int threads = 1; threads <= 2; threads++) {
+#ifdef _OPENMP
+            int saved = omp_get_max_threads();
+            omp_set_num_threads(threads);
+#endif
+            linear_act_backward_input(got, x, dout, w, N, IC, OC);
+            linear_backward_input(plain, dout, w, N, IC, OC);
+            gelu_backward_inplace(plain, x, ni);
+#ifdef _OPENMP
+            omp_set_num_threads(saved);
+#endif
+            bad_fused += memcmp(got, plain, sizeof(float) * ni) != 0;
+            double e = max_scaled_diff(got, want, (int)ni);
+            worst = e > worst || e != e ? e : worst;
+        }
+        free(dout); free(w); free(x); free(got); free(plain); free(want);
+    }
+    test_result(worst < 1e-5 && bad_fused == 0,
+                "linear input gradient through GELU, fused: against double %.1e, the same bits as the unfused pair "
+                "(%s, 1 and 2 threads, split by rows and by columns)", worst, matmul_backend_name());
 }
 
 // layernorm_forward/backward against double at widths C around the vector (a tail alone, full
@@ -551,6 +603,7 @@ int main(void) {
     test_vec_reductions();
     test_vec_elementwise();
     test_layernorm();
+    test_linear_gelu_backward();
     test_sum_of_squares();
     test_attention();
     test_adamw_staged();
