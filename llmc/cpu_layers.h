@@ -208,15 +208,6 @@ static void gelu_span(float *out, const float *inp, size_t n) {
         memcpy(out + i, &y, len * sizeof(float));
     }
 }
-static void gelu_forward(float *out, const float *inp, size_t n) {
-    KERNEL_TEAM(gelu_forward(out, inp, n));
-    const size_t block = 64 * VEC_LANES;
-    size_t blocks = (n + block - 1) / block;
-#pragma omp for schedule(static)
-    for (size_t b = 0; b < blocks; b++)
-        gelu_span(out + b * block, inp + b * block, n - b * block < block ? n - b * block : block);
-}
-
 static void gelu_grad_span(float *dinout, const float *inp, size_t n) {
     for (size_t i = 0; i < n; i += VEC_LANES) {
         size_t len = n - i < VEC_LANES ? n - i : VEC_LANES;
@@ -228,13 +219,18 @@ static void gelu_grad_span(float *dinout, const float *inp, size_t n) {
         memcpy(dinout + i, &g, len * sizeof(float));
     }
 }
-static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {
-    KERNEL_TEAM(gelu_backward_inplace(dinout, inp, n));
+// span (gelu_span or gelu_grad_span) over n elements, in blocks the team shares
+static void gelu_team(void (*span)(float *, const float *, size_t), float *out, const float *inp, size_t n) {
+    KERNEL_TEAM(gelu_team(span, out, inp, n));
     const size_t block = 64 * VEC_LANES;
     size_t blocks = (n + block - 1) / block;
 #pragma omp for schedule(static)
     for (size_t b = 0; b < blocks; b++)
-        gelu_grad_span(dinout + b * block, inp + b * block, n - b * block < block ? n - b * block : block);
+        span(out + b * block, inp + b * block, n - b * block < block ? n - b * block : block);
+}
+static void gelu_forward(float *out, const float *inp, size_t n) { gelu_team(gelu_span, out, inp, n); }
+static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {
+    gelu_team(gelu_grad_span, dinout, inp, n);
 }
 
 // ---------------------------------------------------------------------------
