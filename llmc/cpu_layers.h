@@ -58,6 +58,27 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
 // ---------------------------------------------------------------------------
 // layernorm (eps 1e-5)
 
+// A row's per-row reductions run by vectors of VEC_LANES, the lanes summed by
+// halves (vf_hsum_tree), then the tail in order: the bits depend on C and the
+// build, not on the thread count.
+
+// sum of x[c] - m (squared when `square`) over c < C
+static inline float layernorm_row_sum(const float *x, float m, int square, int C) {
+    vf acc = vf_set1(0.0f);
+    int c = 0;
+    for (; c + VEC_LANES <= C; c += VEC_LANES) {
+        vf d = vf_load(x + c) - m;
+        if (square) d *= d;
+        acc += d;
+    }
+    float sum = vf_hsum_tree(acc);
+    for (; c < C; c++) {
+        float d = x[c] - m;
+        sum += square ? d * d : d;
+    }
+    return sum;
+}
+
 // out (N,C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N).
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                               const float *bias, int N, int C) {
@@ -65,12 +86,8 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
 #pragma omp for schedule(static)
     for (int i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C;
-        float m = 0.0f;
-        for (int c = 0; c < C; c++) m += x[c];
-        m /= C;
-        float v = 0.0f;
-        for (int c = 0; c < C; c++) { float d = x[c] - m; v += d * d; }
-        v /= C;
+        float m = layernorm_row_sum(x, 0.0f, 0, C) / C;
+        float v = layernorm_row_sum(x, m, 1, C) / C;
         float s = 1.0f / sqrtf(v + 1e-5f);
         float *o = out + (size_t)i * C;
         for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
@@ -97,6 +114,28 @@ static void column_sum_accumulate(float *out, const float *a, int N, int C) {
     }
 }
 
+// One row of the LayerNorm backward's reductions (in layernorm_row_sum's
+// order): *dnorm_sum = sum of weight * dout, *dnorm_norm_sum = sum of
+// weight * dout * (x - m) * s.
+static inline void layernorm_row_sums(float *dnorm_sum, float *dnorm_norm_sum, const float *x, const float *d,
+                                      const float *weight, float m, float s, int C) {
+    vf a = vf_set1(0.0f), b = vf_set1(0.0f);
+    int c = 0;
+    for (; c + VEC_LANES <= C; c += VEC_LANES) {
+        vf dnorm = vf_load(weight + c) * vf_load(d + c);
+        a += dnorm;
+        b += dnorm * ((vf_load(x + c) - m) * s);
+    }
+    float sa = vf_hsum_tree(a), sb = vf_hsum_tree(b);
+    for (; c < C; c++) {
+        float dnorm = weight[c] * d[c];
+        sa += dnorm;
+        sb += dnorm * ((x[c] - m) * s);
+    }
+    *dnorm_sum = sa;
+    *dnorm_norm_sum = sb;
+}
+
 // dinp (N,C) += d/dinp; dweight (C) += ...; dbias (C) += ... .
 static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                                const float *weight, const float *mean, const float *rstd, int N, int C) {
@@ -106,13 +145,8 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
         const float *d = dout + (size_t)i * C;
         const float *x = inp + (size_t)i * C;
         float m = mean[i], s = rstd[i];
-        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-        for (int c = 0; c < C; c++) {
-            float norm = (x[c] - m) * s;
-            float dnorm = weight[c] * d[c];
-            dnorm_mean += dnorm;
-            dnorm_norm_mean += dnorm * norm;
-        }
+        float dnorm_mean, dnorm_norm_mean;
+        layernorm_row_sums(&dnorm_mean, &dnorm_norm_mean, x, d, weight, m, s, C);
         dnorm_mean /= C;
         dnorm_norm_mean /= C;
         float *di = dinp + (size_t)i * C;
@@ -174,21 +208,9 @@ static void gelu_span(float *out, const float *inp, size_t n) {
         memcpy(out + i, &y, len * sizeof(float));
     }
 }
-static void gelu_forward(float *out, const float *inp, size_t n) {
-    KERNEL_TEAM(gelu_forward(out, inp, n));
-    const size_t block = 64 * VEC_LANES;
-    size_t blocks = (n + block - 1) / block;
-#pragma omp for schedule(static)
-    for (size_t b = 0; b < blocks; b++)
-        gelu_span(out + b * block, inp + b * block, n - b * block < block ? n - b * block : block);
-}
-
-static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {
-    KERNEL_TEAM(gelu_backward_inplace(dinout, inp, n));
-    size_t blocks = (n + VEC_LANES - 1) / VEC_LANES;
-#pragma omp for schedule(static)
-    for (size_t b = 0; b < blocks; b++) {
-        size_t i = b * VEC_LANES, len = n - i < VEC_LANES ? n - i : VEC_LANES;
+static void gelu_grad_span(float *dinout, const float *inp, size_t n) {
+    for (size_t i = 0; i < n; i += VEC_LANES) {
+        size_t len = n - i < VEC_LANES ? n - i : VEC_LANES;
         if (len == VEC_LANES) { vf_store(dinout + i, gelu_grad_vec(vf_load(inp + i), vf_load(dinout + i))); continue; }
         float x[VEC_LANES] = {0}, d[VEC_LANES] = {0};
         memcpy(x, inp + i, len * sizeof(float));
@@ -196,6 +218,19 @@ static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {
         vf g = gelu_grad_vec(vf_load(x), vf_load(d));
         memcpy(dinout + i, &g, len * sizeof(float));
     }
+}
+// span (gelu_span or gelu_grad_span) over n elements, in blocks the team shares
+static void gelu_team(void (*span)(float *, const float *, size_t), float *out, const float *inp, size_t n) {
+    KERNEL_TEAM(gelu_team(span, out, inp, n));
+    const size_t block = 64 * VEC_LANES;
+    size_t blocks = (n + block - 1) / block;
+#pragma omp for schedule(static)
+    for (size_t b = 0; b < blocks; b++)
+        span(out + b * block, inp + b * block, n - b * block < block ? n - b * block : block);
+}
+static void gelu_forward(float *out, const float *inp, size_t n) { gelu_team(gelu_span, out, inp, n); }
+static void gelu_backward_inplace(float *dinout, const float *inp, size_t n) {
+    gelu_team(gelu_grad_span, dinout, inp, n);
 }
 
 // ---------------------------------------------------------------------------
@@ -227,10 +262,23 @@ static void linear_forward(float *out, const float *inp, const float *weight, co
     linear_act_forward(out, NULL, inp, weight, bias, residual, N, IC, OC);
 }
 
-// dinp (N,IC) = dout @ weight (overwritten): the input gradient (B).
+// dinp (N,IC) = dout @ weight (overwritten): the input gradient (B). With
+// gelu_inp (N,IC), the input of a GELU that fed this layer, dinp is taken on
+// through it (dinp * GELU'(gelu_inp), as gelu_backward_inplace): each thread
+// on its slice of the product while in cache, one barrier at the end.
+static void linear_act_backward_input(float *dinp, const float *gelu_inp, const float *dout, const float *weight,
+                                      int N, int IC, int OC) {
+    KERNEL_TEAM(linear_act_backward_input(dinp, gelu_inp, dout, weight, N, IC, OC));
+    MatmulBackend be = matmul_team_backend(0, 0, N, IC, OC, 0.0f);
+    MatmulSlice s = matmul_team_slice(N, IC);
+    matmul_slice(be, s, 0, 0, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
+    if (gelu_inp)
+        for (int i = s.i0; i < s.i0 + s.rows; i++)
+            gelu_grad_span(dinp + (size_t)i * IC + s.j0, gelu_inp + (size_t)i * IC + s.j0, (size_t)s.cols);
+#pragma omp barrier
+}
 static void linear_backward_input(float *dinp, const float *dout, const float *weight, int N, int IC, int OC) {
-    KERNEL_TEAM(linear_backward_input(dinp, dout, weight, N, IC, OC));
-    matmul_team(0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
+    linear_act_backward_input(dinp, NULL, dout, weight, N, IC, OC);
 }
 
 // dweight (OC,IC) += dout^T @ inp; dbias (OC) += column sums of dout: the weight gradient (W).

@@ -394,7 +394,10 @@ static int gpt_sample_row(GPT *m, const GPTActivations *a, int row, const Sample
 // instead of each forking its own. `team` holds without tensor parallelism
 // (and, in the backward, without a split backward): then the collectives and
 // copies among the statements do nothing, and no single-threaded step is left
-// in the team. Otherwise the statements run as they are, each kernel with its own team.
+// in the team; a layer is then one team, its attention included, unless
+// context parallelism exchanges around the attention (then the stretches
+// before and after it are). Otherwise the statements run as they are, each
+// kernel with its own team.
 #define GPT_TEAM(team, ...)                            \
     do {                                               \
         if (team) {                                    \
@@ -429,17 +432,25 @@ static void gpt_layer_forward(GPT *m, GPTActivations *a, int l, int B, int T, in
     const int team = m->tp.size == 1;  // (GPT_TEAM)
     LayerTensors w = layer_tensors(&m->layout, m->params, l);
     float *residual = l == a->l0 ? a->encoded : a->residual3[l - 1];
-    GPT_TEAM(team,
-        gpt_layernorm_gathered(m, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C);
-        linear_forward(a->qkv[l], a->ln1[l], w.qkvw, w.qkvb, NULL, N, C, 3 * Cl));
-    gpt_attention_forward(m, a, l, a->atty[l], B, T);
-    GPT_TEAM(team,
-        gpt_row_parallel_forward(m, a, a->residual2[l], a->atty[l], w.attprojw, w.attprojb, residual, N, Cl, C);
-        gpt_layernorm_gathered(m, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w.ln2w, w.ln2b, N, C);
-        linear_act_forward(a->fch[l], a->fch_gelu[l], a->ln2[l], w.fcw, w.fcb, NULL, N, C, 4 * Cl);
-        if (!recompute)
-            gpt_row_parallel_forward(m, a, a->residual3[l], a->fch_gelu[l], w.fcprojw, w.fcprojb, a->residual2[l], N,
-                                     4 * Cl, C));
+#define LAYER_QKV                                                                                                  \
+    gpt_layernorm_gathered(m, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C);         \
+    linear_forward(a->qkv[l], a->ln1[l], w.qkvw, w.qkvb, NULL, N, C, 3 * Cl)
+#define LAYER_OUT                                                                                                  \
+    gpt_row_parallel_forward(m, a, a->residual2[l], a->atty[l], w.attprojw, w.attprojb, residual, N, Cl, C);      \
+    gpt_layernorm_gathered(m, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w.ln2w, w.ln2b, N, C);  \
+    linear_act_forward(a->fch[l], a->fch_gelu[l], a->ln2[l], w.fcw, w.fcb, NULL, N, C, 4 * Cl);                   \
+    if (!recompute)                                                                                                \
+        gpt_row_parallel_forward(m, a, a->residual3[l], a->fch_gelu[l], w.fcprojw, w.fcprojb, a->residual2[l], N, \
+                                 4 * Cl, C)
+    if (team && m->cp.size == 1) {  // the attention in the same team (context parallel's exchanges run outside one)
+        GPT_TEAM(1, LAYER_QKV; gpt_attention_forward(m, a, l, a->atty[l], B, T); LAYER_OUT);
+    } else {
+        GPT_TEAM(team, LAYER_QKV);
+        gpt_attention_forward(m, a, l, a->atty[l], B, T);
+        GPT_TEAM(team, LAYER_OUT);
+    }
+#undef LAYER_QKV
+#undef LAYER_OUT
 }
 
 // What layer l's backward reads and its recompute policy did not keep, filled
@@ -615,41 +626,52 @@ static void gpt_stage_backward(GPT *m, GPTActivations *a) {
             memcpy(a->dmlp_out[l], dout, sizeof(float) * (size_t)N * C);
             d.dmlp_out = a->dmlp_out[l];
         }
-        GPT_TEAM(team,
-            linear_backward_input(a->dbig, dout, w.fcprojw, N, 4 * Cl, C);
-            if (!split) {
-                linear_backward_weight(g.fcprojw, NULL, dout, a->fch_gelu[l], N, 4 * Cl, C);
-                column_sum_accumulate(g.fcprojb, dres, Nl, C);
+#define MLP_BACKWARD                                                                                             \
+    linear_act_backward_input(a->dbig, a->fch[l], dout, w.fcprojw, N, 4 * Cl, C);                                \
+    if (!split) {                                                                                                \
+        linear_backward_weight(g.fcprojw, NULL, dout, a->fch_gelu[l], N, 4 * Cl, C);                             \
+        column_sum_accumulate(g.fcprojb, dres, Nl, C);                                                           \
+    }                                                                                                            \
+    if (split) memcpy(a->dfch[l], a->dbig, sizeof(float) * (size_t)N * 4 * Cl);                                  \
+    linear_backward_input(a->dln, a->dbig, w.fcw, N, C, 4 * Cl);                                                 \
+    if (!split) linear_backward_weight(g.fcw, g.fcb, a->dbig, a->ln2[l], N, C, 4 * Cl);                          \
+    gpt_column_parallel_complete(m, a, a->dln, N, C);                                                            \
+    layernorm_backward(dres, g.ln2w, g.ln2b, a->dln, a->residual2[l], w.ln2w, a->ln2_mean[l], a->ln2_rstd[l], Nl, \
+                       C)
+#define ATTPROJ_BACKWARD                                                                                         \
+    linear_backward_input(a->datty, dout, w.attprojw, N, Cl, C);                                                 \
+    if (!split) {                                                                                                \
+        linear_backward_weight(g.attprojw, NULL, dout, a->atty[l], N, Cl, C);                                    \
+        column_sum_accumulate(g.attprojb, dres, Nl, C);                                                          \
+    }
+#define ATTENTION_BACKWARD                                                                                       \
+    if (m->cp.size > 1)                                                                                          \
+        cp_attention_backward(&m->cp, a->cp, gpt_cp_slot(m, l), (float *)d.dqkv, a->datty, a->qkv[l], B);       \
+    else attention_backward((float *)d.dqkv, a->att_scratch, a->datty, a->qkv[l], a->att[l], B, T, Cl, NHl)
+#define QKV_BACKWARD                                                                                             \
+    linear_backward_input(a->dln, d.dqkv, w.qkvw, N, C, 3 * Cl);                                                 \
+    if (!split) linear_backward_weight(g.qkvw, g.qkvb, d.dqkv, a->ln1[l], N, C, 3 * Cl);                         \
+    gpt_column_parallel_complete(m, a, a->dln, N, C);                                                            \
+    layernorm_backward(dres, g.ln1w, g.ln1b, a->dln, residual, w.ln1w, a->ln1_mean[l], a->ln1_rstd[l], Nl, C)
+        if (team && m->cp.size == 1) {  // one team for the layer: dout stays dres (no sequence parallel or split)
+            GPT_TEAM(1, MLP_BACKWARD; ATTPROJ_BACKWARD; ATTENTION_BACKWARD; QKV_BACKWARD);
+        } else {
+            GPT_TEAM(team, MLP_BACKWARD);
+            // dres: gradient w.r.t. residual2 = residual + attn(ln1(residual))
+            dout = gpt_dres_gathered(m, a, dres, N, C);
+            d.datt_out = dout;
+            if (split) {
+                memcpy(a->datt_out[l], dout, sizeof(float) * (size_t)N * C);
+                d.datt_out = a->datt_out[l];
             }
-            gelu_backward_inplace(a->dbig, a->fch[l], (size_t)N * 4 * Cl);
-            if (split) memcpy(a->dfch[l], a->dbig, sizeof(float) * (size_t)N * 4 * Cl);
-            linear_backward_input(a->dln, a->dbig, w.fcw, N, C, 4 * Cl);
-            if (!split) linear_backward_weight(g.fcw, g.fcb, a->dbig, a->ln2[l], N, C, 4 * Cl);
-            gpt_column_parallel_complete(m, a, a->dln, N, C);
-            layernorm_backward(dres, g.ln2w, g.ln2b, a->dln, a->residual2[l], w.ln2w, a->ln2_mean[l], a->ln2_rstd[l],
-                               Nl, C));
-        // dres: gradient w.r.t. residual2 = residual + attn(ln1(residual))
-        dout = gpt_dres_gathered(m, a, dres, N, C);
-        d.datt_out = dout;
-        if (split) {
-            memcpy(a->datt_out[l], dout, sizeof(float) * (size_t)N * C);
-            d.datt_out = a->datt_out[l];
+            GPT_TEAM(team, ATTPROJ_BACKWARD);
+            ATTENTION_BACKWARD;
+            GPT_TEAM(team, QKV_BACKWARD);
         }
-        GPT_TEAM(team,
-            linear_backward_input(a->datty, dout, w.attprojw, N, Cl, C);
-            if (!split) {
-                linear_backward_weight(g.attprojw, NULL, dout, a->atty[l], N, Cl, C);
-                column_sum_accumulate(g.attprojb, dres, Nl, C);
-            });
-        if (m->cp.size > 1)
-            cp_attention_backward(&m->cp, a->cp, gpt_cp_slot(m, l), (float *)d.dqkv, a->datty, a->qkv[l], B);
-        else attention_backward((float *)d.dqkv, a->att_scratch, a->datty, a->qkv[l], a->att[l], B, T, Cl, NHl);
-        GPT_TEAM(team,
-            linear_backward_input(a->dln, d.dqkv, w.qkvw, N, C, 3 * Cl);
-            if (!split) linear_backward_weight(g.qkvw, g.qkvb, d.dqkv, a->ln1[l], N, C, 3 * Cl);
-            gpt_column_parallel_complete(m, a, a->dln, N, C);
-            layernorm_backward(dres, g.ln1w, g.ln1b, a->dln, residual, w.ln1w, a->ln1_mean[l], a->ln1_rstd[l], Nl,
-                               C));
+#undef MLP_BACKWARD
+#undef ATTPROJ_BACKWARD
+#undef ATTENTION_BACKWARD
+#undef QKV_BACKWARD
         if (!split) gpt_hooks_grads_ready(&m->hooks, l + 1);
     }
     if (!split && l0 == 0) gpt_embedding_backward(m, a);

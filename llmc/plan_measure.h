@@ -92,8 +92,7 @@ static StageKernelTimes plan_measure_stage(const GPTConfig *cfg, int B, int T, i
             linear_forward(p[DX], p[GELU], p[W], p[BIAS], NULL, N, 4 * Cl, C);
         });
         PLAN_TIME(t.layer_b_input, {
-            linear_backward_input(p[DBIG], p[X], p[W], N, 4 * Cl, C);
-            gelu_backward_inplace(p[DBIG], p[FCH], n4);
+            linear_act_backward_input(p[DBIG], p[FCH], p[X], p[W], N, 4 * Cl, C);
             linear_backward_input(p[Y], p[DBIG], p[W], N, C, 4 * Cl);
             layernorm_backward(p[DX], p[DW], p[DW], p[Y], p[X], p[BIAS], p[MEAN], p[RSTD], Nl, C);
             linear_backward_input(p[ATTY], p[X], p[W], N, Cl, C);

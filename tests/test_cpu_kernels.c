@@ -6,7 +6,9 @@
 // across its block edges, all four transposes, alpha/beta, leading dimensions
 // wider than the matrix, misaligned pointers and 1 vs 2 threads (bit-equal);
 // the llmc/cpu_vec.h reductions, exp/tanh, GELU and its gradient at lengths
-// around the vector width and misaligned; the gradient norm's sum of squares;
+// around the vector width and misaligned; LayerNorm forward and backward at
+// widths around the vector width, 1 vs 2 threads; the linear input gradient
+// fused with GELU's; the gradient norm's sum of squares;
 // the causal attention (forward, lse, backward; context parallel's offset
 // queries) at lengths around its blocks against double, 1 vs 2 threads;
 // AdamW with a checkpoint's staging copy made in the update against the update
@@ -245,6 +247,130 @@ static void test_vec_elementwise(void) {
     free(buf);
 }
 
+// linear_act_backward_input (the MLP projection's input gradient through the GELU, each thread on its
+// slice of the product) against double and, bit for bit, against the unfused pair it replaces
+// (linear_backward_input, then gelu_backward_inplace), on 1 and 2 threads: shapes split by rows
+// (N >= IC) and by columns, with partial vectors and tiles.
+static void test_linear_gelu_backward(void) {
+    const int shapes[][3] = {{37, 3 * VEC_LANES + 5, 29}, {13, 7 * VEC_LANES + 3, 40}};  // N, IC, OC
+    double worst = 0;
+    int bad_fused = 0;
+    Rng rng;
+    rng_seed(&rng, 41);
+    for (int si = 0; si < 2; si++) {
+        int N = shapes[si][0], IC = shapes[si][1], OC = shapes[si][2];
+        size_t ni = (size_t)N * IC;
+        float *dout = (float *)mallocCheck(sizeof(float) * (size_t)N * OC), *w = (float *)mallocCheck(sizeof(float) * (size_t)OC * IC);
+        float *x = (float *)mallocCheck(sizeof(float) * ni), *got = (float *)mallocCheck(sizeof(float) * ni);
+        float *plain = (float *)mallocCheck(sizeof(float) * ni);
+        double *want = (double *)mallocCheck(sizeof(double) * ni);
+        rng_normal_fill(&rng, dout, (int64_t)N * OC, 1.0f);
+        rng_normal_fill(&rng, w, (int64_t)OC * IC, 0.3f);
+        rng_normal_fill(&rng, x, (int64_t)ni, 2.0f);
+        const double s2pi = sqrt(2.0 / M_PI);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < IC; j++) {
+                double d = 0, xi = x[(size_t)i * IC + j];
+                for (int k = 0; k < OC; k++) d += (double)dout[(size_t)i * OC + k] * w[(size_t)k * IC + j];
+                double th = tanh(s2pi * (xi + 0.044715 * xi * xi * xi));
+                want[(size_t)i * IC + j] =
+                    d * (0.5 * (1.0 + th) + 0.5 * xi * (1.0 - th * th) * s2pi * (1.0 + 3.0 * 0.044715 * xi * xi));
+            }
+        for (int threads = 1; threads <= 2; threads++) {
+#ifdef _OPENMP
+            int saved = omp_get_max_threads();
+            omp_set_num_threads(threads);
+#endif
+            linear_act_backward_input(got, x, dout, w, N, IC, OC);
+            linear_backward_input(plain, dout, w, N, IC, OC);
+            gelu_backward_inplace(plain, x, ni);
+#ifdef _OPENMP
+            omp_set_num_threads(saved);
+#endif
+            bad_fused += memcmp(got, plain, sizeof(float) * ni) != 0;
+            double e = max_scaled_diff(got, want, (int)ni);
+            worst = e > worst || e != e ? e : worst;
+        }
+        free(dout); free(w); free(x); free(got); free(plain); free(want);
+    }
+    test_result(worst < 1e-5 && bad_fused == 0,
+                "linear input gradient through GELU, fused: against double %.1e, the same bits as the unfused pair "
+                "(%s, 1 and 2 threads, split by rows and by columns)", worst, matmul_backend_name());
+}
+
+// layernorm_forward/backward against double at widths C around the vector (a tail alone, full
+// vectors and a tail, the model's 128), rows misaligned by a float: out, mean, rstd; dinp, dweight and
+// dbias added to what they held; 1 and 2 threads give the same bits.
+static void test_layernorm(void) {
+    const int Cs[] = {2, VEC_LANES - 1, VEC_LANES, 2 * VEC_LANES + 3, 128, 203}, N = 7;
+    double worst[6] = {0};  // out, mean, rstd, dinp, dweight, dbias
+    int bad_threads = 0;
+    Rng rng;
+    rng_seed(&rng, 33);
+    for (size_t ci = 0; ci < sizeof(Cs) / sizeof(Cs[0]); ci++) {
+        int C = Cs[ci];
+        size_t nc = (size_t)N * C;
+        float *buf = (float *)mallocCheck(sizeof(float) * (6 * nc + 8 * C + 4 * N + 16));
+        float *x = buf + 1, *dout = x + nc, *out = dout + nc, *dinp = out + nc, *out1 = dinp + nc, *dinp1 = out1 + nc;
+        float *w = dinp1 + nc, *b = w + C, *dw = b + C, *db = dw + C, *dw1 = db + C, *db1 = dw1 + C;
+        float *mean = db1 + C, *rstd = mean + N, *mean1 = rstd + N, *rstd1 = mean1 + N;
+        rng_normal_fill(&rng, x, (int64_t)nc, 2.0f);
+        for (size_t i = 0; i < nc; i++) x[i] += 3.0f;  // (a mean away from zero)
+        rng_normal_fill(&rng, dout, (int64_t)nc, 1.0f);
+        rng_normal_fill(&rng, dinp, (int64_t)nc, 1.0f);
+        rng_normal_fill(&rng, w, 4 * C, 1.0f);  // w, b, and the gradients' starting values
+        memcpy(dinp1, dinp, sizeof(float) * nc);
+        memcpy(dw1, dw, sizeof(float) * 2 * C);
+        double *want = (double *)callocCheck(nc + 2 * (size_t)C, sizeof(double)), *wdw = want + nc, *wdb = wdw + C;
+        double e[6] = {0};
+        for (int c = 0; c < C; c++) wdw[c] = dw[c], wdb[c] = db[c];
+        layernorm_forward(out, mean, rstd, x, w, b, N, C);
+        layernorm_backward(dinp, dw, db, dout, x, w, mean, rstd, N, C);
+        for (int i = 0; i < N; i++) {
+            const float *xi = x + (size_t)i * C, *di = dout + (size_t)i * C;
+            double m = 0, v = 0, sd = 0, sdn = 0;
+            for (int c = 0; c < C; c++) m += xi[c];
+            m /= C;
+            for (int c = 0; c < C; c++) v += (xi[c] - m) * (xi[c] - m);
+            double s = 1.0 / sqrt(v / C + 1e-5);
+            for (int c = 0; c < C; c++) {
+                double n = (xi[c] - m) * s, dn = (double)w[c] * di[c];
+                want[(size_t)i * C + c] = n * w[c] + b[c];
+                sd += dn, sdn += dn * n;
+                wdw[c] += n * di[c], wdb[c] += di[c];
+            }
+            e[0] = fmax(e[0], max_scaled_diff(out + (size_t)i * C, want + (size_t)i * C, C));
+            e[1] = fmax(e[1], fabs(mean[i] - m) / fmax(fabs(m), 1.0));
+            e[2] = fmax(e[2], fabs(rstd[i] - s) / s);
+            for (int c = 0; c < C; c++) {
+                double n = (xi[c] - m) * s, dn = (double)w[c] * di[c];
+                want[(size_t)i * C + c] = dinp1[(size_t)i * C + c] + (dn - sd / C - n * sdn / C) * s;
+            }
+        }
+        e[3] = max_scaled_diff(dinp, want, (int)nc);
+        e[4] = max_scaled_diff(dw, wdw, C);
+        e[5] = max_scaled_diff(db, wdb, C);
+        for (int j = 0; j < 6; j++) worst[j] = e[j] > worst[j] || e[j] != e[j] ? e[j] : worst[j];
+#ifdef _OPENMP
+        int saved = omp_get_max_threads();
+        omp_set_num_threads(1);
+#endif
+        layernorm_forward(out1, mean1, rstd1, x, w, b, N, C);
+        layernorm_backward(dinp1, dw1, db1, dout, x, w, mean1, rstd1, N, C);
+#ifdef _OPENMP
+        omp_set_num_threads(saved);
+#endif
+        bad_threads += memcmp(out, out1, sizeof(float) * nc) || memcmp(mean, mean1, sizeof(float) * 2 * N) ||
+                       memcmp(dinp, dinp1, sizeof(float) * nc) || memcmp(dw, dw1, sizeof(float) * 2 * C);
+        free(buf); free(want);
+    }
+    test_result(worst[0] < 2e-6 && worst[1] < 1e-6 && worst[2] < 1e-6 && worst[3] < 2e-6 && worst[4] < 2e-6 &&
+                    worst[5] < 1e-6 && bad_threads == 0,
+                "LayerNorm forward (out %.1e, mean %.1e, rstd %.1e) and backward (dinp %.1e, dweight %.1e, dbias %.1e) "
+                "against double at C = 2 to %d (%s); 1 and %d threads the same bits", worst[0], worst[1], worst[2],
+                worst[3], worst[4], worst[5], Cs[5], VEC_ISA, omp_threads());
+}
+
 // One head's causal attention in double, as cpu_layers.h's attention_head_forward/backward take it: Tq
 // queries at positions pos0.. over the keys [0, pos0 + Tq), rows ld apart (q, dout: their own; k, v: ldkv);
 // p (Tq x n), lse, out (Tq x hs); dq (Tq x hs), dk and dv (n x hs) added to.
@@ -476,6 +602,8 @@ int main(void) {
     test_matmul_native();
     test_vec_reductions();
     test_vec_elementwise();
+    test_layernorm();
+    test_linear_gelu_backward();
     test_sum_of_squares();
     test_attention();
     test_adamw_staged();

@@ -80,6 +80,9 @@ static OpStat *op_row(const char *name) {
 #define linear_backward_input(dinp, dout, w, N, IC, OC)                               \
     PROFV("linear dinp", D(N) * (OC) + D(IC) * (OC) + D(N) * (IC), 2 * D(N) * (IC) * (OC), \
           linear_backward_input(dinp, dout, w, N, IC, OC))
+#define linear_act_backward_input(dinp, g, dout, w, N, IC, OC)                                       \
+    PROFV("linear dinp+gelu", D(N) * (OC) + D(IC) * (OC) + 3 * D(N) * (IC), 2 * D(N) * (IC) * (OC), \
+          linear_act_backward_input(dinp, g, dout, w, N, IC, OC))
 #define linear_backward_weight(dw, db, dout, inp, N, IC, OC)                          \
     PROFV("linear dweight", D(N) * (OC) + D(N) * (IC) + 2 * D(IC) * (OC), 2 * D(N) * (IC) * (OC), \
           linear_backward_weight(dw, db, dout, inp, N, IC, OC))
