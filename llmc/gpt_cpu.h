@@ -423,6 +423,43 @@ static void gpt_attention_forward(GPT *m, GPTActivations *a, int l, float *out, 
     else attention_forward(out, a->att[l], NULL, a->qkv[l], B, T, Cl, NHl);
 }
 
+// One layer's pass on a micro-batch: what its stretches of kernels below
+// read. Each stretch is a function so that GPT_TEAM runs one, or the whole
+// layer, in a team (its kernels work-share the team's threads).
+typedef struct {
+    GPT *m;
+    GPTActivations *a;
+    int l, B, T, N, Nl, C, Cl, NHl;  // N = B*T rows, Nl of them the rank's (sequence parallel); Cl, NHl the rank's
+    int split;                       // backward: input gradients only (gpt_stage_backward_weights adds the rest)
+    LayerTensors w, g;               // the layer's weights; (backward) its gradients
+    float *residual;                 // (N,C) the layer's input
+    float *dres;                     // backward: (Nl,C) the residual stream's gradient, accumulated into
+} LayerPass;
+
+// ln1 (N,C), then qkv (N,3Cl).
+static void layer_qkv_forward(const LayerPass *p) {
+    GPTActivations *a = p->a;
+    int l = p->l;
+    gpt_layernorm_gathered(p->m, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], p->residual, p->w.ln1w, p->w.ln1b, p->N,
+                           p->C);
+    linear_forward(a->qkv[l], a->ln1[l], p->w.qkvw, p->w.qkvb, NULL, p->N, p->C, 3 * p->Cl);
+}
+
+// After the attention: residual2 = residual + proj(atty), ln2, fch and its
+// GELU (N,4Cl), and (not `recompute`) residual3 = residual2 + proj(fch_gelu).
+static void layer_out_forward(const LayerPass *p, int recompute) {
+    GPT *m = p->m;
+    GPTActivations *a = p->a;
+    const LayerTensors *w = &p->w;
+    int l = p->l, N = p->N, C = p->C, Cl = p->Cl;
+    gpt_row_parallel_forward(m, a, a->residual2[l], a->atty[l], w->attprojw, w->attprojb, p->residual, N, Cl, C);
+    gpt_layernorm_gathered(m, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w->ln2w, w->ln2b, N, C);
+    linear_act_forward(a->fch[l], a->fch_gelu[l], a->ln2[l], w->fcw, w->fcb, NULL, N, C, 4 * Cl);
+    if (!recompute)
+        gpt_row_parallel_forward(m, a, a->residual3[l], a->fch_gelu[l], w->fcprojw, w->fcprojb, a->residual2[l], N,
+                                 4 * Cl, C);
+}
+
 // Layer l's forward on a micro-batch (B,T) from its input (the stage's, or
 // the layer before's output) to residual3[l]. With `recompute` (its buffers
 // filled again before its backward) it stops before the MLP's projection:
@@ -432,25 +469,15 @@ static void gpt_layer_forward(GPT *m, GPTActivations *a, int l, int B, int T, in
     const int team = m->tp.size == 1;  // (GPT_TEAM)
     LayerTensors w = layer_tensors(&m->layout, m->params, l);
     float *residual = l == a->l0 ? a->encoded : a->residual3[l - 1];
-#define LAYER_QKV                                                                                                  \
-    gpt_layernorm_gathered(m, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], residual, w.ln1w, w.ln1b, N, C);         \
-    linear_forward(a->qkv[l], a->ln1[l], w.qkvw, w.qkvb, NULL, N, C, 3 * Cl)
-#define LAYER_OUT                                                                                                  \
-    gpt_row_parallel_forward(m, a, a->residual2[l], a->atty[l], w.attprojw, w.attprojb, residual, N, Cl, C);      \
-    gpt_layernorm_gathered(m, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->residual2[l], w.ln2w, w.ln2b, N, C);  \
-    linear_act_forward(a->fch[l], a->fch_gelu[l], a->ln2[l], w.fcw, w.fcb, NULL, N, C, 4 * Cl);                   \
-    if (!recompute)                                                                                                \
-        gpt_row_parallel_forward(m, a, a->residual3[l], a->fch_gelu[l], w.fcprojw, w.fcprojb, a->residual2[l], N, \
-                                 4 * Cl, C)
+    LayerPass p = {m, a, l, B, T, N, N, C, Cl, m->cfg.num_heads / m->tp.size, 0, w, w, residual, NULL};
     if (team && m->cp.size == 1) {  // the attention in the same team (context parallel's exchanges run outside one)
-        GPT_TEAM(1, LAYER_QKV; gpt_attention_forward(m, a, l, a->atty[l], B, T); LAYER_OUT);
+        GPT_TEAM(1, layer_qkv_forward(&p); gpt_attention_forward(m, a, l, a->atty[l], B, T);
+                 layer_out_forward(&p, recompute));
     } else {
-        GPT_TEAM(team, LAYER_QKV);
+        GPT_TEAM(team, layer_qkv_forward(&p));
         gpt_attention_forward(m, a, l, a->atty[l], B, T);
-        GPT_TEAM(team, LAYER_OUT);
+        GPT_TEAM(team, layer_out_forward(&p, recompute));
     }
-#undef LAYER_QKV
-#undef LAYER_OUT
 }
 
 // What layer l's backward reads and its recompute policy did not keep, filled
@@ -585,6 +612,61 @@ static void gpt_embedding_backward(GPT *m, GPTActivations *a) {
     gpt_hooks_grads_ready(&m->hooks, 0);
 }
 
+// The MLP's backward from dout (N,C), the gradient of residual3: dbig (N,4Cl)
+// through GELU, (not split) fcproj's and fc's weight gradients, ln2's into
+// dres (+=).
+static void layer_mlp_backward(const LayerPass *p, const float *dout) {
+    GPT *m = p->m;
+    GPTActivations *a = p->a;
+    const LayerTensors *w = &p->w, *g = &p->g;
+    int l = p->l, N = p->N, Nl = p->Nl, C = p->C, Cl = p->Cl;
+    linear_act_backward_input(a->dbig, a->fch[l], dout, w->fcprojw, N, 4 * Cl, C);
+    if (!p->split) {
+        linear_backward_weight(g->fcprojw, NULL, dout, a->fch_gelu[l], N, 4 * Cl, C);
+        column_sum_accumulate(g->fcprojb, p->dres, Nl, C);
+    }
+    if (p->split) memcpy(a->dfch[l], a->dbig, sizeof(float) * (size_t)N * 4 * Cl);
+    linear_backward_input(a->dln, a->dbig, w->fcw, N, C, 4 * Cl);
+    if (!p->split) linear_backward_weight(g->fcw, g->fcb, a->dbig, a->ln2[l], N, C, 4 * Cl);
+    gpt_column_parallel_complete(m, a, a->dln, N, C);
+    layernorm_backward(p->dres, g->ln2w, g->ln2b, a->dln, a->residual2[l], w->ln2w, a->ln2_mean[l], a->ln2_rstd[l],
+                       Nl, C);
+}
+
+// The attention projection's backward from dout (N,C), the gradient of
+// residual2: datty (N,Cl), (not split) its weight gradients.
+static void layer_attproj_backward(const LayerPass *p, const float *dout) {
+    GPTActivations *a = p->a;
+    int l = p->l;
+    linear_backward_input(a->datty, dout, p->w.attprojw, p->N, p->Cl, p->C);
+    if (!p->split) {
+        linear_backward_weight(p->g.attprojw, NULL, dout, a->atty[l], p->N, p->Cl, p->C);
+        column_sum_accumulate(p->g.attprojb, p->dres, p->Nl, p->C);
+    }
+}
+
+// The attention's backward from datty: dqkv (N,3Cl) overwritten.
+static void layer_attention_backward(const LayerPass *p, const float *dqkv) {
+    GPTActivations *a = p->a;
+    int l = p->l;
+    if (p->m->cp.size > 1)
+        cp_attention_backward(&p->m->cp, a->cp, gpt_cp_slot(p->m, l), (float *)dqkv, a->datty, a->qkv[l], p->B);
+    else attention_backward((float *)dqkv, a->att_scratch, a->datty, a->qkv[l], a->att[l], p->B, p->T, p->Cl, p->NHl);
+}
+
+// qkv's backward from dqkv: (not split) its weight gradients, ln1's into dres (+=).
+static void layer_qkv_backward(const LayerPass *p, const float *dqkv) {
+    GPT *m = p->m;
+    GPTActivations *a = p->a;
+    const LayerTensors *w = &p->w, *g = &p->g;
+    int l = p->l, N = p->N, C = p->C, Cl = p->Cl;
+    linear_backward_input(a->dln, dqkv, w->qkvw, N, C, 3 * Cl);
+    if (!p->split) linear_backward_weight(g->qkvw, g->qkvb, dqkv, a->ln1[l], N, C, 3 * Cl);
+    gpt_column_parallel_complete(m, a, a->dln, N, C);
+    layernorm_backward(p->dres, g->ln1w, g->ln1b, a->dln, p->residual, w->ln1w, a->ln1_mean[l], a->ln1_rstd[l], p->Nl,
+                       C);
+}
+
 // Backward of the training forward a holds, through layers [a->l0, a->l1):
 // the gradient enters from the loss (last stage) or in a->dresidual (what the
 // stage after sent) and leaves in a->dresidual (the stage's input gradient).
@@ -626,37 +708,12 @@ static void gpt_stage_backward(GPT *m, GPTActivations *a) {
             memcpy(a->dmlp_out[l], dout, sizeof(float) * (size_t)N * C);
             d.dmlp_out = a->dmlp_out[l];
         }
-#define MLP_BACKWARD                                                                                             \
-    linear_act_backward_input(a->dbig, a->fch[l], dout, w.fcprojw, N, 4 * Cl, C);                                \
-    if (!split) {                                                                                                \
-        linear_backward_weight(g.fcprojw, NULL, dout, a->fch_gelu[l], N, 4 * Cl, C);                             \
-        column_sum_accumulate(g.fcprojb, dres, Nl, C);                                                           \
-    }                                                                                                            \
-    if (split) memcpy(a->dfch[l], a->dbig, sizeof(float) * (size_t)N * 4 * Cl);                                  \
-    linear_backward_input(a->dln, a->dbig, w.fcw, N, C, 4 * Cl);                                                 \
-    if (!split) linear_backward_weight(g.fcw, g.fcb, a->dbig, a->ln2[l], N, C, 4 * Cl);                          \
-    gpt_column_parallel_complete(m, a, a->dln, N, C);                                                            \
-    layernorm_backward(dres, g.ln2w, g.ln2b, a->dln, a->residual2[l], w.ln2w, a->ln2_mean[l], a->ln2_rstd[l], Nl, \
-                       C)
-#define ATTPROJ_BACKWARD                                                                                         \
-    linear_backward_input(a->datty, dout, w.attprojw, N, Cl, C);                                                 \
-    if (!split) {                                                                                                \
-        linear_backward_weight(g.attprojw, NULL, dout, a->atty[l], N, Cl, C);                                    \
-        column_sum_accumulate(g.attprojb, dres, Nl, C);                                                          \
-    }
-#define ATTENTION_BACKWARD                                                                                       \
-    if (m->cp.size > 1)                                                                                          \
-        cp_attention_backward(&m->cp, a->cp, gpt_cp_slot(m, l), (float *)d.dqkv, a->datty, a->qkv[l], B);       \
-    else attention_backward((float *)d.dqkv, a->att_scratch, a->datty, a->qkv[l], a->att[l], B, T, Cl, NHl)
-#define QKV_BACKWARD                                                                                             \
-    linear_backward_input(a->dln, d.dqkv, w.qkvw, N, C, 3 * Cl);                                                 \
-    if (!split) linear_backward_weight(g.qkvw, g.qkvb, d.dqkv, a->ln1[l], N, C, 3 * Cl);                         \
-    gpt_column_parallel_complete(m, a, a->dln, N, C);                                                            \
-    layernorm_backward(dres, g.ln1w, g.ln1b, a->dln, residual, w.ln1w, a->ln1_mean[l], a->ln1_rstd[l], Nl, C)
+        LayerPass p = {m, a, l, B, T, N, Nl, C, Cl, NHl, split, w, g, residual, dres};
         if (team && m->cp.size == 1) {  // one team for the layer: dout stays dres (no sequence parallel or split)
-            GPT_TEAM(1, MLP_BACKWARD; ATTPROJ_BACKWARD; ATTENTION_BACKWARD; QKV_BACKWARD);
+            GPT_TEAM(1, layer_mlp_backward(&p, dout); layer_attproj_backward(&p, dout);
+                     layer_attention_backward(&p, d.dqkv); layer_qkv_backward(&p, d.dqkv));
         } else {
-            GPT_TEAM(team, MLP_BACKWARD);
+            GPT_TEAM(team, layer_mlp_backward(&p, dout));
             // dres: gradient w.r.t. residual2 = residual + attn(ln1(residual))
             dout = gpt_dres_gathered(m, a, dres, N, C);
             d.datt_out = dout;
@@ -664,14 +721,10 @@ static void gpt_stage_backward(GPT *m, GPTActivations *a) {
                 memcpy(a->datt_out[l], dout, sizeof(float) * (size_t)N * C);
                 d.datt_out = a->datt_out[l];
             }
-            GPT_TEAM(team, ATTPROJ_BACKWARD);
-            ATTENTION_BACKWARD;
-            GPT_TEAM(team, QKV_BACKWARD);
+            GPT_TEAM(team, layer_attproj_backward(&p, dout));
+            layer_attention_backward(&p, d.dqkv);
+            GPT_TEAM(team, layer_qkv_backward(&p, d.dqkv));
         }
-#undef MLP_BACKWARD
-#undef ATTPROJ_BACKWARD
-#undef ATTENTION_BACKWARD
-#undef QKV_BACKWARD
         if (!split) gpt_hooks_grads_ready(&m->hooks, l + 1);
     }
     if (!split && l0 == 0) gpt_embedding_backward(m, a);
