@@ -19,6 +19,23 @@
 #include "llmc/rand.h"
 #include "tests/testing.h"
 
+// Sets the OpenMP threads of the next regions; returns the count before (1 without OpenMP).
+static int set_threads(int n) {
+#ifdef _OPENMP
+    int before = omp_get_max_threads();
+    omp_set_num_threads(n);
+    return before;
+#else
+    (void)n;
+    return 1;
+#endif
+}
+
+// worst[j] = max(worst[j], e[j]) for n errors, a NaN error kept (it compares false).
+static void keep_worst(double *worst, const double *e, int n) {
+    for (int j = 0; j < n; j++) worst[j] = e[j] > worst[j] || e[j] != e[j] ? e[j] : worst[j];
+}
+
 // C = alpha * op(A) @ op(B) + beta * C0 in double, rounded to float
 static void reference_matmul(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                              const float *B, int ldb, float beta, const float *C0, float *R, int ldc) {
@@ -82,14 +99,9 @@ static double check_matmul(Rng *rng, MatShape s, int ta, int tb, float alpha, fl
     if (threads_equal) {  // the same product on one thread: the same bits
         memcpy(R, Cm, sizeof(float) * nc);
         memcpy(Cm, c0, sizeof(float) * nc);
-#ifdef _OPENMP
-        int saved = omp_get_max_threads();
-        omp_set_num_threads(1);
-#endif
+        int saved = set_threads(1);
         matmul_native(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
-#ifdef _OPENMP
-        omp_set_num_threads(saved);
-#endif
+        set_threads(saved);
         if (memcmp(R, Cm, sizeof(float) * nc) != 0) e = INFINITY;
     }
     free(abuf); free(bbuf); free(cbuf); free(c0); free(R);
@@ -277,16 +289,11 @@ static void test_linear_gelu_backward(void) {
                     d * (0.5 * (1.0 + th) + 0.5 * xi * (1.0 - th * th) * s2pi * (1.0 + 3.0 * 0.044715 * xi * xi));
             }
         for (int threads = 1; threads <= 2; threads++) {
-#ifdef _OPENMP
-            int saved = omp_get_max_threads();
-            omp_set_num_threads(threads);
-#endif
+            int saved = set_threads(threads);
             linear_act_backward_input(got, x, dout, w, N, IC, OC);
             linear_backward_input(plain, dout, w, N, IC, OC);
             gelu_backward_inplace(plain, x, ni);
-#ifdef _OPENMP
-            omp_set_num_threads(saved);
-#endif
+            set_threads(saved);
             bad_fused += memcmp(got, plain, sizeof(float) * ni) != 0;
             double e = max_scaled_diff(got, want, (int)ni);
             worst = e > worst || e != e ? e : worst;
@@ -350,16 +357,11 @@ static void test_layernorm(void) {
         e[3] = max_scaled_diff(dinp, want, (int)nc);
         e[4] = max_scaled_diff(dw, wdw, C);
         e[5] = max_scaled_diff(db, wdb, C);
-        for (int j = 0; j < 6; j++) worst[j] = e[j] > worst[j] || e[j] != e[j] ? e[j] : worst[j];
-#ifdef _OPENMP
-        int saved = omp_get_max_threads();
-        omp_set_num_threads(1);
-#endif
+        keep_worst(worst, e, 6);
+        int saved = set_threads(1);
         layernorm_forward(out1, mean1, rstd1, x, w, b, N, C);
         layernorm_backward(dinp1, dw1, db1, dout, x, w, mean1, rstd1, N, C);
-#ifdef _OPENMP
-        omp_set_num_threads(saved);
-#endif
+        set_threads(saved);
         bad_threads += memcmp(out, out1, sizeof(float) * nc) || memcmp(mean, mean1, sizeof(float) * 2 * N) ||
                        memcmp(dinp, dinp1, sizeof(float) * nc) || memcmp(dw, dw1, sizeof(float) * 2 * C);
         free(buf); free(want);
@@ -464,17 +466,12 @@ static void test_attention(void) {
                     double e[6] = {max_scaled_diff(ab, p, T * T), max_scaled_diff(lse + bh * T, l, T),
                                    max_scaled_diff_2d(out + oo, C, o, T, hs)};
                     for (int j = 0; j < 3; j++) e[3 + j] = max_scaled_diff_2d(dqkv + qo + j * C, 3 * C, g + j * T * hs, T, hs);
-                    for (int j = 0; j < 6; j++) worst[j] = e[j] > worst[j] || e[j] != e[j] ? e[j] : worst[j];
+                    keep_worst(worst, e, 6);
                 }
-#ifdef _OPENMP
-            int saved = omp_get_max_threads();
-            omp_set_num_threads(1);
-#endif
+            int saved = set_threads(1);
             attention_forward(out1, att1, NULL, qkv, B, T, C, NH);
             attention_backward(dqkv1, scratch, dout, qkv, att1, B, T, C, NH);
-#ifdef _OPENMP
-            omp_set_num_threads(saved);
-#endif
+            set_threads(saved);
             bad_threads += memcmp(out, out1, sizeof(float) * nout) || memcmp(att, att1, sizeof(float) * natt) ||
                            memcmp(dqkv, dqkv1, sizeof(float) * nqkv);
             runs++;
@@ -536,14 +533,9 @@ static void test_sum_of_squares(void) {
     double want = 0;
     for (int64_t i = 0; i < n; i++) want += (double)gm[i] * gm[i];
     double got = sum_of_squares(gm, n);
-#ifdef _OPENMP
-    int saved = omp_get_max_threads();
-    omp_set_num_threads(1);
-#endif
+    int saved = set_threads(1);
     double got1 = sum_of_squares(gm, n);
-#ifdef _OPENMP
-    omp_set_num_threads(saved);
-#endif
+    set_threads(saved);
     double e = fabs(got - want) / want;
     test_result(e < 1e-7 && got == got1, "gradient norm's sum of squares: relative error %.1e vs float64, 1 and %d threads equal",
                 e, omp_threads());
