@@ -35,24 +35,29 @@ typedef struct {
     int sets[PP_MAX_CHUNKS];
 } PPRankSets;
 
+// Rank `rank`'s sets under the lists s.
+static inline PPRankSets pp_rank_sets_of(const PPSchedule *s, const PPLayout *layout, int rank) {
+    PPRankSets r;
+    memset(&r, 0, sizeof(r));
+    r.layout = layout, r.rank = rank;
+    pp_rank_sets(s, rank, NULL, r.sets);
+    return r;
+}
+
 // Every rank's sets (out: pp) under schedule kind with m micro-batches (fuse: the lists with fused
 // receives, NCCL's).
 static inline void pp_ranks_sets_count(const PPLayout *layout, PPKind kind, int m, int fuse, PPRankSets *out) {
     PPSchedule s;
     pp_schedule_lists(&s, kind, layout->pp, layout->v, m, fuse);
-    for (int r = 0; r < layout->pp; r++) {
-        memset(&out[r], 0, sizeof(out[r]));
-        out[r].layout = layout, out[r].rank = r;
-        pp_rank_sets(&s, r, NULL, out[r].sets);
-    }
+    for (int r = 0; r < layout->pp; r++) out[r] = pp_rank_sets_of(&s, layout, r);
     pp_schedule_free(&s);
 }
 // One rank's.
 static inline PPRankSets pp_rank_sets_count(const PPLayout *layout, PPKind kind, int rank, int m, int fuse) {
-    PPRankSets *all = (PPRankSets *)mallocCheck(sizeof(PPRankSets) * (size_t)layout->pp), r;
-    pp_ranks_sets_count(layout, kind, m, fuse, all);
-    r = all[rank];
-    free(all);
+    PPSchedule s;
+    pp_schedule_lists(&s, kind, layout->pp, layout->v, m, fuse);
+    PPRankSets r = pp_rank_sets_of(&s, layout, rank);
+    pp_schedule_free(&s);
     return r;
 }
 
