@@ -1,9 +1,10 @@
 // cpu_matmul.h: single-precision GEMM for the CPU trainer, row-major:
 //   C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C
 // Two backends: OpenBLAS's cblas_sgemm (built with LLMC_BLAS) and our own
-// packed, cache-blocked, OpenMP-parallel kernel written with GCC vector
-// extensions, its register tile chosen for the instruction set the build
-// targets (AVX-512 6x64, AVX2 6x16, NEON 8x12, portable 4x8: MATMUL_NATIVE_KERNEL).
+// cache-blocked, OpenMP-parallel kernel written with GCC vector extensions (B
+// packed, A packed or read in place), its register tile chosen for the
+// instruction set the build targets (AVX-512 6x64, AVX2 6x16, NEON 8x12,
+// portable 4x8: MATMUL_NATIVE_KERNEL).
 // matmul_set_backend() picks one at run time; benchmarks compare both. With
 // "tuned", matmul_team times both on each product shape the first time the
 // team multiplies it and keeps the faster for that shape (matmul_team_backend).
@@ -82,8 +83,8 @@ static inline void matmul_set_backend(const char *name) {
 // MR x NV accumulators, the NV vectors of a B row and a broadcast A value fit
 // the register file: 32 registers with AVX-512 and NEON, 16 with AVX2 and
 // SSE. MM_KC is the depth of one packed slice of B (a KC x NR strip stays in
-// L1 while every MR-row strip of A streams past it); MM_MC x MM_KB floats of A
-// are packed at once (in L2).
+// L1 while every MR-row strip of A streams past it); a block of MM_MC x MM_KB
+// floats of A is packed at once, or read in place (in L2).
 #if VEC_LANES == 16  // AVX-512: 6 x 64, 24 accumulators in zmm
 #define MM_MR 6
 #define MM_NV 4
@@ -122,15 +123,11 @@ static inline void matmul_set_backend(const char *name) {
 // what the native kernel was built for, e.g. "avx2 6x16" (the start-up line prints it)
 #define MATMUL_NATIVE_KERNEL VEC_ISA " " MM_STR(MM_MR) "x" MM_STR(MM_NR)
 
-// element (i, k) of op(A)
-#define MM_A(i, k) (transA ? A[(size_t)(k) * lda + (i)] : A[(size_t)(i) * lda + (k)])
-
-// Packs op(A)[i0:i0+rows, k0:k0+kc] (rows <= MR) as one MR-row strip: depth k -> MR floats.
-static void mm_pack_a_strip(int transA, const float *A, int lda, int i0, int rows, int k0, int kc, float *d) {
-    for (int k = 0; k < kc; k++) {
-        for (int r = 0; r < rows; r++) d[k * MM_MR + r] = MM_A(i0 + r, k0 + k);
-        for (int r = rows; r < MM_MR; r++) d[k * MM_MR + r] = 0.0f;
-    }
+// Packs op(A)[i0:i0+rows, k0:k0+kc] (rows <= MR) of an A that is not transposed as one MR-row strip:
+// depth k -> MR floats (rows past `rows` zero).
+static void mm_pack_a_strip(const float *A, int lda, int i0, int rows, int k0, int kc, float *d) {
+    for (int k = 0; k < kc; k++)
+        for (int r = 0; r < MM_MR; r++) d[k * MM_MR + r] = r < rows ? A[(size_t)(i0 + r) * lda + k0 + k] : 0.0f;
 }
 
 // Packs op(A)[i0:i0+mc, k0:k0+kc] of a transposed A (column i of op(A) is part of row i of A's
@@ -155,40 +152,92 @@ static void mm_pack_a_transposed(const float *A, int lda, int i0, int mc, int k0
     }
 }
 
-// Packs op(B)[k0:k0+kc, j0:j0+nr] as one NR-column strip: depth k -> NR floats.
-static void mm_pack_b_strip(int transB, const float *B, int ldb, int k0, int kc, int j0, int nr, float *dst) {
-    if (!transB && nr == MM_NR) {
-        for (int k = 0; k < kc; k++) memcpy(dst + k * MM_NR, B + (size_t)(k0 + k) * ldb + j0, sizeof(float) * MM_NR);
-        return;
-    }
-    if (transB) {  // row j of B is column j of op(B): read it contiguously
-        for (int c = 0; c < MM_NR; c++) {
-            const float *src = B + (size_t)(j0 + c) * ldb + k0;
-            if (c < nr) for (int k = 0; k < kc; k++) dst[k * MM_NR + c] = src[k];
-            else for (int k = 0; k < kc; k++) dst[k * MM_NR + c] = 0.0f;
-        }
-        return;
-    }
+// Packs op(B)[k0:k0+kc, j0:j0+nr] as one NR-column strip, depth k -> NR floats (columns past nr zero),
+// from a B that is not transposed: row k of op(B) is row k of B.
+static void mm_pack_b_strip(const float *B, int ldb, int k0, int kc, int j0, int nr, float *dst) {
     for (int k = 0; k < kc; k++) {
-        for (int c = 0; c < nr; c++) dst[k * MM_NR + c] = B[(size_t)(k0 + k) * ldb + j0 + c];
-        for (int c = nr; c < MM_NR; c++) dst[k * MM_NR + c] = 0.0f;
+        const float *src = B + (size_t)(k0 + k) * ldb + j0;
+        if (nr == MM_NR) {
+            memcpy(dst + k * MM_NR, src, sizeof(float) * MM_NR);
+            continue;
+        }
+        for (int c = 0; c < MM_NR; c++) dst[k * MM_NR + c] = c < nr ? src[c] : 0.0f;
     }
 }
 
-// acc (MR x NR) = Apanel (kc x MR) ^T @ Bstrip (kc x NR); then C tile = alpha*acc + beta*C.
-// The accumulators stay in registers (their address is never taken); each A
-// value is broadcast straight from memory (an FMA operand on AVX-512).
-static void mm_micro(int kc, const float *ap, const float *bp, float *C, int ldc, int rows, int cols,
-                     float alpha, float beta) {
+// One round of mm_transpose_square: the off-diagonal s x s blocks of every 2s x 2s block of the
+// square v[0..VEC_LANES) (one row a vector) swapped: lane j of row i, bit s set in j and clear in i,
+// with lane j - s of row i + s.
+static inline void mm_transpose_round(vf *v, int s) {
+#if VEC_LANES == 16
+    const vi lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+#elif VEC_LANES == 8
+    const vi lane = {0, 1, 2, 3, 4, 5, 6, 7};
+#else
+    const vi lane = {0, 1, 2, 3};
+#endif
+    // two-source shuffle indices (VEC_LANES + j: lane j of the second): row i takes lane j - s of
+    // row i + s where bit s of j is set; row i + s takes lane j + s of row i where it is clear
+    vi second = (lane & s) != 0;  // (all ones where bit s is set)
+    vi lo = lane + (second & (VEC_LANES - s)), hi = lane + s + (second & (VEC_LANES - s));
+    for (int i = 0; i < VEC_LANES; i++) {
+        if (i & s) continue;
+        vf a = v[i], b = v[i + s];
+        v[i] = __builtin_shuffle(a, b, lo);
+        v[i + s] = __builtin_shuffle(a, b, hi);
+    }
+}
+
+// v[0..VEC_LANES) (a square of VEC_LANES x VEC_LANES floats, one row a vector) transposed in place,
+// in log2(VEC_LANES) rounds, written out so that each round's s is a constant: the compiler unrolls
+// its loop, the shuffles' indices fold to constants and v stays in registers.
+static inline void mm_transpose_square(vf *v) {
+#if VEC_LANES == 16
+    mm_transpose_round(v, 8);
+#endif
+#if VEC_LANES >= 8
+    mm_transpose_round(v, 4);
+#endif
+    mm_transpose_round(v, 2);
+    mm_transpose_round(v, 1);
+}
+
+// mm_pack_b_strip's strip from a transposed B (the forward's weight): column j of op(B) is row j
+// of B, read contiguously; squares of VEC_LANES columns by VEC_LANES depths are transposed in
+// registers, the depth's last kc % VEC_LANES one float at a time.
+static void mm_pack_b_transposed(const float *B, int ldb, int k0, int kc, int j0, int nr, float *dst) {
+    for (int c0 = 0; c0 < MM_NR; c0 += VEC_LANES) {
+        int k = 0;
+        for (; k + VEC_LANES <= kc; k += VEC_LANES) {
+            vf v[VEC_LANES];  // row c: column c0 + c of op(B) at depths k..
+            for (int c = 0; c < VEC_LANES; c++)
+                v[c] = c0 + c < nr ? vf_load(B + (size_t)(j0 + c0 + c) * ldb + k0 + k) : vf_set1(0.0f);
+            mm_transpose_square(v);
+            for (int i = 0; i < VEC_LANES; i++) vf_store(dst + (size_t)(k + i) * MM_NR + c0, v[i]);
+        }
+        for (; k < kc; k++)
+            for (int c = c0; c < c0 + VEC_LANES; c++)
+                dst[(size_t)k * MM_NR + c] = c < nr ? B[(size_t)(j0 + c) * ldb + k0 + k] : 0.0f;
+    }
+}
+
+// acc (MR x NR) = op(A)'s strip (MR rows, kc deep) @ Bstrip (kc x NR); then C tile = alpha*acc + beta*C.
+// Element (r, k) of the strip is a[r * a_rs + k * a_ks]: packed, a_rs = 1 and a_ks = MR; read in
+// place, lda and 1 (A not transposed) or 1 and lda (transposed). A partial strip (rows < MR) repeats
+// its last row in the rows past it, which are computed and not stored. The accumulators stay in
+// registers (their address is never taken); each A value is broadcast from memory.
+static void mm_micro(int kc, const float *a, size_t a_rs, size_t a_ks, const float *bp, float *C, int ldc, int rows,
+                     int cols, float alpha, float beta) {
+    size_t a_row[MM_MR];  // (offsets of the strip's rows)
+    for (int r = 0; r < MM_MR; r++) a_row[r] = (size_t)(r < rows ? r : rows - 1) * a_rs;
     vf acc[MM_MR][MM_NV];
     for (int r = 0; r < MM_MR; r++)
         for (int v = 0; v < MM_NV; v++) acc[r][v] = vf_set1(0.0f);
-    for (int k = 0; k < kc; k++) {
+    for (int k = 0; k < kc; k++, a += a_ks) {
         vf b[MM_NV];
         for (int v = 0; v < MM_NV; v++) b[v] = vf_load(bp + k * MM_NR + v * VEC_LANES);
-        const float *a = ap + k * MM_MR;
         for (int r = 0; r < MM_MR; r++) {
-            vf av = vf_set1(a[r]);
+            vf av = vf_set1(a[a_row[r]]);
             for (int v = 0; v < MM_NV; v++) acc[r][v] += av * b[v];
         }
     }
@@ -208,30 +257,51 @@ static void mm_micro(int kc, const float *ap, const float *bp, float *C, int ldc
     }
 }
 
+// op(A) is read in place by the microkernel, not packed, when its strided direction (rows of A, or a
+// transposed A's depths) steps less than a page (1024 floats, 4 KiB) and, for a transposed A, the
+// product is at most 8 NR-column strips wide. Then an MR-row strip touches a few lines per step, and
+// the pass over A that packing costs (a large share of a product only a few strips wide, as at 128
+// channels: 15-20% of the weight gradient) is saved. From a page up every step needs its own TLB entry
+// (and at a power of two its lines share one L1 set); a transposed A's strip reads 24 bytes of a new
+// line per step, which costs more, per strip, than packing once for many strips.
+#define MM_A_IN_PLACE_MAX_LD 1023
+#define MM_A_IN_PLACE_MAX_STRIPS_TRANSPOSED 8
+static inline int mm_a_in_place(int transA, int lda, int N) {
+    return lda <= MM_A_IN_PLACE_MAX_LD && (!transA || ceil_div_i64(N, MM_NR) <= MM_A_IN_PLACE_MAX_STRIPS_TRANSPOSED);
+}
+
 // Loop nest (BLIS's, with the depth split twice): for each block of MC rows
-// and KB depth, op(A) is packed once into MR-row strips; then each thread takes
-// whole NR-column strips of C and, for each KC slice of the depth, packs that
-// slice of B (L1) and runs the microkernel down the rows. A thread revisits its
-// C strip (MC x NR, in L2) KB/KC times in a row, so C goes through memory
-// K/KB times, not K/KC. Every element of C sums its depth in the same order
-// whatever the thread count: the result does not depend on it.
-// This is thread t's part of a team of P sharing apack (P = 1: all of it, with no barrier).
+// and KB depth, op(A) is packed into MR-row strips (in L2; unless it is read
+// in place: mm_a_in_place), the team's threads sharing the packing; then each
+// thread takes whole NR-column strips of C and, for each KC slice of the
+// depth, packs that slice of B (L1) and runs the microkernel down the rows.
+// A thread revisits its C strip (MC x NR, in L2) KB/KC times in a row, so C
+// goes through memory K/KB times, not K/KC. Every element of C sums its depth
+// in the same order whatever the thread count or the packing: the result does
+// not depend on them. This is thread t's part of a team of P sharing apack
+// (NULL when op(A) is read in place; P = 1: all of it, with no barrier).
 static void mm_native_part(int P, int t, int transA, int transB, int M, int N, int K, float alpha, const float *A,
                            int lda, const float *B, int ldb, float beta, float *C, int ldc, float *apack) {
+    size_t lda_rs = transA ? 1 : (size_t)lda, lda_ks = transA ? (size_t)lda : 1;  // op(A)(i, k) at A[i * lda_rs + k * lda_ks]
     int n_strips = (int)ceil_div_i64(N, MM_NR);
     float bpack[MM_KC * MM_NR] __attribute__((aligned(64)));
     for (int i0 = 0; i0 < M; i0 += MM_MC) {
         int mc = M - i0 < MM_MC ? M - i0 : MM_MC;
         for (int kb0 = 0; kb0 < K; kb0 += MM_KB) {
             int kb = K - kb0 < MM_KB ? K - kb0 : MM_KB;
-            // strip r0 holds rows i0+r0.. at depth kb0..: k -> MR floats, kb deep
-            if (transA) mm_pack_a_transposed(A, lda, i0, mc, kb0, kb, t, P, apack);
-            else
-                for (int r0 = t * MM_MR; r0 < mc; r0 += P * MM_MR)
-                    mm_pack_a_strip(0, A, lda, i0 + r0, mc - r0 < MM_MR ? mc - r0 : MM_MR, kb0, kb,
-                                    apack + (size_t)r0 * kb);
-            if (P > 1) {
+            // the block's strip r0 at depth k0 starts at a_block + r0 * a_strip + (k0 - kb0) * a_ks
+            const float *a_block = A + i0 * lda_rs + kb0 * lda_ks;
+            size_t a_rs = lda_rs, a_ks = lda_ks, a_strip = lda_rs;
+            if (apack) {  // strip r0 holds rows i0+r0.. at depth kb0..: k -> MR floats, kb deep
+                if (transA) mm_pack_a_transposed(A, lda, i0, mc, kb0, kb, t, P, apack);
+                else
+                    for (int r0 = t * MM_MR; r0 < mc; r0 += P * MM_MR)
+                        mm_pack_a_strip(A, lda, i0 + r0, mc - r0 < MM_MR ? mc - r0 : MM_MR, kb0, kb,
+                                        apack + (size_t)r0 * kb);
+                if (P > 1) {
 #pragma omp barrier
+                }
+                a_block = apack, a_rs = 1, a_ks = MM_MR, a_strip = (size_t)kb;
             }
             for (int s = t; s < n_strips; s += P) {
                 int j0 = s * MM_NR;
@@ -239,15 +309,16 @@ static void mm_native_part(int P, int t, int transA, int transB, int M, int N, i
                 for (int k0 = kb0; k0 < kb0 + kb; k0 += MM_KC) {
                     int kc = kb0 + kb - k0 < MM_KC ? kb0 + kb - k0 : MM_KC;
                     float beta_k = k0 == 0 ? beta : 1.0f;
-                    mm_pack_b_strip(transB, B, ldb, k0, kc, j0, nr, bpack);
+                    if (transB) mm_pack_b_transposed(B, ldb, k0, kc, j0, nr, bpack);
+                    else mm_pack_b_strip(B, ldb, k0, kc, j0, nr, bpack);
                     for (int r0 = 0; r0 < mc; r0 += MM_MR) {
                         int rows = mc - r0 < MM_MR ? mc - r0 : MM_MR;
-                        mm_micro(kc, apack + (size_t)r0 * kb + (size_t)(k0 - kb0) * MM_MR, bpack,
+                        mm_micro(kc, a_block + r0 * a_strip + (k0 - kb0) * a_ks, a_rs, a_ks, bpack,
                                  C + (size_t)(i0 + r0) * ldc + j0, ldc, rows, nr, alpha, beta_k);
                     }
                 }
             }
-            if (P > 1) {  // (apack is repacked next)
+            if (apack && P > 1) {  // (apack is repacked next)
 #pragma omp barrier
             }
         }
@@ -262,9 +333,12 @@ static void matmul_native(int transA, int transB, int M, int N, int K, float alp
             for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
         return;
     }
-    int mc_max = M < MM_MC ? (int)round_up_i64(M, MM_MR) : MM_MC;
-    int kb_max = K < MM_KB ? K : MM_KB;
-    float *apack = (float *)alignedMallocCheck(sizeof(float) * (size_t)mc_max * kb_max);
+    float *apack = NULL;
+    if (!mm_a_in_place(transA, lda, N)) {
+        int mc_max = M < MM_MC ? (int)round_up_i64(M, MM_MR) : MM_MC;
+        int kb_max = K < MM_KB ? K : MM_KB;
+        apack = (float *)alignedMallocCheck(sizeof(float) * (size_t)mc_max * kb_max);
+    }
 #ifdef _OPENMP
     if (omp_get_level() == 0 && omp_get_max_threads() > 1) {
 #pragma omp parallel
@@ -277,7 +351,6 @@ static void matmul_native(int transA, int transB, int M, int N, int K, float alp
     }
     free(apack);
 }
-#undef MM_A
 
 // ---------------------------------------------------------------------------
 // dispatch

@@ -2,9 +2,11 @@
 // was built for (the Makefile builds it once per instruction set the machine
 // can run: test_cpu_kernels at -march=native, test_cpu_kernels_avx2 without
 // AVX-512, test_cpu_kernels_portable without AVX) against double-precision
-// references: the packed sgemm (llmc/cpu_matmul.h) on odd shapes, shapes
+// references: the native sgemm (llmc/cpu_matmul.h) on odd shapes, shapes
 // across its block edges, all four transposes, alpha/beta, leading dimensions
-// wider than the matrix, misaligned pointers and 1 vs 2 threads (bit-equal);
+// wider than the matrix, misaligned pointers and 1 vs 2 threads (bit-equal),
+// and its summation order to the bit against a scalar model of it (op(A)
+// packed and read in place, 1-3 threads, matmul_team in teams of 1-3);
 // the llmc/cpu_vec.h reductions, exp/tanh, GELU and its gradient at lengths
 // around the vector width and misaligned; LayerNorm forward and backward at
 // widths around the vector width, 1 vs 2 threads; the linear input gradient
@@ -111,11 +113,14 @@ static double check_matmul(Rng *rng, MatShape s, int ta, int tb, float alpha, fl
 static void test_matmul_native(void) {
     Rng rng;
     rng_seed(&rng, 11);
-    // odd sizes, one tile, one tile and one, the edges of KC, KB and MC, and more than one block of each
+    // odd sizes, one tile, one tile and one, the edges of KC, KB and MC, and more than one block of each;
+    // op(A) read in place (most) and packed (a leading dimension from MM_A_IN_PLACE_MAX_LD up; a
+    // transposed A more than MM_A_IN_PLACE_MAX_STRIPS_TRANSPOSED strips wide)
     const MatShape shapes[] = {
         {1, 1, 1}, {7, 33, 5}, {MM_MR, MM_NR, MM_KC}, {MM_MR + 1, MM_NR + 1, MM_KC + 1}, {MM_MR - 1, MM_NR - 1, 3},
         {2 * MM_MR + 3, 3 * MM_NR - 5, MM_KB + MM_KC + 7}, {MM_MC + MM_MR + 1, 2 * MM_NR + 3, 9}, {37, 300, 259},
-        {130, 65, 520}, {64, 64, 64},
+        {130, 65, 520}, {64, 64, 64}, {MM_MR + 2, 5, MM_A_IN_PLACE_MAX_LD + 2},
+        {MM_A_IN_PLACE_MAX_LD + 5, MM_NR + 3, 2 * MM_KC + 1}, {23, (MM_A_IN_PLACE_MAX_STRIPS_TRANSPOSED + 1) * MM_NR + 1, 40},
     };
     const int nshapes = (int)(sizeof(shapes) / sizeof(shapes[0]));
     int bad = 0, runs = 0;
@@ -146,6 +151,78 @@ static void test_matmul_native(void) {
     float c[6] = {1, 2, 3, 4, 5, 6}, dummy = 0;
     matmul_native(0, 0, 2, 3, 0, 1.0f, &dummy, 1, &dummy, 3, 0.5f, c, 3);
     test_result(c[0] == 0.5f && c[5] == 3.0f, "native matmul with K = 0 scales C by beta");
+}
+
+// C (M, N, row stride ldc) = op(A) @ op(B) + beta * C, beta 0 or 1, summed in the native kernel's
+// order: each element's depth in MM_KC slices, in order, a slice summed from 0, k ascending, and
+// added to C (the first slice to beta * C). A term is acc += a * b as in the kernel, which this
+// file's flags (-ffp-contract=fast, the target's FMA, the optimisation level) contract to one fused
+// multiply-add exactly where they contract the kernel's (at -O1 and without FMA, not at all).
+static void matmul_in_kernel_order(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
+                                   int ldb, float beta, float *C, int ldc) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float *c = &C[(size_t)i * ldc + j];
+            for (int k0 = 0; k0 < K; k0 += MM_KC) {
+                float acc = 0.0f;
+                for (int k = k0; k < K && k < k0 + MM_KC; k++) {
+                    float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                    float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                    acc += a * b;
+                }
+                *c = k0 == 0 && beta == 0.0f ? acc : acc + *c;
+            }
+        }
+}
+
+// The layers' products (alpha 1, beta 0 or 1) sum in the order above to the bit: matmul_native on 1,
+// 2 and 3 threads and matmul_team in teams of 1, 2 and 3 (each thread its slice), all four
+// transposes, shapes off the tile and block edges, op(A) read in place and packed.
+static void test_matmul_order(void) {
+    Rng rng;
+    rng_seed(&rng, 12);
+    const MatShape shapes[] = {
+        {5 * MM_MR + 1, 2 * MM_NR + 3, 2 * MM_KC + 5}, {MM_MC + 7, MM_NR + 6, 37}, {20, 33, MM_KB + MM_KC + 3},
+        {13, (MM_A_IN_PLACE_MAX_STRIPS_TRANSPOSED + 1) * MM_NR + 5, MM_KC + 1}, {MM_MR - 1, 7, 2},
+    };
+    const int nshapes = (int)(sizeof(shapes) / sizeof(shapes[0]));
+    matmul_set_backend("native");
+    int bad = 0, runs = 0;
+    for (int s = 0; s < nshapes; s++)
+        for (int v = 0; v < 8; v++) {
+            int ta = v & 1, tb = (v >> 1) & 1, M = shapes[s].M, N = shapes[s].N, K = shapes[s].K;
+            int wide = v >> 2;  // 1: leading dimensions past MM_A_IN_PLACE_MAX_LD (op(A) packed)
+            int lda = (ta ? M : K) + (wide ? MM_A_IN_PLACE_MAX_LD : s), ldb = (tb ? K : N) + s % 2, ldc = N + s % 3;
+            float beta = (float)((s + v) % 2);
+            size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+            float *A = (float *)mallocCheck(sizeof(float) * na), *Bm = (float *)mallocCheck(sizeof(float) * nb);
+            float *c0 = (float *)mallocCheck(sizeof(float) * nc), *R = (float *)mallocCheck(sizeof(float) * nc);
+            float *Cm = (float *)mallocCheck(sizeof(float) * nc);
+            rng_normal_fill(&rng, A, (int64_t)na, 1.0f);
+            rng_normal_fill(&rng, Bm, (int64_t)nb, 1.0f);
+            rng_normal_fill(&rng, c0, (int64_t)nc, 1.0f);
+            memcpy(R, c0, sizeof(float) * nc);
+            matmul_in_kernel_order(ta, tb, M, N, K, A, lda, Bm, ldb, beta, R, ldc);
+            for (int run = 0; run < 6; run++) {  // native on 1, 2, 3 threads; then the team of 1, 2, 3
+                int threads = 1 + run % 3, saved = set_threads(threads);
+                memcpy(Cm, c0, sizeof(float) * nc);
+                if (run < 3) {
+                    matmul_native(ta, tb, M, N, K, 1.0f, A, lda, Bm, ldb, beta, Cm, ldc);
+                } else {
+#pragma omp parallel num_threads(threads)
+                    matmul_team(ta, tb, M, N, K, 1.0f, A, lda, Bm, ldb, beta, Cm, ldc);
+                }
+                set_threads(saved);
+                runs++;
+                if (memcmp(Cm, R, sizeof(float) * nc) != 0 && ++bad <= 5)
+                    printf("  %dx%dx%d ta=%d tb=%d lda=%d beta=%g, %s on %d threads: not the same bits\n", M, N, K, ta,
+                           tb, lda, beta, run < 3 ? "matmul_native" : "matmul_team", threads);
+            }
+            free(A); free(Bm); free(c0); free(R); free(Cm);
+        }
+    matmul_set_backend("auto");
+    test_result(bad == 0, "native matmul sums in its order to the bit: %d products (transposes, block edges, op(A) in "
+                "place and packed, 1-3 threads and teams of 1-3, beta 0 and 1)", runs);
 }
 
 // lengths around the vector width and a long one; each at every misalignment below one vector
@@ -592,6 +669,7 @@ static void test_adamw_staged(void) {
 int main(void) {
     printf("native kernels: %s, %d-lane vectors (%s)\n", MATMUL_NATIVE_KERNEL, VEC_LANES, VEC_ISA);
     test_matmul_native();
+    test_matmul_order();
     test_vec_reductions();
     test_vec_elementwise();
     test_layernorm();

@@ -1,11 +1,13 @@
 // bench_matmul_cpu.c: the native sgemm (llmc/cpu_matmul.h) against OpenBLAS
 // at the CPU trainer's matmul shapes, side by side. For each distinct product
 // of one training step (forward, backward, the classifier; attention's
-// per-head products run as the trainer runs them, one head per thread) it
-// times both backends interleaved (rounds over all shapes, each shape on one
-// backend then the other), best of reps, and prints GFLOP/s and their
-// ratio; then the step's matmul time on each (each shape's best time times its
-// count per step) and the 1024^3 square product.
+// per-head products one head per thread) it times both backends interleaved
+// (rounds over all shapes, each shape on one backend then the other), best of
+// reps, and prints GFLOP/s and their ratio; then the step's matmul time on
+// each (each shape's best time times its count per step) and the 1024^3
+// square product. Each backend multiplies a product with its own threads; the
+// "team" column is the native kernel as the trainer's layers run it
+// (matmul_team: each thread of a parallel region its slice, single-threaded).
 //   build/dev/perf/bench_matmul_cpu [model=d12|small|LxCxNHxV] [B=4] [T=64] [reps=3]
 // "small" is make run's model (4 layers, 256 channels, 4 heads, 2048 tokens);
 // LxCxNHxV any other, e.g. 4x128x4x65.
@@ -32,6 +34,22 @@ static double time_shape(const Shape *s, const float *a, const float *b, float *
         matmul(s->ta, s->tb, s->M, s->N, s->K, 1.0f, a, lda, b, ldb, 0.0f, c, s->N);
     }
     return wall_seconds() - t0;
+}
+
+// one timed run of shape s (not batched) by matmul_team, inside a parallel region opened beforehand
+static double time_team(const Shape *s, const float *a, const float *b, float *c) {
+    int lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
+    double t0 = 0.0, dt = 0.0;
+#pragma omp parallel
+    {
+#pragma omp barrier
+#pragma omp master
+        t0 = wall_seconds();  // (the region is open and all its threads in it: its start is not timed)
+        matmul_team(s->ta, s->tb, s->M, s->N, s->K, 1.0f, a, lda, b, ldb, 0.0f, c, s->N);
+#pragma omp master
+        dt = wall_seconds() - t0;
+    }
+    return dt;
 }
 
 #ifndef LLMC_BLAS
@@ -86,30 +104,35 @@ int main(int argc, char **argv) {
     }
     printf("%s B=%d T=%d (N=%d rows), %d threads, best of %d, interleaved; native kernel %s, openblas core %s\n",
            model, B, T, N, omp_threads(), reps, MATMUL_NATIVE_KERNEL, openblas_get_corename());
-    printf("%-15s %2s %6s %6s %6s %5s %12s %12s %7s\n", "product", "tr", "M", "N", "K", "/step", "openblas GF/s",
-           "native GF/s", "native");
-    // rounds over all shapes, each shape timed on both backends in turn: a burst of load from
-    // elsewhere spoils one round of several shapes rather than every round of one
-    double(*best)[2] = (double(*)[2])mallocCheck(sizeof(double[2]) * nshapes);
-    for (int i = 0; i < nshapes; i++) best[i][0] = best[i][1] = 1e30;
+    printf("%-15s %2s %6s %6s %6s %5s %12s %12s %7s %10s\n", "product", "tr", "M", "N", "K", "/step", "openblas GF/s",
+           "native GF/s", "native", "team GF/s");
+    // rounds over all shapes, each shape timed on both backends and the team in turn: a burst of
+    // load from elsewhere spoils one round of several shapes rather than every round of one
+    enum { OPENBLAS, NATIVE, TEAM, RUNS };  // (TEAM: native, by matmul_team; not for batched shapes)
+    double(*best)[RUNS] = (double(*)[RUNS])mallocCheck(sizeof(double[RUNS]) * nshapes);
+    for (int i = 0; i < nshapes; i++) best[i][OPENBLAS] = best[i][NATIVE] = best[i][TEAM] = 1e30;
     for (int r = 0; r <= reps; r++)  // round 0 warms up
         for (int i = 0; i < nshapes; i++)
-            for (int be = 0; be < 2; be++) {
-                matmul_set_backend(be == 0 ? "blas" : "native");
-                double dt = time_shape(&shapes[i], a, b, c);
-                if (r > 0 && dt < best[i][be]) best[i][be] = dt;
+            for (int run = 0; run < RUNS; run++) {
+                if (run == TEAM && shapes[i].batched) continue;
+                matmul_set_backend(run == OPENBLAS ? "blas" : "native");
+                double dt = run == TEAM ? time_team(&shapes[i], a, b, c) : time_shape(&shapes[i], a, b, c);
+                if (r > 0 && dt < best[i][run]) best[i][run] = dt;
             }
-    double step_s[2] = {0, 0};
+    double step_s[RUNS] = {0, 0, 0};
     for (int i = 0; i < nshapes; i++) {
         const Shape *s = &shapes[i];
         double flops = 2.0 * s->M * s->N * (double)s->K * (s->batched ? s->batched : 1);
-        for (int be = 0; be < 2; be++) step_s[be] += best[i][be] * s->count;
-        printf("%-15s %c%c %6d %6d %6d %5d %12.1f %12.1f %6.0f%%\n", s->what, s->ta ? 'T' : 'N', s->tb ? 'T' : 'N',
-               s->M, s->N, s->K, s->count, flops / best[i][0] * 1e-9, flops / best[i][1] * 1e-9,
-               100 * best[i][0] / best[i][1]);
+        for (int run = 0; run < RUNS; run++) step_s[run] += best[i][run == TEAM && s->batched ? NATIVE : run] * s->count;
+        printf("%-15s %c%c %6d %6d %6d %5d %12.1f %12.1f %6.0f%%", s->what, s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', s->M,
+               s->N, s->K, s->count, flops / best[i][OPENBLAS] * 1e-9, flops / best[i][NATIVE] * 1e-9,
+               100 * best[i][OPENBLAS] / best[i][NATIVE]);
+        if (s->batched) printf(" %10s\n", "-");
+        else printf(" %10.1f\n", flops / best[i][TEAM] * 1e-9);
     }
-    printf("matmuls of one step: openblas %.1f ms, native %.1f ms: native at %.0f%% of openblas's speed\n",
-           step_s[0] * 1e3, step_s[1] * 1e3, 100 * step_s[0] / step_s[1]);
+    printf("matmuls of one step: openblas %.1f ms, native %.1f ms (team %.1f ms): native at %.0f%% of openblas's "
+           "speed\n", step_s[OPENBLAS] * 1e3, step_s[NATIVE] * 1e3, step_s[TEAM] * 1e3,
+           100 * step_s[OPENBLAS] / step_s[NATIVE]);
     free(best);
     free(a);
     free(b);
