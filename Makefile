@@ -21,7 +21,7 @@ ifeq ($(CC),cc)
 endif
 BUILD ?= build
 WARN := -Wall -Wextra -Werror -Wno-unused-function -Wno-psabi
-CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -ffp-contract=fast $(WARN) -I. -MMD -MP
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -ffp-contract=fast -fno-math-errno $(WARN) -I. -MMD -MP
 LDLIBS := -lm -lpthread
 
 ifeq ($(DEBUG),1)

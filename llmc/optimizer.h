@@ -13,6 +13,7 @@
 #include "cpu_vec.h"     // defines: vec_sum_squares, vec_copy_streaming, vec_stream_fence
 #include "crc32c.h"      // defines: crc32c_update
 #include "model.h"       // defines: ParamLayout, ParamTensor
+#include "utils.h"       // defines: ceil_div_i64
 
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
@@ -64,17 +65,28 @@ static inline AdamWStep adamw_step(const AdamWConfig *cfg, float grad_scale, int
     return s;
 }
 
-// AdamW on element i (every update below runs this, so that they agree to the bit).
-static inline void adamw_element(AdamWStep s, float *params, int64_t i, float decay) {
-    float gi = s.g[i] * s.grad_scale;
-    if (s.zero_grads) s.g[i] = 0.0f;
-    float p = params[i] * decay;
-    float mi = s.m[i] + (1.0f - s.beta1) * (gi - s.m[i]);
-    float vi = s.beta2 * s.v[i] + (1.0f - s.beta2) * gi * gi;
-    s.m[i] = mi;
-    s.v[i] = vi;
-    float denom = sqrtf(vi) * s.inv_bc2_sqrt + s.eps;
-    params[i] = p - s.step_size * (mi / denom);
+// AdamW on params[lo, hi), all of one tensor (decay: its weight decay factor), with zero_grads a
+// constant where it is inlined, so that each of adamw_span's two calls is one branch-free loop that
+// vectorises (sqrtf is one vector instruction with the Makefile's -fno-math-errno). s comes by value,
+// so that its fields stay in registers while the stores go through its pointers.
+static inline __attribute__((always_inline)) void adamw_span_loop(AdamWStep s, float *params, int64_t lo, int64_t hi,
+                                                                  float decay, int zero_grads) {
+    for (int64_t i = lo; i < hi; i++) {
+        float gi = s.g[i] * s.grad_scale;
+        if (zero_grads) s.g[i] = 0.0f;
+        float p = params[i] * decay;
+        float mi = s.m[i] + (1.0f - s.beta1) * (gi - s.m[i]);
+        float vi = s.beta2 * s.v[i] + (1.0f - s.beta2) * gi * gi;
+        s.m[i] = mi;
+        s.v[i] = vi;
+        float denom = sqrtf(vi) * s.inv_bc2_sqrt + s.eps;
+        params[i] = p - s.step_size * (mi / denom);
+    }
+}
+// Every update below runs this, so that they agree to the bit.
+static inline void adamw_span(AdamWStep s, float *params, int64_t lo, int64_t hi, float decay) {
+    if (s.zero_grads) adamw_span_loop(s, params, lo, hi, decay, 1);
+    else adamw_span_loop(s, params, lo, hi, decay, 0);
 }
 
 // One AdamW step on params[begin, end). grads are indexed like params (or from
@@ -93,8 +105,12 @@ static void adamw_update_range(const ParamLayout *pl, float *params, float *grad
         int64_t hi = t_end < end ? t_end : end;
         if (lo >= hi) continue;
         const float decay = t->decay ? 1.0f - cfg->lr * cfg->weight_decay : 1.0f;
+        const int64_t span = 4096, spans = ceil_div_i64(hi - lo, span);  // (threads take whole spans)
 #pragma omp for schedule(static) nowait
-        for (int64_t i = lo; i < hi; i++) adamw_element(st, params, i, decay);
+        for (int64_t k = 0; k < spans; k++) {
+            int64_t s0 = lo + k * span, s1 = s0 + span < hi ? s0 + span : hi;
+            adamw_span(st, params, s0, s1, decay);
+        }
     }
 }
 
@@ -126,7 +142,7 @@ static void adamw_update_staged(const ParamLayout *pl, float *params, float *gra
                     while ((t_end = ti + 1 < pl->num_tensors ? pl->tensors[ti + 1].offset : pl->num_elements) <= i0) ti++;
                     const int64_t i1 = t_end < b1 ? t_end : b1;
                     const float decay = pl->tensors[ti].decay ? 1.0f - cfg->lr * cfg->weight_decay : 1.0f;
-                    for (int64_t i = i0; i < i1; i++) adamw_element(st, params, i, decay);
+                    adamw_span(st, params, i0, i1, decay);
                     i0 = i1;
                 }
                 const float *res[3] = {params + b0, st.m + b0, st.v + b0};

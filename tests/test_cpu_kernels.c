@@ -623,12 +623,14 @@ static void test_sum_of_squares(void) {
 // several staging chunks; lo, hi and the staging misaligned; gradients indexed from lo and zeroed
 // as read) against adamw_update_range and then ckpt_stage.h's copy: the same weights, moments,
 // gradients, staged bytes and chunk CRC32Cs, bit for bit, and nothing outside [lo, hi) touched.
+// Then adamw_update_range over [lo, hi) cut into pieces of 1 to 4099 elements (as ZeRO shards cut
+// it), against the whole: each element's arithmetic must not depend on where a vector loop starts.
 static void test_adamw_staged(void) {
     GPTConfig cfg = {64, 1000, 1024, 2, 2, 192};
     ParamLayout pl;
     param_layout_init(&pl, &cfg);
     const int64_t n = pl.num_elements, lo = 12345, hi = n - 777, len = hi - lo, chunks = ckpt_stage_chunks(len);
-    float *buf[2][4];  // (run, {params, grads, m, v})
+    float *buf[3][4];  // (run, {params, grads, m, v}; run 2 keeps the start)
     Rng rng;
     rng_seed(&rng, 5);
     for (int k = 0; k < 4; k++) {
@@ -636,8 +638,10 @@ static void test_adamw_staged(void) {
         rng_normal_fill(&rng, buf[0][k], n, k == 3 ? 1e-3f : 1e-1f);
         if (k == 3)
             for (int64_t i = 0; i < n; i++) buf[0][k][i] = fabsf(buf[0][k][i]);
-        buf[1][k] = (float *)mallocCheck(sizeof(float) * (size_t)n);
-        memcpy(buf[1][k], buf[0][k], sizeof(float) * (size_t)n);
+        for (int r = 1; r < 3; r++) {
+            buf[r][k] = (float *)mallocCheck(sizeof(float) * (size_t)n);
+            memcpy(buf[r][k], buf[0][k], sizeof(float) * (size_t)n);
+        }
     }
     float *staged[2], *mine[2];
     uint32_t *crcs[2];
@@ -658,8 +662,21 @@ static void test_adamw_staged(void) {
     for (int k = 0; k < 4; k++) same = same && memcmp(buf[0][k], buf[1][k], sizeof(float) * (size_t)n) == 0;
     test_result(same && chunks >= 9, "AdamW staging a checkpoint in the update: the update and then the copy, to the bit "
                 "(%lld elements, %lld chunks, CRC32Cs too)", (long long)len, (long long)chunks);
-    for (int r = 0; r < 2; r++) {
+
+    for (int k = 0; k < 4; k++) memcpy(buf[1][k], buf[2][k], sizeof(float) * (size_t)n);  // (the start again)
+    static const int64_t pieces[] = {1, 5, 13, 31, 100, 1000, 4099};
+    int64_t calls = 0;
+    for (int64_t a = lo, b; a < hi; a = b, calls++) {
+        b = a + pieces[calls % 7] < hi ? a + pieces[calls % 7] : hi;
+        adamw_update_range(&pl, buf[1][0], buf[1][1] + a, flags, buf[1][2] + a, buf[1][3] + a, a, b, &ac, 0.7f);
+    }
+    same = 1;
+    for (int k = 0; k < 4; k++) same = same && memcmp(buf[0][k], buf[1][k], sizeof(float) * (size_t)n) == 0;
+    test_result(same, "AdamW over %lld pieces of 1 to 4099 elements equals the update of the whole range, to the bit",
+                (long long)calls);
+    for (int r = 0; r < 3; r++)
         for (int k = 0; k < 4; k++) free(buf[r][k]);
+    for (int r = 0; r < 2; r++) {
         free(mine[r]);
         free(crcs[r]);
     }
