@@ -232,7 +232,10 @@ EMU_BINS := $(BUILD)/emu/train_gptcu $(BUILD)/emu/test_gpt_cu $(BUILD)/emu/test_
             $(BUILD)/emu/profile_step_gpu $(BUILD)/emu/test_gpu_libs
 DEV_EMU_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/emu/dev_%,$(wildcard dev/cuda/*.cu))
 EMU_BINS += $(DEV_EMU_BINS)
-EMU_FLAGS := -x c++ -include tests/cuda_emulator.h -Itests/emu_include -DLLMC_NCCL -DLLMC_CUDNN
+# The sanitizer builds compile the emulated programs and the emulated kernel tests (TEST_CXX_SRCS) at -O2, after
+# OPT's -O1: instrumented, the emulated trainer runs 2.4 times faster than at -O1, with the same checks
+EMU_SANITIZER_OPT := $(if $(SANITIZER),-O2)
+EMU_FLAGS := -x c++ -include tests/cuda_emulator.h -Itests/emu_include -DLLMC_NCCL -DLLMC_CUDNN $(EMU_SANITIZER_OPT)
 # the checkers' validation runs seconds at -O1 and compiles three times faster than at -O3 -g (the
 # sanitizer and coverage builds keep their own flags)
 EMU_CHECKER_OPT := $(if $(SANITIZER)$(COVERAGE),,-O1 -g0)
@@ -300,6 +303,7 @@ $(NARROW_TEST_BINS): $(BUILD)/tests/test_cpu_kernels_%: tests/test_cpu_kernels.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(ISA_FLAGS_$*) $< -o $@ $(LDFLAGS) $(LDLIBS)
 
+$(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_CXX_SRCS)): CXXFLAGS += $(EMU_SANITIZER_OPT)
 $(BUILD)/tests/%: tests/%.cpp $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS) -pthread
