@@ -273,9 +273,12 @@ static inline void emu_asan_finish(void *fake, const void **old_bottom, size_t *
 }
 
 #ifdef EMU_X86_64_SWITCH
-// Saves the callee-saved registers, MXCSR and the x87 control word on the
-// current stack, stores the stack pointer in *save_sp, loads load_sp and
-// restores the same from there (System V x86-64).
+// Saves the callee-saved registers on the current stack, stores the stack
+// pointer in *save_sp, loads load_sp and restores the same from there (System
+// V x86-64). MXCSR and the x87 control word, callee-saved too, are left as
+// they are: no code run here changes them, so every fiber runs in the
+// launching thread's modes (and loading them at each switch cost more than
+// the rest of the switch).
 __attribute__((naked, noinline)) static void emu_switch(void ** /*save_sp*/, void * /*load_sp*/) {
     asm("pushq %rbp\n\t"
         "pushq %rbx\n\t"
@@ -283,14 +286,8 @@ __attribute__((naked, noinline)) static void emu_switch(void ** /*save_sp*/, voi
         "pushq %r13\n\t"
         "pushq %r14\n\t"
         "pushq %r15\n\t"
-        "subq $16, %rsp\n\t"
-        "stmxcsr (%rsp)\n\t"
-        "fnstcw 4(%rsp)\n\t"
         "movq %rsp, (%rdi)\n\t"
         "movq %rsi, %rsp\n\t"
-        "ldmxcsr (%rsp)\n\t"
-        "fldcw 4(%rsp)\n\t"
-        "addq $16, %rsp\n\t"
         "popq %r15\n\t"
         "popq %r14\n\t"
         "popq %r13\n\t"
@@ -330,6 +327,11 @@ static void emu_to_scheduler(EmuThread &t) {
 static void emu_fiber_main_uc() { emu_fiber_main(); }
 #endif
 
+// Where fiber i's stack starts below the top of its EMU_STACK_BYTES: stacks
+// 260 KB apart would put every fiber's frames in the same L1 sets (and a few
+// L2 ones), and a block's switches would miss the cache at each one; an
+// offset of i mod 64 lines and (i / 64) mod 8 pages spreads them.
+static inline size_t emu_stack_colour(int i) { return (size_t)(i % 64) * 64 + (size_t)(i / 64 % 8) * 4096; }
 static void emu_create_fiber(int i) {
     if (!emu_stacks) {
         const size_t per = EMU_STACK_BYTES + 4096;
@@ -343,24 +345,18 @@ static void emu_create_fiber(int i) {
     EmuThread &t = emu_threads[i];
     t.stack = emu_stacks + (size_t)i * (EMU_STACK_BYTES + 4096) + 4096;
 #ifdef EMU_X86_64_SWITCH
-    // the frame emu_switch pops: MXCSR and x87 control word, r15..rbp, then
-    // emu_fiber_main as the return address, entered as if called (rsp % 16 == 8)
-    uint64_t *top = (uint64_t *)(t.stack + EMU_STACK_BYTES);
-    uint64_t *f = top - 10;
-    memset(f, 0, 10 * sizeof(uint64_t));
-    uint32_t mxcsr;
-    uint16_t fpucw;
-    asm volatile("stmxcsr %0" : "=m"(mxcsr));
-    asm volatile("fnstcw %0" : "=m"(fpucw));
-    memcpy(f, &mxcsr, 4);
-    memcpy((char *)f + 4, &fpucw, 2);
+    // the frame emu_switch pops: r15..rbp, then emu_fiber_main as the return
+    // address, entered as if called (rsp % 16 == 8)
+    uint64_t *top = (uint64_t *)(t.stack + EMU_STACK_BYTES - emu_stack_colour(i));
+    uint64_t *f = top - 8;
+    memset(f, 0, 8 * sizeof(uint64_t));
     void (*entry)() = emu_fiber_main;
-    memcpy(&f[8], &entry, sizeof(entry));
+    memcpy(&f[6], &entry, sizeof(entry));
     t.sp = f;
 #else
     if (getcontext(&t.ctx) != 0) emu_fail("getcontext");
     t.ctx.uc_stack.ss_sp = t.stack;
-    t.ctx.uc_stack.ss_size = EMU_STACK_BYTES;
+    t.ctx.uc_stack.ss_size = EMU_STACK_BYTES - emu_stack_colour(i);
     t.ctx.uc_link = nullptr;
     makecontext(&t.ctx, emu_fiber_main_uc, 0);
 #endif
@@ -371,7 +367,8 @@ static void emu_create_fiber(int i) {
 static void emu_resume(int i) {
     EmuThread &t = emu_threads[i];
     emu_tid = i;
-    threadIdx = dim3(i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y));
+    threadIdx = blockDim.y * blockDim.z == 1 ? dim3(i)  // (most blocks: no divisions at every switch)
+                                              : dim3(i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y));
     t.state = EMU_RUNNING;
     emu_asan_start(&emu_sched_fake_stack, t.stack, EMU_STACK_BYTES);
 #ifdef EMU_X86_64_SWITCH

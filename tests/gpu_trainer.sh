@@ -13,6 +13,9 @@ quick=0
 [ "$EMULATED" = 1 ] && [ "${sanitizer_build:-0}" = 1 ] && quick=1
 if [ "$EMULATED" = 1 ]; then
     TRAIN=$BUILD/emu/train_gptcu P=emulated_
+    # one OpenMP thread: the emulated kernels run on the calling thread, and a second OpenMP thread (OpenBLAS's,
+    # for the emulated cuBLASLt) spends the time between matmuls spinning (a third of the run's CPU time)
+    export OMP_NUM_THREADS=1
 else
     TRAIN=$BUILD/train_gptcu P=
 fi

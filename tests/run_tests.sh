@@ -16,8 +16,19 @@ times=()  # "CPU_SECONDS NAME (WALL s wall)" per test, for the closing list of t
 # (mpi_yield_when_idle) so that ranks of two tests on one core do not spin against each other.
 jobs_max=${TEST_JOBS:-2}
 export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}
+# Tests that mostly wait (on Slurm's daemons, a --comm-timeout, a stopped rank, a checkpoint writer: in the
+# runner's lines their CPU time is a fifth of their wall time or less) run beside the TEST_JOBS others rather than
+# in one of their places, unless TEST_JOBS=1
+waiting='^(test_slurm|test_hostile_input|test_checkpoint|test_crash_resume)\.sh$|^test_comm_nccl_emulated$'
+[ "$jobs_max" -le 1 ] && waiting='^$'
 out=$(mktemp -d)
 n_started=0; running=()  # indices of the tests in flight
+# places_taken: how many tests in flight hold one of the TEST_JOBS places
+places_taken() {
+    local i n=0
+    for i in "${running[@]}"; do [[ "$(cat "$out/$i.name")" =~ $waiting ]] || n=$((n + 1)); done
+    echo $n
+}
 # run_bg NAME CMD...: the test in a subshell of its own (whose `times` counts only the test's processes),
 # its output, exit status, CPU and wall seconds left in $out/INDEX.*
 run_bg() {
@@ -32,7 +43,7 @@ run_bg() {
         touch "$out/$i.done"
     ) </dev/null &
     running+=("$i")
-    while [ ${#running[@]} -ge "$jobs_max" ]; do wait -n 2>/dev/null; collect; done
+    while [ "$(places_taken)" -ge "$jobs_max" ]; do wait -n 2>/dev/null; collect; done
 }
 # collect: prints and tallies every test that has ended, in the order they end
 collect() {
@@ -70,8 +81,11 @@ run() {
     run_bg "$@"
 }
 # the GPU programs on the CPU first, the longest tests (train_gpt.cu and tests/test_gpt.cu compiled for
-# tests/cuda_emulator.h; the Makefile's EMU_BINS; the scripts SKIP without their emulated program)
-[ -x "$BUILD/emu/test_gpt_cu" ] && run test_gpt_cu_emulated "$BUILD/emu/test_gpt_cu"
+# tests/cuda_emulator.h; the Makefile's EMU_BINS; the scripts SKIP without their emulated program). The programs
+# and scripts (tests/gpu_trainer.sh, tests/test_gpu_check.sh) run one OpenMP thread: the emulated kernels run on
+# the calling thread, and a second OpenMP thread spends the time between OpenBLAS's matmuls spinning
+one_thread=(env OMP_NUM_THREADS=1)
+[ -x "$BUILD/emu/test_gpt_cu" ] && run test_gpt_cu_emulated "${one_thread[@]}" "$BUILD/emu/test_gpt_cu"
 run test_checkpoint_gpu_emulated env EMULATED=1 bash tests/test_checkpoint_gpu.sh
 run test_distributed_gpu_emulated env EMULATED=1 bash tests/test_distributed_gpu.sh
 run test_pipeline_gpu_emulated env EMULATED=1 bash tests/test_pipeline_gpu.sh
@@ -79,14 +93,14 @@ run test_tensor_parallel_gpu_emulated env EMULATED=1 bash tests/test_tensor_para
 run test_context_parallel_gpu_emulated env EMULATED=1 bash tests/test_context_parallel_gpu.sh
 run test_train_gpu_emulated env EMULATED=1 bash tests/test_train_gpu.sh
 run test_comm_nccl_emulated env EMULATED=1 bash tests/test_comm_nccl.sh
-[ -x "$BUILD/emu/test_gpu_libs" ] && run test_gpu_libs_emulated "$BUILD/emu/test_gpu_libs"
+[ -x "$BUILD/emu/test_gpu_libs" ] && run test_gpu_libs_emulated "${one_thread[@]}" "$BUILD/emu/test_gpu_libs"
 # the GPU step profiler (dev/perf/profile_step_gpu.cu) on the emulated model: it runs with either
 # attention, and the FLOPs its wrappers count call by call add up to the model's formula (a matmul or
 # attention call it does not time fails this; its times mean nothing on the emulator)
 profile_counts() {
     local attn out
     for attn in flash cudnn; do
-        out=$("$BUILD/emu/profile_step_gpu" tiny 2 32 "$attn" 1 3 2>&1)
+        out=$("${one_thread[@]}" "$BUILD/emu/profile_step_gpu" tiny 2 32 "$attn" 1 3 2>&1)
         if grep -q "the model's formula .*: equal" <<<"$out"; then
             echo "PASS: profile_step_gpu --attention $attn counts every matmul and attention call"
         else
@@ -98,7 +112,7 @@ profile_counts() {
 # the dev/cuda kernel checkers' validation at small shapes (no benchmarks: they SKIP them)
 for f in dev/cuda/*.cu; do
     t=$BUILD/emu/dev_$(basename "$f" .cu)
-    [ -x "$t" ] && run "$(basename "$t")_emulated" "$t"
+    [ -x "$t" ] && run "$(basename "$t")_emulated" "${one_thread[@]}" "$t"
 done
 for t in tests/test_*.sh; do
     [ -f "$t" ] && run "$(basename "$t")" bash "$t"

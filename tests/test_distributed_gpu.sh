@@ -13,7 +13,7 @@
 # running shard in before each micro-step's reduce-scatter; weights to 1e-4),
 # only rank 0 prints, and the memory line follows the ZeRO
 # formula; scripts/run_multi_gpu.sh and scripts/train_slurm.sbatch (through an
-# srun that is mpirun) give the same run; over NCCL, a rank that hangs or dies
+# srun that is mpirun) give the same run (2 steps of it); over NCCL, a rank that hangs or dies
 # ends the job (--comm-timeout: comm_nccl.cuh's watchdog); emulated, two ranks
 # on a node of one GPU are refused at start over NCCL. SKIPs without
 # train_gptcu, a GPU, or MPI (build or mpirun).
@@ -130,11 +130,15 @@ if [ "$EMULATED" = 1 ] && [ $quick = 0 ]; then
         ! grep -q "^step" "$tmp/ranks.log"' "exit $rc, $said ranks said so: $(head -c 300 "$tmp/ranks.log")"
 fi
 
-# The run scripts with these flags give the run above: scripts/run_multi_gpu.sh (mpirun, one rank a
-# GPU, NCCL) and scripts/train_slurm.sbatch (its srun line, through an srun that starts the ranks with
-# mpirun: the flags it passes and its environment, not Slurm)
+# The run scripts with these flags give the one-process run of them: scripts/run_multi_gpu.sh (mpirun, one rank
+# a GPU, NCCL) and scripts/train_slurm.sbatch (its srun line, through an srun that starts the ranks with
+# mpirun: the flags it passes and its environment, not Slurm). 2 steps (the scripts' flags are what is checked;
+# the runs above check the 10 steps' arithmetic), against the one-process run of 2 steps
 if [ "$EMULATED" = 1 ] || [ "$(gpu_count)" -ge 2 ]; then
     [ $quick = 1 ] && exit 0  # (CI's time: the normal build runs them)
+    COMMON+=(--steps 2)
+    timeout 300 "$TRAIN" "${COMMON[@]}" --batch-size 2 --log-json "$tmp/ref2.json" >"$tmp/ref2.log" 2>&1 ||
+        fail distributed_gpu_reference_run_2_steps "$(tail -2 "$tmp/ref2.log")"
     mkdir -p "$tmp/bin"
     printf '#!/bin/sh\necho "$*" >"%s/srun.args"\nwhile [ "${1#--}" != "$1" ]; do shift; done\nexec mpirun --allow-run-as-root --oversubscribe -np 2 "$@"\n' \
         "$tmp" >"$tmp/bin/srun"
@@ -150,7 +154,7 @@ if [ "$EMULATED" = 1 ] || [ "$(gpu_count)" -ge 2 ]; then
         fi
         rc=$?
         if [ $rc -eq 0 ] && grep -q '^ranks: 2 (mpirun launch, MPI on) | data parallel 2 x tensor 1 x pipeline 1 x context 1 | ZeRO-1 | comm nccl' "$tmp/$name.log"; then
-            "$CMP" --compare-logs "$tmp/ref.json" "$tmp/$name.json" 1e-3 "${name}_matches_one_process"
+            "$CMP" --compare-logs "$tmp/ref2.json" "$tmp/$name.json" 1e-3 "${name}_matches_one_process"
         else
             echo "FAIL: ${name}_runs (exit $rc: $(grep -m1 '^ranks:' "$tmp/$name.log") $(tail -2 "$tmp/$name.log" | tr '\n' ' '))"
         fi

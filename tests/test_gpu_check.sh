@@ -21,6 +21,8 @@ if [ ! -x build/emu/train_gptcu ] || ! python3 -c "import numpy" 2>/dev/null; th
     exit 0
 fi
 
+# one OpenMP thread, as tests/run_tests.sh gives the emulated programs (a second one spins between matmuls)
+export OMP_NUM_THREADS=1
 # every dev check but one, test_gpt_cu and the test scripts are run elsewhere in the suite
 skip='test_gpt_cu|dev_(adamw|attention|classifier|encoder|global_norm|layernorm|matmul|tensor_parallel)|test_train_gpu|test_distributed_gpu|test_comm_nccl|test_pipeline_gpu|test_tensor_parallel_gpu|bench_sweep'
 EMULATED=1 STEPS=6 OUT="$tmp/run" CHECKS_SKIP="$skip" bash scripts/gpu_check.sh >"$tmp/run.log" 2>&1

@@ -220,9 +220,11 @@ expect_usage_error "an unclosed quote in a --config file" "bad3.toml:1: data-tra
 expect_usage_error "a missing --config file" "--config: cannot read" "$TRAIN" --config "$tmp/none.toml"
 
 # --- --profile-steps 2:3: perf's control FIFO (scripts/profile.sh's) gets "enable" before step 2, "disable"
-# after step 3; a reader here stands in for perf ---
+# after step 3; a reader here stands in for perf (it reads until "disable": both words come in one read when the
+# second write finds the first read's FIFO still open) ---
 mkfifo "$tmp/perf.ctl"
-{ timeout 60 cat "$tmp/perf.ctl"; timeout 60 cat "$tmp/perf.ctl"; } >"$tmp/perf.got" &
+: >"$tmp/perf.got"
+for _ in 1 2; do timeout 60 cat "$tmp/perf.ctl" >>"$tmp/perf.got"; grep -q disable "$tmp/perf.got" && break; done &
 reader=$!
 LLMC_PERF_CTL="$tmp/perf.ctl" "$TRAIN" "${TINY[@]}" --steps 4 --profile-steps 2:3 >"$tmp/prof.log" 2>&1
 wait $reader
