@@ -14,7 +14,8 @@
 // the causal attention (forward, lse, backward; context parallel's offset
 // queries) at lengths around its blocks against double, 1 vs 2 threads;
 // AdamW with a checkpoint's staging copy made in the update against the update
-// and then the copy (bit-equal, the chunks' CRC32Cs too).
+// and then the copy (bit-equal, the chunks' CRC32Cs too), and over a range cut
+// into pieces of 1 to 4099 elements against the whole range's (bit-equal).
 #include "llmc/ckpt_stage.h"
 #include "llmc/cpu_layers.h"
 #include "llmc/optimizer.h"
