@@ -566,13 +566,14 @@ static void matmul_team(int transA, int transB, int M, int N, int K, float alpha
 #pragma omp barrier
 }
 
-// 1 when the peak probes both backends: with --matmul tuned, and when the run multiplies on an OpenBLAS
-// kernel narrower than the native one (OpenBLAS's SSE3 fallback): the step's other kernels are native and
-// outrun that kernel, so a peak of its probes alone would let MFU read above 100%. (Not in the sanitizer
-// builds, where auto takes OpenBLAS whatever its kernel and the instrumented native probe would cost seconds.)
+// 1 when the peak probes both backends: whenever the build has both (the machine's sgemm peak, the same
+// whichever --matmul the run takes: the step's attention, LayerNorm and AdamW are native whatever it
+// takes, and on an AVX-512 CPU OpenBLAS's probes read 5-10% below the native kernel's, so MFU against
+// them alone read high; against the SSE3 fallback's, 105-116%). Not in the sanitizer builds, where
+// auto takes OpenBLAS and an instrumented native probe would cost seconds a run: there, under tuned only.
 static inline int matmul_peak_probes_both(void) {
 #if defined(LLMC_BLAS) && !defined(LLMC_MATMUL_AUTO_BLAS)
-    return g_matmul_tuned || (g_matmul_backend == MATMUL_BLAS && !matmul_blas_kernel_is_wide());
+    return 1;
 #else
     return g_matmul_tuned;
 #endif
