@@ -366,19 +366,33 @@ static inline size_t attention_work_floats(int n, int hs) {
 
 // dst (n x att_pad(cols)) = src rows (n x cols, ld apart), zero padded
 static void att_pack_rows(float *dst, const float *src, size_t ld, int n, int cols) {
-    int w = att_pad(cols);
+    int w = att_pad(cols), full = cols / VEC_LANES * VEC_LANES;
     for (int i = 0; i < n; i++) {
-        memcpy(dst + (size_t)i * w, src + (size_t)i * ld, sizeof(float) * cols);
-        memset(dst + (size_t)i * w + cols, 0, sizeof(float) * (w - cols));
+        const float *s = src + (size_t)i * ld;
+        float *o = dst + (size_t)i * w;
+        for (int d = 0; d < full; d += VEC_LANES) vf_store(o + d, vf_load(s + d));
+        for (int d = full; d < w; d++) o[d] = d < cols ? s[d] : 0.0f;
     }
 }
-// dst (cols x att_pad(n)) = the transpose of src rows (n x cols, ld apart), zero padded
+// dst (cols x att_pad(n)) = the transpose of src rows (n x cols, ld apart), zero padded: squares of
+// VEC_LANES rows by VEC_LANES columns transposed in registers, the last cols % VEC_LANES columns one
+// float at a time
 static void att_pack_transposed(float *dst, const float *src, size_t ld, int n, int cols) {
-    int w = att_pad(n);
+    int w = att_pad(n), full = cols / VEC_LANES * VEC_LANES;
+    for (int i0 = 0; i0 < n; i0 += VEC_LANES) {  // (i0 + VEC_LANES <= w: w is a whole number of tiles)
+        for (int d0 = 0; d0 < full; d0 += VEC_LANES) {
+            vf v[VEC_LANES];  // row r: key i0 + r's channels d0..
+            for (int r = 0; r < VEC_LANES; r++)
+                v[r] = i0 + r < n ? vf_load(src + (size_t)(i0 + r) * ld + d0) : vf_set1(0.0f);
+            vf_transpose_square(v);
+            for (int c = 0; c < VEC_LANES; c++) vf_store(dst + (size_t)(d0 + c) * w + i0, v[c]);
+        }
+    }
     for (int d = 0; d < cols; d++) {
         float *o = dst + (size_t)d * w;
-        for (int i = 0; i < n; i++) o[i] = src[(size_t)i * ld + d];
-        for (int i = n; i < w; i++) o[i] = 0.0f;
+        if (d >= full)
+            for (int i = 0; i < n; i++) o[i] = src[(size_t)i * ld + d];
+        for (int i = d >= full ? n : (int)round_up_i64(n, VEC_LANES); i < w; i++) o[i] = 0.0f;
     }
 }
 
@@ -407,9 +421,16 @@ static inline float att_softmax_row(float *row, int n, int np) {
     vf e = vf_select(lane < tail, vf_exp(last - mx), vf_set1(0.0f));
     float sum = vf_hsum_tree(acc + e), inv = 1.0f / sum;
     for (int i = 0; i < full; i += VEC_LANES) vf_store(row + i, vf_load(row + i) * inv);
-    e *= inv;
-    memcpy(row + full, &e, sizeof(float) * tail);
-    memset(row + n, 0, sizeof(float) * (np - n));
+    e *= inv;  // (zero in the lanes past the tail)
+    int i = full;
+    if (full + VEC_LANES <= np) {  // whole vectors, the zeros past n included (no call to memcpy or memset a row)
+        vf_store(row + full, e);
+        for (i = full + VEC_LANES; i + VEC_LANES <= np; i += VEC_LANES) vf_store(row + i, vf_set1(0.0f));
+    } else {
+        memcpy(row + full, &e, sizeof(float) * tail);
+        i = n;
+    }
+    for (; i < np; i++) row[i] = 0.0f;
     return mx + logf(sum);
 }
 

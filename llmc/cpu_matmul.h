@@ -21,7 +21,7 @@
 #include <cblas.h>
 #endif
 
-#include "cpu_vec.h"  // defines: VEC_LANES, VEC_ISA, vf_set1, vf_load, ...
+#include "cpu_vec.h"  // defines: VEC_LANES, VEC_ISA, vf_set1, vf_load, vf_transpose_square, ...
 #include "utils.h"    // defines: die_usage, ceil_div_i64, round_up_i64, alignedMallocCheck, ...
 
 typedef enum { MATMUL_NATIVE = 0, MATMUL_BLAS = 1 } MatmulBackend;
@@ -165,43 +165,6 @@ static void mm_pack_b_strip(const float *B, int ldb, int k0, int kc, int j0, int
     }
 }
 
-// One round of mm_transpose_square: the off-diagonal s x s blocks of every 2s x 2s block of the
-// square v[0..VEC_LANES) (one row a vector) swapped: lane j of row i, bit s set in j and clear in i,
-// with lane j - s of row i + s.
-static inline void mm_transpose_round(vf *v, int s) {
-#if VEC_LANES == 16
-    const vi lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-#elif VEC_LANES == 8
-    const vi lane = {0, 1, 2, 3, 4, 5, 6, 7};
-#else
-    const vi lane = {0, 1, 2, 3};
-#endif
-    // two-source shuffle indices (VEC_LANES + j: lane j of the second): row i takes lane j - s of
-    // row i + s where bit s of j is set; row i + s takes lane j + s of row i where it is clear
-    vi second = (lane & s) != 0;  // (all ones where bit s is set)
-    vi lo = lane + (second & (VEC_LANES - s)), hi = lane + s + (second & (VEC_LANES - s));
-    for (int i = 0; i < VEC_LANES; i++) {
-        if (i & s) continue;
-        vf a = v[i], b = v[i + s];
-        v[i] = __builtin_shuffle(a, b, lo);
-        v[i + s] = __builtin_shuffle(a, b, hi);
-    }
-}
-
-// v[0..VEC_LANES) (a square of VEC_LANES x VEC_LANES floats, one row a vector) transposed in place,
-// in log2(VEC_LANES) rounds, written out so that each round's s is a constant: the compiler unrolls
-// its loop, the shuffles' indices fold to constants and v stays in registers.
-static inline void mm_transpose_square(vf *v) {
-#if VEC_LANES == 16
-    mm_transpose_round(v, 8);
-#endif
-#if VEC_LANES >= 8
-    mm_transpose_round(v, 4);
-#endif
-    mm_transpose_round(v, 2);
-    mm_transpose_round(v, 1);
-}
-
 // mm_pack_b_strip's strip from a transposed B (the forward's weight): column j of op(B) is row j
 // of B, read contiguously; squares of VEC_LANES columns by VEC_LANES depths are transposed in
 // registers, the depth's last kc % VEC_LANES one float at a time.
@@ -212,7 +175,7 @@ static void mm_pack_b_transposed(const float *B, int ldb, int k0, int kc, int j0
             vf v[VEC_LANES];  // row c: column c0 + c of op(B) at depths k..
             for (int c = 0; c < VEC_LANES; c++)
                 v[c] = c0 + c < nr ? vf_load(B + (size_t)(j0 + c0 + c) * ldb + k0 + k) : vf_set1(0.0f);
-            mm_transpose_square(v);
+            vf_transpose_square(v);
             for (int i = 0; i < VEC_LANES; i++) vf_store(dst + (size_t)(k + i) * MM_NR + c0, v[i]);
         }
         for (; k < kc; k++)

@@ -82,6 +82,43 @@ static inline float vf_hsum(vf v) {
     return s;
 }
 
+// One round of vf_transpose_square: the off-diagonal s x s blocks of every 2s x 2s block of the
+// square v[0..VEC_LANES) (one row a vector) swapped: lane j of row i, bit s set in j and clear in i,
+// with lane j - s of row i + s.
+static inline void vf_transpose_round(vf *v, int s) {
+#if VEC_LANES == 16
+    const vi lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+#elif VEC_LANES == 8
+    const vi lane = {0, 1, 2, 3, 4, 5, 6, 7};
+#else
+    const vi lane = {0, 1, 2, 3};
+#endif
+    // two-source shuffle indices (VEC_LANES + j: lane j of the second): row i takes lane j - s of
+    // row i + s where bit s of j is set; row i + s takes lane j + s of row i where it is clear
+    vi second = (lane & s) != 0;  // (all ones where bit s is set)
+    vi lo = lane + (second & (VEC_LANES - s)), hi = lane + s + (second & (VEC_LANES - s));
+    for (int i = 0; i < VEC_LANES; i++) {
+        if (i & s) continue;
+        vf a = v[i], b = v[i + s];
+        v[i] = __builtin_shuffle(a, b, lo);
+        v[i + s] = __builtin_shuffle(a, b, hi);
+    }
+}
+
+// v[0..VEC_LANES) (a square of VEC_LANES x VEC_LANES floats, one row a vector) transposed in place,
+// in log2(VEC_LANES) rounds, written out so that each round's s is a constant: the compiler unrolls
+// its loop, the shuffles' indices fold to constants and v stays in registers.
+static inline void vf_transpose_square(vf *v) {
+#if VEC_LANES == 16
+    vf_transpose_round(v, 8);
+#endif
+#if VEC_LANES >= 8
+    vf_transpose_round(v, 4);
+#endif
+    vf_transpose_round(v, 2);
+    vf_transpose_round(v, 1);
+}
+
 // v with lane i taken from lane i ^ s (s a power of two below VEC_LANES): a step of a tree reduction
 static inline vf vf_swap_lanes(vf v, int s) {
     vi idx;
