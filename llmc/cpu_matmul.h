@@ -123,15 +123,9 @@ static inline void matmul_set_backend(const char *name) {
 // what the native kernel was built for, e.g. "avx2 6x16" (the start-up line prints it)
 #define MATMUL_NATIVE_KERNEL VEC_ISA " " MM_STR(MM_MR) "x" MM_STR(MM_NR)
 
-// Packs op(A)[i0:i0+rows, k0:k0+kc] (rows <= MR) of an A that is not transposed as one MR-row strip:
-// depth k -> MR floats (rows past `rows` zero).
-static void mm_pack_a_strip(const float *A, int lda, int i0, int rows, int k0, int kc, float *d) {
-    for (int k = 0; k < kc; k++)
-        for (int r = 0; r < MM_MR; r++) d[k * MM_MR + r] = r < rows ? A[(size_t)(i0 + r) * lda + k0 + k] : 0.0f;
-}
-
 // Packs op(A)[i0:i0+mc, k0:k0+kc] of a transposed A (column i of op(A) is part of row i of A's
-// transpose: MR consecutive floats of a row of A per depth k) as mm_pack_a_strip would, the strips
+// transpose: MR consecutive floats of a row of A per depth k) into MR-row strips (depth k -> MR
+// floats, rows past mc zero; strip r0 at apack + r0 * kc), the strips
 // r0 = t * MR, (t + P) * MR, ... (thread t's of P), 16 rows of A at a time: strip by strip over all
 // kc rows, every strip would reread (from L2 or memory) a line of each of kc rows for 24 bytes of it.
 static void mm_pack_a_transposed(const float *A, int lda, int i0, int mc, int k0, int kc, int t, int P, float *apack) {
@@ -220,17 +214,17 @@ static void mm_micro(int kc, const float *a, size_t a_rs, size_t a_ks, const flo
     }
 }
 
-// op(A) is read in place by the microkernel, not packed, when its strided direction (rows of A, or a
-// transposed A's depths) steps less than a page (1024 floats, 4 KiB) and, for a transposed A, the
-// product is at most 8 NR-column strips wide. Then an MR-row strip touches a few lines per step, and
-// the pass over A that packing costs (a large share of a product only a few strips wide, as at 128
-// channels: 15-20% of the weight gradient) is saved. From a page up every step needs its own TLB entry
-// (and at a power of two its lines share one L1 set); a transposed A's strip reads 24 bytes of a new
-// line per step, which costs more, per strip, than packing once for many strips.
-#define MM_A_IN_PLACE_MAX_LD 1023
-#define MM_A_IN_PLACE_MAX_STRIPS_TRANSPOSED 8
+// op(A) is read in place by the microkernel, not packed, when it is not transposed (whatever its
+// leading dimension: a strip then reads MR rows, each contiguously in k, and packing was a pass over
+// A that every thread of a team repeated, 10-13% of the products with lda from 2304 up at d12 on a
+// Zen 4), and when it is transposed, its depth steps less than a page (1024 floats, 4 KiB) and the
+// product is at most 8 NR-column strips wide. A transposed A's strip reads 24 bytes of a new line per
+// depth step, which costs more, per strip, than packing once for many strips; from a page up every
+// step needs its own TLB entry (and at a power of two its lines share one L1 set).
+#define MM_AT_IN_PLACE_MAX_LD 1023
+#define MM_AT_IN_PLACE_MAX_STRIPS 8
 static inline int mm_a_in_place(int transA, int lda, int N) {
-    return lda <= MM_A_IN_PLACE_MAX_LD && (!transA || ceil_div_i64(N, MM_NR) <= MM_A_IN_PLACE_MAX_STRIPS_TRANSPOSED);
+    return !transA || (lda <= MM_AT_IN_PLACE_MAX_LD && ceil_div_i64(N, MM_NR) <= MM_AT_IN_PLACE_MAX_STRIPS);
 }
 
 // Loop nest (BLIS's, with the depth split twice): for each block of MC rows
@@ -255,12 +249,8 @@ static void mm_native_part(int P, int t, int transA, int transB, int M, int N, i
             // the block's strip r0 at depth k0 starts at a_block + r0 * a_strip + (k0 - kb0) * a_ks
             const float *a_block = A + i0 * lda_rs + kb0 * lda_ks;
             size_t a_rs = lda_rs, a_ks = lda_ks, a_strip = lda_rs;
-            if (apack) {  // strip r0 holds rows i0+r0.. at depth kb0..: k -> MR floats, kb deep
-                if (transA) mm_pack_a_transposed(A, lda, i0, mc, kb0, kb, t, P, apack);
-                else
-                    for (int r0 = t * MM_MR; r0 < mc; r0 += P * MM_MR)
-                        mm_pack_a_strip(A, lda, i0 + r0, mc - r0 < MM_MR ? mc - r0 : MM_MR, kb0, kb,
-                                        apack + (size_t)r0 * kb);
+            if (apack) {  // (a transposed A) strip r0 holds rows i0+r0.. at depth kb0..: k -> MR floats, kb deep
+                mm_pack_a_transposed(A, lda, i0, mc, kb0, kb, t, P, apack);
                 if (P > 1) {
 #pragma omp barrier
                 }

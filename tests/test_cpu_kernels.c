@@ -115,13 +115,13 @@ static void test_matmul_native(void) {
     Rng rng;
     rng_seed(&rng, 11);
     // odd sizes, one tile, one tile and one, the edges of KC, KB and MC, and more than one block of each;
-    // op(A) read in place (most) and packed (a leading dimension from MM_A_IN_PLACE_MAX_LD up; a
-    // transposed A more than MM_A_IN_PLACE_MAX_STRIPS_TRANSPOSED strips wide)
+    // op(A) read in place (A not transposed, whatever lda; transposed, most) and packed (a transposed A
+    // with lda from MM_AT_IN_PLACE_MAX_LD up or more than MM_AT_IN_PLACE_MAX_STRIPS strips wide)
     const MatShape shapes[] = {
         {1, 1, 1}, {7, 33, 5}, {MM_MR, MM_NR, MM_KC}, {MM_MR + 1, MM_NR + 1, MM_KC + 1}, {MM_MR - 1, MM_NR - 1, 3},
         {2 * MM_MR + 3, 3 * MM_NR - 5, MM_KB + MM_KC + 7}, {MM_MC + MM_MR + 1, 2 * MM_NR + 3, 9}, {37, 300, 259},
-        {130, 65, 520}, {64, 64, 64}, {MM_MR + 2, 5, MM_A_IN_PLACE_MAX_LD + 2},
-        {MM_A_IN_PLACE_MAX_LD + 5, MM_NR + 3, 2 * MM_KC + 1}, {23, (MM_A_IN_PLACE_MAX_STRIPS_TRANSPOSED + 1) * MM_NR + 1, 40},
+        {130, 65, 520}, {64, 64, 64}, {MM_MR + 2, 5, MM_AT_IN_PLACE_MAX_LD + 2},
+        {MM_AT_IN_PLACE_MAX_LD + 5, MM_NR + 3, 2 * MM_KC + 1}, {23, (MM_AT_IN_PLACE_MAX_STRIPS + 1) * MM_NR + 1, 40},
     };
     const int nshapes = (int)(sizeof(shapes) / sizeof(shapes[0]));
     int bad = 0, runs = 0;
@@ -154,13 +154,24 @@ static void test_matmul_native(void) {
     test_result(c[0] == 0.5f && c[5] == 3.0f, "native matmul with K = 0 scales C by beta");
 }
 
+// 1 when the native kernel fuses its multiply-adds: this file's flags (-ffp-contract=fast, the
+// target's FMA, -O2 and up) contract acc += a * b to one FMA, or not (at -O1 and without FMA). Told by
+// a product of depth 2 whose second term cancels the first but for bits that only an unrounded
+// product keeps: -(1 + 2^-11) + (1 + 2^-12)^2 is 2^-24 fused, 0 or 2^-23 rounded first.
+static int native_kernel_fuses(void) {
+    float a[2] = {-1.0f, 1.0f + 0x1p-12f}, b[2] = {1.0f + 0x1p-11f, 1.0f + 0x1p-12f}, c = 0.0f;
+    matmul_native(0, 0, 1, 1, 2, 1.0f, a, 2, b, 1, 0.0f, &c, 1);
+    return c == 0x1p-24f;
+}
+
 // C (M, N, row stride ldc) = op(A) @ op(B) + beta * C, beta 0 or 1, summed in the native kernel's
 // order: each element's depth in MM_KC slices, in order, a slice summed from 0, k ascending, and
-// added to C (the first slice to beta * C). A term is acc += a * b as in the kernel, which this
-// file's flags (-ffp-contract=fast, the target's FMA, the optimisation level) contract to one fused
-// multiply-add exactly where they contract the kernel's (at -O1 and without FMA, not at all).
-static void matmul_in_kernel_order(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
-                                   int ldb, float beta, float *C, int ldc) {
+// added to C (the first slice to beta * C). A term is one fused multiply-add where the kernel fuses
+// (fused), else a rounded product and an add; spelled out, so that how the compiler builds this loop
+// does not matter (GCC vectorised it as an in-order reduction at one shape on Zen 4, rounding each
+// product before its add where the kernel fused).
+static void matmul_in_kernel_order(int fused, int ta, int tb, int M, int N, int K, const float *A, int lda,
+                                   const float *B, int ldb, float beta, float *C, int ldc) {
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
             float *c = &C[(size_t)i * ldc + j];
@@ -169,7 +180,12 @@ static void matmul_in_kernel_order(int ta, int tb, int M, int N, int K, const fl
                 for (int k = k0; k < K && k < k0 + MM_KC; k++) {
                     float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
                     float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
-                    acc += a * b;
+                    if (fused) {
+                        acc = fmaf(a, b, acc);
+                    } else {
+                        volatile float product = a * b;  // (rounded: not contracted into the add)
+                        acc += product;
+                    }
                 }
                 *c = k0 == 0 && beta == 0.0f ? acc : acc + *c;
             }
@@ -184,16 +200,17 @@ static void test_matmul_order(void) {
     rng_seed(&rng, 12);
     const MatShape shapes[] = {
         {5 * MM_MR + 1, 2 * MM_NR + 3, 2 * MM_KC + 5}, {MM_MC + 7, MM_NR + 6, 37}, {20, 33, MM_KB + MM_KC + 3},
-        {13, (MM_A_IN_PLACE_MAX_STRIPS_TRANSPOSED + 1) * MM_NR + 5, MM_KC + 1}, {MM_MR - 1, 7, 2},
+        {13, (MM_AT_IN_PLACE_MAX_STRIPS + 1) * MM_NR + 5, MM_KC + 1}, {MM_MR - 1, 7, 2},
     };
     const int nshapes = (int)(sizeof(shapes) / sizeof(shapes[0]));
     matmul_set_backend("native");
+    const int fused = native_kernel_fuses();
     int bad = 0, runs = 0;
     for (int s = 0; s < nshapes; s++)
         for (int v = 0; v < 8; v++) {
             int ta = v & 1, tb = (v >> 1) & 1, M = shapes[s].M, N = shapes[s].N, K = shapes[s].K;
-            int wide = v >> 2;  // 1: leading dimensions past MM_A_IN_PLACE_MAX_LD (op(A) packed)
-            int lda = (ta ? M : K) + (wide ? MM_A_IN_PLACE_MAX_LD : s), ldb = (tb ? K : N) + s % 2, ldc = N + s % 3;
+            int wide = v >> 2;  // 1: leading dimensions past MM_AT_IN_PLACE_MAX_LD (a transposed A packed)
+            int lda = (ta ? M : K) + (wide ? MM_AT_IN_PLACE_MAX_LD : s), ldb = (tb ? K : N) + s % 2, ldc = N + s % 3;
             float beta = (float)((s + v) % 2);
             size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
             float *A = (float *)mallocCheck(sizeof(float) * na), *Bm = (float *)mallocCheck(sizeof(float) * nb);
@@ -203,7 +220,7 @@ static void test_matmul_order(void) {
             rng_normal_fill(&rng, Bm, (int64_t)nb, 1.0f);
             rng_normal_fill(&rng, c0, (int64_t)nc, 1.0f);
             memcpy(R, c0, sizeof(float) * nc);
-            matmul_in_kernel_order(ta, tb, M, N, K, A, lda, Bm, ldb, beta, R, ldc);
+            matmul_in_kernel_order(fused, ta, tb, M, N, K, A, lda, Bm, ldb, beta, R, ldc);
             for (int run = 0; run < 6; run++) {  // native on 1, 2, 3 threads; then the team of 1, 2, 3
                 int threads = 1 + run % 3, saved = set_threads(threads);
                 memcpy(Cm, c0, sizeof(float) * nc);
@@ -223,7 +240,8 @@ static void test_matmul_order(void) {
         }
     matmul_set_backend("auto");
     test_result(bad == 0, "native matmul sums in its order to the bit: %d products (transposes, block edges, op(A) in "
-                "place and packed, 1-3 threads and teams of 1-3, beta 0 and 1)", runs);
+                "place and packed, 1-3 threads and teams of 1-3, beta 0 and 1; multiply-adds %s)", runs,
+                fused ? "fused" : "rounded");
 }
 
 // lengths around the vector width and a long one; each at every misalignment below one vector
