@@ -140,8 +140,7 @@ static inline float vf_hsum_tree(vf v) {
 // polynomial, 2^n through the exponent bits. Inputs are clamped to [-87, 88].
 static inline vf vf_exp(vf x) {
     const vf lo = vf_set1(-87.0f), hi = vf_set1(88.0f);
-    x = vf_select(x < lo, lo, x);
-    x = vf_select(x > hi, hi, x);
+    x = vf_select(x < lo, lo, vf_select(x > hi, hi, x));  // (both tests on the input: a shorter chain)
     const vf magic = vf_set1(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
     vf n = (x * 1.44269504088896341f + magic) - magic;
     vf r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
