@@ -406,8 +406,7 @@ static void att_pack_transposed(float *dst, const float *src, size_t ld, int n, 
 // zeroed (an exp per lane, not one per element as a scalar tail would take).
 static inline float att_softmax_row(float *row, int n, int np) {
     int full = n / VEC_LANES * VEC_LANES, tail = n - full;
-    vi lane;
-    for (int i = 0; i < VEC_LANES; i++) lane[i] = i;
+    const vi lane = vi_lane_ids();
     vf last;
     if (full + VEC_LANES <= np) {
         last = vf_select(lane < tail, vf_load(row + full), vf_set1(-INFINITY));

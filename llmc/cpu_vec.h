@@ -72,6 +72,16 @@ static inline vf vf_set1(float x) {
     return (vf){x, x, x, x};
 #endif
 }
+// 0, 1, ..., VEC_LANES - 1: a constant (shuffle indices and lane masks fold from it)
+static inline vi vi_lane_ids(void) {
+#if VEC_LANES == 16
+    return (vi){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+#elif VEC_LANES == 8
+    return (vi){0, 1, 2, 3, 4, 5, 6, 7};
+#else
+    return (vi){0, 1, 2, 3};
+#endif
+}
 // lanes of a where mask (all ones) else b
 static inline vf vf_select(vi mask, vf a, vf b) { return (vf)(((vi)a & mask) | ((vi)b & ~mask)); }
 static inline vf vf_max(vf a, vf b) { return vf_select(a > b, a, b); }
@@ -86,13 +96,7 @@ static inline float vf_hsum(vf v) {
 // square v[0..VEC_LANES) (one row a vector) swapped: lane j of row i, bit s set in j and clear in i,
 // with lane j - s of row i + s.
 static inline void vf_transpose_round(vf *v, int s) {
-#if VEC_LANES == 16
-    const vi lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-#elif VEC_LANES == 8
-    const vi lane = {0, 1, 2, 3, 4, 5, 6, 7};
-#else
-    const vi lane = {0, 1, 2, 3};
-#endif
+    const vi lane = vi_lane_ids();
     // two-source shuffle indices (VEC_LANES + j: lane j of the second): row i takes lane j - s of
     // row i + s where bit s of j is set; row i + s takes lane j + s of row i where it is clear
     vi second = (lane & s) != 0;  // (all ones where bit s is set)
@@ -119,12 +123,10 @@ static inline void vf_transpose_square(vf *v) {
     vf_transpose_round(v, 1);
 }
 
-// v with lane i taken from lane i ^ s (s a power of two below VEC_LANES): a step of a tree reduction
-static inline vf vf_swap_lanes(vf v, int s) {
-    vi idx;
-    for (int i = 0; i < VEC_LANES; i++) idx[i] = i ^ s;
-    return __builtin_shuffle(v, idx);
-}
+// v with lane i taken from lane i ^ s (s a power of two below VEC_LANES): a step of a tree reduction.
+// (The indices from a constant vector: built lane by lane, GCC assembled them with masked moves at
+// every call, a third of a short softmax row's time.)
+static inline vf vf_swap_lanes(vf v, int s) { return __builtin_shuffle(v, vi_lane_ids() ^ s); }
 // max of the lanes, and their sum by halves (lane i and lane i + VEC_LANES/2 first, and so on):
 // log2(VEC_LANES) dependent steps where vf_hsum takes VEC_LANES - 1 (another order, as deterministic)
 static inline float vf_hmax(vf v) {
