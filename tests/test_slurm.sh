@@ -159,7 +159,8 @@ check "sbatch --nodes 1 --ntasks-per-node 2 scripts/train_slurm.sbatch: COMPLETE
 
 # --- the time limit's signal: exit 75, the script requeues; released, the job resumes; a plain scancel then
 # cancels it at once ---
-wait_for 40 '[ "$(job_field "$tl" Restarts)" = 1 ] || ended "$tl"' "$tl"
+# (requeued, the job passes through COMPLETING before it is PENDING again: Restarts is 1 before the state settles)
+wait_for 40 '{ [ "$(job_field "$tl" Restarts)" = 1 ] && [ "$(job_field "$tl" JobState)" != COMPLETING ]; } || ended "$tl"' "$tl"
 how=$(grep -a -o 'checkpointing at step [0-9]*\|signal received before the first step: no checkpoint written' "$tmp/tl.out")
 check "time limit: SIGUSR1 from --signal, the trainer stops ($how), exits 75, the script requeues the job" \
     '[ "$(job_field "$tl" Restarts)" = 1 ] && [ "$(job_field "$tl" JobState)" = PENDING ] && [ -n "$how" ] &&
