@@ -360,33 +360,33 @@ static char **g_flag_argv;
 static const char **g_inputs;
 
 int main(int argc, char **argv) {
-    char **flag_argv = g_flag_argv = (char **)mallocCheck((size_t)(argc + 1) * sizeof(char *) * 2);
-    const char **inputs = g_inputs = (const char **)mallocCheck((size_t)(argc + 1) * sizeof(char *));
+    g_flag_argv = (char **)mallocCheck((size_t)(argc + 1) * sizeof(char *) * 2);
+    g_inputs = (const char **)mallocCheck((size_t)(argc + 1) * sizeof(char *));
     int n_inputs;
     const char *raw_out = NULL;
-    int nf = split_args(argc, argv, flag_argv, inputs, &n_inputs, &raw_out);
+    int nf = split_args(argc, argv, g_flag_argv, g_inputs, &n_inputs, &raw_out);
     Options o;
-    flags_parse(nf, flag_argv, FLAGS, FLAGS_COUNT(FLAGS), &o, SUMMARY);
+    flags_parse(nf, g_flag_argv, FLAGS, FLAGS_COUNT(FLAGS), &o, SUMMARY);
     int explicit_inputs = n_inputs;
-    if (n_inputs == 0) inputs[n_inputs++] = "-";
+    if (n_inputs == 0) g_inputs[n_inputs++] = "-";
 
     if (o.train_vocab) {
         if (o.raw[0] || o.gpt2[0] || o.bytes) die_usage("--train-vocab learns a vocabulary: it takes no --raw, --gpt2 or --bytes");
-        run_train(&o, inputs, n_inputs);
+        run_train(&o, g_inputs, n_inputs);
     } else {
         if (!o.gpt2[0] == !o.bytes) die_usage("give exactly one tokenizer: --gpt2 DIR or --bytes");
         Tokenizer t;
         if (o.bytes) tokenizer_init_bytes(&t);
         else tokenizer_load_gpt2(&t, o.gpt2);
         if (o.raw[0]) {
-            if (explicit_inputs) die_usage("--raw IN OUT takes no other input files ('%s')", inputs[0]);
+            if (explicit_inputs) die_usage("--raw IN OUT takes no other input files ('%s')", g_inputs[0]);
             run_raw(&o, &t, raw_out);
         } else {
-            run_shards(&o, &t, inputs, n_inputs);
+            run_shards(&o, &t, g_inputs, n_inputs);
         }
         tokenizer_free(&t);
     }
-    free(g_flag_argv);  // (through the file-scope pointers: read, so the stores to them stay)
+    free(g_flag_argv);
     free(g_inputs);
     return 0;
 }
