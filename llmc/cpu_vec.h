@@ -1,5 +1,5 @@
 // cpu_vec.h: explicitly vectorised (GCC vector extensions) building blocks for
-// the CPU kernels: exp, tanh, max, sums, dot products and a double-precision
+// the CPU kernels: exp, max, sums, dot products and a double-precision
 // sum of squares. The vector is as wide as one register of the instruction set
 // the build targets (VEC_LANES floats: 16 with AVX-512, 8 with AVX2 + FMA, 4
 // with NEON or the portable fallback, which is SSE2 on x86-64), so every value
@@ -163,8 +163,6 @@ static inline float scalar_exp(float x) {
     return v[0];
 }
 
-// tanh(a) = 1 - 2 / (1 + exp(2a)): exact limits +-1, absolute error ~1e-7.
-static inline vf vf_tanh(vf a) { return 1.0f - 2.0f / (1.0f + vf_exp(a + a)); }
 
 // max of x[0..n), n >= 1
 static inline float vec_max(const float *x, int n) {
