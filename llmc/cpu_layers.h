@@ -305,7 +305,8 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const flo
 //
 // One thread computes a whole head (b, h) at a time, its operands packed in a
 // per-thread workspace that stays in cache, the threads of the team sharing
-// the heads. Queries go in blocks of ATT_MR rows: a block's scores are
+// the heads in equal runs (b-major: thread t takes the sequences whose rows
+// the linear layers around give it, which are in its L2). Queries go in blocks of ATT_MR rows: a block's scores are
 // computed only for the keys its last query sees (the causal triangle and the
 // diagonal block, not the whole T x T square), softmaxed row by row and
 // multiplied by V while in L1; the backward walks the same blocks. The
@@ -513,7 +514,7 @@ static void attention_forward(float *out, float *att, float *lse, const float *q
     float scale = 1.0f / sqrtf((float)hs);
     size_t C3 = 3 * (size_t)C;
     float *work = (float *)alignedMallocCheck(sizeof(float) * attention_work_floats(T, hs));
-#pragma omp for schedule(dynamic)
+#pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
         const float *q = qkv + qkv_head_offset(b, h, T, C, NH);
@@ -532,7 +533,7 @@ static void attention_backward(float *dqkv, float *scratch, const float *dout, c
     size_t C3 = 3 * (size_t)C;
     float *work = (float *)alignedMallocCheck(sizeof(float) * attention_work_floats(T, hs));
     float *ds = scratch + (size_t)omp_thread_id() * T * T;
-#pragma omp for schedule(dynamic)
+#pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
         const float *q = qkv + qkv_head_offset(b, h, T, C, NH);

@@ -146,11 +146,18 @@ static void mm_pack_a_transposed(const float *A, int lda, int i0, int mc, int k0
     }
 }
 
+#define MM_LINE_FLOATS 16  // floats in a 64-byte cache line
+
 // Packs op(B)[k0:k0+kc, j0:j0+nr] as one NR-column strip, depth k -> NR floats (columns past nr zero),
-// from a B that is not transposed: row k of op(B) is row k of B.
-static void mm_pack_b_strip(const float *B, int ldb, int k0, int kc, int j0, int nr, float *dst) {
+// from a B that is not transposed: row k of op(B) is row k of B. Each row read prefetches (into L2) the
+// same columns kc rows down, the strip's next slice of a product K deep: B is then an activation (the
+// weight gradient's input), out of cache, that the next slice would otherwise wait for row by row
+// (v65's weight gradients 2% faster on a Zen 4; a transposed B, the forward's weights, gained nothing).
+static void mm_pack_b_strip(const float *B, int ldb, int k0, int kc, int K, int j0, int nr, float *dst) {
     for (int k = 0; k < kc; k++) {
         const float *src = B + (size_t)(k0 + k) * ldb + j0;
+        if (k0 + kc + k < K)
+            for (int c = 0; c < nr; c += MM_LINE_FLOATS) __builtin_prefetch(src + (size_t)kc * ldb + c, 0, 2);
         if (nr == MM_NR) {
             memcpy(dst + k * MM_NR, src, sizeof(float) * MM_NR);
             continue;
@@ -263,7 +270,7 @@ static void mm_native_part(int P, int t, int transA, int transB, int M, int N, i
                     int kc = kb0 + kb - k0 < MM_KC ? kb0 + kb - k0 : MM_KC;
                     float beta_k = k0 == 0 ? beta : 1.0f;
                     if (transB) mm_pack_b_transposed(B, ldb, k0, kc, j0, nr, bpack);
-                    else mm_pack_b_strip(B, ldb, k0, kc, j0, nr, bpack);
+                    else mm_pack_b_strip(B, ldb, k0, kc, K, j0, nr, bpack);
                     for (int r0 = 0; r0 < mc; r0 += MM_MR) {
                         int rows = mc - r0 < MM_MR ? mc - r0 : MM_MR;
                         mm_micro(kc, a_block + r0 * a_strip + (k0 - kb0) * a_ks, a_rs, a_ks, bpack,
