@@ -380,6 +380,14 @@ static void att_pack_rows(float *dst, const float *src, size_t ld, int n, int co
         for (int d = full; d < w; d++) o[d] = d < cols ? s[d] : 0.0f;
     }
 }
+// The rows of src (n x cols, *ld apart) as att_tile reads B: in place when cols is a whole number of
+// tiles (ATT_CW readable floats a row), else packed into dst (zero padded; *ld becomes att_pad(cols)).
+static const float *att_rows_operand(float *dst, const float *src, size_t *ld, int n, int cols) {
+    if (att_pad(cols) == cols) return src;
+    att_pack_rows(dst, src, *ld, n, cols);
+    *ld = (size_t)att_pad(cols);
+    return dst;
+}
 // dst (cols x att_pad(n)) = the transpose of src rows (n x cols, ld apart), zero padded: squares of
 // VEC_LANES rows by VEC_LANES columns transposed in registers, the last cols % VEC_LANES columns one
 // float at a time
@@ -402,41 +410,58 @@ static void att_pack_transposed(float *dst, const float *src, size_t ld, int n, 
     }
 }
 
-// row[0, n) <- softmax(row[0, n)), row[n, np) <- 0; returns the log of the sum of exp. Whole vectors
-// throughout: the last, partial one is read into lanes padded with -inf and its exponentials past n are
-// zeroed (an exp per lane, not one per element as a scalar tail would take).
-static inline float att_softmax_row(float *row, int n, int np) {
-    int full = n / VEC_LANES * VEC_LANES, tail = n - full;
+// Row r of a block of rows (at p + r * ldp, r < rows <= ATT_MR) seeing n0 + r keys: row[0, n) <-
+// softmax(row[0, n)), row[n, np) <- 0, and (with lse) lse[r] <- the log of its sum of exp. Whole vectors
+// throughout: a row's last, partial one is read into lanes padded with -inf and its exponentials past n
+// are zeroed (an exp per lane, not one per element as a scalar tail would take). The rows go through
+// each phase (max, exponentials and sum, scaling) together: each phase's horizontal reductions and
+// exponentials are independent chains across rows, which the core overlaps, where row by row they
+// would wait on each other's latency.
+static inline void att_softmax_block(float *p, size_t ldp, int rows, int n0, int np, float *lse) {
     const vi lane = vi_lane_ids();
-    vf last;
-    if (full + VEC_LANES <= np) {
-        last = vf_select(lane < tail, vf_load(row + full), vf_set1(-INFINITY));
-    } else {
-        for (int i = 0; i < VEC_LANES; i++) last[i] = i < tail ? row[full + i] : -INFINITY;
+    vf last[ATT_MR], e_last[ATT_MR];
+    float mx[ATT_MR], sum[ATT_MR];
+    for (int r = 0; r < rows; r++) {  // the maxima
+        float *row = p + (size_t)r * ldp;
+        int n = n0 + r, full = n / VEC_LANES * VEC_LANES, tail = n - full;
+        if (full + VEC_LANES <= np) {
+            last[r] = vf_select(lane < tail, vf_load(row + full), vf_set1(-INFINITY));
+        } else {
+            for (int i = 0; i < VEC_LANES; i++) last[r][i] = i < tail ? row[full + i] : -INFINITY;
+        }
+        vf mxv = last[r];
+        for (int i = 0; i < full; i += VEC_LANES) mxv = vf_max(mxv, vf_load(row + i));
+        mx[r] = vf_hmax(mxv);
     }
-    vf mxv = last;
-    for (int i = 0; i < full; i += VEC_LANES) mxv = vf_max(mxv, vf_load(row + i));
-    float mx = vf_hmax(mxv);
-    vf acc = vf_set1(0.0f);
-    for (int i = 0; i < full; i += VEC_LANES) {
-        vf e = vf_exp(vf_load(row + i) - mx);
-        vf_store(row + i, e);
-        acc += e;
+    for (int r = 0; r < rows; r++) {  // the exponentials and their sums
+        float *row = p + (size_t)r * ldp;
+        int n = n0 + r, full = n / VEC_LANES * VEC_LANES, tail = n - full;
+        vf acc = vf_set1(0.0f);
+        for (int i = 0; i < full; i += VEC_LANES) {
+            vf e = vf_exp(vf_load(row + i) - mx[r]);
+            vf_store(row + i, e);
+            acc += e;
+        }
+        e_last[r] = vf_select(lane < tail, vf_exp(last[r] - mx[r]), vf_set1(0.0f));
+        sum[r] = vf_hsum_tree(acc + e_last[r]);
     }
-    vf e = vf_select(lane < tail, vf_exp(last - mx), vf_set1(0.0f));
-    float sum = vf_hsum_tree(acc + e), inv = 1.0f / sum;
-    for (int i = 0; i < full; i += VEC_LANES) vf_store(row + i, vf_load(row + i) * inv);
-    e *= inv;  // (zero in the lanes past the tail)
-    int i = full;
-    if (full + VEC_LANES <= np) {  // whole vectors, the zeros past n included (no call to memcpy or memset a row)
-        vf_store(row + full, e);
-        for (i = full + VEC_LANES; i + VEC_LANES <= np; i += VEC_LANES) vf_store(row + i, vf_set1(0.0f));
-    } else {
-        memcpy(row + full, &e, sizeof(float) * tail);
-        i = n;
+    for (int r = 0; r < rows; r++) {  // the probabilities, and the zeros past them
+        float *row = p + (size_t)r * ldp;
+        int n = n0 + r, full = n / VEC_LANES * VEC_LANES, tail = n - full;
+        float inv = 1.0f / sum[r];
+        for (int i = 0; i < full; i += VEC_LANES) vf_store(row + i, vf_load(row + i) * inv);
+        vf e = e_last[r] * inv;  // (zero in the lanes past the tail)
+        int i = full;
+        if (full + VEC_LANES <= np) {  // whole vectors, the zeros past n included (no call to memcpy or memset a row)
+            vf_store(row + full, e);
+            for (i = full + VEC_LANES; i + VEC_LANES <= np; i += VEC_LANES) vf_store(row + i, vf_set1(0.0f));
+        } else {
+            memcpy(row + full, &e, sizeof(float) * tail);
+            i = n;
+        }
+        for (; i < np; i++) row[i] = 0.0f;
+        if (lse) lse[r] = mx[r] + logf(sum[r]);
     }
-    for (; i < np; i++) row[i] = 0.0f;
-    return mx + logf(sum);
 }
 
 // One head's causal attention for Tq queries at positions pos0, pos0 + 1, ... over the keys [0, pos0 + Tq):
@@ -447,19 +472,17 @@ static inline float att_softmax_row(float *row, int n, int np) {
 static void attention_head_forward(float *out, size_t ldo, float *p, size_t ldp, int np, float *lse, const float *q,
                                    size_t ldq, const float *k, const float *v, size_t ldkv, int pos0, int Tq, int hs,
                                    float scale, float *work) {
-    int n = pos0 + Tq, hsp = att_pad(hs);
-    float *kt = work, *vp = work + (size_t)hs * att_pad(n);
+    int n = pos0 + Tq;
+    float *kt = work;
     att_pack_transposed(kt, k, ldkv, n, hs);
-    att_pack_rows(vp, v, ldkv, n, hs);
+    size_t ldv = ldkv;
+    const float *vb = att_rows_operand(work + (size_t)hs * att_pad(n), v, &ldv, n, hs);
     for (int t0 = 0; t0 < Tq; t0 += ATT_MR) {
         int rows = Tq - t0 < ATT_MR ? Tq - t0 : ATT_MR, keys = pos0 + t0 + rows;  // (the block's last query's)
         float *pb = p + (size_t)t0 * ldp;
         att_rows(rows, keys, hs, q + (size_t)t0 * ldq, ldq, 1, kt, att_pad(n), scale, 0, pb, ldp);
-        for (int r = 0; r < rows; r++) {
-            float l = att_softmax_row(pb + (size_t)r * ldp, pos0 + t0 + r + 1, np);
-            if (lse) lse[t0 + r] = l;
-        }
-        att_rows(rows, hs, keys, pb, ldp, 1, vp, hsp, 1.0f, 0, out + (size_t)t0 * ldo, ldo);
+        att_softmax_block(pb, ldp, rows, pos0 + t0 + 1, np, lse ? lse + t0 : NULL);
+        att_rows(rows, hs, keys, pb, ldp, 1, vb, ldv, 1.0f, 0, out + (size_t)t0 * ldo, ldo);
     }
 }
 
@@ -473,28 +496,31 @@ static void attention_head_backward(float *dq, size_t lddq, float *dk, float *dv
     int n = pos0 + Tq, hsp = att_pad(hs);
     float *vt = work, *kp = vt + (size_t)hs * att_pad(n), *qp = kp + (size_t)n * hsp, *dop = qp + (size_t)Tq * hsp;
     att_pack_transposed(vt, v, ldkv, n, hs);
-    att_pack_rows(kp, k, ldkv, n, hs);
-    att_pack_rows(qp, q, ldq, Tq, hs);
-    att_pack_rows(dop, dout, ldo, Tq, hs);
+    size_t ldk = ldkv, ldqb = ldq, ldob = ldo;  // (k, q and dout as att_tile's B: in place or packed)
+    const float *kb = att_rows_operand(kp, k, &ldk, n, hs), *qb = att_rows_operand(qp, q, &ldqb, Tq, hs);
+    const float *dob = att_rows_operand(dop, dout, &ldob, Tq, hs);
     for (int t0 = 0; t0 < Tq; t0 += ATT_MR) {
         int rows = Tq - t0 < ATT_MR ? Tq - t0 : ATT_MR, keys = pos0 + t0 + rows;
         float *db = ds + (size_t)t0 * ldds;
         att_rows(rows, keys, hs, dout + (size_t)t0 * ldo, ldo, 1, vt, att_pad(n), 1.0f, 0, db, ldds);  // dp = dO v^T
-        for (int r = 0; r < rows; r++) {  // ds = p * (dp - sum_u p * dp) over the keys seen, then zeros
+        // ds = p * (dp - sum_u p * dp) over the keys seen, then zeros: the block's dot products first (independent
+        // reductions the core overlaps), then the rows
+        float dot[ATT_MR];
+        for (int r = 0; r < rows; r++) dot[r] = vec_dot(p + (size_t)(t0 + r) * ldp, db + (size_t)r * ldds, pos0 + t0 + r + 1);
+        for (int r = 0; r < rows; r++) {
             float *row = db + (size_t)r * ldds;
             const float *prow = p + (size_t)(t0 + r) * ldp;
             int seen = pos0 + t0 + r + 1, end = seen - 1 + ATT_MR < n ? seen - 1 + ATT_MR : n;
-            float dot = vec_dot(prow, row, seen);
-            for (int u = 0; u < seen; u++) row[u] = prow[u] * (row[u] - dot);
+            for (int u = 0; u < seen; u++) row[u] = prow[u] * (row[u] - dot[r]);
             memset(row + seen, 0, sizeof(float) * (end - seen));  // (what the key blocks below read past it)
         }
-        att_rows(rows, hs, keys, db, ldds, 1, kp, hsp, scale, 0, dq + (size_t)t0 * lddq, lddq);  // dq = ds k * scale
+        att_rows(rows, hs, keys, db, ldds, 1, kb, ldk, scale, 0, dq + (size_t)t0 * lddq, lddq);  // dq = ds k * scale
     }
     for (int u0 = 0; u0 < n; u0 += ATT_MR) {  // key blocks: the queries from the block's first key on see them
         int rows = n - u0 < ATT_MR ? n - u0 : ATT_MR, t0 = u0 > pos0 ? u0 - pos0 : 0, depth = Tq - t0;
-        att_rows(rows, hs, depth, ds + (size_t)t0 * ldds + u0, 1, ldds, qp + (size_t)t0 * hsp, hsp, scale, accumulate,
-                 dk + (size_t)u0 * lddkv, lddkv);  // dk = ds^T q * scale
-        att_rows(rows, hs, depth, p + (size_t)t0 * ldp + u0, 1, ldp, dop + (size_t)t0 * hsp, hsp, 1.0f, accumulate,
+        att_rows(rows, hs, depth, ds + (size_t)t0 * ldds + u0, 1, ldds, qb + (size_t)t0 * ldqb, ldqb, scale,
+                 accumulate, dk + (size_t)u0 * lddkv, lddkv);  // dk = ds^T q * scale
+        att_rows(rows, hs, depth, p + (size_t)t0 * ldp + u0, 1, ldp, dob + (size_t)t0 * ldob, ldob, 1.0f, accumulate,
                  dv + (size_t)u0 * lddkv, lddkv);  // dv = p^T dO
     }
 }

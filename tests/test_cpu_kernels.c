@@ -524,7 +524,7 @@ static double max_scaled_diff_2d(const float *got, size_t ld, const double *want
 // bits. Then the head kernel as context parallelism runs it (queries offset by pos0 against all the
 // keys before them, dk and dv added to what they held).
 static void test_attention(void) {
-    const int Ts[] = {1, 2, ATT_MR - 1, ATT_MR + 1, ATT_CW + 3, 2 * ATT_CW + ATT_MR + 1}, hss[] = {3, VEC_LANES, 24};
+    const int Ts[] = {1, 2, ATT_MR - 1, ATT_MR + 1, ATT_CW + 3, 2 * ATT_CW + ATT_MR + 1}, hss[] = {3, VEC_LANES, 24, ATT_CW};  // (ATT_CW: V, K, Q and dout read in place)
     const int B = 2, NH = 2;
     double worst[6] = {0};  // p, lse, out, dq, dk, dv
     int bad_mask = 0, bad_threads = 0, runs = 0;
@@ -573,9 +573,10 @@ static void test_attention(void) {
     double fwd = fmax(worst[0], fmax(worst[1], worst[2])), bwd = fmax(worst[3], fmax(worst[4], worst[5]));
     test_result(fwd < 1e-5 && bwd < 2e-5 && bad_mask == 0 && bad_threads == 0,
                 "attention forward (probabilities %.1e, lse %.1e, out %.1e) and backward (dq %.1e, dk %.1e, dv %.1e) "
-                "against double on %d shapes (T = 1 to %d, hs 3 to 24, %d-row query blocks, %d-column tiles); zero "
-                "above the diagonal; 1 and %d threads the same bits", worst[0], worst[1], worst[2], worst[3], worst[4],
-                worst[5], runs, Ts[5], ATT_MR, ATT_CW, omp_threads());
+                "against double on %d shapes (T = 1 to %d, hs 3, %d, 24 and %d: operands read in place at whole tiles, "
+                "%d-row query blocks, %d-column tiles); zero above the diagonal; 1 and %d threads the same bits",
+                worst[0], worst[1], worst[2], worst[3], worst[4], worst[5], runs, Ts[5], VEC_LANES, ATT_CW, ATT_MR,
+                ATT_CW, omp_threads());
 
     // context parallel's use: Tq queries at pos0.. over pos0 + Tq keys; rows wider than the head
     const int pos0 = 2 * ATT_MR + 3, Tq = ATT_MR + 2, n = pos0 + Tq, hs = 5, ld = 11;
