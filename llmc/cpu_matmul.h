@@ -19,6 +19,9 @@
 #endif
 #ifdef LLMC_BLAS
 #include <cblas.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>  // __get_cpuid
+#endif
 #endif
 
 #include "cpu_vec.h"  // defines: VEC_LANES, VEC_ISA, vf_set1, vf_load, vf_transpose_square, ...
@@ -36,22 +39,43 @@ static MatmulBackend g_matmul_backend =
 static int g_matmul_tuned;  // 1: matmul_team picks per shape (--matmul tuned); g_matmul_backend serves the rest
 
 #ifdef LLMC_BLAS
-// 1 when OpenBLAS runs a vector kernel at least as wide as the native one: its kernel for this CPU is one
-// of its AVX (or wider) x86 cores, or the native kernel is narrower than AVX's 8 lanes. OpenBLAS falls back
-// to its SSE3 kernel ("Prescott") on CPUs it does not recognise (0.3.21 on newer Xeons and EPYCs), several
-// times slower than either (docs/cpu_kernels.md); OPENBLAS_CORETYPE names the kernel it should take.
-static inline int matmul_blas_kernel_is_wide(void) {
-    static const char *avx_cores[] = {"sandybridge", "haswell", "skylakex", "cooperlake", "sapphirerapids", "zen",
-                                      "bulldozer", "piledriver", "steamroller", "excavator"};
-    if (VEC_LANES < 8) return 1;
-    const char *core = openblas_get_corename();
-    for (size_t i = 0; i < sizeof(avx_cores) / sizeof(avx_cores[0]); i++)
-        if (core && strcasecmp(core, avx_cores[i]) == 0) return 1;
+// OpenBLAS's x86 kernels of AVX or wider (as openblas_get_corename() names them), their width in floats
+// and whether they are built for AMD's cores (the rest for Intel's). Any other is narrower: the SSE3
+// "Prescott" that OpenBLAS falls back to on CPUs it does not recognise (0.3.21 on newer Xeons), several
+// times slower than either backend (docs/cpu_kernels.md); OPENBLAS_CORETYPE names the kernel it takes.
+static const struct {
+    const char *name;
+    int lanes, amd;
+} g_blas_avx_cores[] = {{"sandybridge", 8, 0}, {"haswell", 8, 0},    {"skylakex", 16, 0},  {"cooperlake", 16, 0},
+                        {"sapphirerapids", 16, 0}, {"zen", 8, 1}, {"bulldozer", 8, 1}, {"piledriver", 8, 1},
+                        {"steamroller", 8, 1},  {"excavator", 8, 1}};
+
+// 1 on an AMD x86 CPU (cpuid's vendor "AuthenticAMD"), 0 on any other
+static inline int cpu_vendor_is_amd(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax, ebx, ecx, edx;
+    return __get_cpuid(0, &eax, &ebx, &ecx, &edx) && ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
+#else
     return 0;
+#endif
+}
+
+// 1 when --matmul auto takes OpenBLAS: its kernel for this CPU is one of its AVX (or wider) x86 cores (or
+// the native kernel is narrower than AVX's 8 lanes), unless that kernel is built for the other vendor's
+// cores and the native one is as wide. OpenBLAS 0.3.21 runs its Intel Cooperlake kernel on an AMD Zen 4,
+// where the native kernel was 3-9% faster a step at d12 and v65 (and tied with its Haswell kernel in an
+// AVX2 build); on an Intel CPU it runs a kernel tuned for that core.
+static inline int matmul_auto_takes_blas(void) {
+    const char *core = openblas_get_corename();
+    for (size_t i = 0; core && i < sizeof(g_blas_avx_cores) / sizeof(g_blas_avx_cores[0]); i++)
+        if (strcasecmp(core, g_blas_avx_cores[i].name) == 0)
+            return g_blas_avx_cores[i].amd == cpu_vendor_is_amd() || VEC_LANES < g_blas_avx_cores[i].lanes;
+    return VEC_LANES < 8;
 }
 #endif
 
-// name: "auto" (OpenBLAS, unless its kernel for this CPU is narrower than the native one: then native),
+// name: "auto" (OpenBLAS, unless its kernel for this CPU is narrower than the native one, or built for the
+// other vendor's cores and no wider: matmul_auto_takes_blas; then native),
 // "blas", "native" or "tuned" (auto's choice, but each shape matmul_team multiplies on the faster of the
 // two, timed at its first use; a build without BLAS has only native). Asking for BLAS in a build without
 // it is a usage error.
@@ -64,11 +88,11 @@ static inline void matmul_set_backend(const char *name) {
         name = "auto";
     }
 #ifdef LLMC_MATMUL_AUTO_BLAS  // (the sanitizer builds: the Makefile says why)
-    const int native_is_wider = 0;
+    const int auto_blas = 1;
 #else
-    const int native_is_wider = !matmul_blas_kernel_is_wide();
+    const int auto_blas = matmul_auto_takes_blas();
 #endif
-    g_matmul_backend = strcmp(name, "auto") == 0 && native_is_wider ? MATMUL_NATIVE : MATMUL_BLAS;
+    g_matmul_backend = strcmp(name, "auto") == 0 && !auto_blas ? MATMUL_NATIVE : MATMUL_BLAS;
 #else
     if (strcmp(name, "blas") == 0) die_usage("--matmul blas: this build has no BLAS (install libopenblas-dev and rebuild)");
     g_matmul_backend = MATMUL_NATIVE;

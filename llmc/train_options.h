@@ -132,7 +132,7 @@ static const FlagSpec TRAIN_FLAGS[] = {
      "--tokenizer directory, its tokenizer files (docs/models.md)", "checkpoints and model files"},
     {"save-dtype", FLAG_CHOICE, TO(save_dtype), "fp32", "fp32|bf16", 0, 0, "--save-hf's weights: fp32 or bf16", "checkpoints and model files"},
     {"log-every", FLAG_INT, TO(log_every), "1", NULL, 1, 1e9, "print a step line every N steps (the JSON log and TensorBoard get every step)", "logging"},
-    {"matmul", FLAG_CHOICE, TO(matmul), "auto", "auto|blas|native|tuned", 0, 0, "CPU matmul backend (auto: BLAS if built with it, unless its kernel for this CPU is narrower than the native one; tuned: each shape a layer multiplies on the faster of the two, timed at its first use)", "compute and memory"},
+    {"matmul", FLAG_CHOICE, TO(matmul), "auto", "auto|blas|native|tuned", 0, 0, "CPU matmul backend (auto: BLAS if built with it, unless its kernel for this CPU is narrower than the native one, or built for the other vendor's cores and no wider; tuned: each shape a layer multiplies on the faster of the two, timed at its first use)", "compute and memory"},
     {"profile-steps", FLAG_STRING, TO(profile_steps), "", NULL, 0, 0,
      "A:B: bracket steps A..B (1-based) for a profiler: cudaProfilerStart/Stop on the GPU (nsys "
      "--capture-range=cudaProfilerApi, ncu --profile-from-start off); on the CPU perf's control FIFO "

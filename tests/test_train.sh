@@ -119,16 +119,20 @@ check "MFU against the measured peak (the best of sgemm probes) is within (0, 10
     "$(grep "^compute" "$tmp/mfu.log")"
 
 # --- --matmul auto: OpenBLAS unless the kernel it picked for this CPU is narrower than the native one (the SSE3
-# "Prescott" it falls back to on CPUs it does not know); OPENBLAS_CORETYPE stands in for the CPU's identity ---
+# "Prescott" it falls back to on CPUs it does not know) or built for the other vendor's cores and no wider;
+# OPENBLAS_CORETYPE stands in for the kernel OpenBLAS picks (its AVX2 kernels: Haswell, Intel's; Zen, AMD's) ---
 if grep -q -- '-DLLMC_MATMUL_AUTO_BLAS' "$BUILD/flags.stamp" 2>/dev/null; then
     echo "SKIP: --matmul auto's choice (a sanitizer build: auto is OpenBLAS there, the Makefile says why)"
 elif grep -q -- '-DLLMC_BLAS' "$BUILD/flags.stamp" 2>/dev/null && grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
+    if grep -q '^vendor_id.*AuthenticAMD' /proc/cpuinfo; then own=Zen other=Haswell; else own=Haswell other=Zen; fi
     OPENBLAS_CORETYPE=Prescott "$TRAIN" "${TINY[@]}" --steps 1 >"$tmp/mm_sse.log" 2>&1
-    OPENBLAS_CORETYPE=Haswell "$TRAIN" "${TINY[@]}" --steps 1 >"$tmp/mm_avx2.log" 2>&1
-    check "--matmul auto takes the native kernel over OpenBLAS's SSE3 one, and OpenBLAS's AVX2 one over native" \
+    OPENBLAS_CORETYPE=$own "$TRAIN" "${TINY[@]}" --steps 1 >"$tmp/mm_avx2.log" 2>&1
+    OPENBLAS_CORETYPE=$other "$TRAIN" "${TINY[@]}" --steps 1 >"$tmp/mm_other.log" 2>&1
+    check "--matmul auto takes the native kernel over OpenBLAS's SSE3 one and over its AVX2 one for the other vendor's cores ($other), and OpenBLAS's AVX2 one for this CPU's ($own) over native" \
         'grep -q "^compute: .*matmul native (" "$tmp/mm_sse.log" &&
-         grep -q "^compute: .*matmul openblas (Haswell)" "$tmp/mm_avx2.log"' \
-        "$(grep -h "^compute" "$tmp/mm_sse.log" "$tmp/mm_avx2.log" | tr '\n' ' ')"
+         grep -q "^compute: .*matmul native (" "$tmp/mm_other.log" &&
+         grep -q "^compute: .*matmul openblas ($own)" "$tmp/mm_avx2.log"' \
+        "$(grep -h "^compute" "$tmp/mm_sse.log" "$tmp/mm_avx2.log" "$tmp/mm_other.log" | tr '\n' ' ')"
     # the peak is the machine's: the best of both backends' probes whichever backend the run takes (against
     # the SSE3 kernel's probes alone MFU read 105-116% at 4 x 256; against the AVX-512 kernel's, 5-10% high)
     OPENBLAS_CORETYPE=Prescott "$TRAIN" "${TINY[@]}" --peak-tflops 0 --steps 2 --matmul blas >"$tmp/mm_blas_sse.log" 2>&1
