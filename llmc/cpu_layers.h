@@ -303,13 +303,15 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const flo
 // ---------------------------------------------------------------------------
 // causal self-attention; qkv (B,T,3C) holds q | k | v, head h at [h*hs, (h+1)*hs)
 //
-// One thread computes a whole head (b, h) at a time, its operands packed in a
-// per-thread workspace that stays in cache, the threads of the team sharing
-// the heads in equal runs (b-major: thread t takes the sequences whose rows
-// the linear layers around give it, which are in its L2). Queries go in blocks of ATT_MR rows: a block's scores are
-// computed only for the keys its last query sees (the causal triangle and the
-// diagonal block, not the whole T x T square), softmaxed row by row and
-// multiplied by V while in L1; the backward walks the same blocks. The
+// One thread computes a whole head (b, h) at a time, the threads of the team
+// sharing the heads in equal runs (b-major: a thread takes the sequences
+// whose rows the linear layers around give it, which are in its L2); K is
+// packed transposed in a per-thread workspace that stays in cache, V, Q and
+// dout read in place when the head is whole tiles (else packed there too).
+// Queries go in blocks of ATT_MR rows: a block's scores are computed only for
+// the keys its last query sees (the causal triangle and the diagonal block,
+// not the whole T x T square), softmaxed (the block's rows phase by phase)
+// and multiplied by V while in L1; the backward walks the same blocks. The
 // products run on a register tile of ATT_MR rows by ATT_CW columns
 // (att_tile), each output summing its depth in order, so a head's result does
 // not depend on the thread count.
@@ -506,7 +508,8 @@ static void attention_head_backward(float *dq, size_t lddq, float *dk, float *dv
         // ds = p * (dp - sum_u p * dp) over the keys seen, then zeros: the block's dot products first (independent
         // reductions the core overlaps), then the rows
         float dot[ATT_MR];
-        for (int r = 0; r < rows; r++) dot[r] = vec_dot(p + (size_t)(t0 + r) * ldp, db + (size_t)r * ldds, pos0 + t0 + r + 1);
+        for (int r = 0; r < rows; r++)
+            dot[r] = vec_dot(p + (size_t)(t0 + r) * ldp, db + (size_t)r * ldds, pos0 + t0 + r + 1);
         for (int r = 0; r < rows; r++) {
             float *row = db + (size_t)r * ldds;
             const float *prow = p + (size_t)(t0 + r) * ldp;
