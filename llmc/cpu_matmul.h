@@ -47,8 +47,8 @@ static const struct {
     const char *name;
     int lanes, amd;
 } g_blas_avx_cores[] = {
-    {"sandybridge", 8, 0}, {"haswell", 8, 0},   {"skylakex", 16, 0},    {"cooperlake", 16, 0}, {"sapphirerapids", 16, 0},
-    {"zen", 8, 1},         {"bulldozer", 8, 1}, {"piledriver", 8, 1},   {"steamroller", 8, 1}, {"excavator", 8, 1}};
+    {"sandybridge", 8, 0}, {"haswell", 8, 0}, {"skylakex", 16, 0}, {"cooperlake", 16, 0}, {"sapphirerapids", 16, 0},
+    {"zen", 8, 1}, {"bulldozer", 8, 1}, {"piledriver", 8, 1}, {"steamroller", 8, 1}, {"excavator", 8, 1}};
 
 // 1 on an AMD x86 CPU (cpuid's vendor "AuthenticAMD"), 0 on any other
 static inline int cpu_vendor_is_amd(void) {

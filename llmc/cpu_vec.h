@@ -163,7 +163,6 @@ static inline float scalar_exp(float x) {
     return v[0];
 }
 
-
 // max of x[0..n), n >= 1
 static inline float vec_max(const float *x, int n) {
     int i = 0;

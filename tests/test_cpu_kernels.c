@@ -524,7 +524,8 @@ static double max_scaled_diff_2d(const float *got, size_t ld, const double *want
 // bits. Then the head kernel as context parallelism runs it (queries offset by pos0 against all the
 // keys before them, dk and dv added to what they held).
 static void test_attention(void) {
-    const int Ts[] = {1, 2, ATT_MR - 1, ATT_MR + 1, ATT_CW + 3, 2 * ATT_CW + ATT_MR + 1}, hss[] = {3, VEC_LANES, 24, ATT_CW};  // (ATT_CW: V, K, Q and dout read in place)
+    const int Ts[] = {1, 2, ATT_MR - 1, ATT_MR + 1, ATT_CW + 3, 2 * ATT_CW + ATT_MR + 1};
+    const int hss[] = {3, VEC_LANES, 24, ATT_CW};  // (ATT_CW: V, K, Q and dout read in place)
     const int B = 2, NH = 2;
     double worst[6] = {0};  // p, lse, out, dq, dk, dv
     int bad_mask = 0, bad_threads = 0, runs = 0;
