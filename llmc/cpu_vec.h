@@ -15,7 +15,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__SSE__)
+#if defined(__AVX512F__)
+#include <immintrin.h>  // (vf_exp's min, max and scalef)
+#elif defined(__SSE__)
 #include <xmmintrin.h>
 #endif
 
@@ -139,10 +141,23 @@ static inline float vf_hsum_tree(vf v) {
 }
 
 // exp(x) lane by lane: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6
-// polynomial, 2^n through the exponent bits. Inputs are clamped to [-87, 88].
+// polynomial, then times 2^n. Inputs above 88 give e^88; NaN stays NaN.
+// With AVX-512, vscalefps does the times 2^n in one instruction and min/max
+// clamp the input (the bits of the other builds where the result is a normal
+// float, on [-87, 88]; below -87 the true value, down to 0 past -104). Without
+// it, 2^n goes in through the exponent bits (so n may not fall below the
+// smallest normal's, -126: inputs below -87 give e^-87), after comparisons.
 static inline vf vf_exp(vf x) {
+#if defined(__AVX512F__)
+    // (max and min return their second operand when one is NaN: x itself; the zero-masked forms with
+    // every lane set, as the plain ones' undefined passthrough fails g++ 12's -Werror=uninitialized)
+    const __mmask16 all = (__mmask16)-1;
+    const __m512 above = _mm512_maskz_max_ps(all, _mm512_set1_ps(-104.0f), (__m512)x);
+    x = (vf)_mm512_maskz_min_ps(all, _mm512_set1_ps(88.0f), above);
+#else
     const vf lo = vf_set1(-87.0f), hi = vf_set1(88.0f);
     x = vf_select(x < lo, lo, vf_select(x > hi, hi, x));  // (both tests on the input: a shorter chain)
+#endif
     const vf magic = vf_set1(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
     vf n = (x * 1.44269504088896341f + magic) - magic;
     vf r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
@@ -153,8 +168,12 @@ static inline vf vf_exp(vf x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
+#if defined(__AVX512F__)
+    return (vf)_mm512_maskz_scalef_ps(all, (__m512)p, (__m512)n);
+#else
     vi bits = (__builtin_convertvector(n, vi) + 127) << 23;
     return p * (vf)bits;
+#endif
 }
 
 static inline float scalar_exp(float x) {

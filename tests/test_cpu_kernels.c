@@ -325,6 +325,16 @@ static void test_vec_elementwise(void) {
         e_exp = fmax(e_exp, fabs(scalar_exp(x) - exp((double)x)) / exp((double)x));
     }
     test_result(e_exp < 2.5e-7, "exp (relative %.1e) on [-87, 88] (%s)", e_exp, VEC_ISA);
+    // past the ends: e^88 above (inf included), at most e^-87 and not below 0 under -87 (-inf
+    // included), and a NaN stays a NaN (a softmax or loss that went wrong must show it)
+    const float e_lo = scalar_exp(-87.0f), ends[] = {-87.5f, -100.0f, -104.0f, -1e30f, -INFINITY};
+    int ends_ok = scalar_exp(89.0f) == scalar_exp(88.0f) && scalar_exp(INFINITY) == scalar_exp(88.0f) &&
+                  isnan(scalar_exp(NAN));
+    for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
+        float e = scalar_exp(ends[i]);
+        ends_ok &= e >= 0.0f && e <= e_lo;
+    }
+    test_result(ends_ok, "exp past [-87, 88]: e^88 above, in [0, e^-87] below, NaN kept (%s)", VEC_ISA);
     Rng rng;
     rng_seed(&rng, 9);
     const int n = 3 * VEC_LANES + 5;  // full vectors and a tail, misaligned by one float
