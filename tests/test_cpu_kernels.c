@@ -15,7 +15,8 @@
 // queries) at lengths around its blocks against double, 1 vs 2 threads;
 // AdamW with a checkpoint's staging copy made in the update against the update
 // and then the copy (bit-equal, the chunks' CRC32Cs too), and over a range cut
-// into pieces of 1 to 4099 elements against the whole range's (bit-equal).
+// into pieces of 1 to 4099 elements against the whole range's (bit-equal);
+// the activations' allocator (2 MB aligned with the huge-page advice from 2 MB).
 #include "llmc/ckpt_stage.h"
 #include "llmc/cpu_layers.h"
 #include "llmc/optimizer.h"
@@ -710,6 +711,37 @@ static void test_adamw_staged(void) {
     param_layout_free(&pl);
 }
 
+// alignedMallocCheck: a buffer of 2 MB or more (the activations) starts on a 2 MB boundary and its
+// mapping carries the huge-page advice (smaps' VmFlags "hg"); a smaller one is 64-byte aligned only.
+// Skipped where the kernel has no transparent huge pages (the advice is then refused, harmlessly).
+static void test_huge_page_buffers(void) {
+    FILE *thp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    FILE *smaps = thp ? fopen("/proc/self/smaps", "r") : NULL;
+    if (thp) fclose(thp);
+    float *big = (float *)alignedMallocCheck(HUGE_PAGE_BYTES + 4096), *small = (float *)alignedMallocCheck(4096);
+    if (!smaps) {
+        test_skip("huge-page buffers: no transparent huge pages or no /proc/self/smaps here");
+        free(big); free(small);
+        return;
+    }
+    char line[512];
+    int in_big = 0, advised = 0;
+    while (fgets(line, sizeof(line), smaps)) {
+        unsigned long lo, hi;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3)  // a mapping's first line
+            in_big = lo <= (uintptr_t)big && (uintptr_t)big < hi;
+        else if (in_big && strncmp(line, "VmFlags:", 8) == 0)
+            advised = strstr(line, " hg") != NULL;
+    }
+    fclose(smaps);
+    test_result((uintptr_t)big % HUGE_PAGE_BYTES == 0 && advised && (uintptr_t)small % 64 == 0,
+                "alignedMallocCheck: 2 MB aligned and advised for huge pages from 2 MB (%s), 64-byte aligned below",
+                advised ? "advised" : "not advised");
+    free(big);
+    free(small);
+}
+
 int main(void) {
     printf("native kernels: %s, %d-lane vectors (%s)\n", MATMUL_NATIVE_KERNEL, VEC_LANES, VEC_ISA);
     test_matmul_native();
@@ -721,5 +753,6 @@ int main(void) {
     test_sum_of_squares();
     test_attention();
     test_adamw_staged();
+    test_huge_page_buffers();
     return test_exit_code();
 }
