@@ -277,7 +277,8 @@ FLAGS_NOW := $(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS) | $(CXX) $(CXXFLAGS) | $(NVCC)
 $(shell mkdir -p $(BUILD) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
 
 DEV_BINS := $(BUILD)/dev/perf/bench_comm $(BUILD)/dev/perf/bench_dataloader $(BUILD)/dev/perf/profile_step_cpu \
-            $(BUILD)/dev/perf/bench_matmul_cpu $(BUILD)/dev/perf/bench_crc32c  # benchmarks (docs/benchmarks.md)
+            $(BUILD)/dev/perf/bench_matmul_cpu $(BUILD)/dev/perf/bench_crc32c \
+            $(BUILD)/dev/perf/thread_round_trip  # benchmarks (docs/benchmarks.md)
 
 .PHONY: all test test-all debug run bench clean
 # the product only; the tests, benchmarks, kernel checkers and emulated programs are make test's
@@ -377,7 +378,7 @@ run: train_gpt tokenize
 	bash scripts/run_default.sh
 
 # make bench [CPU_ISA=avx2]: both matmul backends side by side (scripts/bench_cpu.sh)
-bench: $(BUILD)/train_gpt $(BUILD)/tokenize $(BUILD)/dev/perf/bench_matmul_cpu
+bench: $(BUILD)/train_gpt $(BUILD)/tokenize $(BUILD)/dev/perf/bench_matmul_cpu $(BUILD)/dev/perf/thread_round_trip
 	BUILD=$(BUILD) bash scripts/bench_cpu.sh
 
 clean:

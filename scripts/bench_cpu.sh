@@ -8,7 +8,8 @@
 #      OMP_NUM_THREADS gives; per run ms/step (median of the steps after the
 #      first), tokens/s, model GFLOP/s and that over the sgemm peak (the best
 #      of every run's start-up probes, themselves the best of several: a step
-#      never reads above 100%). TRAIN_OLD=PATH (another build of train_gpt,
+#      never reads above 100%), and where the threads sat (rt: their cache-line
+#      round trip before and after the run, build/dev/perf/thread_round_trip). TRAIN_OLD=PATH (another build of train_gpt,
 #      e.g. main's) runs alternately with this build's, ROUNDS times, and each
 #      case ends with new's speed-up over it. MATMUL=tuned (or another --matmul
 #      value) sets this build's backend there (default auto; TRAIN_OLD runs
@@ -36,7 +37,7 @@ steps=${STEPS:-6}
 rounds=${ROUNDS:-2}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for prog in train_gpt tokenize dev/perf/bench_matmul_cpu; do
+for prog in train_gpt tokenize dev/perf/bench_matmul_cpu dev/perf/thread_round_trip; do
     [ -x "$BUILD/$prog" ] || { echo "error: $BUILD/$prog is missing: run make bench" >&2; exit 2; }
 done
 # any valid token ids do for timing: the bytes of this repository's sources
@@ -63,13 +64,15 @@ measure() {
 # small_run NAME BINARY THREADS ARGS...: one run of a small model; prints its row (achieved GFLOP/s; the
 # share of the peak is added at the end) and appends "NAME BINARY ms gflop peak tokens" to $tmp/small
 small_run() {
-    local name=$1 bin=$2 threads=$3
+    local name=$1 bin=$2 threads=$3 rt0 rt1
     shift 3
     [ "$bin" = "$BUILD/train_gpt" ] && set -- "$@" --matmul "${MATMUL:-auto}"
+    rt0=$(OMP_NUM_THREADS="$threads" "$BUILD/dev/perf/thread_round_trip")
     measure "$name $bin" "$tmp/${name}_train_*.bin" env OMP_NUM_THREADS="$threads" "$bin" "$@" || return 0
+    rt1=$(OMP_NUM_THREADS="$threads" "$BUILD/dev/perf/thread_round_trip")
     echo "$name $bin $ms $gflop $peak $tokens" >>"$tmp/small"
-    awk -v n="$name" -v b="$bin" -v th="$threads" -v ms="$ms" -v gf="$gflop" -v tok="$tokens" 'BEGIN{
-        printf "%-5s %-32s %3d %9.2f %9.0f %8.1f\n", n, b, th, ms, tok / (ms / 1000), gf / (ms / 1000) }'
+    awk -v n="$name" -v b="$bin" -v th="$threads" -v ms="$ms" -v gf="$gflop" -v tok="$tokens" -v rt="$rt0/$rt1" 'BEGIN{
+        printf "%-5s %-32s %3d %9.2f %9.0f %8.1f %9s\n", n, b, th, ms, tok / (ms / 1000), gf / (ms / 1000), rt }'
 }
 median() { sort -g | awk '{a[NR]=$1} END{if (NR) print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 # token shards for the small models: ids below 65 (the bytes mod 65), and byte tokens (GPT-2's vocabulary)
@@ -86,7 +89,9 @@ bins=("$BUILD/train_gpt")
 [ -n "${TRAIN_OLD:-}" ] && bins=("$TRAIN_OLD" "$BUILD/train_gpt")
 echo "== small models: v65 = L4 C128 NH4 V65 at 12 x 64 on 2 threads; gpt2v = L2 C64 NH4 V50257 at 8 x 32" \
     "($rounds rounds, binaries alternating)"
-printf '%-5s %-32s %3s %9s %9s %8s\n' case binary thr ms/step tok/s GFLOP/s
+echo "(rt: threads 0 and 1's cache-line round trip in ns just before / after the run, dev/perf/thread_round_trip.c:"
+echo " about 50 when their cores share an L3, hundreds when they do not, which slows these steps by a quarter or more)"
+printf '%-5s %-32s %3s %9s %9s %8s %9s\n' case binary thr ms/step tok/s GFLOP/s rt
 for r in $(seq "$rounds"); do
     for bin in "${bins[@]}"; do small_run v65 "$bin" 2 "${small_v65[@]}"; done
     for bin in "${bins[@]}"; do small_run gpt2v "$bin" "${OMP_NUM_THREADS:-$(nproc)}" "${small_gpt2v[@]}"; done

@@ -6,11 +6,16 @@
 # parts add up to the step (5%), and the plots are written (when matplotlib
 # is there; bench.sh installs it with pip otherwise), titled with the base model and batch. Then scripts/bench_pipeline.sh
 # at its tiny size: every row present, on the same cores, the memory case.
-# SKIPs without MPI.
+# SKIPs without MPI; before that, the threads' round-trip probe that
+# scripts/bench_cpu.sh prints beside its small runs: a positive number of ns on
+# 2 threads, "-" on 1.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
 P=bench_
+rt2=$(OMP_NUM_THREADS=2 "$BUILD/dev/perf/thread_round_trip" 2000) rt1=$(OMP_NUM_THREADS=1 "$BUILD/dev/perf/thread_round_trip")
+check thread_round_trip_ns_on_2_threads_none_on_1 '[[ "$rt2" =~ ^[0-9]+$ ]] && [ "$rt2" -gt 0 ] && [ "$rt1" = - ]' \
+    "2 threads: '$rt2', 1 thread: '$rt1'"
 need_mpi bench
 TRAINER=$BUILD/train_gpt TOKENIZE=$BUILD/tokenize OUT="$tmp/out" bash scripts/bench.sh --steps 3 --models 2:64:2 \
     --batches 2,4 --seqs '' --zeros '' --layouts 1x1x2:1f1b --cores 2 --repeats 2 >"$tmp/bench.log" 2>&1
