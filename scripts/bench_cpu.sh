@@ -9,7 +9,8 @@
 #      first), tokens/s, model GFLOP/s and that over the sgemm peak (the best
 #      of every run's start-up probes, themselves the best of several: a step
 #      never reads above 100%), and where the threads sat (rt: their cache-line
-#      round trip before and after the run, build/dev/perf/thread_round_trip). TRAIN_OLD=PATH (another build of train_gpt,
+#      round trip before and after the run, build/dev/perf/thread_round_trip).
+#      TRAIN_OLD=PATH (another build of train_gpt,
 #      e.g. main's) runs alternately with this build's, ROUNDS times, and each
 #      case ends with new's speed-up over it. MATMUL=tuned (or another --matmul
 #      value) sets this build's backend there (default auto; TRAIN_OLD runs
@@ -61,8 +62,9 @@ measure() {
     tokens=$(( $(sed -n 's/.*--batch-size \([0-9]*\).*/\1/p' <<<"$*") * $(sed -n 's/.*--seq-len \([0-9]*\).*/\1/p' <<<"$*") ))
     ms=$(grep -v '^{"step":1,\|^{"run"' "$tmp/run.jsonl" | grep -o '"ms":[0-9.]*' | cut -d: -f2 | median)
 }
-# small_run NAME BINARY THREADS ARGS...: one run of a small model; prints its row (achieved GFLOP/s; the
-# share of the peak is added at the end) and appends "NAME BINARY ms gflop peak tokens" to $tmp/small
+# small_run NAME BINARY THREADS ARGS...: one run of a small model; prints its row (achieved GFLOP/s, the
+# threads' round trip before and after it; the share of the peak is added at the end) and appends
+# "NAME BINARY ms gflop peak tokens" to $tmp/small
 small_run() {
     local name=$1 bin=$2 threads=$3 rt0 rt1
     shift 3
