@@ -715,9 +715,8 @@ static void test_adamw_staged(void) {
 // mapping carries the huge-page advice (smaps' VmFlags "hg"); a smaller one is 64-byte aligned only.
 // Skipped where the kernel has no transparent huge pages (the advice is then refused, harmlessly).
 static void test_huge_page_buffers(void) {
-    FILE *thp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-    FILE *smaps = thp ? fopen("/proc/self/smaps", "r") : NULL;
-    if (thp) fclose(thp);
+    FILE *smaps = access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0 ? fopen("/proc/self/smaps", "r")
+                                                                                 : NULL;
     float *big = (float *)alignedMallocCheck(HUGE_PAGE_BYTES + 4096), *small = (float *)alignedMallocCheck(4096);
     if (!smaps) {
         test_skip("huge-page buffers: no transparent huge pages or no /proc/self/smaps here");
