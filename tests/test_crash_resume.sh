@@ -60,6 +60,25 @@ kill_at() {
     fi
     [ -n "$victim" ] && alive "$victim" && kill -KILL "$victim" 2>/dev/null
 }
+# wait_job: waits for $job, its status into rc. Under mpirun after a kill, once no rank is left running,
+# mpirun gets 30 s to end: Open MPI 4.1's mpirun can hang in its own teardown after aborting the job (it
+# prints the abort, then "PMIX ERROR: UNREACHABLE" and waits on a futex for good, the killed rank left a
+# zombie). It is then killed, and the run counts as the killed run it was.
+wait_job() {
+    local idle=0
+    while [ $mpi_layout = 1 ] && [ $sent = 0 ] && alive $job; do
+        if ps -o stat=,comm= --ppid $job | awk '$2 == "train_gpt" && $1 !~ /^Z/ {up = 1} END {exit !up}'; then
+            idle=0
+        elif [ $((idle += 1)) -ge 300 ]; then
+            echo "  $name: mpirun still up 30 s after its ranks ended (Open MPI's teardown hang): killed"
+            kill -KILL $job 2>/dev/null
+            break
+        fi
+        sleep 0.1
+    done
+    wait $job 2>/dev/null
+    rc=$?
+}
 
 # layout NAME KILLS LAUNCH_MPI FLAGS...: the uninterrupted run, then series of killed-and-resumed runs until
 # KILLS kills landed, each at a time drawn uniformly over a whole run's (the uninterrupted one's, or the last
@@ -85,8 +104,7 @@ layout() {
             local delay=$((RANDOM % ms))
             sent=1
             [ $done_kills -lt "$want" ] && kill_at $delay && sent=0
-            wait $job 2>/dev/null
-            rc=$?
+            wait_job
             # finished, or failed (the check below says which); under mpirun the other rank may fail first, so any
             # non-zero exit of a run that got the kill counts as the kill
             [ $sent -ne 0 ] || [ $rc -eq 0 ] && break
